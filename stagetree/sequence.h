@@ -1,0 +1,94 @@
+// Hyper-parameter sequences: the value of one tunable setting as a function of the training step,
+// in canonical piecewise form. Every schedule of INTERFACE.md expands to a Sequence; two trials
+// share step s when all their sequences have bit-identical values at every step <= s, and
+// divergence() finds the first step where that stops, exactly, from the segments.
+//
+// Pure code, no I/O. The worker uses this file too (to evaluate values at each step), never the tree.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hippo {
+
+// One past the last step of a segment that never ends.
+inline constexpr int64_t kForever = INT64_MAX;
+
+enum class SegmentKind { kConstant, kLinear, kCosine, kExponential };
+
+// One piece of a sequence over the half-open step range [start, end). Value at step s, exactly:
+//   kConstant     v0
+//   kLinear       v0 + (v1 - v0) * (s - start + 1) / (end - start)     (reaches v1 at s = end - 1;
+//                 with v0 = 0 this is warmup_linear's init * (s + 1) / warmup bit for bit)
+//   kCosine       v1 + (v0 - v1) * (1 + cos(pi * (s - start) / (end - start))) / 2
+//   kExponential  v0 * pow(gamma, floor((s - start) / period))
+// (s - start), (end - start) and the floor are computed in int64 and converted to double.
+struct Segment {
+  SegmentKind kind = SegmentKind::kConstant;
+  int64_t start = 0;
+  int64_t end = kForever;
+  double v0 = 0;
+  double v1 = 0;
+  double gamma = 1;
+  int64_t period = 1;
+
+  double value_at(int64_t step) const;
+  bool operator==(const Segment&) const = default;
+};
+
+// A sequence over all steps [0, kForever): either numeric segments that tile [0, kForever), or a
+// categorical constant (a string such as "adam", the same at every step).
+class Sequence {
+ public:
+  Sequence() : Sequence(constant(0)) {}
+  static Sequence constant(double value);
+  static Sequence text(std::string value);
+  // Validates that the segments tile [0, kForever) in order with valid parameters (throws
+  // std::invalid_argument naming the problem) and canonicalizes: degenerate pieces become
+  // constants (linear/cosine with v0 == v1, exponential with gamma == 1 or one period long),
+  // neighbouring constants with equal values merge.
+  static Sequence from_segments(std::vector<Segment> segments);
+
+  bool is_text() const { return is_text_; }
+  const std::string& text_value() const { return text_; }
+  const std::vector<Segment>& segments() const { return segments_; }
+
+  double value_at(int64_t step) const;  // numeric sequences only
+  // Human-readable form of the values over [start, end), e.g. "0.1", "adam",
+  // "cosine 0.1->0.001", "0.1*0.5^k every 100", "linear 0->0.1"; pieces joined by ", ".
+  std::string describe(int64_t start, int64_t end) const;
+
+  bool operator==(const Sequence&) const = default;
+
+ private:
+  bool is_text_ = false;
+  std::string text_;
+  std::vector<Segment> segments_;
+};
+
+// The first step >= from at which a and b have different values (bit for bit; a text and a numeric
+// sequence differ everywhere), or kForever if they never differ. Exact: walks the segments and
+// compares values only at steps where one of them can change (every step inside linear/cosine
+// pieces that differ, period boundaries of exponentials, segment boundaries).
+int64_t divergence(const Sequence& a, const Sequence& b, int64_t from = 0);
+
+// A trial's hyper-parameters: name -> sequence, ordered by name.
+using Hyperparams = std::map<std::string, Sequence>;
+
+// First step >= from at which any sequence differs; both maps must have the same names (else 0).
+int64_t divergence(const Hyperparams& a, const Hyperparams& b, int64_t from = 0);
+
+// Schedule shorthands of INTERFACE.md, with every length already in steps (unit applied).
+Sequence multistep(double init, std::vector<int64_t> milestones, double gamma);
+Sequence step_decay(double init, int64_t every, double gamma);
+Sequence exponential(double init, double gamma, int64_t unit);
+Sequence cosine(double init, double final_value, int64_t length);
+// points: [start_step, value], the first at step 0, starts strictly increasing.
+Sequence piecewise(const std::vector<std::pair<int64_t, double>>& points);
+// init * (s + 1) / warmup for s < warmup, then `after` evaluated at s - warmup.
+Sequence warmup_linear(double init, int64_t warmup, const Sequence& after);
+
+}  // namespace hippo
