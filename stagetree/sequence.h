@@ -3,7 +3,8 @@
 // share step s when all their sequences have bit-identical values at every step <= s, and
 // divergence() finds the first step where that stops, exactly, from the segments.
 //
-// Pure code, no I/O. The worker uses this file too (to evaluate values at each step), never the tree.
+// Pure code, no I/O. The worker uses this file too (to evaluate values at each step), never the
+// tree.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ namespace hippo {
 inline constexpr int64_t kForever = INT64_MAX;
 
 enum class SegmentKind { kConstant, kLinear, kCosine, kExponential };
+
+// "constant", "linear", "cosine" or "exponential" (the names used in JSON and descriptions).
+const char* segment_kind_name(SegmentKind kind);
 
 // One piece of a sequence over the half-open step range [start, end). Value at step s, exactly:
 //   kConstant     v0
@@ -64,6 +68,10 @@ class Sequence {
   bool operator==(const Sequence&) const = default;
 
  private:
+  // Takes already validated parts; the public factories are the only way in.
+  Sequence(bool is_text, std::string text, std::vector<Segment> segments)
+      : is_text_(is_text), text_(std::move(text)), segments_(std::move(segments)) {}
+
   bool is_text_ = false;
   std::string text_;
   std::vector<Segment> segments_;
@@ -78,8 +86,13 @@ int64_t divergence(const Sequence& a, const Sequence& b, int64_t from = 0);
 // A trial's hyper-parameters: name -> sequence, ordered by name.
 using Hyperparams = std::map<std::string, Sequence>;
 
-// First step >= from at which any sequence differs; both maps must have the same names (else 0).
+// First step >= from at which any sequence differs; both maps must have the same names (else from).
 int64_t divergence(const Hyperparams& a, const Hyperparams& b, int64_t from = 0);
+
+// divergence() over [from, until) only: the first differing step there, or `until` when a and b
+// agree on the whole range. Cheaper than divergence() when only a range matters.
+int64_t divergence_until(const Sequence& a, const Sequence& b, int64_t from, int64_t until);
+int64_t divergence_until(const Hyperparams& a, const Hyperparams& b, int64_t from, int64_t until);
 
 // Schedule shorthands of INTERFACE.md, with every length already in steps (unit applied).
 Sequence multistep(double init, std::vector<int64_t> milestones, double gamma);

@@ -79,6 +79,13 @@ struct TreeCounts {
 
 class StageTree {
  public:
+  StageTree() = default;
+  // Copies rebuild the internal indexes (they point into the tree's own containers).
+  StageTree(const StageTree& other);
+  StageTree& operator=(const StageTree& other);
+  StageTree(StageTree&&) = default;
+  StageTree& operator=(StageTree&&) = default;
+
   // Adds a new trial needing steps [0, length), length >= 1. Throws std::invalid_argument for a
   // duplicate id, a bad length, or hyper-parameter names that differ from other trials of the
   // same root key.
@@ -117,13 +124,40 @@ class StageTree {
   static StageTree restore(std::vector<Stage> stages, std::vector<TrialRecord> trials);
 
  private:
-  // Detail of the implementation: indexes for finding a child by its values at its start step,
-  // and where each trial ends.
+  // What the tree keeps per trial besides its record: the record's sequences in name order (the
+  // map's nodes never move, so the pointers stay valid) and the stage that holds its last step.
+  struct TrialState {
+    const TrialRecord* record = nullptr;
+    std::vector<const Sequence*> seqs;
+    StageId last_stage = kNoStage;
+  };
+
+  // Key of the child of `parent` (or, for kNoStage, the top stage of `root_key`) that holds the
+  // values of `seqs` at `step`: every value's bits, in name order.
+  static std::string child_key(StageId parent, const std::string& root_key,
+                               const std::vector<const Sequence*>& seqs, int64_t step);
+  // The key under which stage `id` is indexed, from its representative's values at its start.
+  std::string stage_key(StageId id) const;
+  void check_names(const TrialRecord& trial) const;
+  TrialState& add_record(TrialRecord record);
+  // Creates the state of a record already stored in trials_.
+  TrialState& index_record(const TrialRecord& stored);
+  StageId new_stage(StageId parent, int64_t start, int64_t end, const TrialState& representative,
+                    Change& change);
+  void end_in(TrialState& trial, StageId stage);
+  // Cuts `id` at `at` (start < at < end); the upper part becomes a new stage.
+  void split(StageId id, int64_t at, Change& change);
+  // Walks the trial down from stage `id`, whose values it is known to share over [start, checked),
+  // splitting, extending or creating stages until its last step has a stage.
+  void place(TrialState& trial, StageId id, int64_t checked, Change& change);
+
   std::vector<Stage> stages_;
+  std::vector<const TrialState*> rep_;           // by stage: its representative
+  std::vector<std::vector<TrialId>> ending_in_;  // by stage
   std::map<TrialId, TrialRecord> trials_;
-  std::unordered_map<std::string, StageId> child_index_;  // (parent or root key, values) -> child
-  std::unordered_map<TrialId, StageId> trial_end_stage_;
-  std::vector<std::vector<TrialId>> ending_in_;  // by stage id
+  std::unordered_map<TrialId, TrialState> state_;
+  std::unordered_map<std::string, StageId> child_index_;  // child_key() -> stage
+  std::unordered_map<std::string, TrialId> root_trial_;   // root key -> its first trial (names)
 };
 
 }  // namespace hippo

@@ -1,0 +1,37 @@
+// Framing of protocol messages on ZeroMQ sockets. The master binds one ROUTER; workers connect
+// DEALERs and clients connect REQs. Every body travels after an empty delimiter frame, so the
+// ROUTER sees [identity, "", body] from both kinds of peers.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "protocol/message.h"
+
+namespace hippo::protocol {
+
+// Sets the options every hippo socket has: no lingering on close, frames over kMaxMessageBytes
+// refused by ZeroMQ itself.
+void configure(zmq::socket_t& socket);
+
+struct Envelope {
+  std::string peer;  // ROUTER identity of the sender
+  std::string body;
+};
+
+// ROUTER side. Receives one message without waiting longer than timeout_ms (-1: forever);
+// nullopt when none came. Malformed envelopes (wrong number of frames, no delimiter) are
+// consumed and returned as a body that parse() will refuse.
+std::optional<Envelope> router_receive(zmq::socket_t& router, int timeout_ms);
+void router_send(zmq::socket_t& router, const std::string& peer, const json& message);
+
+// DEALER side (workers).
+std::optional<std::string> dealer_receive(zmq::socket_t& dealer, int timeout_ms);
+void dealer_send(zmq::socket_t& dealer, const json& message);
+
+// REQ side (clients): one request, one reply, or ProtocolError after timeout_ms.
+json request(zmq::context_t& context, const std::string& address, const json& message,
+             int timeout_ms);
+
+}  // namespace hippo::protocol
