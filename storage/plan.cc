@@ -1,0 +1,696 @@
+#include "storage/plan.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+#include "stagetree/sequence_json.h"
+#include "storage/schema.h"
+
+namespace hippo {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+template <typename Enum, size_t N>
+Enum parse_name(const char* const (&names)[N], const std::string& text, const char* what) {
+  for (size_t i = 0; i < N; ++i) {
+    if (text == names[i]) return static_cast<Enum>(i);
+  }
+  throw std::invalid_argument(std::string("unknown ") + what + " \"" + text + "\"");
+}
+
+// Indexed by the enums' values.
+const char* const kPolicies[] = {"shared", "trial-based"};
+const char* const kStudyStatuses[] = {"running", "done", "failed", "cancelled"};
+const char* const kTrialStatuses[] = {"pending", "running", "done", "stopped", "failed"};
+
+}  // namespace
+
+const char* to_string(Policy p) {
+  return kPolicies[static_cast<int>(p)];
+}
+const char* to_string(StudyStatus s) {
+  return kStudyStatuses[static_cast<int>(s)];
+}
+const char* to_string(TrialStatus s) {
+  return kTrialStatuses[static_cast<int>(s)];
+}
+Policy parse_policy(const std::string& t) {
+  return parse_name<Policy>(kPolicies, t, "policy");
+}
+StudyStatus parse_study_status(const std::string& t) {
+  return parse_name<StudyStatus>(kStudyStatuses, t, "study status");
+}
+TrialStatus parse_trial_status(const std::string& t) {
+  return parse_name<TrialStatus>(kTrialStatuses, t, "trial status");
+}
+
+bool MetricRow::operator==(const MetricRow& o) const {
+  bool same_value = value == o.value || (std::isnan(value) && std::isnan(o.value));
+  return trial == o.trial && step == o.step && name == o.name && same_value;
+}
+
+// A compiled statement, owned by the connection's cache.
+class SearchPlan::Statement {
+ public:
+  Statement(SearchPlan& plan, const std::string& sql) {
+    if (sqlite3_prepare_v3(plan.db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) !=
+        SQLITE_OK) {
+      plan.fail("preparing \"" + sql + "\"");
+    }
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  sqlite3_stmt* get() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// One execution of a cached statement: binds the arguments (parameters ?1, ?2, ... in order),
+// steps through the rows, and resets the statement when it goes out of scope, so that no
+// statement keeps a read snapshot open between calls.
+class SearchPlan::Query {
+ public:
+  template <typename... Args>
+  Query(SearchPlan& plan, const char* sql, const Args&... args)
+      : plan_(plan), stmt_(plan.prepare(sql).get()) {
+    int i = 0;
+    (bind(++i, args), ...);
+  }
+  ~Query() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  // Steps once: true when a row is ready.
+  bool next() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    plan_.fail(std::string("running \"") + sqlite3_sql(stmt_) + "\"");
+  }
+  // Steps a statement that returns no rows.
+  void run() { next(); }
+
+  bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double real(int col) const { return sqlite3_column_double(stmt_, col); }
+  std::string text(int col) const {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    return p ? std::string(p, sqlite3_column_bytes(stmt_, col)) : std::string();
+  }
+  std::optional<double> optional_real(int col) const {
+    return is_null(col) ? std::nullopt : std::optional<double>(real(col));
+  }
+  nlohmann::json json(int col) const {
+    return is_null(col) ? nlohmann::json() : nlohmann::json::parse(text(col));
+  }
+
+ private:
+  void bind(int i, int64_t v) { check(sqlite3_bind_int64(stmt_, i, v)); }
+  void bind(int i, int v) { check(sqlite3_bind_int64(stmt_, i, v)); }
+  void bind(int i, double v) { check(sqlite3_bind_double(stmt_, i, v)); }
+  void bind(int i, const std::string& v) {
+    check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  void bind(int i, const char* v) { bind(i, std::string(v)); }
+  void bind(int i, const nlohmann::json& v) { bind(i, v.dump()); }
+  void bind(int i, std::nullopt_t) { check(sqlite3_bind_null(stmt_, i)); }
+  template <typename T>
+  void bind(int i, const std::optional<T>& v) {
+    if (v) {
+      bind(i, *v);
+    } else {
+      bind(i, std::nullopt);
+    }
+  }
+  void check(int rc) {
+    if (rc != SQLITE_OK) plan_.fail(std::string("binding \"") + sqlite3_sql(stmt_) + "\"");
+  }
+
+  SearchPlan& plan_;
+  sqlite3_stmt* stmt_;
+};
+
+SearchPlan::SearchPlan(std::string path) : path_(std::move(path)) {}
+
+SearchPlan::SearchPlan(SearchPlan&& o) noexcept
+    : path_(std::move(o.path_)),
+      db_(std::exchange(o.db_, nullptr)),
+      depth_(o.depth_),
+      statements_(std::move(o.statements_)) {}
+
+SearchPlan& SearchPlan::operator=(SearchPlan&& o) noexcept {
+  std::swap(path_, o.path_);
+  std::swap(db_, o.db_);
+  std::swap(depth_, o.depth_);
+  std::swap(statements_, o.statements_);
+  return *this;
+}
+
+SearchPlan::~SearchPlan() {
+  statements_.clear();  // statements must be finalized before the connection closes
+  sqlite3_close(db_);
+}
+
+void SearchPlan::fail(const std::string& what) {
+  std::string message = path_ + ": " + what + ": " + (db_ ? sqlite3_errmsg(db_) : "out of memory");
+  if (db_ && (sqlite3_errcode(db_) & 0xff) == SQLITE_BUSY) {  // extended codes are on
+    message += " (another process held the write lock for longer than the busy timeout)";
+  }
+  throw std::runtime_error(message);
+}
+
+void SearchPlan::exec(const char* sql) {
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK) {
+    fail(std::string("running \"") + sql + "\"");
+  }
+}
+
+bool SearchPlan::exists(const std::string& table, int64_t id) {
+  Query q(*this, ("SELECT 1 FROM " + table + " WHERE id = ?").c_str(), id);
+  return q.next();
+}
+
+SearchPlan::Statement& SearchPlan::prepare(const std::string& sql) {
+  auto& slot = statements_[sql];
+  if (!slot) slot = std::make_unique<Statement>(*this, sql);
+  return *slot;
+}
+
+SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
+  SearchPlan plan(path);
+  if (sqlite3_open_v2(path.c_str(), &plan.db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                      nullptr) != SQLITE_OK) {
+    plan.fail("cannot open");
+  }
+  sqlite3_extended_result_codes(plan.db_, 1);
+  sqlite3_busy_timeout(plan.db_, options.busy_timeout_ms);
+  // Check the version before anything writes: reading the header is also what detects a file
+  // that is not a database, and a refused file must be left byte for byte as it was.
+  int version = plan.schema_version();
+  if (version > latest_schema_version()) {
+    throw std::runtime_error(path + ": schema version " + std::to_string(version) +
+                             " is newer than this binary's " +
+                             std::to_string(latest_schema_version()) + "; use a newer hippo");
+  }
+  // WAL: readers (the CLI querying a running master) never block the writer, and a commit is a
+  // single append to the WAL.
+  plan.exec("PRAGMA journal_mode = WAL");
+  // NORMAL: commits survive process crashes (the invariant), without an fsync each (plan.h).
+  plan.exec("PRAGMA synchronous = NORMAL");
+  plan.exec("PRAGMA foreign_keys = ON");
+  plan.migrate();
+  return plan;
+}
+
+int SearchPlan::schema_version() {
+  Query q(*this, "PRAGMA user_version");
+  q.next();
+  return static_cast<int>(q.int64(0));
+}
+
+void SearchPlan::migrate() {
+  const auto& steps = migrations();
+  if (schema_version() == latest_schema_version()) return;  // no write lock needed
+  for (size_t i = 0; i < steps.size(); ++i) {
+    // The version is read again inside the write transaction: another process may have migrated
+    // the file since we looked.
+    transaction([&] {
+      if (schema_version() > static_cast<int>(i)) return;
+      exec(std::string(steps[i]).c_str());
+      exec(("PRAGMA user_version = " + std::to_string(i + 1)).c_str());
+    });
+  }
+}
+
+void SearchPlan::transaction(const std::function<void()>& fn) {
+  // IMMEDIATE takes the write lock up front, so waiting for another writer goes through the busy
+  // timeout; a deferred transaction that reads first can fail at its first write without waiting.
+  in_transaction("BEGIN IMMEDIATE", fn);
+}
+
+void SearchPlan::in_transaction(const char* begin, const std::function<void()>& fn) {
+  if (depth_ > 0) {
+    exec("SAVEPOINT nested");
+    ++depth_;
+    try {
+      fn();
+    } catch (...) {
+      --depth_;
+      if (!sqlite3_get_autocommit(db_)) {  // else an error has already rolled back everything
+        exec("ROLLBACK TO nested");
+        exec("RELEASE nested");
+      }
+      throw;
+    }
+    --depth_;
+    exec("RELEASE nested");
+    return;
+  }
+  exec(begin);
+  depth_ = 1;
+  try {
+    fn();
+    exec("COMMIT");  // deferred foreign keys are checked here and may throw
+  } catch (...) {
+    depth_ = 0;
+    // Some errors (I/O, out of memory) have already rolled back the transaction.
+    if (!sqlite3_get_autocommit(db_)) exec("ROLLBACK");
+    throw;
+  }
+  depth_ = 0;
+}
+
+// ---- studies ----
+
+int64_t SearchPlan::create_study(const std::string& name, const nlohmann::json& spec,
+                                 Policy policy) {
+  if (name.empty()) throw std::invalid_argument("a study needs a name");
+  int64_t id = 0;
+  transaction([&] {
+    if (study_by_name(name)) {
+      throw std::invalid_argument("a study named \"" + name + "\" already exists");
+    }
+    Query(*this,
+          "INSERT INTO studies (name, spec, policy, status, created_at) VALUES (?, ?, ?, ?, ?)",
+          name, spec, to_string(policy), to_string(StudyStatus::kRunning), now())
+        .run();
+    id = sqlite3_last_insert_rowid(db_);
+  });
+  return id;
+}
+
+void SearchPlan::set_study_status(int64_t study, StudyStatus status, const std::string& error) {
+  std::optional<double> ended;
+  if (status != StudyStatus::kRunning) ended = now();
+  std::optional<std::string> err;
+  if (!error.empty()) err = error;
+  transaction([&] {
+    Query(*this, "UPDATE studies SET status = ?, ended_at = ?, error = ? WHERE id = ?",
+          to_string(status), ended, err, study)
+        .run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no study with id " + std::to_string(study));
+  });
+}
+
+void SearchPlan::save_searcher_state(int64_t study, const nlohmann::json& state) {
+  transaction([&] {
+    Query(*this, "UPDATE studies SET searcher_state = ? WHERE id = ?", state, study).run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no study with id " + std::to_string(study));
+  });
+}
+
+void SearchPlan::delete_study(int64_t study) {
+  transaction([&] {
+    Query(*this, "UPDATE studies SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", now(),
+          study)
+        .run();
+    if (sqlite3_changes(db_) == 0) {
+      throw std::invalid_argument("no study with id " + std::to_string(study) + " to delete");
+    }
+  });
+}
+
+#define STUDY_COLUMNS \
+  "id, name, spec, policy, status, created_at, ended_at, searcher_state, error, deleted_at"
+
+StudyRow SearchPlan::read_study(Query& q) {
+  StudyRow r;
+  r.id = q.int64(0);
+  r.name = q.text(1);
+  r.spec = q.json(2);
+  r.policy = parse_policy(q.text(3));
+  r.status = parse_study_status(q.text(4));
+  r.created_at = q.real(5);
+  r.ended_at = q.optional_real(6);
+  r.searcher_state = q.json(7);
+  r.error = q.text(8);
+  r.deleted_at = q.optional_real(9);
+  return r;
+}
+
+std::vector<StudyRow> SearchPlan::studies() {
+  std::vector<StudyRow> rows;
+  Query q(*this, "SELECT " STUDY_COLUMNS " FROM studies WHERE deleted_at IS NULL ORDER BY id");
+  while (q.next()) rows.push_back(read_study(q));
+  return rows;
+}
+
+std::optional<StudyRow> SearchPlan::study(int64_t id) {
+  Query q(*this, "SELECT " STUDY_COLUMNS " FROM studies WHERE id = ?", id);
+  if (!q.next()) return std::nullopt;
+  return read_study(q);
+}
+
+std::optional<StudyRow> SearchPlan::study_by_name(const std::string& name) {
+  Query q(*this, "SELECT " STUDY_COLUMNS " FROM studies WHERE name = ? AND deleted_at IS NULL",
+          name);
+  if (!q.next()) return std::nullopt;
+  return read_study(q);
+}
+
+// ---- trials ----
+
+int64_t SearchPlan::add_trial(const TrialRow& row) {
+  if (row.length < 1) {
+    throw std::invalid_argument("trial " + std::to_string(row.id) + ": length " +
+                                std::to_string(row.length) + " < 1");
+  }
+  int64_t number = 0;
+  transaction([&] {
+    if (!exists("studies", row.study_id)) {
+      throw std::invalid_argument("trial " + std::to_string(row.id) + ": no study with id " +
+                                  std::to_string(row.study_id));
+    }
+    if (exists("trials", row.id)) {
+      throw std::invalid_argument("a trial with id " + std::to_string(row.id) + " already exists");
+    }
+    {
+      Query q(*this, "SELECT COALESCE(MAX(number), 0) + 1 FROM trials WHERE study_id = ?",
+              row.study_id);
+      q.next();
+      number = q.int64(0);
+    }
+    std::optional<std::string> reason;
+    if (!row.end_reason.empty()) reason = row.end_reason;
+    Query(*this,
+          "INSERT INTO trials (id, study_id, number, root_key, params, hyperparams, length, "
+          "status, end_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          row.id, row.study_id, number, row.root_key, row.params, to_json(row.hyperparams),
+          row.length, to_string(row.status), reason, now())
+        .run();
+  });
+  return number;
+}
+
+TrialId SearchPlan::next_trial_id() {
+  Query q(*this, "SELECT COALESCE(MAX(id) + 1, 0) FROM trials");
+  q.next();
+  return q.int64(0);
+}
+
+void SearchPlan::set_trial_length(TrialId trial, int64_t length) {
+  if (length < 1) {
+    throw std::invalid_argument("trial " + std::to_string(trial) + ": length " +
+                                std::to_string(length) + " < 1");
+  }
+  transaction([&] {
+    Query(*this, "UPDATE trials SET length = ? WHERE id = ?", length, trial).run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no trial with id " + std::to_string(trial));
+  });
+}
+
+void SearchPlan::set_trial_status(TrialId trial, TrialStatus status,
+                                  const std::string& end_reason) {
+  std::optional<std::string> reason;
+  if (!end_reason.empty()) reason = end_reason;
+  transaction([&] {
+    Query(*this, "UPDATE trials SET status = ?, end_reason = ? WHERE id = ?", to_string(status),
+          reason, trial)
+        .run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no trial with id " + std::to_string(trial));
+  });
+}
+
+#define TRIAL_COLUMNS \
+  "id, study_id, number, root_key, params, hyperparams, length, status, end_reason"
+
+TrialRow SearchPlan::read_trial(Query& q) {
+  TrialRow r;
+  r.id = q.int64(0);
+  r.study_id = q.int64(1);
+  r.number = q.int64(2);
+  r.root_key = q.text(3);
+  r.params = q.json(4);
+  r.hyperparams = hyperparams_from_json(q.json(5));
+  r.length = q.int64(6);
+  r.status = parse_trial_status(q.text(7));
+  r.end_reason = q.text(8);
+  return r;
+}
+
+std::vector<TrialRow> SearchPlan::trials(int64_t study) {
+  std::vector<TrialRow> rows;
+  Query q(*this, "SELECT " TRIAL_COLUMNS " FROM trials WHERE study_id = ? ORDER BY number", study);
+  while (q.next()) rows.push_back(read_trial(q));
+  return rows;
+}
+
+std::optional<TrialRow> SearchPlan::trial(TrialId id) {
+  Query q(*this, "SELECT " TRIAL_COLUMNS " FROM trials WHERE id = ?", id);
+  if (!q.next()) return std::nullopt;
+  return read_trial(q);
+}
+
+// ---- evaluation requests ----
+
+void SearchPlan::add_eval_requests(TrialId trial, const std::vector<int64_t>& steps) {
+  transaction([&] {
+    if (!exists("trials", trial))
+      throw std::invalid_argument("no trial with id " + std::to_string(trial));
+    for (int64_t step : steps) {
+      if (step < 0) {
+        throw std::invalid_argument("trial " + std::to_string(trial) + ": evaluation step " +
+                                    std::to_string(step) + " < 0");
+      }
+      Query(*this, "INSERT OR IGNORE INTO eval_requests (trial_id, step) VALUES (?, ?)", trial,
+            step)
+          .run();
+    }
+  });
+}
+
+std::vector<int64_t> SearchPlan::eval_requests(TrialId trial) {
+  std::vector<int64_t> steps;
+  Query q(*this, "SELECT step FROM eval_requests WHERE trial_id = ? ORDER BY step", trial);
+  while (q.next()) steps.push_back(q.int64(0));
+  return steps;
+}
+
+// ---- checkpoints ----
+
+int64_t SearchPlan::add_checkpoint(const CheckpointRow& row) {
+  int64_t id = 0;
+  transaction([&] {
+    Query stage(*this, "SELECT start_step, end_step FROM stages WHERE id = ?", row.stage);
+    if (!stage.next()) {
+      throw std::invalid_argument("checkpoint " + row.file + ": no stage with id " +
+                                  std::to_string(row.stage));
+    }
+    if (row.step <= stage.int64(0) || row.step > stage.int64(1)) {
+      throw std::invalid_argument("checkpoint " + row.file + ": step " + std::to_string(row.step) +
+                                  " is outside stage " + std::to_string(row.stage) + " (" +
+                                  std::to_string(stage.int64(0)) + ", " +
+                                  std::to_string(stage.int64(1)) + "]");
+    }
+    Query(*this,
+          "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at) "
+          "VALUES (?, ?, ?, ?, ?, ?)",
+          row.stage, row.step, row.file, row.size, row.checksum, now())
+        .run();
+    id = sqlite3_last_insert_rowid(db_);
+  });
+  return id;
+}
+
+void SearchPlan::delete_checkpoint(int64_t id) {
+  transaction([&] {
+    Query(*this, "DELETE FROM checkpoints WHERE id = ?", id).run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no checkpoint with id " + std::to_string(id));
+  });
+}
+
+std::vector<CheckpointRow> SearchPlan::checkpoints() {
+  std::vector<CheckpointRow> rows;
+  Query q(*this,
+          "SELECT id, stage_id, step, file, size, checksum, created_at FROM checkpoints "
+          "ORDER BY stage_id, step");
+  while (q.next()) {
+    rows.push_back(
+        {q.int64(0), q.int64(1), q.int64(2), q.text(3), q.int64(4), q.text(5), q.real(6)});
+  }
+  return rows;
+}
+
+// ---- metrics ----
+
+void SearchPlan::add_metric(const MetricRow& row) {
+  // NaN is bound as NULL (SQLite has no NaN) and read back as NaN.
+  std::optional<double> value;
+  if (!std::isnan(row.value)) value = row.value;
+  transaction([&] {
+    {
+      Query old(*this, "SELECT value FROM metrics WHERE trial_id = ? AND step = ? AND name = ?",
+                row.trial, row.step, row.name);
+      if (old.next()) {
+        MetricRow stored = row;
+        stored.value = old.is_null(0) ? NAN : old.real(0);
+        if (stored == row) return;
+        throw std::invalid_argument(
+            "trial " + std::to_string(row.trial) + " step " + std::to_string(row.step) +
+            ": metric " + row.name + " is already " + nlohmann::json(stored.value).dump() +
+            ", refusing a different value " + nlohmann::json(row.value).dump());
+      }
+    }
+    if (!exists("trials", row.trial)) {
+      throw std::invalid_argument("metric " + row.name + ": no trial with id " +
+                                  std::to_string(row.trial));
+    }
+    Query(*this, "INSERT INTO metrics (trial_id, step, name, value) VALUES (?, ?, ?, ?)", row.trial,
+          row.step, row.name, value)
+        .run();
+  });
+}
+
+std::vector<MetricRow> SearchPlan::read_metrics(Query& q) {
+  std::vector<MetricRow> rows;
+  while (q.next()) {
+    rows.push_back({q.int64(0), q.int64(1), q.text(2), q.optional_real(3).value_or(NAN)});
+  }
+  return rows;
+}
+
+std::vector<MetricRow> SearchPlan::metrics(TrialId trial) {
+  Query q(*this,
+          "SELECT trial_id, step, name, value FROM metrics WHERE trial_id = ? ORDER BY step, name",
+          trial);
+  return read_metrics(q);
+}
+
+std::vector<MetricRow> SearchPlan::study_metrics(int64_t study) {
+  Query q(*this,
+          "SELECT m.trial_id, m.step, m.name, m.value FROM metrics m "
+          "JOIN trials t ON t.id = m.trial_id WHERE t.study_id = ? "
+          "ORDER BY m.trial_id, m.step, m.name",
+          study);
+  return read_metrics(q);
+}
+
+// ---- events ----
+
+void SearchPlan::add_event(std::optional<int64_t> study, const std::string& kind,
+                           const nlohmann::json& detail) {
+  transaction([&] {
+    Query(*this, "INSERT INTO events (time, study_id, kind, detail) VALUES (?, ?, ?, ?)", now(),
+          study, kind, detail)
+        .run();
+  });
+}
+
+std::vector<EventRow> SearchPlan::events(std::optional<int64_t> study, int64_t limit) {
+  // The newest `limit` first, then reversed to put the oldest first.
+  auto q = study ? std::make_unique<Query>(*this,
+                                           "SELECT id, time, study_id, kind, detail FROM events "
+                                           "WHERE study_id = ? ORDER BY id DESC LIMIT ?",
+                                           *study, limit)
+                 : std::make_unique<Query>(*this,
+                                           "SELECT id, time, study_id, kind, detail FROM events "
+                                           "ORDER BY id DESC LIMIT ?",
+                                           limit);
+  std::vector<EventRow> rows;
+  while (q->next()) {
+    std::optional<int64_t> s;
+    if (!q->is_null(2)) s = q->int64(2);
+    rows.push_back({q->int64(0), q->real(1), s, q->text(3), q->json(4)});
+  }
+  std::reverse(rows.begin(), rows.end());
+  return rows;
+}
+
+// ---- the stage tree ----
+
+void SearchPlan::save_stage(const Stage& s) {
+  std::optional<int64_t> parent;
+  if (s.parent != kNoStage) parent = s.parent;
+  transaction([&] {
+    Query(*this,
+          "INSERT INTO stages (id, root_key, parent, start_step, end_step, trained_until, "
+          "representative) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+          "root_key = excluded.root_key, parent = excluded.parent, "
+          "start_step = excluded.start_step, end_step = excluded.end_step, "
+          "trained_until = excluded.trained_until, representative = excluded.representative",
+          s.id, s.root_key, parent, s.start, s.end, s.trained_until, s.representative)
+        .run();
+  });
+}
+
+void SearchPlan::save_tree(const StageTree& tree) {
+  transaction([&] {
+    for (const Stage& s : tree.stages()) save_stage(s);
+  });
+}
+
+void SearchPlan::save_change(const StageTree& tree, const Change& change) {
+  transaction([&] {
+    for (StageId id : change.created) save_stage(tree.stage(id));
+    for (StageId id : change.extended) save_stage(tree.stage(id));
+    for (const Split& split : change.splits) {
+      save_stage(tree.stage(split.stage));
+      for (StageId child : tree.stage(split.upper).children) save_stage(tree.stage(child));
+      // The states after more than `at` steps are now produced by the upper part.
+      Query(*this, "UPDATE checkpoints SET stage_id = ? WHERE stage_id = ? AND step > ?",
+            split.upper, split.stage, split.at)
+          .run();
+    }
+  });
+}
+
+StageTree SearchPlan::load_tree() {
+  std::vector<Stage> stages;
+  std::vector<TrialRecord> trials;
+  // A read transaction: one snapshot for both tables, without taking the write lock.
+  in_transaction("BEGIN", [&] {
+    {
+      Query q(*this,
+              "SELECT id, root_key, parent, start_step, end_step, trained_until, representative "
+              "FROM stages ORDER BY id");
+      while (q.next()) {
+        Stage s;
+        s.id = q.int64(0);
+        s.root_key = q.text(1);
+        s.parent = q.is_null(2) ? kNoStage : q.int64(2);
+        s.start = q.int64(3);
+        s.end = q.int64(4);
+        s.trained_until = q.int64(5);
+        s.representative = q.int64(6);
+        stages.push_back(std::move(s));
+      }
+    }
+    // Children in creation order, which is id order because stage ids are given in creation
+    // order. (Only the children list is not stored: it is the parent column read backwards.)
+    for (const Stage& s : stages) {
+      if (s.parent == kNoStage) continue;
+      if (s.parent < 0 || s.parent >= static_cast<int64_t>(stages.size()) ||
+          stages[s.parent].id != s.parent) {
+        throw std::runtime_error(path_ + ": stage " + std::to_string(s.id) +
+                                 " has a parent that is not stored");
+      }
+      stages[s.parent].children.push_back(s.id);
+    }
+    Query q(*this, "SELECT id, root_key, hyperparams, length FROM trials ORDER BY id");
+    while (q.next()) {
+      trials.push_back({q.int64(0), q.text(1), hyperparams_from_json(q.json(2)), q.int64(3)});
+    }
+  });
+  return StageTree::restore(std::move(stages), std::move(trials));
+}
+
+}  // namespace hippo

@@ -1,0 +1,201 @@
+// The search plan: the master's persistent state (studies, trials, stages, evaluation requests,
+// checkpoints, metrics, searcher state, events) in one SQLite file. It is the single source of
+// truth: the master writes a transition here before acting on it, so a restarted master resumes
+// from load_tree() and the reads below.
+//
+// Guarantees.
+//   - Every public write is atomic on its own; several writes inside transaction() commit together
+//     or not at all. A write that throws leaves the file as it was before the write.
+//   - Bad input (an unknown id, a duplicate study name, a conflicting metric) throws
+//     std::invalid_argument naming the problem; SQLite failures (not a database, locked past the
+//     busy timeout, a newer schema, disk errors) throw std::runtime_error naming the file and the
+//     SQLite message.
+//   - Durability: WAL with synchronous=NORMAL. A commit is in the WAL (the OS page cache) when it
+//     returns, so it survives a crash of any process, which is what invariant 3 asks; on power
+//     loss or an OS crash the last commits may be lost, never the file's consistency. FULL would
+//     fsync at every commit, about 100 times slower (README.md).
+//
+// One SearchPlan is one connection and must be used by one thread at a time. Several processes
+// may open the same file: readers never block, a writer waits up to the busy timeout for another.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "stagetree/tree.h"
+
+struct sqlite3;
+
+namespace hippo {
+
+enum class Policy { kShared, kTrialBased };
+enum class StudyStatus { kRunning, kDone, kFailed, kCancelled };
+enum class TrialStatus { kPending, kRunning, kDone, kStopped, kFailed };
+
+// The names stored in the file and shown to users: "shared", "trial-based"; "running", ...
+const char* to_string(Policy policy);
+const char* to_string(StudyStatus status);
+const char* to_string(TrialStatus status);
+// Inverses; throw std::invalid_argument naming the unknown text.
+Policy parse_policy(const std::string& text);
+StudyStatus parse_study_status(const std::string& text);
+TrialStatus parse_trial_status(const std::string& text);
+
+struct StudyRow {
+  int64_t id = 0;
+  std::string name;
+  nlohmann::json spec;
+  Policy policy = Policy::kShared;
+  StudyStatus status = StudyStatus::kRunning;
+  double created_at = 0;             // unix seconds
+  std::optional<double> ended_at;    // set when the status leaves running
+  nlohmann::json searcher_state;     // null until the searcher first saves
+  std::string error;                 // why a failed study failed
+  std::optional<double> deleted_at;  // deleted studies are hidden from studies()
+};
+
+struct TrialRow {
+  TrialId id = 0;  // the StageTree's id, global over all studies
+  int64_t study_id = 0;
+  int64_t number = 0;  // 1, 2, ... within its study, in creation order
+  std::string root_key;
+  nlohmann::json params;  // what the searcher sampled, e.g. {"lr.init": 0.05}
+  Hyperparams hyperparams;
+  int64_t length = 0;  // the trial needs steps [0, length)
+  TrialStatus status = TrialStatus::kPending;
+  std::string end_reason;  // e.g. "stopped by sha at rung 1"
+};
+
+struct MetricRow {
+  TrialId trial = 0;
+  int64_t step = 0;  // the metric was measured after this many steps
+  std::string name;
+  double value = 0;                         // may be NaN (a diverged loss)
+  bool operator==(const MetricRow&) const;  // NaN equals NaN
+};
+
+struct CheckpointRow {
+  int64_t id = 0;  // assigned by add_checkpoint
+  StageId stage = kNoStage;
+  int64_t step = 0;  // the state after this many steps, start < step <= end of the stage
+  std::string file;  // relative to the checkpoint store
+  int64_t size = 0;  // bytes
+  std::string checksum;
+  double created_at = 0;  // assigned by add_checkpoint
+};
+
+struct EventRow {
+  int64_t id = 0;
+  double time = 0;
+  std::optional<int64_t> study;  // nullopt for events of the whole system (a worker joined)
+  std::string kind;
+  nlohmann::json detail;
+};
+
+class SearchPlan {
+ public:
+  struct Options {
+    int busy_timeout_ms = 5000;  // how long a write waits for another process's write lock
+  };
+
+  // Creates the file or opens it and migrates it to the latest schema version. Throws
+  // std::runtime_error, leaving the file unchanged, if it is not a SQLite database or has a newer
+  // schema version than this binary.
+  static SearchPlan open(const std::string& path, const Options& options);
+  static SearchPlan open(const std::string& path) { return open(path, Options{}); }
+
+  SearchPlan(SearchPlan&&) noexcept;
+  SearchPlan& operator=(SearchPlan&&) noexcept;
+  ~SearchPlan();
+
+  const std::string& path() const { return path_; }
+  int schema_version();
+
+  // Runs fn in one transaction: commits when it returns, rolls back everything it wrote and
+  // rethrows when it throws. A nested call joins the outer transaction (as a savepoint: its own
+  // writes are undone if it throws, and the outer one decides about the rest). An in-memory
+  // StageTree changed inside a failed transaction is ahead of the file: reload it (load_tree).
+  void transaction(const std::function<void()>& fn);
+
+  // Studies. create_study throws std::invalid_argument if a study that is not deleted has the name.
+  int64_t create_study(const std::string& name, const nlohmann::json& spec, Policy policy);
+  // Any status but running sets ended_at; error says why a study failed (empty for none).
+  void set_study_status(int64_t study, StudyStatus status, const std::string& error = "");
+  void save_searcher_state(int64_t study, const nlohmann::json& state);
+  void delete_study(int64_t study);
+
+  std::vector<StudyRow> studies();                                 // not deleted, by id
+  std::optional<StudyRow> study(int64_t id);                       // deleted ones too
+  std::optional<StudyRow> study_by_name(const std::string& name);  // not deleted
+
+  // Trials. add_trial stores row (its number is ignored) and returns the number given to it
+  // within its study. The status starts as row.status.
+  int64_t add_trial(const TrialRow& row);
+  TrialId next_trial_id();  // one past the largest id stored, 0 for none
+  void set_trial_length(TrialId trial, int64_t length);
+  void set_trial_status(TrialId trial, TrialStatus status, const std::string& end_reason = "");
+  std::vector<TrialRow> trials(int64_t study);  // by number
+  std::optional<TrialRow> trial(TrialId id);
+
+  // Evaluation requests: "evaluate this trial after `step` steps". Adding one twice is a no-op.
+  void add_eval_requests(TrialId trial, const std::vector<int64_t>& steps);
+  std::vector<int64_t> eval_requests(TrialId trial);  // ascending
+
+  // Checkpoints. add_checkpoint returns the new id; delete_checkpoint throws for an unknown id.
+  int64_t add_checkpoint(const CheckpointRow& row);
+  void delete_checkpoint(int64_t id);
+  std::vector<CheckpointRow> checkpoints();  // by (stage, step)
+
+  // Metrics. Adding the same (trial, step, name) with the same value again is a no-op (a worker
+  // resending after a lost acknowledgement); with a different value it throws
+  // std::invalid_argument and stores nothing.
+  void add_metric(const MetricRow& row);
+  std::vector<MetricRow> metrics(TrialId trial);        // by (step, name)
+  std::vector<MetricRow> study_metrics(int64_t study);  // by (trial, step, name)
+
+  // Events: an append-only log of what happened.
+  void add_event(std::optional<int64_t> study, const std::string& kind,
+                 const nlohmann::json& detail);
+  // The last `limit` events (of one study, or of all when study is nullopt), oldest first.
+  std::vector<EventRow> events(std::optional<int64_t> study, int64_t limit);
+
+  // The stage tree. Trials are stored by add_trial (and their lengths by set_trial_length);
+  // these store the stages. save_tree writes every stage; save_change writes only those that
+  // `change` touched (created, extended, split, and the re-parented children of each split's
+  // upper part) and moves the checkpoints above each split point to the upper part. Call them in
+  // the same transaction as the add_trial / set_trial_length that made the change.
+  void save_tree(const StageTree& tree);
+  void save_change(const StageTree& tree, const Change& change);
+  void save_stage(const Stage& stage);  // insert or update by id (e.g. after mark_trained)
+  // Rebuilds the tree from every stored stage and trial (StageTree::restore).
+  StageTree load_tree();
+
+ private:
+  class Statement;
+  class Query;
+
+  explicit SearchPlan(std::string path);
+  void migrate();
+  // transaction() with the given BEGIN statement ("BEGIN" for a read snapshot).
+  void in_transaction(const char* begin, const std::function<void()>& fn);
+  void exec(const char* sql);                         // statements without parameters or results
+  Statement& prepare(const std::string& sql);         // compiled once, kept for the connection
+  bool exists(const std::string& table, int64_t id);  // a row with this id
+  [[noreturn]] void fail(const std::string& what);
+  StudyRow read_study(Query& q);
+  TrialRow read_trial(Query& q);
+  std::vector<MetricRow> read_metrics(Query& q);
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  int depth_ = 0;  // transaction() nesting
+  std::unordered_map<std::string, std::unique_ptr<Statement>> statements_;
+};
+
+}  // namespace hippo

@@ -1,0 +1,102 @@
+#include "storage/schema.h"
+
+namespace hippo {
+
+// Times are unix seconds (REAL). JSON columns hold nlohmann::json::dump() text. Status columns are
+// checked here too, so that no writer (not even a hand-run sqlite3 shell) stores a state the
+// master cannot read back.
+static const char* const kVersion1 = R"sql(
+CREATE TABLE studies (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  policy TEXT NOT NULL CHECK (policy IN ('shared', 'trial-based')),
+  status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'cancelled')),
+  created_at REAL NOT NULL,
+  ended_at REAL,
+  searcher_state TEXT,
+  error TEXT
+);
+CREATE UNIQUE INDEX studies_by_name ON studies (name);
+
+-- id is the StageTree's TrialId, global over all studies.
+CREATE TABLE trials (
+  id INTEGER PRIMARY KEY,
+  study_id INTEGER NOT NULL REFERENCES studies (id),
+  number INTEGER NOT NULL CHECK (number >= 1),
+  root_key TEXT NOT NULL,
+  params TEXT NOT NULL,
+  hyperparams TEXT NOT NULL,
+  length INTEGER NOT NULL CHECK (length >= 1),
+  status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', 'stopped', 'failed')),
+  end_reason TEXT,
+  created_at REAL NOT NULL,
+  UNIQUE (study_id, number)
+);
+
+-- id is the StageTree's StageId. The references are checked at commit, because one change of the
+-- tree (a split) re-parents old stages onto a new stage whose row is written after them.
+CREATE TABLE stages (
+  id INTEGER PRIMARY KEY,
+  root_key TEXT NOT NULL,
+  parent INTEGER REFERENCES stages (id) DEFERRABLE INITIALLY DEFERRED,
+  start_step INTEGER NOT NULL CHECK (start_step >= 0),
+  end_step INTEGER NOT NULL CHECK (end_step > start_step),
+  trained_until INTEGER NOT NULL,
+  representative INTEGER NOT NULL REFERENCES trials (id) DEFERRABLE INITIALLY DEFERRED
+);
+
+CREATE TABLE eval_requests (
+  trial_id INTEGER NOT NULL REFERENCES trials (id),
+  step INTEGER NOT NULL CHECK (step >= 0),
+  PRIMARY KEY (trial_id, step)
+) WITHOUT ROWID;
+
+CREATE TABLE checkpoints (
+  id INTEGER PRIMARY KEY,
+  stage_id INTEGER NOT NULL REFERENCES stages (id),
+  step INTEGER NOT NULL,
+  file TEXT NOT NULL UNIQUE,
+  size INTEGER NOT NULL CHECK (size >= 0),
+  checksum TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  UNIQUE (stage_id, step)
+);
+
+-- value NULL stands for NaN: SQLite stores a bound NaN as NULL.
+CREATE TABLE metrics (
+  trial_id INTEGER NOT NULL REFERENCES trials (id),
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL,
+  PRIMARY KEY (trial_id, step, name)
+) WITHOUT ROWID;
+
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY,
+  time REAL NOT NULL,
+  study_id INTEGER REFERENCES studies (id),
+  kind TEXT NOT NULL,
+  detail TEXT NOT NULL
+);
+CREATE INDEX events_by_study ON events (study_id, id);
+)sql";
+
+// Version 2: studies can be deleted (hidden, their trials kept because other studies may share
+// their stages), which frees the name for a new study.
+static const char* const kVersion2 = R"sql(
+ALTER TABLE studies ADD COLUMN deleted_at REAL;
+DROP INDEX studies_by_name;
+CREATE UNIQUE INDEX studies_by_name ON studies (name) WHERE deleted_at IS NULL;
+)sql";
+
+const std::vector<std::string_view>& migrations() {
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2};
+  return steps;
+}
+
+int latest_schema_version() {
+  return static_cast<int>(migrations().size());
+}
+
+}  // namespace hippo

@@ -1,0 +1,517 @@
+// Tests of the search plan. Each test works on a real SQLite file in a fresh temporary directory;
+// the tree round trip and the lock test use a second process (storage_probe).
+#include "storage/plan.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "storage/schema.h"
+#include "tests/storage/tree_dump.h"
+
+namespace hippo {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs SQL on its own connection, bypassing SearchPlan: to forge old or foreign files.
+void raw_exec(const fs::path& file, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(file.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+// A child process running storage_probe with its stdout on a pipe.
+struct Probe {
+  pid_t pid = -1;
+  FILE* out = nullptr;
+
+  Probe(const std::string& command, const fs::path& file) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    pid = fork();
+    if (pid == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      execl(STORAGE_PROBE, STORAGE_PROBE, command.c_str(), file.c_str(), nullptr);
+      _exit(127);
+    }
+    close(fds[1]);
+    out = fdopen(fds[0], "r");
+  }
+  std::string read_line() {
+    char buf[256];
+    return fgets(buf, sizeof buf, out) ? std::string(buf) : std::string();
+  }
+  std::string read_all() {
+    std::string s;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, out)) > 0) s.append(buf, n);
+    return s;
+  }
+  int wait() {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    fclose(out);
+    return status;
+  }
+};
+
+class PlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/hippo_storage_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    file_ = dir_ / "plan.db";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A study with `n` trials (ids first_id, first_id + 1, ...), of length 10 each.
+  int64_t study_with_trials(SearchPlan& plan, const std::string& name, int n, TrialId first_id) {
+    int64_t study = plan.create_study(name, {{"name", name}}, Policy::kShared);
+    for (int i = 0; i < n; ++i) {
+      TrialRow t;
+      t.id = first_id + i;
+      t.study_id = study;
+      t.root_key = "root";
+      t.params = {{"lr", 0.1 * (i + 1)}};
+      t.hyperparams = {{"lr", Sequence::constant(0.1 * (i + 1))}};
+      t.length = 10;
+      plan.add_trial(t);
+    }
+    return study;
+  }
+
+  fs::path dir_;
+  fs::path file_;
+};
+
+TEST_F(PlanTest, CreatesSchemaInWalMode) {
+  {
+    auto plan = SearchPlan::open(file_.string());
+    EXPECT_EQ(plan.schema_version(), latest_schema_version());
+    plan.create_study("a", {{"k", 1}}, Policy::kTrialBased);
+  }
+  // The journal mode is a property of the file; a plain connection sees it, and the data.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(file_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+
+  auto plan = SearchPlan::open(file_.string());
+  auto rows = plan.studies();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].name, "a");
+  EXPECT_EQ(rows[0].spec, nlohmann::json({{"k", 1}}));
+  EXPECT_EQ(rows[0].policy, Policy::kTrialBased);
+  EXPECT_EQ(rows[0].status, StudyStatus::kRunning);
+  EXPECT_GT(rows[0].created_at, 1.6e9);
+}
+
+TEST_F(PlanTest, MigratesAVersion1File) {
+  // A file as a version-1 binary left it: the first step only, one study in its columns.
+  raw_exec(file_, std::string(migrations()[0]) +
+                      "PRAGMA user_version = 1;"
+                      "INSERT INTO studies (name, spec, policy, status, created_at) "
+                      "VALUES ('old', '{\"name\":\"old\"}', 'shared', 'done', 1.7e9);");
+  auto plan = SearchPlan::open(file_.string());
+  EXPECT_EQ(plan.schema_version(), latest_schema_version());
+  auto old = plan.study_by_name("old");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->status, StudyStatus::kDone);
+  EXPECT_EQ(old->spec["name"], "old");
+  EXPECT_FALSE(old->deleted_at);
+
+  // Version 2's feature: deleting a study frees its name, and only non-deleted names are unique.
+  EXPECT_THROW(plan.create_study("old", {}, Policy::kShared), std::invalid_argument);
+  plan.delete_study(old->id);
+  EXPECT_FALSE(plan.study_by_name("old"));
+  EXPECT_TRUE(plan.study(old->id)->deleted_at);
+  int64_t again = plan.create_study("old", {}, Policy::kShared);
+  EXPECT_NE(again, old->id);
+  ASSERT_EQ(plan.studies().size(), 1u);
+  EXPECT_EQ(plan.studies()[0].id, again);
+}
+
+TEST_F(PlanTest, RefusesAFileThatIsNotADatabase) {
+  std::string text(8192, 'x');
+  std::ofstream(file_, std::ios::binary) << text;
+  try {
+    SearchPlan::open(file_.string());
+    FAIL() << "opened a text file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(file_.string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a database"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_bytes(file_), text);
+}
+
+TEST_F(PlanTest, RefusesANewerSchemaVersionAndLeavesTheFileAlone) {
+  {
+    auto plan = SearchPlan::open(file_.string());
+    plan.create_study("a", {}, Policy::kShared);
+  }
+  raw_exec(file_, "PRAGMA user_version = " + std::to_string(latest_schema_version() + 1));
+  std::string before = read_bytes(file_);
+  try {
+    SearchPlan::open(file_.string());
+    FAIL() << "opened a newer file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file_.string()), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_bytes(file_), before);
+}
+
+TEST_F(PlanTest, AFailedTransactionLeavesNothing) {
+  auto plan = SearchPlan::open(file_.string());
+  EXPECT_THROW(plan.transaction([&] {
+    int64_t study = study_with_trials(plan, "s", 3, 0);
+    plan.add_metric({0, 5, "loss", 0.5});
+    plan.add_eval_requests(1, {5, 10});
+    plan.add_event(study, "created", {{"trials", 3}});
+    throw std::runtime_error("the master failed half way");
+  }),
+               std::runtime_error);
+  EXPECT_TRUE(plan.studies().empty());
+  EXPECT_FALSE(plan.study_by_name("s"));
+  EXPECT_EQ(plan.next_trial_id(), 0);
+  EXPECT_TRUE(plan.metrics(0).empty());
+  EXPECT_TRUE(plan.eval_requests(1).empty());
+  EXPECT_TRUE(plan.events(std::nullopt, 10).empty());
+
+  // A nested transaction that throws undoes only its own writes when the outer one goes on.
+  plan.transaction([&] {
+    plan.create_study("kept", {}, Policy::kShared);
+    EXPECT_THROW(plan.transaction([&] {
+      plan.create_study("undone", {}, Policy::kShared);
+      throw std::runtime_error("inner");
+    }),
+                 std::runtime_error);
+  });
+  ASSERT_EQ(plan.studies().size(), 1u);
+  EXPECT_EQ(plan.studies()[0].name, "kept");
+}
+
+TEST_F(PlanTest, RefusesBadInputWithoutChangingAnything) {
+  auto plan = SearchPlan::open(file_.string());
+  int64_t study = study_with_trials(plan, "s", 2, 0);
+  EXPECT_THROW(plan.create_study("s", {}, Policy::kShared), std::invalid_argument);
+  EXPECT_THROW(plan.create_study("", {}, Policy::kShared), std::invalid_argument);
+  EXPECT_THROW(plan.set_study_status(99, StudyStatus::kDone), std::invalid_argument);
+  EXPECT_THROW(plan.save_searcher_state(99, {}), std::invalid_argument);
+  EXPECT_THROW(plan.delete_study(99), std::invalid_argument);
+  TrialRow t = *plan.trial(0);
+  EXPECT_THROW(plan.add_trial(t), std::invalid_argument);  // duplicate id
+  t.id = 7;
+  t.study_id = 99;
+  EXPECT_THROW(plan.add_trial(t), std::invalid_argument);  // unknown study
+  t.study_id = study;
+  t.length = 0;
+  EXPECT_THROW(plan.add_trial(t), std::invalid_argument);
+  EXPECT_THROW(plan.set_trial_length(0, 0), std::invalid_argument);
+  EXPECT_THROW(plan.set_trial_length(99, 5), std::invalid_argument);
+  EXPECT_THROW(plan.set_trial_status(99, TrialStatus::kDone), std::invalid_argument);
+  EXPECT_THROW(plan.add_eval_requests(99, {1}), std::invalid_argument);
+  EXPECT_THROW(plan.add_eval_requests(0, {3, -1}), std::invalid_argument);
+  EXPECT_THROW(plan.add_metric({99, 1, "loss", 1.0}), std::invalid_argument);
+  EXPECT_THROW(plan.add_checkpoint({0, 99, 5, "c", 1, "x", 0}), std::invalid_argument);
+  EXPECT_THROW(plan.delete_checkpoint(99), std::invalid_argument);
+  EXPECT_THROW(parse_policy("sharde"), std::invalid_argument);
+
+  EXPECT_EQ(plan.studies().size(), 1u);
+  EXPECT_EQ(plan.trials(study).size(), 2u);
+  EXPECT_EQ(plan.trial(0)->length, 10);
+  EXPECT_TRUE(plan.eval_requests(0).empty());
+  EXPECT_TRUE(plan.checkpoints().empty());
+}
+
+TEST_F(PlanTest, MetricsAreIdempotentAndRefuseConflicts) {
+  auto plan = SearchPlan::open(file_.string());
+  study_with_trials(plan, "s", 2, 0);
+  plan.add_metric({0, 10, "accuracy", 0.875});
+  plan.add_metric({0, 10, "accuracy", 0.875});  // a resend
+  plan.add_metric({0, 10, "loss", NAN});        // a diverged loss
+  plan.add_metric({0, 10, "loss", NAN});
+  plan.add_metric({0, 5, "accuracy", 0.5});
+  plan.add_metric({1, 10, "accuracy", 0.25});
+  try {
+    plan.add_metric({0, 10, "accuracy", 0.876});
+    FAIL() << "a conflicting metric was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("accuracy"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan.add_metric({0, 10, "loss", 1.0}), std::invalid_argument);
+
+  std::vector<MetricRow> expected = {
+      {0, 5, "accuracy", 0.5}, {0, 10, "accuracy", 0.875}, {0, 10, "loss", NAN}};
+  EXPECT_EQ(plan.metrics(0), expected);
+  expected.push_back({1, 10, "accuracy", 0.25});
+  EXPECT_EQ(plan.study_metrics(plan.studies()[0].id), expected);
+}
+
+TEST_F(PlanTest, StoresStudiesTrialsRequestsCheckpointsAndEvents) {
+  int64_t s1 = 0, s2 = 0;
+  {
+    auto plan = SearchPlan::open(file_.string());
+    s1 = study_with_trials(plan, "first", 3, 0);
+    s2 = study_with_trials(plan, "second", 2, 3);
+    plan.set_study_status(s1, StudyStatus::kFailed, "worker lost");
+    plan.save_searcher_state(s2, {{"rung", 2}, {"pending", {3, 4}}});
+    plan.set_trial_length(4, 40);
+    plan.set_trial_status(3, TrialStatus::kStopped, "stopped at rung 1");
+    plan.add_eval_requests(4, {40, 10, 20, 10});
+    plan.add_eval_requests(4, {20});
+    for (int i = 0; i < 5; ++i)
+      plan.add_event(i % 2 ? std::optional<int64_t>(s2) : std::nullopt, "e" + std::to_string(i),
+                     {{"i", i}});
+  }
+  auto plan = SearchPlan::open(file_.string());
+  auto first = *plan.study(s1);
+  EXPECT_EQ(first.status, StudyStatus::kFailed);
+  EXPECT_EQ(first.error, "worker lost");
+  EXPECT_TRUE(first.ended_at);
+  auto second = *plan.study_by_name("second");
+  EXPECT_EQ(second.status, StudyStatus::kRunning);
+  EXPECT_FALSE(second.ended_at);
+  EXPECT_EQ(second.searcher_state["pending"], nlohmann::json({3, 4}));
+  EXPECT_TRUE(first.searcher_state.is_null());
+
+  auto trials = plan.trials(s2);
+  ASSERT_EQ(trials.size(), 2u);
+  EXPECT_EQ(trials[0].id, 3);
+  EXPECT_EQ(trials[0].number, 1);
+  EXPECT_EQ(trials[0].status, TrialStatus::kStopped);
+  EXPECT_EQ(trials[0].end_reason, "stopped at rung 1");
+  EXPECT_EQ(trials[1].number, 2);
+  EXPECT_EQ(trials[1].length, 40);
+  EXPECT_EQ(trials[1].status, TrialStatus::kPending);
+  EXPECT_EQ(trials[1].params["lr"], 0.2);
+  EXPECT_EQ(trials[1].hyperparams, (Hyperparams{{"lr", Sequence::constant(0.2)}}));
+  EXPECT_EQ(plan.next_trial_id(), 5);
+  EXPECT_EQ(plan.eval_requests(4), (std::vector<int64_t>{10, 20, 40}));
+
+  auto events = plan.events(s2, 10);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, "e1");
+  EXPECT_EQ(events[1].kind, "e3");
+  EXPECT_EQ(events[1].detail["i"], 3);
+  auto last = plan.events(std::nullopt, 2);
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0].kind, "e3");
+  EXPECT_EQ(last[1].kind, "e4");
+  EXPECT_FALSE(last[1].study);
+
+  // Checkpoints belong to a stage and a step inside it.
+  StageTree tree;
+  tree.add_trial(0, "root", plan.trial(0)->hyperparams, 10);
+  plan.save_tree(tree);
+  int64_t c5 = plan.add_checkpoint({0, 0, 5, "ckpt/0-5", 1000, "crc:1", 0});
+  int64_t c10 = plan.add_checkpoint({0, 0, 10, "ckpt/0-10", 2000, "crc:2", 0});
+  EXPECT_THROW(plan.add_checkpoint({0, 0, 11, "ckpt/0-11", 1, "x", 0}), std::invalid_argument);
+  EXPECT_THROW(plan.add_checkpoint({0, 0, 5, "ckpt/again", 1, "x", 0}), std::runtime_error);
+  plan.delete_checkpoint(c5);
+  auto ckpts = plan.checkpoints();
+  ASSERT_EQ(ckpts.size(), 1u);
+  EXPECT_EQ(ckpts[0].id, c10);
+  EXPECT_EQ(ckpts[0].file, "ckpt/0-10");
+  EXPECT_EQ(ckpts[0].size, 2000);
+  EXPECT_EQ(ckpts[0].checksum, "crc:2");
+  EXPECT_GT(ckpts[0].created_at, 1.6e9);
+}
+
+// Adds trials in a mix of schedules to `tree` and `plan` together, one transaction per change as
+// the master does, with training progress, extensions and splits of trained stages in between.
+StageTree build_tree(SearchPlan& plan) {
+  StageTree tree;
+  int64_t study = plan.create_study("mix", {{"name", "mix"}}, Policy::kShared);
+  TrialId next = 0;
+  auto add = [&](const std::string& root, Hyperparams h, int64_t length) {
+    plan.transaction([&] {
+      TrialRow row;
+      row.id = next++;
+      row.study_id = study;
+      row.root_key = root;
+      row.params = {{"n", row.id}};
+      row.hyperparams = h;
+      row.length = length;
+      plan.add_trial(row);
+      plan.save_change(tree, tree.add_trial(row.id, root, std::move(h), length));
+    });
+  };
+  auto train = [&](StageId id, int64_t until) {
+    tree.mark_trained(id, until);
+    plan.save_stage(tree.stage(id));
+  };
+  for (int i = 0; i < 24; ++i) {
+    Sequence lr;
+    switch (i % 4) {
+      case 0:
+        lr = multistep(0.1, {100 * (1 + i % 3)}, i % 8 ? 0.1 : 0.3);
+        break;
+      case 1:
+        lr = step_decay(0.1, 50 * (1 + i % 2), 0.5);
+        break;
+      case 2:
+        lr = cosine(0.1, 0.001, 300);
+        break;
+      default:
+        lr = warmup_linear(0.1, 20, multistep(0.1, {150}, 0.1));
+        break;
+    }
+    add("mlp",
+        {{"lr", lr},
+         {"momentum", Sequence::constant(i % 5 ? 0.9 : 0.95)},
+         {"optimizer", Sequence::text(i % 7 ? "sgd" : "adam")}},
+        100 + 50 * (i % 6));
+    if (i % 6 == 5) {
+      for (const Stage& s : tree.stages()) train(s.id, s.start + (s.end - s.start) * 2 / 3);
+    }
+  }
+  for (int i = 0; i < 10; ++i) {
+    add("cnn",
+        {{"lr", piecewise({{0, 0.05}, {40 * (1 + i % 3), 0.01}})},
+         {"wd", i % 2 ? exponential(1e-4, 0.9, 25) : Sequence::constant(0)}},
+        80 + 20 * (i % 4));
+  }
+  for (const Stage& s : tree.stages()) {
+    if (s.id % 3 == 0) train(s.id, s.end);
+  }
+  for (TrialId id : {1, 6, 25, 30}) {
+    int64_t length = tree.trial(id).length + 100;
+    plan.transaction([&] {
+      plan.set_trial_length(id, length);
+      plan.save_change(tree, tree.extend_trial(id, length));
+    });
+  }
+  // Late trials that split stages already trained.
+  add("mlp",
+      {{"lr", multistep(0.1, {60}, 0.1)},
+       {"momentum", Sequence::constant(0.9)},
+       {"optimizer", Sequence::text("sgd")}},
+      250);
+  add("cnn", {{"lr", piecewise({{0, 0.05}, {10, 0.02}})}, {"wd", Sequence::constant(0)}}, 90);
+  return tree;
+}
+
+TEST_F(PlanTest, TreeRoundTripsThroughAnotherProcess) {
+  auto plan = SearchPlan::open(file_.string());
+  StageTree tree = build_tree(plan);
+  ASSERT_GE(tree.trials().size(), 30u);
+  ASSERT_GT(tree.stages().size(), 20u);
+  std::string expected = dump_tree(tree);
+
+  Probe probe("dump", file_);
+  std::string dumped = probe.read_all();
+  EXPECT_EQ(probe.wait(), 0);
+  EXPECT_EQ(dumped, expected);
+  EXPECT_EQ(dump_tree(plan.load_tree()), expected);
+
+  // save_tree writes the same stages into a file that has the trials but no stages yet.
+  fs::path copy = dir_ / "copy.db";
+  auto other = SearchPlan::open(copy.string());
+  other.transaction([&] {
+    int64_t study = other.create_study("mix", {}, Policy::kShared);
+    for (TrialRow row : plan.trials(plan.studies()[0].id)) {
+      row.study_id = study;
+      other.add_trial(row);
+    }
+    other.save_tree(tree);
+  });
+  Probe copy_probe("dump", copy);
+  EXPECT_EQ(copy_probe.read_all(), expected);
+  EXPECT_EQ(copy_probe.wait(), 0);
+}
+
+TEST_F(PlanTest, SplitMovesCheckpointsAboveTheSplitToTheUpperPart) {
+  auto plan = SearchPlan::open(file_.string());
+  int64_t study = plan.create_study("s", {}, Policy::kShared);
+  StageTree tree;
+  auto add = [&](TrialId id, Sequence lr) {
+    TrialRow row;
+    row.id = id;
+    row.study_id = study;
+    row.root_key = "r";
+    row.hyperparams = {{"lr", std::move(lr)}};
+    row.length = 300;
+    plan.transaction([&] {
+      plan.add_trial(row);
+      plan.save_change(tree, tree.add_trial(id, "r", row.hyperparams, 300));
+    });
+  };
+  add(0, multistep(0.1, {200}, 0.1));
+  tree.mark_trained(0, 300);
+  plan.save_stage(tree.stage(0));
+  for (int64_t step : {100, 200, 300}) {
+    plan.add_checkpoint({0, 0, step, "c" + std::to_string(step), 1, "x", 0});
+  }
+  add(1, multistep(0.1, {150}, 0.1));  // diverges from trial 0 at step 150
+  for (const CheckpointRow& c : plan.checkpoints()) {
+    EXPECT_EQ(c.stage, tree.stage_at(0, c.step)) << c.file;
+  }
+  EXPECT_EQ(plan.checkpoints()[0].stage, 0);
+  EXPECT_NE(plan.checkpoints()[1].stage, 0);
+}
+
+TEST_F(PlanTest, AWriteWaitsForAnotherProcessThenFailsClearly) {
+  auto plan = SearchPlan::open(file_.string(), {.busy_timeout_ms = 200});
+  plan.create_study("before", {}, Policy::kShared);
+  Probe holder("hold", file_);
+  ASSERT_EQ(holder.read_line(), "holding\n");
+
+  auto start = std::chrono::steady_clock::now();
+  try {
+    plan.transaction([&] {
+      int64_t id = plan.create_study("mine", {}, Policy::kShared);
+      plan.add_event(id, "created", {});
+    });
+    FAIL() << "wrote while another process held the lock";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("locked"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file_.string()), std::string::npos) << e.what();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  // Reads go on while the other process writes.
+  EXPECT_EQ(plan.studies().size(), 1u);
+
+  // The holder dies mid-transaction: none of its writes survive, and the file is writable again.
+  kill(holder.pid, SIGKILL);
+  int status = holder.wait();
+  EXPECT_TRUE(WIFSIGNALED(status));
+  plan.create_study("after", {}, Policy::kShared);
+  auto rows = plan.studies();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].name, "before");
+  EXPECT_EQ(rows[1].name, "after");
+  EXPECT_TRUE(plan.events(std::nullopt, 10).empty());
+}
+
+}  // namespace
+}  // namespace hippo
