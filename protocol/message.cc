@@ -37,8 +37,10 @@ json parse(std::string_view body) {
   for (size_t i = 0; i < body.size(); ++i) {
     char c = body[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -61,9 +63,13 @@ json parse(std::string_view body) {
   return m;
 }
 
-json make(std::string_view type) { return json{{"v", kVersion}, {"type", type}}; }
+json make(std::string_view type) {
+  return json{{"v", kVersion}, {"type", type}};
+}
 
-std::string serialize(const json& message) { return message.dump(); }
+std::string serialize(const json& message) {
+  return message.dump();
+}
 
 int64_t get_int(const json& m, const char* field, int64_t min, int64_t max) {
   const json& f = get_field(m, field);
@@ -100,8 +106,8 @@ const json& get_object(const json& m, const char* field) {
 bool is_valid_file_name(std::string_view name) {
   if (name.empty() || name.size() > 200 || name.front() == '.') return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
 }
 
@@ -176,7 +182,8 @@ Job job_from_json(const json& m) {
   for (const json& e : evals) {
     if (!e.is_number_integer()) throw ProtocolError("job.eval_steps: expected integers");
     int64_t step = e.get<int64_t>();
-    if (step < job.from || step > job.to || (!job.eval_steps.empty() && step <= job.eval_steps.back()))
+    if (step < job.from || step > job.to ||
+        (!job.eval_steps.empty() && step <= job.eval_steps.back()))
       throw ProtocolError("job.eval_steps: steps must be increasing and inside [from, to]");
     job.eval_steps.push_back(step);
   }

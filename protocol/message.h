@@ -81,9 +81,9 @@ struct Job {
   Hyperparams hyperparams;
   int64_t from = 0;
   int64_t to = 0;
-  int64_t parent_state = -1;      // -1: fresh initialization (from must be 0)
-  std::string parent_file;        // checkpoint of parent_state, if one was written
-  std::vector<int64_t> eval_steps;  // sorted, unique, each in [from, to]
+  int64_t parent_state = -1;             // -1: fresh initialization (from must be 0)
+  std::string parent_file;               // checkpoint of parent_state, if one was written
+  std::vector<int64_t> eval_steps;       // sorted, unique, each in [from, to]
   std::vector<SnapshotOrder> snapshots;  // sorted by step, each step in (from, to]
   bool operator==(const Job&) const = default;
 };

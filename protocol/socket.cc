@@ -1,5 +1,6 @@
 #include "protocol/socket.h"
 
+#include <cerrno>
 #include <vector>
 
 namespace hippo::protocol {
@@ -7,7 +8,12 @@ namespace {
 
 bool wait_readable(zmq::socket_t& socket, int timeout_ms) {
   zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-  return zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) > 0;
+  try {
+    return zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) > 0;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return false;  // a signal: the caller's loop checks its flag
+    throw;
+  }
 }
 
 // Reads every frame of the next message (never leaves a partial message in the socket).

@@ -1,0 +1,41 @@
+// The `hippo` command line: global options and the registration of each subcommand. Each
+// subcommand lives in its own cli_*.cc file, registers itself in main.cc, and reports through its
+// exit status (0 success, 1 a run that failed, 2 bad input) as INTERFACE.md says.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace hippo::cli {
+
+enum class Format { kTable, kJson, kCsv };
+
+struct GlobalOptions {
+  std::string db;      // --db, else $HIPPO_DB, else ./hippo.db
+  std::string master;  // --master, else $HIPPO_MASTER (empty: none)
+  Format format = Format::kTable;
+};
+
+// Thrown by a subcommand for bad input: main prints "error: <what>" and exits 2.
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Thrown for a run that failed: main prints "error: <what>" and exits 1.
+struct RunFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A subcommand's action; its return value is the exit status.
+using Action = std::function<int()>;
+
+// Registration functions, one per cli_*.cc. Each adds its subcommand to `app` and stores the
+// action to run into `*action` when that subcommand is chosen.
+void add_preview_command(CLI::App& app, const GlobalOptions& global, Action* action);
+// run, master, submit
+void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action);
+// studies, trials, best, tree, export
+void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* action);
+
+}  // namespace hippo::cli

@@ -1,0 +1,213 @@
+// The master: keeps the stage tree and the search plan, drives each study's searcher, and
+// schedules stage executions on workers over one ZeroMQ ROUTER socket.
+//
+// Every transition is written to the search plan (storage/) before it is acted on: a searcher's
+// operations and its new state in one transaction, a metric and the searcher's reaction in one
+// transaction, a snapshot's checkpoint row before the stage's progress.
+//
+// Scheduling (DESIGN.md, "Scheduling"): work is every stage with pending steps; a stage is ready
+// when the state at its trained_until exists (a checkpoint, or in a worker's memory). Ready work
+// is ordered by its critical-path priority (StageTree::priorities with the measured time per step
+// of its root key); an idle worker takes the highest, and a worker that holds the parent state in
+// memory is preferred. A state that should exist but does not (a split inside a finished stage, a
+// snapshot the worker was asked for too late) is rebuilt by a replay job from the nearest earlier
+// state on the same path; replayed steps show in steps_executed.
+//
+// States are named by (stage, step): the state after `step` steps of the trials through `stage`,
+// start < step <= end (step 0 is a fresh model and needs no name). When a stage splits at d, the
+// states above d move to the upper part, exactly as the search plan's checkpoints do.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <zmq.hpp>
+
+#include "protocol/message.h"
+#include "searchers/searcher.h"
+#include "searchers/spec.h"
+#include "stagetree/tree.h"
+#include "storage/plan.h"
+
+namespace hippo::master {
+
+using protocol::json;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string bind = "tcp://127.0.0.1:5555";
+  std::string checkpoints = "checkpoints";  // the directory workers write into (shared disk)
+  double worker_timeout_s = 10;             // a worker silent this long is lost
+  int64_t snapshot_every = 0;  // also snapshot every this many steps inside a stage (0: never)
+  bool quiet = false;          // no log lines on stderr
+  bool verbose = false;        // a log line per job
+};
+
+// What `hippo run` and `hippo submit --wait` print at the end (INTERFACE.md).
+struct StudySummary {
+  int64_t study = 0;
+  std::string name;
+  std::string status;
+  std::string error;
+  int64_t trials = 0;
+  int64_t steps_trial_based = 0;
+  int64_t steps_unique = 0;
+  int64_t steps_executed = 0;
+  int64_t critical_path_steps = 0;
+  double wall_s = 0;
+  double makespan_ratio = 0;  // makespan / max(critical path, work / workers), in time
+  bool has_best = false;
+  int64_t best_trial = 0;  // number within the study
+  json best_params;
+  std::string metric;
+  double best_value = 0;
+  int64_t best_step = 0;
+  double master_ms_per_trial = 0;  // the master's own time (handling, bookkeeping) per trial
+  json to_json() const;
+};
+
+struct Progress {
+  int64_t trials = 0, trials_closed = 0;
+  int64_t steps_unique = 0, steps_trained = 0;  // of this study's part of the tree
+  double elapsed_s = 0;
+};
+
+class Master {
+ public:
+  // Opens the socket, restores the tree, the checkpoints and every running study from the plan.
+  Master(SearchPlan plan, const Options& options);
+  ~Master();
+
+  // Starts a study; throws SpecError or std::invalid_argument (a duplicate name) and then
+  // changes nothing.
+  int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy);
+
+  // Handles the messages that arrive within timeout_ms, then dispatches work to idle workers.
+  void poll(int timeout_ms);
+
+  bool study_running(int64_t study) const;
+  StudySummary summary(int64_t study);
+  Progress progress(int64_t study) const;
+  int64_t workers() const { return static_cast<int64_t>(workers_.size()); }
+  // Tells every worker to exit.
+  void shutdown_workers();
+  SearchPlan& plan() { return plan_; }
+
+ private:
+  struct Worker {
+    std::string peer, name, device;
+    int64_t threads = 1, pid = 0;
+    Clock::time_point last_seen;
+    int64_t job = -1;
+    std::set<int64_t> held;  // state ids in its memory
+  };
+  struct StateInfo {
+    StageId stage = kNoStage;
+    int64_t step = 0;
+    std::string file;
+    int64_t checkpoint_row = -1;
+  };
+  struct Job {
+    protocol::Job wire;
+    std::string worker;
+    TrialId rep = -1;
+    std::set<int64_t> studies;  // whose trials need this work (executed steps are counted there)
+    int64_t reported_step = 0;  // the latest step whose state the worker reported
+    int64_t progress_step = 0;  // the latest step the worker said it reached
+  };
+  struct Trial {
+    TrialId id = -1;
+    int64_t study = 0;
+    int64_t number = 0;
+    RequestId request = 0;
+    json params;
+    bool in_tree = false;
+    int64_t length = 0;
+    std::set<int64_t> pending_evals;
+    TrialStatus status = TrialStatus::kPending;
+  };
+  struct Study {
+    int64_t id = 0;
+    StudySpec spec;
+    std::unique_ptr<Searcher> searcher;
+    Policy policy = Policy::kShared;
+    std::map<RequestId, TrialId> trials;
+    StudyStatus status = StudyStatus::kRunning;
+    int64_t steps_executed = 0;
+    double busy_worker_s = 0;
+    Clock::time_point started, ended;
+    double master_s = 0;  // time the master spent on this study's events
+    std::string error;
+  };
+  // A unit of work the scheduler may hand to a worker.
+  struct Candidate {
+    double priority = 0;
+    TrialId rep = -1;
+    int64_t from = 0, to = 0;
+    int64_t parent_state = -1;
+    std::vector<int64_t> evals;
+    StageId stage = kNoStage;  // the stage trained (for snapshots at trial ends inside it)
+  };
+  using Key = std::pair<StageId, int64_t>;  // a state's name: (stage, step)
+
+  void restore();
+  // After a transaction failed: the tree and trials in memory may be ahead of the plan, so they
+  // are reloaded from it.
+  void resync();
+  // Runs fn in a transaction; if it throws, the study fails with the message, and memory is
+  // brought back in line with the plan.
+  void guarded(Study& s, const std::function<void()>& fn);
+  void handle(const std::string& peer, const json& m);
+  void on_hello(const std::string& peer, const json& m);
+  void on_metric(Worker& w, const json& m);
+  void on_snapshot(Worker& w, const json& m);
+  void on_done(Worker& w, const json& m);
+  void on_failed(Worker& w, const json& m);
+  void on_client(const std::string& peer, const json& m);
+  void check_workers();
+  void dispatch();
+  std::vector<Candidate> candidates();
+  void send_job(Worker& w, const Candidate& c);
+
+  // Searcher plumbing: apply operations (in the caller's transaction), deliver events.
+  void apply(Study& s, const std::vector<Operation>& ops);
+  void place_trial(Study& s, Trial& t, int64_t length, const std::vector<int64_t>& evals);
+  void record_metric(Trial& t, int64_t step, const json& metrics);
+  void maybe_close(Trial& t);
+  void finish(Study& s, StudyStatus status, const std::string& error);
+  void fail_trials_through(const Job& job, const std::string& error);
+
+  // Tree and state bookkeeping.
+  Key key_of(TrialId rep, int64_t step) const;
+  std::optional<int64_t> state_at(const Key& key) const;
+  void note_change(const Change& change);
+  void mark_progress(Job& job, int64_t step);
+  double cost_per_step(const std::string& root_key) const;
+  std::set<int64_t> studies_through(StageId stage) const;
+  bool trial_trained(const Trial& t) const;
+
+  SearchPlan plan_;
+  Options options_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  StageTree tree_;
+  std::map<std::string, Worker> workers_;  // by peer identity
+  std::map<int64_t, Job> jobs_;            // running, by id
+  std::map<int64_t, Study> studies_;
+  std::map<TrialId, Trial> trials_;
+  std::map<int64_t, std::set<TrialId>> pending_by_step_;  // eval step -> trials waiting for it
+  std::map<int64_t, StateInfo> states_;                   // by state id
+  std::map<Key, int64_t> state_index_;                    // key -> state id
+  std::map<Key, json> metric_cache_;                      // key -> {"accuracy":..,"loss":..}
+  std::set<StageId> failed_stages_;
+  std::map<std::string, std::pair<double, int64_t>> step_cost_;  // root key -> (seconds, steps)
+  int64_t next_job_ = 1, next_state_ = 1;
+  TrialId next_trial_ = 0;
+};
+
+}  // namespace hippo::master

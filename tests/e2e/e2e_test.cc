@@ -1,0 +1,286 @@
+// End-to-end tests: the real `hippo` and `hippo-worker` binaries as processes, talking over
+// ZeroMQ, writing a real SQLite file. Each test works in its own temporary directory.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kHippo = HIPPO_BINARY;
+const std::string kExamples = HIPPO_EXAMPLES;
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+// Runs a shell command, returns its exit status and standard output (stderr goes to the log).
+Result sh(const std::string& command) {
+  Result r;
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The last line of a command's output, parsed as JSON.
+json last_json(const std::string& out) {
+  size_t end = out.find_last_not_of('\n');
+  size_t start = out.rfind('\n', end);
+  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1));
+}
+
+class E2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("hippo-e2e-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    for (pid_t pid : children_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string hippo(const std::string& db) const { return kHippo + " --db " + path(db) + " "; }
+
+  // Writes a spec file: the CI example with some fields replaced.
+  std::string spec(const std::string& name, const json& changes) {
+    std::ifstream in(kExamples + "/fmnist-mlp-ci.json");
+    json s = json::parse(in);
+    s.merge_patch(changes);
+    s["name"] = name;
+    std::string file = path(name + ".json");
+    std::ofstream(file) << s.dump(2);
+    return file;
+  }
+
+  pid_t spawn(const std::vector<std::string>& args) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      std::string log = path("process-" + std::to_string(getpid()) + ".log");
+      freopen(log.c_str(), "w", stderr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    children_.push_back(pid);
+    return pid;
+  }
+
+  fs::path dir_;
+  std::vector<pid_t> children_;
+};
+
+// Every trial's metrics, by trial number: [(step, name, value)] as JSON text, so that equal text
+// means equal bits (doubles are written with round-trip precision).
+std::map<int64_t, std::string> metrics_by_trial(const json& trials) {
+  std::map<int64_t, std::string> out;
+  for (const json& t : trials) out[t["trial"]] = t["metrics"].dump();
+  return out;
+}
+
+TEST_F(E2E, SharedAndTrialBasedRunsGiveIdenticalMetrics) {
+  std::string file = spec("ci", json::object());
+  Result shared = sh(hippo("shared.db") + "--format json run " + file + " --workers 2");
+  ASSERT_EQ(shared.status, 0) << shared.out;
+  json s = last_json(shared.out);
+  Result trial_based =
+      sh(hippo("trial.db") + "--format json run " + file + " --workers 2 --policy trial-based");
+  ASSERT_EQ(trial_based.status, 0) << trial_based.out;
+  json t = last_json(trial_based.out);
+
+  // The CI example: lr step_decay with init in {0.1, 0.05} and every in {1, 2} epochs, 3 epochs
+  // of 32 steps. Per init the two trials share epoch 0, then every=1 and every=2 diverge.
+  EXPECT_EQ(s["trials"], 4);
+  EXPECT_EQ(s["steps_trial_based"], 4 * 96);
+  EXPECT_EQ(s["steps_unique"], 2 * (32 + 64 + 64));
+  EXPECT_EQ(s["steps_executed"], s["steps_unique"]);
+  EXPECT_EQ(s["critical_path_steps"], 96);
+  EXPECT_EQ(t["steps_executed"], t["steps_trial_based"]);
+  EXPECT_EQ(s["best"], t["best"]);
+
+  Result a = sh(hippo("shared.db") + "--format json trials ci");
+  Result b = sh(hippo("trial.db") + "--format json trials ci");
+  ASSERT_EQ(a.status, 0);
+  ASSERT_EQ(b.status, 0);
+  auto ma = metrics_by_trial(json::parse(a.out));
+  auto mb = metrics_by_trial(json::parse(b.out));
+  ASSERT_EQ(ma.size(), 4u);
+  EXPECT_EQ(ma, mb);
+  for (const json& trial : json::parse(a.out)) {
+    EXPECT_EQ(trial["status"], "done");
+    EXPECT_EQ(trial["metrics"].size(), 3u * 2u);  // accuracy and loss after epochs 1, 2, 3
+  }
+}
+
+TEST_F(E2E, QueriesReadTheSearchPlan) {
+  std::string file = spec("q", json::object());
+  ASSERT_EQ(sh(hippo("q.db") + "run " + file + " --workers 1 >/dev/null").status, 0);
+  Result studies = sh(hippo("q.db") + "--format json studies");
+  ASSERT_EQ(studies.status, 0);
+  json list = json::parse(studies.out);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["name"], "q");
+  EXPECT_EQ(list[0]["status"], "done");
+
+  Result best = sh(hippo("q.db") + "--format json best q");
+  ASSERT_EQ(best.status, 0);
+  json b = json::parse(best.out);
+  EXPECT_EQ(b["metric"], "accuracy");
+  EXPECT_GT(b["value"].get<double>(), 0.3);  // far above chance (0.1) after 3 small epochs
+
+  Result tree = sh(hippo("q.db") + "tree q");
+  ASSERT_EQ(tree.status, 0);
+  EXPECT_NE(tree.out.find("[0, 32)"), std::string::npos) << tree.out;
+  EXPECT_NE(tree.out.find("trained"), std::string::npos);
+
+  Result csv = sh(hippo("q.db") + "export q");
+  ASSERT_EQ(csv.status, 0);
+  EXPECT_EQ(csv.out.rfind("trial,status,length,lr.every,lr.init,step,metric,value\n", 0), 0u)
+      << csv.out;
+
+  EXPECT_EQ(sh(hippo("q.db") + "trials nosuchstudy 2>/dev/null").status, 2);
+  EXPECT_EQ(sh(hippo("missing.db") + "studies 2>/dev/null").status, 2);
+  EXPECT_FALSE(fs::exists(path("missing.db")));
+}
+
+TEST_F(E2E, BadInputExitsTwoAndChangesNothing) {
+  std::string file = spec("bad", {{"hyperparameters", {{"lr", {{"grid", json::array()}}}}}});
+  Result r = sh(hippo("bad.db") + "run " + file + " --workers 1 2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("hyperparameters.lr"), std::string::npos) << r.out;
+  EXPECT_EQ(sh(hippo("bad.db") + "run " + file + " --policy sometimes 2>/dev/null").status, 2);
+  EXPECT_EQ(sh(hippo("bad.db") + "run " + path("nofile.json") + " 2>/dev/null").status, 2);
+
+  // The same study name twice in one search plan is refused, and the first study is untouched.
+  std::string good = spec("twice", json::object());
+  ASSERT_EQ(sh(hippo("bad.db") + "run " + good + " --workers 1 >/dev/null").status, 0);
+  std::string before = sh(hippo("bad.db") + "--format json trials twice").out;
+  EXPECT_EQ(sh(hippo("bad.db") + "run " + good + " --workers 1 2>/dev/null").status, 2);
+  EXPECT_EQ(sh(hippo("bad.db") + "--format json trials twice").out, before);
+}
+
+// A master and two workers as separate processes; two studies over overlapping grids share the
+// tree: the second trains only the stages the first did not.
+TEST_F(E2E, SecondStudyTrainsOnlyItsNewStages) {
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("cluster.db");
+  std::string checkpoints = path("checkpoints");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
+  for (int i = 0; i < 2; ++i)
+    spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name",
+           "w" + std::to_string(i)});
+
+  // Study A: init in {0.1, 0.05}, every in {1, 2}. Study B: init in {0.1, 0.02}, same every.
+  // B shares every stage of init 0.1 with A.
+  std::string a = spec("a", json::object());
+  std::string b = spec("b", {{"hyperparameters", {{"lr", {{"init", {{"grid", {0.1, 0.02}}}}}}}}});
+  std::string client = kHippo + " --master " + address + " --format json submit ";
+  Result ra = sh(client + a + " --wait");
+  ASSERT_EQ(ra.status, 0) << ra.out;
+  Result rb = sh(client + b + " --wait");
+  ASSERT_EQ(rb.status, 0) << rb.out;
+  json sa = last_json(ra.out), sb = last_json(rb.out);
+  EXPECT_EQ(sa["steps_executed"], sa["steps_unique"]);
+  EXPECT_EQ(sb["steps_unique"], sa["steps_unique"]);
+  EXPECT_EQ(sb["steps_executed"].get<int64_t>(), sb["steps_unique"].get<int64_t>() / 2);
+
+  // The trials of B with init 0.1 have the metrics of A's, bit for bit.
+  json ta = json::parse(sh(kHippo + " --db " + db + " --format json trials a").out);
+  json tb = json::parse(sh(kHippo + " --db " + db + " --format json trials b").out);
+  int shared = 0;
+  for (const json& x : ta)
+    for (const json& y : tb)
+      if (x["params"] == y["params"]) {
+        EXPECT_EQ(x["metrics"].dump(), y["metrics"].dump());
+        ++shared;
+      }
+  EXPECT_EQ(shared, 2);
+}
+
+// Garbage on the master's socket is refused, and the master goes on serving.
+TEST_F(E2E, MasterSurvivesHostileMessages) {
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("hostile.db");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", path("ck")});
+  {
+    zmq::context_t context;
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(address);
+    const std::vector<std::vector<std::string>> messages = {
+        {"", "not json"},
+        {"", "{\"v\": 99, \"type\": \"hello\"}"},
+        {"", "{\"v\": 1}"},
+        {"", "{\"v\": 1, \"type\": \"hello\", \"name\": 5}"},
+        {"", "{\"v\": 1, \"type\": \"done\", \"job\": 12345}"},
+        {"", std::string(10000, '[')},
+        {"no delimiter"},
+        {"", "{\"v\": 1, \"type\": \"metric\", \"job\": -1, \"step\": 1e308}"},
+    };
+    for (const auto& frames : messages) {
+      for (size_t i = 0; i < frames.size(); ++i)
+        dealer.send(zmq::buffer(frames[i]),
+                    i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  std::string file = spec("after", json::object());
+  Result r = sh(kHippo + " --master " + address + " --format json submit " + file);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(last_json(r.out)["study"], "after");
+}
+
+// The example of INTERFACE.md, whole: 18 trials on all of Fashion-MNIST with two workers.
+TEST_F(E2E, InterfaceExampleSharesExactly) {
+  std::string file = kExamples + "/fmnist-mlp-lr-decay.json";
+  Result shared = sh(hippo("shared.db") + "--format json run " + file + " --workers 2");
+  ASSERT_EQ(shared.status, 0) << shared.out;
+  Result trial_based =
+      sh(hippo("trial.db") + "--format json run " + file + " --workers 2 --policy trial-based");
+  ASSERT_EQ(trial_based.status, 0) << trial_based.out;
+  json s = last_json(shared.out), t = last_json(trial_based.out);
+  EXPECT_EQ(s["trials"], 18);
+  EXPECT_EQ(s["steps_unique"], 21060);
+  EXPECT_EQ(s["steps_executed"], 21060);
+  EXPECT_EQ(s["critical_path_steps"], 1872);
+  EXPECT_EQ(t["steps_executed"], 33696);
+  EXPECT_EQ(s["best"], t["best"]);
+  EXPECT_GT(s["best"]["value"].get<double>(), 0.85);
+  auto ma = metrics_by_trial(json::parse(
+      sh(hippo("shared.db") + "--format json trials " + s["study"].get<std::string>()).out));
+  auto mb = metrics_by_trial(json::parse(
+      sh(hippo("trial.db") + "--format json trials " + s["study"].get<std::string>()).out));
+  EXPECT_EQ(ma.size(), 18u);
+  EXPECT_EQ(ma, mb);
+  std::printf("shared: %s\ntrial-based: %s\n", s.dump().c_str(), t.dump().c_str());
+}
+
+}  // namespace
