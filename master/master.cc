@@ -294,6 +294,7 @@ void Master::finish(Study& s, StudyStatus status, const std::string& error) {
   s.ended = Clock::now();
   plan_.set_study_status(s.id, status, error);
   plan_.add_event(s.id, status == StudyStatus::kDone ? "finished" : "failed", {{"error", error}});
+  collect_checkpoints();
   if (!options_.quiet && !error.empty())
     std::fprintf(stderr, "master: study %s failed: %s\n", s.spec.name.c_str(), error.c_str());
 }
@@ -389,6 +390,30 @@ std::set<int64_t> Master::studies_through(StageId stage) const {
   return out;
 }
 
+void Master::collect_checkpoints() {
+  std::set<StageId> reachable;
+  for (const auto& [id, t] : trials_) {
+    auto study = studies_.find(t.study);
+    if (!t.in_tree || study == studies_.end() || study->second.status != StudyStatus::kRunning)
+      continue;
+    for (StageId s : tree_.path(id)) reachable.insert(s);
+  }
+  for (auto it = state_index_.begin(); it != state_index_.end();) {
+    StateInfo& info = states_.at(it->second);
+    if (reachable.count(info.stage)) {
+      ++it;
+      continue;
+    }
+    if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
+    if (!info.file.empty()) {
+      std::error_code ec;  // already gone is fine
+      std::filesystem::remove(std::filesystem::path(options_.checkpoints) / info.file, ec);
+    }
+    states_.erase(it->second);
+    it = state_index_.erase(it);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Messages.
 
@@ -448,7 +473,10 @@ void Master::on_hello(const std::string& peer, const json& m) {
   if (old != workers_.end() && old->second.job >= 0) jobs_.erase(old->second.job);
   workers_[peer] = w;
   plan_.add_event(std::nullopt, "worker_joined", {{"name", w.name}, {"device", w.device}});
+  // Five heartbeats fit in the timeout, so one late heartbeat never loses a worker.
   json welcome = protocol::make("welcome");
+  welcome["heartbeat_ms"] =
+      std::clamp<int64_t>(static_cast<int64_t>(options_.worker_timeout_s * 200), 10, 60000);
   protocol::router_send(socket_, peer, welcome);
 }
 
@@ -623,7 +651,16 @@ void Master::check_workers() {
     // Lost: its job goes back to the queue from the newest state it reported.
     plan_.add_event(std::nullopt, "worker_lost", {{"name", it->second.name}});
     if (!options_.quiet) std::fprintf(stderr, "master: lost worker %s\n", it->second.name.c_str());
-    if (it->second.job >= 0) jobs_.erase(it->second.job);
+    if (it->second.job >= 0) {
+      // The steps it trained after its last snapshot are lost and will be trained again: they
+      // count as executed (the heartbeats said how far it got).
+      Job& job = jobs_.at(it->second.job);
+      for (int64_t sid : job.studies)
+        if (studies_.count(sid))
+          studies_.at(sid).steps_executed +=
+              std::max<int64_t>(0, job.progress_step - job.reported_step);
+      jobs_.erase(it->second.job);
+    }
     it = workers_.erase(it);
   }
 }

@@ -190,6 +190,9 @@ class Master {
   double cost_per_step(const std::string& root_key) const;
   std::set<int64_t> studies_through(StageId stage) const;
   bool trial_trained(const Trial& t) const;
+  // Deletes the checkpoints that no trial of a running study can reach any more (a trial of a
+  // running study may still be extended, so its whole path is reachable).
+  void collect_checkpoints();
 
   SearchPlan plan_;
   Options options_;

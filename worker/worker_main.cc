@@ -105,6 +105,13 @@ class Worker {
       const std::string type = m["type"];
       if (type == "shutdown") return 0;
       if (type == "reset") hello();  // the master does not know us (it restarted)
+      if (type == "welcome") {
+        try {
+          options_.heartbeat_ms = static_cast<int>(protocol::get_int(m, "heartbeat_ms", 10, 60000));
+        } catch (const protocol::ProtocolError& e) {
+          std::fprintf(stderr, "worker %s: %s\n", options_.name.c_str(), e.what());
+        }
+      }
       if (type == "job") execute(m);
     }
     return 0;
@@ -299,7 +306,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoints", options.checkpoints, "checkpoint directory");
   app.add_option("--cache", options.cache_states, "trained states kept in memory")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--heartbeat-ms", options.heartbeat_ms, "heartbeat interval")
+  app.add_option("--heartbeat-ms", options.heartbeat_ms,
+                 "heartbeat interval until the master sets one")
       ->check(CLI::Range(10, 60000));
   app.add_option("--name", options.name, "worker name (default host-pid)");
   try {

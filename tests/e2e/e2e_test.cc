@@ -258,6 +258,68 @@ TEST_F(E2E, MasterSurvivesHostileMessages) {
   EXPECT_EQ(last_json(r.out)["study"], "after");
 }
 
+// Every example study runs to the end, on a prefix of the data, with sharing exact.
+TEST_F(E2E, EveryExampleRuns) {
+  int ran = 0;
+  for (const auto& entry : fs::directory_iterator(kExamples)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    json s = json::parse(in);
+    if (s["model"]["type"] == "external") continue;  // run by their own tests
+    s["data"]["train_samples"] = 1024;
+    s["data"]["eval_samples"] = 256;
+    std::string file = path(entry.path().filename().string());
+    std::ofstream(file) << s.dump();
+    std::string db = entry.path().stem().string() + ".db";
+    Result r = sh(hippo(db) + "--format json run " + file + " --workers 2");
+    ASSERT_EQ(r.status, 0) << entry.path() << "\n" << r.out;
+    json summary = last_json(r.out);
+    EXPECT_EQ(summary["status"], "done") << entry.path();
+    EXPECT_EQ(summary["steps_executed"], summary["steps_unique"]) << entry.path();
+    EXPECT_TRUE(summary.contains("best")) << entry.path();
+    // Nothing is left in the checkpoint directory once no study can reach it.
+    EXPECT_TRUE(fs::is_empty(path(db + ".checkpoints"))) << entry.path();
+    ++ran;
+  }
+  EXPECT_GE(ran, 3);
+}
+
+// A worker killed (SIGKILL) in the middle of a study: the master notices the silence, the stage
+// goes back to the queue from the newest snapshot, and every metric equals an undisturbed run.
+TEST_F(E2E, LostWorkerStageIsRequeued) {
+  json changes = {{"model", {{"hidden", {256, 128}}}},
+                  {"data", {{"train_samples", 4096}, {"eval_samples", 512}}}};
+  std::string file = spec("lost", changes);
+  Result calm = sh(hippo("calm.db") + "--format json run " + file + " --workers 1");
+  ASSERT_EQ(calm.status, 0) << calm.out;
+
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("lost.db"), checkpoints = path("ck");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints,
+         "--worker-timeout", "1", "--snapshot-every", "16"});
+  pid_t victim = spawn(
+      {kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "victim"});
+  Result submitted = sh(kHippo + " --master " + address + " submit " + file);
+  ASSERT_EQ(submitted.status, 0) << submitted.out;
+  // Kill the only worker once it has trained something, then give the study a new worker.
+  for (int i = 0; i < 400; ++i) {
+    if (!fs::is_empty(checkpoints)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(victim, SIGKILL);
+  waitpid(victim, nullptr, 0);
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "rescue"});
+  for (int i = 0; i < 600; ++i) {
+    json studies = json::parse(sh(kHippo + " --db " + db + " --format json studies").out);
+    if (studies.size() == 1 && studies[0]["status"] != "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  json a = json::parse(sh(hippo("calm.db") + "--format json trials lost").out);
+  json b = json::parse(sh(kHippo + " --db " + db + " --format json trials lost").out);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(metrics_by_trial(a), metrics_by_trial(b));
+}
+
 // The example of INTERFACE.md, whole: 18 trials on all of Fashion-MNIST with two workers.
 TEST_F(E2E, InterfaceExampleSharesExactly) {
   std::string file = kExamples + "/fmnist-mlp-lr-decay.json";
