@@ -1,0 +1,84 @@
+#include "searchers/basic.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+namespace hippo {
+namespace {
+
+class UpFrontSearcher : public Searcher {
+ public:
+  UpFrontSearcher(const StudySpec& spec, bool grid) : spec_(spec), grid_(grid) {
+    Field max_trials(spec.searcher.options, "searcher.max_trials");  // for its path only
+    if (grid) {
+      uint64_t points = spec.space.grid_size();
+      if (!spec.searcher.max_trials && points > kMaxGridTrials)
+        max_trials.fail(
+            "the grid has " +
+            (points == UINT64_MAX ? std::string("more than 2^64") : std::to_string(points)) +
+            " points; give max_trials (at most " + std::to_string(kMaxGridTrials) + ")");
+      trials_ = std::min<uint64_t>(points, spec.searcher.max_trials.value_or(points));
+    } else {
+      if (!spec.searcher.max_trials) max_trials.fail("missing (random search needs it)");
+      trials_ = *spec.searcher.max_trials;
+    }
+  }
+
+  std::vector<Operation> on_study_start() override {
+    std::vector<Operation> ops;
+    for (uint64_t i = 0; i < trials_; ++i) {
+      Params params =
+          spec_.space.draw(spec_.seed, i, grid_ ? std::optional<uint64_t>(i) : std::nullopt);
+      RequestId id = static_cast<RequestId>(i);
+      ops.emplace_back(std::in_place_type<Create>, id, params);
+      ops.emplace_back(std::in_place_type<Train>, id, spec_.length_steps(params),
+                       spec_.eval_steps(params));
+    }
+    return ops;
+  }
+
+  std::vector<Operation> on_validation(RequestId, int64_t, double) override { return {}; }
+  std::vector<Operation> on_trial_closed(RequestId trial) override { return close(trial); }
+  std::vector<Operation> on_trial_failed(RequestId trial) override { return close(trial); }
+
+  nlohmann::json save() const override { return {{"closed", closed_}}; }
+
+  void load(const nlohmann::json& state) override {
+    Field f(state, "state");
+    f.check_keys({"closed"});
+    Field closed = f["closed"];
+    std::set<RequestId> ids;
+    for (size_t i = 0, n = closed.items(0); i < n; ++i)
+      ids.insert(closed[i].integer(0, static_cast<int64_t>(trials_) - 1));
+    closed_ = std::move(ids);
+  }
+
+ private:
+  std::vector<Operation> close(RequestId trial) {
+    if (trial < 0 || static_cast<uint64_t>(trial) >= trials_)
+      throw std::invalid_argument(spec_.searcher.name + " searcher: no trial " +
+                                  std::to_string(trial));
+    closed_.insert(trial);
+    if (closed_.size() == trials_) return {Finish{}};
+    return {};
+  }
+
+  StudySpec spec_;
+  bool grid_;
+  uint64_t trials_ = 0;
+  std::set<RequestId> closed_;
+};
+
+}  // namespace
+
+SearcherKind grid_searcher_kind() {
+  return {{}, [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, true); }};
+}
+
+SearcherKind random_searcher_kind() {
+  return {{}, [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, false); }};
+}
+
+}  // namespace hippo

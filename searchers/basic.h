@@ -1,0 +1,18 @@
+// The two searchers that decide everything up front: `grid` (every grid point, in grid order; the
+// leaves that are not grids are drawn per point) and `random` (max_trials draws of every leaf).
+// Both create and train all their trials on study start, ignore validations, and finish when
+// every trial is closed or failed. Draws are seeded by the spec's seed.
+#pragma once
+
+#include "searchers/searcher.h"
+
+namespace hippo {
+
+// More grid points than this need an explicit max_trials (a spec typo should not make a billion
+// trials).
+inline constexpr uint64_t kMaxGridTrials = 1'000'000;
+
+SearcherKind grid_searcher_kind();
+SearcherKind random_searcher_kind();
+
+}  // namespace hippo

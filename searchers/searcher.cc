@@ -1,0 +1,50 @@
+#include "searchers/searcher.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "searchers/basic.h"
+
+namespace hippo {
+namespace {
+
+std::map<std::string, SearcherKind>& registry() {
+  // Built-ins are added here, not by static registrars, so that they are always linked in.
+  static std::map<std::string, SearcherKind> kinds = {
+      {"grid", grid_searcher_kind()},
+      {"random", random_searcher_kind()},
+  };
+  return kinds;
+}
+
+// Named in INTERFACE.md, to come.
+constexpr std::string_view kPlanned[] = {"sha", "asha", "hyperband", "median_stop",
+                                         "pbt", "tpe",  "external"};
+
+}  // namespace
+
+void register_searcher(const std::string& name, SearcherKind kind) {
+  if (!registry().emplace(name, std::move(kind)).second)
+    throw std::invalid_argument("searcher \"" + name + "\" is registered twice");
+}
+
+const std::vector<std::string>& searcher_options(const Field& name) {
+  const std::string& n = name.text();
+  auto it = registry().find(n);
+  if (it != registry().end()) return it->second.options;
+  if (std::find(std::begin(kPlanned), std::end(kPlanned), n) != std::end(kPlanned))
+    name.fail("searcher \"" + n + "\" is not implemented yet");
+  std::string known;
+  for (const auto& [k, kind] : registry()) known += (known.empty() ? "" : ", ") + k;
+  name.fail("unknown searcher " + brief(name.json()) + " (known: " + known + ")");
+}
+
+std::unique_ptr<Searcher> make_searcher(const StudySpec& spec) {
+  auto it = registry().find(spec.searcher.name);
+  if (it == registry().end())
+    throw SpecError("searcher.name: unknown searcher \"" + spec.searcher.name + "\"");
+  return it->second.make(spec);
+}
+
+}  // namespace hippo

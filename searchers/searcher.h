@@ -1,0 +1,102 @@
+// Searchers decide which trials to run and for how long, in the manner of Determined's
+// SearchMethod: the master feeds them events and carries out the operations they return. They see
+// trials and steps only, never stages: sharing work between trials is the master's business.
+//
+//   master                         searcher
+//   on_study_start()          ->   [Create{0, params}, Train{0, 1872, {468, ...}}, ...]
+//   on_validation(0, 468, v)  ->   [Stop{0}] or [Train{0, longer}] or []
+//   on_trial_closed(0)        ->   [...; Finish{} once nothing is left]
+//
+// A trial is closed when it has been trained to its length (or stopped) and its last validation
+// has been reported. A searcher's state is a JSON value (save/load), kept in the search plan so
+// that a restarted master continues exactly where it stopped.
+//
+// Searchers are made by name from the study spec. A C++ plug-in adds one with a static
+// registrar in a file linked into the binary (not through a static library, whose unreferenced
+// objects the linker drops):
+//
+//   static hippo::SearcherRegistrar reg("my_search", {{"my_option"}, [](const hippo::StudySpec& s)
+//   {
+//     return std::make_unique<MySearcher>(s); }});
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "searchers/field.h"
+#include "searchers/space.h"
+#include "searchers/spec.h"
+
+namespace hippo {
+
+// A trial's id, chosen by the searcher (the request id of its Create); dense from 0 for built-ins.
+using RequestId = int64_t;
+
+// Start a new trial with these values.
+struct Create {
+  RequestId trial = 0;
+  Params params;
+  bool operator==(const Create&) const = default;
+};
+// Train the trial up to step `length` (a trial's length only grows), evaluating the metric at
+// each of `eval_steps` (increasing, each <= length).
+struct Train {
+  RequestId trial = 0;
+  int64_t length = 0;
+  std::vector<int64_t> eval_steps;
+  bool operator==(const Train&) const = default;
+};
+// Train the trial no further; it closes once its pending evaluations are reported.
+struct Stop {
+  RequestId trial = 0;
+  bool operator==(const Stop&) const = default;
+};
+// The study is over.
+struct Finish {
+  bool operator==(const Finish&) const = default;
+};
+using Operation = std::variant<Create, Train, Stop, Finish>;
+
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+
+  virtual std::vector<Operation> on_study_start() = 0;
+  virtual std::vector<Operation> on_validation(RequestId trial, int64_t step, double value) = 0;
+  virtual std::vector<Operation> on_trial_closed(RequestId trial) = 0;
+  // The trial failed (its trainer crashed or reported no metric); it will get no more events.
+  virtual std::vector<Operation> on_trial_failed(RequestId trial) = 0;
+
+  virtual nlohmann::json save() const = 0;
+  // Replaces the state with a saved one; throws SpecError naming what is wrong in it.
+  virtual void load(const nlohmann::json& state) = 0;
+};
+
+// How to make one kind of searcher.
+struct SearcherKind {
+  // The option names it reads from the spec's `searcher` object, besides name, metric, mode and
+  // max_trials (the spec parser refuses any other).
+  std::vector<std::string> options;
+  // Makes it for a study; validates the values of its options (throws SpecError).
+  std::function<std::unique_ptr<Searcher>(const StudySpec&)> make;
+};
+
+// Adds a searcher name; throws std::invalid_argument if the name is taken.
+void register_searcher(const std::string& name, SearcherKind kind);
+struct SearcherRegistrar {
+  SearcherRegistrar(const std::string& name, SearcherKind kind) {
+    register_searcher(name, std::move(kind));
+  }
+};
+
+// The option names of the searcher `name` names; fails at `name` when it is not registered (with a
+// distinct message for the searchers INTERFACE.md lists that are not implemented yet).
+const std::vector<std::string>& searcher_options(const Field& name);
+std::unique_ptr<Searcher> make_searcher(const StudySpec& spec);
+
+}  // namespace hippo

@@ -1,0 +1,95 @@
+// The search space of a study: for each hyper-parameter a constant, a distribution, or a schedule
+// whose numeric fields may each be a number or a distribution. Every distribution is a *leaf*
+// with a flat name: "weight_decay" for a top-level distribution, "lr.init", "lr.milestones[0]",
+// "lr.after.init", "lr.points[2][1]" inside schedules. A trial's Params give one value per leaf;
+// instantiate() turns them into the trial's sequences.
+//
+// Leaves are ordered by hyper-parameter name, then by the schedule's field order as INTERFACE.md
+// lists it (multistep: init, milestones, gamma), then by list position. Grid points are numbered
+// with the first grid leaf varying fastest. Sampling is a pure function of (seed, counter, leaf),
+// so the same seed always gives the same trials and a searcher only has to remember its counter.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "searchers/field.h"
+#include "stagetree/sequence.h"
+
+namespace hippo {
+
+// A trial's values: an object, flat leaf name -> number or string.
+using Params = nlohmann::json;
+
+enum class DistKind { kGrid, kChoice, kUniform, kLogUniform, kInt };
+
+// One distribution leaf.
+struct Param {
+  std::string name;  // flat name, e.g. "lr.milestones[0]"
+  DistKind kind = DistKind::kGrid;
+  std::vector<nlohmann::json> values;  // grid, choice: the candidates, in spec order
+  double lo = 0, hi = 0;               // uniform, loguniform: [lo, hi); int: [lo, hi] inclusive
+  size_t hyperparam = 0;               // index into SearchSpace::names()
+  nlohmann::json::json_pointer where;  // the leaf's place inside its hyper-parameter's value
+
+  // Whether `value` is one this leaf can take (used to refuse params from outside).
+  bool admits(const nlohmann::json& value) const;
+};
+
+// How to read the settings of a study.
+struct SpaceRules {
+  // Names, types and ranges from stagetree/settings.h; else any name and value goes, except that
+  // batch_size, which epoch units are computed from, is always the built-in one.
+  bool builtin = true;
+  std::string no_epochs;  // why `unit: epoch` is refused here; empty when it is allowed
+};
+
+// A setting as written under `fixed` or `hyperparameters`, with the alias `betas: [b1, b2]`
+// expanded into beta1 and beta2 (their paths stay "<object>.betas[0]" and "<object>.betas[1]").
+struct NamedField {
+  std::string name;
+  Field field;
+};
+// Sorted by name. Fails on `betas` that is not a list of two, or given together with beta1/beta2.
+std::vector<NamedField> setting_fields(const Field& object);
+
+// The `fixed` settings: each must be a constant (schedules and distributions belong under
+// `hyperparameters`). Returns name -> value, numbers of integer settings as integers and of other
+// built-in settings as doubles, so that equal settings hash equally.
+nlohmann::json fixed_settings(const std::vector<NamedField>& fixed, const SpaceRules& rules);
+
+class SearchSpace {
+ public:
+  SearchSpace() = default;
+  // Validates every hyper-parameter (types and ranges, schedule fields, units); throws SpecError.
+  SearchSpace(const std::vector<NamedField>& hyperparameters, const SpaceRules& rules);
+
+  const std::vector<std::string>& names() const { return names_; }  // sorted
+  const std::vector<Param>& params() const { return params_; }
+  // The hyper-parameter's value as written (a number, a string, a boolean, a distribution or a
+  // schedule); nullptr when there is no such name.
+  const nlohmann::json* value_of(const std::string& name) const;
+
+  // The number of grid points: the product of the sizes of the grid leaves (1 without any),
+  // saturating at UINT64_MAX.
+  uint64_t grid_size() const;
+  // One trial's values. With a grid index (< grid_size()), grid leaves take that grid point and
+  // every other leaf is drawn; without, every leaf is drawn (a grid leaf like a choice). Draws
+  // depend only on (seed, counter, leaf).
+  Params draw(uint64_t seed, uint64_t counter, std::optional<uint64_t> grid_index) const;
+
+  // The trial's sequences, every length in steps (`unit: epoch` uses steps_per_epoch). Throws
+  // SpecError naming the leaf when params miss a leaf, have an unknown one, or one out of range.
+  Hyperparams instantiate(const Params& params, int64_t steps_per_epoch) const;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<nlohmann::json> values_;  // by name index, as written
+  std::vector<Param> params_;
+};
+
+}  // namespace hippo

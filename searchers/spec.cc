@@ -1,0 +1,242 @@
+#include "searchers/spec.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "searchers/searcher.h"
+#include "stagetree/settings.h"
+
+namespace hippo {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxWidth = 1 << 20;            // layer widths and channels
+constexpr int64_t kMaxSteps = 1'000'000'000'000;  // lengths in steps
+constexpr int64_t kMaxEpochs = 1'000'000;
+
+void check_sizes(const Field& list, size_t min_size) {
+  for (size_t i = 0, n = list.items(min_size); i < n; ++i) list[i].integer(1, kMaxWidth);
+}
+
+json parse_model(const Field& f) {
+  Field type = f["type"];
+  const std::string& t = type.text();
+  if (t == "mlp") {
+    f.check_keys({"type", "hidden"});
+    check_sizes(f["hidden"], 1);
+  } else if (t == "cnn") {
+    f.check_keys({"type", "channels", "fc"});
+    check_sizes(f["channels"], 1);
+    check_sizes(f["fc"], 0);
+  } else if (t == "external") {
+    f.check_keys({"type", "command"});
+    Field command = f["command"];
+    for (size_t i = 0, n = command.items(1); i < n; ++i)
+      if (command[i].text().empty()) command[i].fail("expected a non-empty string");
+  } else if (t == "gpt") {
+    type.fail("model type \"gpt\" is not yet supported");
+  } else {
+    type.fail("unknown model type " + brief(type.json()) + " (known: mlp, cnn, external)");
+  }
+  return f.json();
+}
+
+DataSpec parse_data(const Field& f) {
+  f.check_keys({"name", "train_samples", "eval_samples"});
+  DataSpec d;
+  d.name = f["name"].text();
+  if (d.name != "fashion-mnist")
+    f["name"].fail("unknown data set " + brief(f["name"].json()) + " (known: fashion-mnist)");
+  if (f.has("train_samples")) d.train_samples = f["train_samples"].integer(1, 60000);
+  if (f.has("eval_samples")) d.eval_samples = f["eval_samples"].integer(1, 10000);
+  return d;
+}
+
+Span parse_span(const Field& f) {
+  if (!f.is_object() || f.json().size() != 1)
+    f.fail("expected {\"steps\": N} or {\"epochs\": E}, got " + brief(f.json()));
+  f.check_keys({"steps", "epochs"});
+  if (f.has("steps")) return {f["steps"].integer(1, kMaxSteps), false};
+  return {f["epochs"].integer(1, kMaxEpochs), true};
+}
+
+SearcherSpec parse_searcher(const Field& f, bool builtin_model) {
+  SearcherSpec s;
+  s.name = f["name"].text();
+  const std::vector<std::string>& own = searcher_options(f["name"]);
+  std::vector<std::string_view> keys = {"name", "metric", "mode", "max_trials"};
+  keys.insert(keys.end(), own.begin(), own.end());
+  f.check_keys(keys);
+  s.metric = f["metric"].text();
+  if (builtin_model && s.metric != "accuracy" && s.metric != "loss")
+    f["metric"].fail("expected \"accuracy\" or \"loss\" for a built-in model, got " +
+                     brief(f["metric"].json()));
+  if (!builtin_model && s.metric.empty()) f["metric"].fail("expected a metric name");
+  const std::string& mode = f["mode"].text();
+  if (mode != "max" && mode != "min")
+    f["mode"].fail("expected \"max\" or \"min\", got " + brief(f["mode"].json()));
+  s.maximize = mode == "max";
+  if (f.has("max_trials")) s.max_trials = f["max_trials"].integer(1, 1'000'000'000);
+  for (const std::string& key : own)
+    if (f.has(key)) s.options[key] = f.json()[key];
+  return s;
+}
+
+// Why epoch units cannot be used, or "" when every trial has one batch size for all its steps.
+std::string epoch_problem(const json& fixed, const Field& hyperparameters) {
+  if (fixed.contains("batch_size")) return "";
+  if (!hyperparameters.has("batch_size")) return "no batch_size is given";
+  const json& v = hyperparameters.json()["batch_size"];
+  if (v.is_object() && v.contains("schedule")) return "batch_size varies within a trial";
+  return "";
+}
+
+// The largest batch size any trial can have (0 when there is none or it follows a schedule).
+int64_t largest_batch_size(const StudySpec& s) {
+  if (s.fixed.contains("batch_size")) return s.fixed["batch_size"].get<int64_t>();
+  int64_t largest = 0;
+  const json* v = s.space.value_of("batch_size");
+  if (v && v->is_number()) largest = v->get<int64_t>();
+  for (const Param& p : s.space.params()) {
+    if (p.name != "batch_size") continue;
+    for (const json& x : p.values) largest = std::max(largest, x.get<int64_t>());
+    largest = std::max(largest, int64_t(p.hi));
+  }
+  return largest;
+}
+
+std::string hex64(uint64_t x) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+// FNV-1a, 64 bits: stable across runs, machines and versions of the standard library.
+uint64_t fnv1a(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+int64_t StudySpec::steps_per_epoch(const Params& params) const {
+  int64_t batch = 0;
+  if (fixed.contains("batch_size")) {
+    batch = fixed["batch_size"].get<int64_t>();
+  } else if (const json* v = space.value_of("batch_size")) {
+    if (v->is_number())
+      batch = v->get<int64_t>();
+    else if (!v->contains("schedule"))
+      batch = params.at("batch_size").get<int64_t>();
+  }
+  return batch > 0 ? data.train_samples / batch : 0;
+}
+
+int64_t StudySpec::length_steps(const Params& params) const {
+  return length.steps(steps_per_epoch(params));
+}
+
+std::vector<int64_t> StudySpec::eval_steps(const Params& params) const {
+  int64_t u = steps_per_epoch(params);
+  int64_t end = length.steps(u);
+  std::vector<int64_t> steps;
+  if (eval_every)
+    for (int64_t s = eval_every->steps(u); s < end; s += eval_every->steps(u)) steps.push_back(s);
+  steps.push_back(end);
+  return steps;
+}
+
+Hyperparams StudySpec::hyperparams(const Params& params) const {
+  return space.instantiate(params, steps_per_epoch(params));
+}
+
+StudySpec parse_spec(const json& spec) {
+  Field root(spec, "");
+  root.check_keys(
+      {"name", "model", "data", "seed", "fixed", "hyperparameters", "searcher", "length", "eval"});
+  StudySpec s;
+  s.name = root["name"].text();
+  if (s.name.empty()) root["name"].fail("expected a non-empty name");
+  s.model = parse_model(root["model"]);
+  s.data = parse_data(root["data"]);
+  if (root.has("seed")) s.seed = root["seed"].integer(0, INT64_MAX);
+
+  static const json kEmpty = json::object();
+  Field fixed = root.has("fixed") ? root["fixed"] : Field(kEmpty, "fixed");
+  Field hyperparameters =
+      root.has("hyperparameters") ? root["hyperparameters"] : Field(kEmpty, "hyperparameters");
+  SpaceRules rules;
+  rules.builtin = !s.external_model();
+  std::vector<NamedField> fixed_fields = setting_fields(fixed);
+  std::vector<NamedField> hp_fields = setting_fields(hyperparameters);
+  s.fixed = fixed_settings(fixed_fields, rules);
+  for (const NamedField& h : hp_fields)
+    if (s.fixed.contains(h.name)) h.field.fail("\"" + h.name + "\" is also given under fixed");
+  rules.no_epochs = epoch_problem(s.fixed, hyperparameters);
+  s.space = SearchSpace(hp_fields, rules);
+  if (rules.builtin) {
+    for (const SettingInfo& info : builtin_settings()) {
+      std::string name(info.name);
+      if (s.fixed.contains(name) || s.space.value_of(name)) continue;
+      if (info.default_text)
+        s.fixed[name] = std::string(*info.default_text);
+      else if (info.type == SettingType::kBool && info.default_number)
+        s.fixed[name] = *info.default_number != 0;
+      else if (info.default_number)
+        s.fixed[name] = *info.default_number;
+      else
+        fixed.fail("missing " + name +
+                   " (a built-in model needs it under fixed or hyperparameters)");
+    }
+  }
+  int64_t batch = largest_batch_size(s);
+  if (batch > s.data.train_samples)
+    (s.fixed.contains("batch_size") ? fixed : hyperparameters)["batch_size"].fail(
+        "a batch size of " + std::to_string(batch) + " is more than data.train_samples (" +
+        std::to_string(s.data.train_samples) + ")");
+
+  s.searcher = parse_searcher(root["searcher"], rules.builtin);
+  auto span = [&](const Field& f) {
+    Span out = parse_span(f);
+    if (out.epochs && !rules.no_epochs.empty())
+      f["epochs"].fail("epoch units are not possible here: " + rules.no_epochs);
+    return out;
+  };
+  s.length = span(root["length"]);
+  if (root.has("eval")) {
+    root["eval"].check_keys({"every"});
+    s.eval_every = span(root["eval"]["every"]);
+  }
+
+  json identity = {{"model", s.model},
+                   {"data",
+                    {{"name", s.data.name},
+                     {"train_samples", s.data.train_samples},
+                     {"eval_samples", s.data.eval_samples}}},
+                   {"seed", s.seed},
+                   {"fixed", s.fixed},
+                   {"hyperparameters", s.space.names()}};
+  s.root_key = hex64(fnv1a("hippo-root-v1 " + identity.dump()));
+  make_searcher(s);  // validates the searcher's own options
+  return s;
+}
+
+StudySpec parse_spec_text(std::string_view text) {
+  return parse_spec(parse_json_text(text));
+}
+
+StudySpec load_spec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SpecError(path + ": cannot read: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw SpecError(path + ": cannot read: " + std::strerror(errno));
+  return parse_spec_text(text.str());
+}
+
+}  // namespace hippo

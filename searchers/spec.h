@@ -1,0 +1,79 @@
+// A study spec (INTERFACE.md, "Study spec"), parsed and validated. Everything that can be wrong in
+// a spec is found here, before any trial exists, and reported as a SpecError whose message starts
+// with the JSON path of the offending field.
+//
+// Steps per epoch (U) are floor(train_samples / batch_size) for each trial: a batch size drawn from
+// a distribution gives each trial its own U; a batch size that follows a schedule makes `epoch`
+// units an error.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "searchers/field.h"
+#include "searchers/space.h"
+#include "stagetree/sequence.h"
+
+namespace hippo {
+
+// A length or an evaluation interval: {"steps": N} or {"epochs": E}.
+struct Span {
+  int64_t count = 0;
+  bool epochs = false;
+
+  int64_t steps(int64_t steps_per_epoch) const { return epochs ? count * steps_per_epoch : count; }
+};
+
+struct DataSpec {
+  std::string name;  // "fashion-mnist"
+  int64_t train_samples = 60000;
+  int64_t eval_samples = 10000;
+};
+
+struct SearcherSpec {
+  std::string name;    // a registered searcher (searchers/searcher.h)
+  std::string metric;  // for built-in models "accuracy" or "loss"
+  bool maximize = true;
+  std::optional<int64_t> max_trials;
+  nlohmann::json options = nlohmann::json::object();  // the searcher's own options, as written
+};
+
+struct StudySpec {
+  std::string name;
+  nlohmann::json model;  // as written; type is mlp, cnn or external
+  DataSpec data;
+  uint64_t seed = 0;
+  // Settings that every trial shares: name -> number, string or boolean, with `betas` expanded
+  // and, for built-in models, every default of stagetree/settings.h filled in.
+  nlohmann::json fixed = nlohmann::json::object();
+  SearchSpace space;
+  SearcherSpec searcher;
+  Span length;
+  std::optional<Span> eval_every;  // none: evaluate at the end only
+  // A stable hash (16 hex digits) of model, data, seed, fixed and the hyper-parameter names: trials
+  // of studies with the same root key can share stages.
+  std::string root_key;
+
+  bool external_model() const { return model.at("type") == "external"; }
+  // U for a trial with these params; 0 when the study has no batch size that is constant within
+  // a trial (epoch units are refused then).
+  int64_t steps_per_epoch(const Params& params) const;
+  int64_t length_steps(const Params& params) const;
+  // The steps to evaluate at, increasing: every eval_every up to the length, and the length.
+  std::vector<int64_t> eval_steps(const Params& params) const;
+  // The trial's sequences (SearchSpace::instantiate with the trial's U).
+  Hyperparams hyperparams(const Params& params) const;
+};
+
+// Validates a spec; throws SpecError. It also makes the searcher once, to validate its options.
+StudySpec parse_spec(const nlohmann::json& spec);
+// The same from JSON text (see parse_json_text for what is refused before parsing).
+StudySpec parse_spec_text(std::string_view text);
+// The same from a file; a file that cannot be read is a SpecError "<file>: cannot read: <why>".
+StudySpec load_spec(const std::string& path);
+
+}  // namespace hippo

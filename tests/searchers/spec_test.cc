@@ -1,0 +1,179 @@
+// Good specs parse into the expected structures; units, lengths and root keys are per trial.
+#include "searchers/spec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+namespace hippo {
+namespace {
+
+using nlohmann::json;
+
+json example() {
+  std::ifstream in(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-lr-decay.json");
+  return json::parse(in);
+}
+
+std::string error_of(const json& spec) {
+  try {
+    parse_spec(spec);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(Spec, ExampleParsesIntoItsParts) {
+  StudySpec s = load_spec(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-lr-decay.json");
+  EXPECT_EQ(s.name, "fmnist-mlp-lr-decay");
+  EXPECT_EQ(s.model, json({{"type", "mlp"}, {"hidden", {256, 128}}}));
+  EXPECT_EQ(s.data.name, "fashion-mnist");
+  EXPECT_EQ(s.data.train_samples, 60000);
+  EXPECT_EQ(s.data.eval_samples, 10000);
+  EXPECT_EQ(s.seed, 0u);
+  EXPECT_EQ(s.fixed["batch_size"], 128);
+  EXPECT_EQ(s.fixed["optimizer"], "sgd");
+  EXPECT_EQ(s.fixed["momentum"], 0.9);
+  EXPECT_EQ(s.fixed["beta2"], 0.999);  // defaults filled in
+  EXPECT_EQ(s.fixed["nesterov"], false);
+  EXPECT_FALSE(s.fixed.contains("lr"));
+  EXPECT_EQ(s.searcher.name, "grid");
+  EXPECT_EQ(s.searcher.metric, "accuracy");
+  EXPECT_TRUE(s.searcher.maximize);
+  EXPECT_EQ(s.searcher.max_trials, 18);
+  EXPECT_EQ(s.length.count, 4);
+  EXPECT_TRUE(s.length.epochs);
+  ASSERT_TRUE(s.eval_every);
+  EXPECT_EQ(s.eval_every->count, 1);
+  EXPECT_EQ(s.space.names(), (std::vector<std::string>{"lr", "weight_decay"}));
+  std::vector<std::string> params;
+  for (const Param& p : s.space.params()) params.push_back(p.name);
+  EXPECT_EQ(params, (std::vector<std::string>{"lr.init", "lr.milestones[0]", "lr.gamma"}));
+  EXPECT_EQ(s.root_key.size(), 16u);
+
+  Params p = {{"lr.init", 0.1}, {"lr.milestones[0]", 2}, {"lr.gamma", 0.1}};
+  EXPECT_EQ(s.steps_per_epoch(p), 468);  // floor(60000 / 128)
+  EXPECT_EQ(s.length_steps(p), 1872);
+  EXPECT_EQ(s.eval_steps(p), (std::vector<int64_t>{468, 936, 1404, 1872}));
+}
+
+TEST(Spec, BatchSizeDistributionGivesEachTrialItsUnit) {
+  json j = example();
+  j["data"]["train_samples"] = 1000;
+  j["fixed"].erase("batch_size");
+  j["hyperparameters"]["batch_size"] = {{"choice", {64, 128}}};
+  j["eval"]["every"] = {{"steps", 10}};
+  StudySpec s = parse_spec(j);
+  Params p = {{"lr.init", 0.1}, {"lr.milestones[0]", 1}, {"lr.gamma", 0.1}, {"batch_size", 64}};
+  EXPECT_EQ(s.steps_per_epoch(p), 15);
+  EXPECT_EQ(s.length_steps(p), 60);
+  EXPECT_DOUBLE_EQ(s.hyperparams(p).at("lr").value_at(14), 0.1);
+  EXPECT_DOUBLE_EQ(s.hyperparams(p).at("lr").value_at(15), 0.1 * 0.1);
+  p["batch_size"] = 128;
+  EXPECT_EQ(s.steps_per_epoch(p), 7);
+  EXPECT_EQ(s.length_steps(p), 28);
+  EXPECT_EQ(s.eval_steps(p), (std::vector<int64_t>{10, 20, 28}));
+  EXPECT_DOUBLE_EQ(s.hyperparams(p).at("lr").value_at(7), 0.1 * 0.1);
+  EXPECT_EQ(s.hyperparams(p).at("batch_size"), Sequence::constant(128));
+}
+
+TEST(Spec, NoEvalMeansTheEndOnly) {
+  json j = example();
+  j.erase("eval");
+  j["length"] = {{"steps", 500}};
+  StudySpec s = parse_spec(j);
+  EXPECT_EQ(s.eval_steps(Params::object()), (std::vector<int64_t>{500}));
+}
+
+TEST(Spec, BetasAliasSetsBeta1AndBeta2) {
+  json j = example();
+  j["fixed"]["betas"] = {0.8, 0.99};
+  EXPECT_EQ(parse_spec(j).fixed["beta1"], 0.8);
+  EXPECT_EQ(parse_spec(j).fixed["beta2"], 0.99);
+  j["fixed"].erase("betas");
+  j["hyperparameters"]["betas"] = {0.9, {{"grid", {0.99, 0.999}}}};
+  StudySpec s = parse_spec(j);
+  EXPECT_EQ(s.space.names(), (std::vector<std::string>{"beta1", "beta2", "lr", "weight_decay"}));
+  EXPECT_EQ(s.space.params()[0].name, "beta2");
+  j["hyperparameters"]["betas"][1] = {{"grid", {0.99, 2}}};
+  EXPECT_EQ(error_of(j).rfind("hyperparameters.betas[1].grid[1]: expected a number in [0, 1]", 0),
+            0u);
+}
+
+TEST(Spec, RootKeyDependsOnWhatChangesTrainingOnly) {
+  json j = example();
+  const std::string key = parse_spec(j).root_key;
+  json other = j;
+  other["name"] = "another";
+  other["searcher"] = {{"name", "random"}, {"metric", "loss"}, {"mode", "min"}, {"max_trials", 3}};
+  other["length"] = {{"steps", 100}};
+  other.erase("eval");
+  other["hyperparameters"]["lr"] = {{"grid", {0.3, 0.2}}};  // same names, other values
+  other["fixed"]["nesterov"] = false;                       // the default, written out
+  EXPECT_EQ(parse_spec(other).root_key, key);
+  for (auto change : std::vector<std::function<void(json&)>>{
+           [](json& s) { s["seed"] = 1; },
+           [](json& s) { s["fixed"]["momentum"] = 0.8; },
+           [](json& s) { s["model"]["hidden"] = {256}; },
+           [](json& s) { s["data"]["train_samples"] = 1024; },
+           [](json& s) {
+             s["hyperparameters"]["momentum"] = 0.9;
+             s["fixed"].erase("momentum");
+           },
+       }) {
+    json changed = j;
+    change(changed);
+    EXPECT_NE(parse_spec(changed).root_key, key) << changed.dump();
+  }
+}
+
+TEST(Spec, ExternalModelsTakeAnySetting) {
+  json j = {
+      {"name", "ext"},
+      {"model", {{"type", "external"}, {"command", {"python3", "train.py"}}}},
+      {"data", {{"name", "fashion-mnist"}}},
+      {"fixed", {{"dropout", 0.1}, {"activation", "gelu"}, {"batch_size", 100}}},
+      {"hyperparameters",
+       {{"width", {{"int", {16, 64}}}}, {"act", {{"choice", {"relu", "tanh"}}}}}},
+      {"searcher", {{"name", "random"}, {"metric", "val_f1"}, {"mode", "max"}, {"max_trials", 2}}},
+      {"length", {{"epochs", 2}}}};
+  StudySpec s = parse_spec(j);
+  EXPECT_TRUE(s.external_model());
+  EXPECT_EQ(s.fixed["activation"], "gelu");
+  EXPECT_FALSE(s.fixed.contains("momentum"));  // no built-in defaults
+  EXPECT_EQ(s.length_steps(Params::object()), 1200);
+  Hyperparams h = s.hyperparams({{"width", 20}, {"act", "tanh"}});
+  EXPECT_EQ(h.at("act"), Sequence::text("tanh"));
+  EXPECT_EQ(h.at("width"), Sequence::constant(20));
+  j["fixed"]["batch_size"] = "big";  // batch_size keeps its meaning: epochs are made of it
+  EXPECT_EQ(error_of(j).rfind("fixed.batch_size: expected an integer", 0), 0u);
+}
+
+TEST(Spec, NonFiniteNumbersAreRefused) {
+  // JSON text cannot carry NaN or infinities (the parser refuses 1e999), but a spec built in
+  // memory can.
+  json j = example();
+  j["fixed"]["momentum"] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(error_of(j).rfind("fixed.momentum: expected a finite number", 0), 0u) << error_of(j);
+  j = example();
+  j["hyperparameters"]["lr"]["gamma"] = {{"grid", {0.1, std::numeric_limits<double>::infinity()}}};
+  EXPECT_EQ(error_of(j).rfind("hyperparameters.lr.gamma.grid[1]: expected a finite number", 0), 0u)
+      << error_of(j);
+  EXPECT_THROW(parse_spec_text(R"({"name": 1e999})"), SpecError);
+}
+
+TEST(Spec, MissingFileNamesTheFile) {
+  try {
+    load_spec("/nonexistent/spec.json");
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/nonexistent/spec.json: cannot read: No such file or directory");
+  }
+}
+
+}  // namespace
+}  // namespace hippo
