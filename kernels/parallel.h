@@ -1,0 +1,57 @@
+// A tiny fixed-partition thread pool for the CPU kernels. parallel_for splits [0, n) into at most
+// threads() contiguous chunks; chunk i always runs on pool thread i (chunk 0 on the caller), and
+// kernels write each output element from exactly one chunk, so results never depend on timing.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace hippo::kernels {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return threads_; }
+
+  // Calls fn(begin, end) on disjoint chunks covering [0, n), each at least `grain` long (except
+  // when n < grain), and returns when all are done. fn must not throw.
+  template <typename Fn>
+  void parallel_for(int64_t n, int64_t grain, const Fn& fn) {
+    int64_t chunks = grain > 0 ? (n + grain - 1) / grain : n;
+    if (chunks > threads_) chunks = threads_;
+    if (chunks <= 1) {
+      if (n > 0) fn(int64_t{0}, n);
+      return;
+    }
+    run(n, static_cast<int>(chunks), &fn,
+        [](const void* f, int64_t b, int64_t e) { (*static_cast<const Fn*>(f))(b, e); });
+  }
+
+ private:
+  using Thunk = void (*)(const void*, int64_t, int64_t);
+  void run(int64_t n, int chunks, const void* fn, Thunk thunk);
+  void worker(int index);
+  static void chunk(int64_t n, int chunks, int i, int64_t* begin, int64_t* end);
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  // The current job, valid while pending_ > 0; generation_ tells workers a new job has arrived.
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  int64_t n_ = 0;
+  int chunks_ = 0;
+  const void* fn_ = nullptr;
+  Thunk thunk_ = nullptr;
+};
+
+}  // namespace hippo::kernels
