@@ -10,6 +10,11 @@ cd "$(dirname "$0")/.."
 spec=${1:-examples/fmnist-mlp-lr-decay.json}
 workers=${2:-2}
 hippo=${HIPPO:-build/hippo}
+# The same OpenBLAS kernels for both sides (hippo-worker picks these itself: kernels/blas_env.h).
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

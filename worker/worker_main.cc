@@ -19,6 +19,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "kernels/blas_env.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
 #include "worker/engine.h"
@@ -295,6 +296,7 @@ class Worker {
 }  // namespace hippo::worker
 
 int main(int argc, char** argv) {
+  hippo::kernels::use_native_blas_kernels(argv);
   using hippo::worker::Options;
   CLI::App app{"hippo-worker: executes stages for a hippo master"};
   Options options;

@@ -1,0 +1,33 @@
+// Checkpoint files: one TrainState in one file.
+//
+// Layout (little-endian, as the machine writes it):
+//   header   magic "HIPPOCKP" (8 bytes), version u32, optimizer u32 (0 none, 1 sgd, 2 adam,
+//            3 adamw), step i64, data_position i64, rng_counter u64, config_hash u64,
+//            param_count u64, opt_state_count u64                              (64 bytes)
+//   body     params f32[param_count], opt_state f32[opt_state_count]
+//   trailer  CRC-32 (zlib) of header and body, u32
+// Saving writes a temporary file next to the target, fsyncs it, renames it over the target and
+// fsyncs the directory, so a reader sees the old file or the new one, never a torn one.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "worker/train_state.h"
+
+namespace hippo::worker {
+
+// A checkpoint that cannot be written, or read back as exactly what was saved for this config.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
+// Refuses (CheckpointError naming the file and the problem) a missing file, a wrong magic or
+// version, a truncated or extended file, a checksum mismatch and a config hash other than
+// expected_config_hash.
+TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash);
+
+}  // namespace hippo::worker
