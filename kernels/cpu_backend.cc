@@ -395,7 +395,7 @@ class CpuBackend final : public Backend {
   // A product is split into blocks of at least this many flops, at most kGemmMaxBlocks; along m
   // or n only when its output has kGemmBlockOutputs values per block (smaller outputs are split
   // along k, or not at all: cutting them repacks the operands once per block).
-  static constexpr double kGemmBlockFlops = 32e6;
+  static constexpr double kGemmBlockFlops = 8e6;
   static constexpr int kGemmMaxBlocks = 8;
   static constexpr int64_t kGemmBlockOutputs = 1 << 16;
   static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)

@@ -14,7 +14,7 @@ ThreadPool::ThreadPool(int threads) : threads_(threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -25,48 +25,69 @@ void ThreadPool::chunk(int64_t n, int chunks, int i, int64_t* begin, int64_t* en
   *end = n * (i + 1) / chunks;
 }
 
+namespace {
+
+// About 100 microseconds of spinning (a pause is tens of cycles) before a thread sleeps.
+constexpr int kSpins = 4000;
+
+void pause() {
+  __builtin_ia32_pause();
+}
+
+}  // namespace
+
 void ThreadPool::run(int64_t n, int chunks, const void* fn, Thunk thunk) {
+  n_ = n;
+  chunks_ = chunks;
+  fn_ = fn;
+  thunk_ = thunk;
+  // Every pool thread reports back, also those without a chunk, so none can still be reading
+  // this job's fields when the next run() writes them.
+  pending_.store(threads_ - 1, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    n_ = n;
-    chunks_ = chunks;
-    fn_ = fn;
-    thunk_ = thunk;
-    pending_ = chunks - 1;
-    ++generation_;
+    std::lock_guard<std::mutex> lock(mu_);  // a thread about to sleep sees the new generation
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   int64_t begin, end;
   chunk(n, chunks, 0, &begin, &end);
   thunk(fn, begin, end);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return pending_ == 0; });
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpins) {
+      pause();
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    break;
+  }
 }
 
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    int64_t n;
-    int chunks;
-    const void* fn;
-    Thunk thunk;
-    {
+    uint64_t current;
+    for (int spin = 0; (current = generation_.load(std::memory_order_acquire)) == seen; ++spin) {
+      if (stop_.load(std::memory_order_relaxed)) return;
+      if (spin < kSpins) {
+        pause();
+        continue;
+      }
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= chunks_) continue;  // this job has fewer chunks than threads
-      n = n_;
-      chunks = chunks_;
-      fn = fn_;
-      thunk = thunk_;
+      wake_.wait(lock, [&] {
+        return stop_.load(std::memory_order_relaxed) ||
+               generation_.load(std::memory_order_acquire) != seen;
+      });
     }
-    int64_t begin, end;
-    chunk(n, chunks, index, &begin, &end);
-    thunk(fn, begin, end);
-    {
+    seen = current;
+    if (index < chunks_) {
+      int64_t begin, end;
+      chunk(n_, chunks_, index, &begin, &end);
+      thunk_(fn_, begin, end);
+    }
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }

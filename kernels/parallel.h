@@ -3,6 +3,7 @@
 // kernels write each output element from exactly one chunk, so results never depend on timing.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -42,12 +43,15 @@ class ThreadPool {
 
   int threads_;
   std::vector<std::thread> workers_;
+  // A training step runs a few dozen short parallel_for calls, so waking a sleeping thread for
+  // each (tens of microseconds) would cost more than the work: threads spin on generation_ and
+  // pending_ for a while before they sleep on the condition variables.
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  // The current job, valid while pending_ > 0; generation_ tells workers a new job has arrived.
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};  // a new job was published
+  std::atomic<int> pending_{0};          // pool threads that have not finished the current job
+  std::atomic<bool> stop_{false};
+  // The current job: written by run() before it bumps generation_, read by pool threads after.
   int64_t n_ = 0;
   int chunks_ = 0;
   const void* fn_ = nullptr;

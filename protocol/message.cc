@@ -32,23 +32,8 @@ const json& get_field(const json& m, const char* field) {
 json parse(std::string_view body) {
   if (static_cast<int64_t>(body.size()) > kMaxMessageBytes)
     throw ProtocolError("message: larger than " + std::to_string(kMaxMessageBytes) + " bytes");
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    char c = body[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) throw ProtocolError("message: nested deeper than 64 levels");
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
+  if (json_nesting_beyond(body, kMaxDepth) != std::string_view::npos)
+    throw ProtocolError("message: nested deeper than " + std::to_string(kMaxDepth) + " levels");
   json m = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded()) throw ProtocolError("message: not valid JSON");
   if (!m.is_object()) throw ProtocolError("message: expected a JSON object");

@@ -1,6 +1,9 @@
 #include "searchers/field.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "stagetree/sequence_json.h"
 
 namespace hippo {
 
@@ -86,26 +89,12 @@ bool Field::boolean() const {
 
 nlohmann::json parse_json_text(std::string_view text) {
   // Depth of [ and { outside strings, on the raw bytes: nothing deeper reaches the parser.
-  int depth = 0;
-  int line = 1;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '\n') ++line;
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxSpecDepth)
-        throw SpecError("$: nested deeper than " + std::to_string(kMaxSpecDepth) +
-                        " levels at line " + std::to_string(line));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+  size_t too_deep = json_nesting_beyond(text, kMaxSpecDepth);
+  if (too_deep != std::string_view::npos) {
+    int64_t line =
+        1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(too_deep), '\n');
+    throw SpecError("$: nested deeper than " + std::to_string(kMaxSpecDepth) + " levels at line " +
+                    std::to_string(line));
   }
   try {
     return nlohmann::json::parse(text);

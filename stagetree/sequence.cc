@@ -203,8 +203,10 @@ std::string Sequence::describe(int64_t start, int64_t end) const {
         break;
       case SegmentKind::kLinear:
       case SegmentKind::kCosine:
+        // The piece's own range tells pieces apart that differ only in length.
         out += std::string(segment_kind_name(s.kind)) + " " + format_number(s.v0) + "->" +
-               format_number(s.v1);
+               format_number(s.v1) + " over [" + std::to_string(s.start) + ", " +
+               std::to_string(s.end) + ")";
         break;
       case SegmentKind::kExponential:
         // Within one period the piece is a single value: show that instead of the formula.

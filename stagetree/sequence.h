@@ -62,7 +62,8 @@ class Sequence {
 
   double value_at(int64_t step) const;  // numeric sequences only
   // Human-readable form of the values over [start, end), e.g. "0.1", "adam",
-  // "cosine 0.1->0.001", "0.1*0.5^k every 100", "linear 0->0.1"; pieces joined by ", ".
+  // "cosine 0.1->0.001 over [0, 100)", "0.1*0.5^k every 100", "linear 0->0.1 over [0, 10)";
+  // pieces joined by ", ".
   std::string describe(int64_t start, int64_t end) const;
 
   bool operator==(const Sequence&) const = default;

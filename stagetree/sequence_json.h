@@ -9,6 +9,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "stagetree/sequence.h"
 
@@ -19,5 +20,10 @@ Sequence sequence_from_json(const nlohmann::json& j);
 
 nlohmann::json to_json(const Hyperparams& hyperparams);
 Hyperparams hyperparams_from_json(const nlohmann::json& j);
+
+// The byte offset in `text` where '[' and '{' (outside strings) nest deeper than max_depth, or
+// std::string_view::npos. Untrusted JSON text is checked with it before it is parsed, so the
+// recursive parser never goes that deep.
+size_t json_nesting_beyond(std::string_view text, int max_depth);
 
 }  // namespace hippo

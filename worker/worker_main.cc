@@ -16,6 +16,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <zmq.hpp>
 
@@ -91,18 +92,12 @@ class Worker {
   int run() {
     hello();
     while (!g_stop) {
-      auto body = protocol::dealer_receive(socket_, options_.heartbeat_ms);
-      if (!body) {
+      std::optional<json> message = receive(options_.heartbeat_ms);
+      if (!message) {
         send(protocol::make("heartbeat"));
         continue;
       }
-      json m;
-      try {
-        m = protocol::parse(*body);
-      } catch (const protocol::ProtocolError& e) {
-        std::fprintf(stderr, "worker %s: refused a message: %s\n", options_.name.c_str(), e.what());
-        continue;
-      }
+      const json& m = *message;
       const std::string type = m["type"];
       if (type == "shutdown") return 0;
       if (type == "reset") hello();  // the master does not know us (it restarted)
@@ -130,6 +125,19 @@ class Worker {
   }
 
   void send(const json& m) { protocol::dealer_send(socket_, m); }
+
+  // The next message from the master within timeout_ms, or nullopt. A malformed one is logged,
+  // dropped and also gives nullopt.
+  std::optional<json> receive(int timeout_ms) {
+    std::optional<std::string> body = protocol::dealer_receive(socket_, timeout_ms);
+    if (!body) return std::nullopt;
+    try {
+      return protocol::parse(*body);
+    } catch (const protocol::ProtocolError& e) {
+      std::fprintf(stderr, "worker %s: refused a message: %s\n", options_.name.c_str(), e.what());
+      return std::nullopt;
+    }
+  }
 
   Engine& engine_for(const protocol::RunSpec& run) {
     RunConfig config;
@@ -252,14 +260,8 @@ class Worker {
 
   // Reads the orders the master sent while this job runs, without waiting.
   void read_orders(protocol::Job& job, int64_t step, size_t next_snapshot, bool& stop) {
-    while (auto body = protocol::dealer_receive(socket_, 0)) {
-      json m;
-      try {
-        m = protocol::parse(*body);
-      } catch (const protocol::ProtocolError& e) {
-        std::fprintf(stderr, "worker %s: refused a message: %s\n", options_.name.c_str(), e.what());
-        continue;
-      }
+    while (std::optional<json> message = receive(0)) {
+      const json& m = *message;
       const std::string type = m["type"];
       if (type == "shutdown") {
         g_stop = 1;

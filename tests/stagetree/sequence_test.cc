@@ -188,11 +188,11 @@ TEST(Divergence, LongPiecewiseConstantRangesAreNotWalkedStepByStep) {
 TEST(Describe, ReadableForms) {
   EXPECT_EQ(Sequence::constant(0.1).describe(0, 10), "0.1");
   EXPECT_EQ(Sequence::text("adam").describe(0, 10), "adam");
-  EXPECT_EQ(cosine(0.1, 0.001, 100).describe(0, 100), "cosine 0.1->0.001");
-  EXPECT_EQ(cosine(0.1, 0.001, 100).describe(50, 150), "cosine 0.1->0.001, 0.001");
+  EXPECT_EQ(cosine(0.1, 0.001, 100).describe(0, 100), "cosine 0.1->0.001 over [0, 100)");
+  EXPECT_EQ(cosine(0.1, 0.001, 100).describe(50, 150), "cosine 0.1->0.001 over [0, 100), 0.001");
   EXPECT_EQ(step_decay(0.1, 100, 0.5).describe(0, 1000), "0.1*0.5^k every 100");
   EXPECT_EQ(step_decay(0.1, 100, 0.5).describe(100, 200), "0.05");
-  EXPECT_EQ(warmup_linear(0.1, 10, Sequence::constant(0.1)).describe(0, 20), "linear 0->0.1, 0.1");
+  EXPECT_EQ(warmup_linear(0.1, 10, Sequence::constant(0.1)).describe(0, 20), "linear 0->0.1 over [0, 10), 0.1");
 }
 
 TEST(Property, DivergenceEqualsStepByStepComparison) {
