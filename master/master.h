@@ -67,7 +67,7 @@ struct StudySummary {
   std::string metric;
   double best_value = 0;
   int64_t best_step = 0;
-  double master_ms_per_trial = 0;  // the master's own time (handling, bookkeeping) per trial
+  double master_ms_per_trial = 0;  // the master's own CPU time (events, bookkeeping) per trial
   json to_json() const;
 };
 
@@ -141,7 +141,7 @@ class Master {
     int64_t steps_executed = 0;
     double busy_worker_s = 0;
     Clock::time_point started, ended;
-    double master_s = 0;  // time the master spent on this study's events
+    double master_s = 0;  // CPU time the master spent on this study's events
     std::string error;
   };
   // A unit of work the scheduler may hand to a worker.

@@ -49,6 +49,9 @@ json last_json(const std::string& out) {
   return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1));
 }
 
+// The summary of a study from a master, once the study has ended (null while it runs).
+json protocol_status(const std::string& address, const std::string& name);
+
 class E2E : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -194,9 +197,8 @@ TEST_F(E2E, SecondStudyTrainsOnlyItsNewStages) {
   std::string db = path("cluster.db");
   std::string checkpoints = path("checkpoints");
   spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
-  for (int i = 0; i < 2; ++i)
-    spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name",
-           "w" + std::to_string(i)});
+  for (const char* name : {"w0", "w1"})
+    spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", name});
 
   // Study A: init in {0.1, 0.05}, every in {1, 2}. Study B: init in {0.1, 0.02}, same every.
   // B shares every stage of init 0.1 with A.
@@ -223,6 +225,50 @@ TEST_F(E2E, SecondStudyTrainsOnlyItsNewStages) {
         ++shared;
       }
   EXPECT_EQ(shared, 2);
+}
+
+// A study submitted while another one trains: its trial diverges inside the stage that a worker
+// is running, the worker is told to snapshot at the split step, and no step is trained twice.
+TEST_F(E2E, SplitOfARunningStageTrainsNothingTwice) {
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("split.db"), checkpoints = path("ck");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
+  // One long stage: lr 0.05 for 3000 steps. The second study's trial follows it for 1500 steps
+  // (about a second of training, time enough for the second submission to arrive).
+  json base = {{"model", {{"hidden", {256, 128}}}},
+               {"data", {{"train_samples", 4096}, {"eval_samples", 512}}},
+               {"length", {{"steps", 3000}, {"epochs", nullptr}}},
+               {"eval", {{"every", {{"steps", 1000}, {"epochs", nullptr}}}}}};
+  json first = base, second = base;
+  first["hyperparameters"] = {{"lr", 0.05}};
+  second["hyperparameters"] = {
+      {"lr",
+       {{"schedule", "piecewise"},
+        {"points", {{0, 0.05}, {1500, 0.02}}},
+        // null removes the CI example's step_decay fields from the merged spec
+        {"init", nullptr},
+        {"every", nullptr},
+        {"gamma", nullptr},
+        {"unit", nullptr}}}};
+  std::string client = kHippo + " --master " + address + " --format json submit ";
+  ASSERT_EQ(sh(client + spec("first", first)).status, 0);
+  Result r2 = sh(client + spec("second", second) + " --wait");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  json s1;
+  for (int i = 0; i < 600; ++i) {
+    json status = protocol_status(address, "first");
+    if (!status.is_null()) {
+      s1 = status;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  json s2 = last_json(r2.out);
+  ASSERT_FALSE(s1.is_null());
+  EXPECT_EQ(s1["steps_executed"], 3000);
+  EXPECT_EQ(s2["steps_unique"], 3000);
+  EXPECT_EQ(s2["steps_executed"], 1500);  // only its own branch: the first 1500 were shared
 }
 
 // Garbage on the master's socket is refused, and the master goes on serving.
@@ -343,6 +389,24 @@ TEST_F(E2E, InterfaceExampleSharesExactly) {
   EXPECT_EQ(ma.size(), 18u);
   EXPECT_EQ(ma, mb);
   std::printf("shared: %s\ntrial-based: %s\n", s.dump().c_str(), t.dump().c_str());
+}
+
+json protocol_status(const std::string& address, const std::string& name) {
+  zmq::context_t context;
+  zmq::socket_t req(context, zmq::socket_type::req);
+  req.set(zmq::sockopt::linger, 0);
+  req.connect(address);
+  for (int64_t id = 1; id < 10; ++id) {
+    std::string body = json{{"v", 1}, {"type", "status"}, {"study", id}}.dump();
+    req.send(zmq::buffer(body), zmq::send_flags::none);
+    zmq::message_t reply;
+    if (!req.recv(reply, zmq::recv_flags::none)) return nullptr;
+    json r = json::parse(reply.to_string());
+    if (!r.value("ok", false)) return nullptr;
+    if (r["summary"]["study"] != name) continue;
+    return r["running"].get<bool>() ? json(nullptr) : r["summary"];
+  }
+  return nullptr;
 }
 
 }  // namespace
