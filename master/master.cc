@@ -192,6 +192,7 @@ int64_t Master::submit(const StudySpec& spec, const json& spec_json, Policy poli
     throw;
   }
   studies_[id].master_s += thread_cpu_seconds() - started;
+  schedule_changed_ = true;
   return id;
 }
 
@@ -253,6 +254,7 @@ void Master::place_trial(Study& s, Trial& t, int64_t length, const std::vector<i
       plan_.set_trial_length(t.id, length);
     }
     t.length = length;
+    schedule_changed_ = true;
     plan_.save_change(tree_, change);
     note_change(change);
   }
@@ -442,7 +444,10 @@ void Master::poll(int timeout_ms) {
   // Scheduling work is shared by the running studies, in proportion to their trials.
   double started = thread_cpu_seconds();
   check_workers();
-  dispatch();
+  // Work becomes ready or a worker free only through some events (schedule_changed_ says which
+  // happened): otherwise there is nothing to recompute.
+  if (schedule_changed_) dispatch();
+  schedule_changed_ = false;
   double spent = thread_cpu_seconds() - started;
   int64_t trials = 0;
   for (const auto& [id, s] : studies_)
@@ -490,6 +495,7 @@ void Master::on_hello(const std::string& peer, const json& m) {
   auto old = workers_.find(peer);
   if (old != workers_.end() && old->second.job >= 0) jobs_.erase(old->second.job);
   workers_[peer] = w;
+  schedule_changed_ = true;
   plan_.add_event(std::nullopt, "worker_joined", {{"name", w.name}, {"device", w.device}});
   // Five heartbeats fit in the timeout, so one late heartbeat never loses a worker.
   json welcome = protocol::make("welcome");
@@ -537,16 +543,20 @@ void Master::on_metric(Worker& w, const json& m) {
   std::vector<TrialId> waiting;
   for (TrialId t : pending_by_step_[step])
     if (tree_.stage_at(t, step) == key.first) waiting.push_back(t);
-  for (TrialId id : waiting) {
-    auto it = trials_.find(id);
-    if (it == trials_.end()) continue;
-    Trial& t = it->second;
-    Study& s = studies_.at(t.study);
-    guarded(s, [&] {
-      record_metric(t, step, metrics);
-      plan_.save_searcher_state(s.id, s.searcher->save());
-    });
-  }
+  // One commit for every trial that waited for this state; each study's part is a savepoint of
+  // its own (guarded), so one failing searcher fails only its study.
+  plan_.transaction([&] {
+    for (TrialId id : waiting) {
+      auto it = trials_.find(id);
+      if (it == trials_.end()) continue;
+      Trial& t = it->second;
+      Study& s = studies_.at(t.study);
+      guarded(s, [&] {
+        record_metric(t, step, metrics);
+        plan_.save_searcher_state(s.id, s.searcher->save());
+      });
+    }
+  });
 }
 
 void Master::on_snapshot(Worker& w, const json& m) {
@@ -577,6 +587,7 @@ void Master::on_snapshot(Worker& w, const json& m) {
   states_[state] = info;
   state_index_[key] = state;
   w.held.insert(state);
+  schedule_changed_ = true;
   job.progress_step = std::max(job.progress_step, step);
 }
 
@@ -607,17 +618,20 @@ void Master::on_done(Worker& w, const json& m) {
   }
   jobs_.erase(job_id);
   w.job = -1;
-  for (TrialId id : ending) {
-    auto it = trials_.find(id);
-    if (it == trials_.end()) continue;
-    Trial& t = it->second;
-    Study& s = studies_.at(t.study);
-    if (s.status != StudyStatus::kRunning) continue;
-    guarded(s, [&] {
-      maybe_close(t);
-      plan_.save_searcher_state(s.id, s.searcher->save());
-    });
-  }
+  schedule_changed_ = true;
+  plan_.transaction([&] {  // one commit for every trial this job closes
+    for (TrialId id : ending) {
+      auto it = trials_.find(id);
+      if (it == trials_.end()) continue;
+      Trial& t = it->second;
+      Study& s = studies_.at(t.study);
+      if (s.status != StudyStatus::kRunning) continue;
+      guarded(s, [&] {
+        maybe_close(t);
+        plan_.save_searcher_state(s.id, s.searcher->save());
+      });
+    }
+  });
 }
 
 void Master::on_failed(Worker& w, const json& m) {
@@ -627,6 +641,7 @@ void Master::on_failed(Worker& w, const json& m) {
   Job job = jobs_.at(job_id);
   jobs_.erase(job_id);
   w.job = -1;
+  schedule_changed_ = true;
   fail_trials_through(job, error);
 }
 
@@ -669,6 +684,7 @@ void Master::check_workers() {
     // Lost: its job goes back to the queue from the newest state it reported.
     plan_.add_event(std::nullopt, "worker_lost", {{"name", it->second.name}});
     if (!options_.quiet) std::fprintf(stderr, "master: lost worker %s\n", it->second.name.c_str());
+    schedule_changed_ = true;
     if (it->second.job >= 0) {
       // The steps it trained after its last snapshot are lost and will be trained again: they
       // count as executed (the heartbeats said how far it got).

@@ -209,6 +209,7 @@ class Master {
   std::map<Key, json> metric_cache_;                      // key -> {"accuracy":..,"loss":..}
   std::set<StageId> failed_stages_;
   std::map<std::string, std::pair<double, int64_t>> step_cost_;  // root key -> (seconds, steps)
+  bool schedule_changed_ = true;  // something arrived since the last dispatch
   int64_t next_job_ = 1, next_state_ = 1;
   TrialId next_trial_ = 0;
 };
