@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,9 +39,18 @@ namespace hippo {
 using RequestId = int64_t;
 
 // Start a new trial with these values.
+// A trial that continues another one (PBT's exploit): its sequences equal the donor's before
+// `step` and follow its own params from `step` on, so it shares the donor's stages up to there.
+struct Fork {
+  RequestId donor = 0;
+  int64_t step = 0;
+  bool operator==(const Fork&) const = default;
+};
+// Start a new trial with these values (optionally forked from a donor).
 struct Create {
   RequestId trial = 0;
   Params params;
+  std::optional<Fork> fork;
   bool operator==(const Create&) const = default;
 };
 // Train the trial up to step `length` (a trial's length only grows), evaluating the metric at
