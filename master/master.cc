@@ -115,6 +115,7 @@ void Master::restore() {
       t.length = tr.length;
       t.in_tree = tree_.has_trial(tr.id);
       t.status = tr.status;
+      if (t.status == TrialStatus::kStopped) t.stopped_at = trained_length(t);
       if (t.status == TrialStatus::kPending || t.status == TrialStatus::kRunning) {
         std::set<int64_t> have;
         for (const MetricRow& m : plan_.metrics(tr.id))
@@ -205,11 +206,15 @@ void Master::apply(Study& s, const std::vector<Operation>& ops) {
       if (c->trial != static_cast<RequestId>(s.trials.size()))
         throw std::runtime_error("searcher trial ids must be 0, 1, 2, ... in creation order");
       // The trial enters the plan and the tree with its first Train (a stored trial has work).
+      if (c->fork && !s.trials.count(c->fork->donor))
+        throw std::runtime_error("searcher forked trial " + std::to_string(c->trial) +
+                                 " from unknown trial " + std::to_string(c->fork->donor));
       Trial t;
       t.id = next_trial_++;
       t.study = s.id;
       t.request = c->trial;
       t.params = c->params;
+      t.fork = c->fork;
       s.trials[c->trial] = t.id;
       trials_[t.id] = std::move(t);
     } else if (const Train* tr = std::get_if<Train>(&op)) {
@@ -223,6 +228,7 @@ void Master::apply(Study& s, const std::vector<Operation>& ops) {
       Trial& t = trials_.at(it->second);
       for (int64_t step : t.pending_evals) pending_by_step_[step].erase(t.id);
       t.pending_evals.clear();
+      t.stopped_at = trained_length(t);
       t.status = TrialStatus::kStopped;
       plan_.set_trial_status(t.id, t.status, "stopped by the searcher");
     } else if (std::holds_alternative<Finish>(op)) {
@@ -244,6 +250,22 @@ void Master::place_trial(Study& s, Trial& t, int64_t length, const std::vector<i
                          : s.spec.root_key;
       row.params = t.params;
       row.hyperparams = s.spec.hyperparams(t.params);
+      if (t.fork) {
+        // The donor's history up to the fork step, the trial's own values after it.
+        const Trial& donor = trials_.at(s.trials.at(t.fork->donor));
+        if (!donor.in_tree)
+          throw std::runtime_error("searcher forked from trial " + std::to_string(t.fork->donor) +
+                                   ", which has never been trained");
+        const Hyperparams& history = tree_.trial(donor.id).hyperparams;
+        for (auto& [name, seq] : row.hyperparams) {
+          try {
+            seq = splice(history.at(name), seq, t.fork->step);
+          } catch (const std::invalid_argument& e) {
+            throw std::runtime_error("fork of trial " + std::to_string(t.request) + " at step " +
+                                     std::to_string(t.fork->step) + ": " + name + ": " + e.what());
+          }
+        }
+      }
       row.length = length;
       row.status = TrialStatus::kRunning;
       t.number = plan_.add_trial(row);
@@ -283,6 +305,38 @@ void Master::record_metric(Trial& t, int64_t step, const json& metrics) {
   if (std::optional<double> v = metric_value(metrics, s.spec.searcher.metric))
     apply(s, s.searcher->on_validation(t.request, step, *v));
   maybe_close(t);
+}
+
+int64_t Master::needed_length(const Trial& t) const {
+  return t.stopped_at >= 0 ? std::min(t.stopped_at, t.length) : t.length;
+}
+
+int64_t Master::trained_length(const Trial& t) const {
+  if (!t.in_tree) return 0;
+  for (StageId id : tree_.path(t.id)) {
+    const Stage& x = tree_.stage(id);
+    if (x.trained_until < std::min(x.end, t.length)) return x.trained_until;
+  }
+  return t.length;
+}
+
+std::unordered_map<StageId, int64_t> Master::needed_ends() const {
+  std::unordered_map<StageId, int64_t> out;
+  for (const auto& [id, t] : trials_) {
+    // Work of a study that ended (done, failed, cancelled) is not trained any further.
+    auto study = studies_.find(t.study);
+    if (!t.in_tree || t.status == TrialStatus::kFailed || study == studies_.end() ||
+        study->second.status != StudyStatus::kRunning)
+      continue;
+    int64_t need = needed_length(t);
+    for (StageId s : tree_.path(id)) {
+      const Stage& x = tree_.stage(s);
+      if (x.start >= need) break;
+      int64_t& end = out[s];
+      end = std::max(end, std::min(x.end, need));
+    }
+  }
+  return out;
 }
 
 bool Master::trial_trained(const Trial& t) const {
@@ -768,16 +822,21 @@ std::vector<Master::Candidate> Master::candidates() {
 
   std::unordered_map<StageId, double> priorities =
       tree_.priorities([&](const std::string& root) { return cost_per_step(root); });
+  // Only what a trial that is not stopped needs is trained (a stopped trial keeps its length in
+  // the tree, which records what was asked).
+  std::unordered_map<StageId, int64_t> needed = needed_ends();
   for (const auto& [id, priority] : priorities) {
     if (claimed.count(id) || failed_stages_.count(id)) continue;
     const Stage& x = tree_.stage(id);
     if (x.parent != kNoStage && failed_stages_.count(x.parent)) continue;
+    auto need = needed.find(id);
+    if (need == needed.end() || need->second <= x.trained_until) continue;
     int64_t t = x.trained_until;
     Candidate c;
     c.priority = priority;
     c.rep = x.representative;
     c.from = t;
-    c.to = x.end;
+    c.to = need->second;
     c.stage = id;
     if (t > 0) {
       Key parent{t == x.start ? x.parent : x.id, t};
@@ -790,7 +849,7 @@ std::vector<Master::Candidate> Master::candidates() {
       }
       c.parent_state = *state;
     }
-    c.evals = evals_between(c.rep, t, x.end, t == 0 || t > x.start);
+    c.evals = evals_between(c.rep, t, c.to, t == 0 || t > x.start);
     out.push_back(c);
   }
 
@@ -904,8 +963,10 @@ Progress Master::progress(int64_t study) const {
     ++p.trials;
     if (t.status != TrialStatus::kPending && t.status != TrialStatus::kRunning) ++p.trials_closed;
     if (!t.in_tree) continue;
+    int64_t need = needed_length(t);
     for (StageId id : tree_.path(tid)) {
-      int64_t end = std::min(tree_.stage(id).end, t.length);
+      if (tree_.stage(id).start >= need) break;
+      int64_t end = std::min(tree_.stage(id).end, need);
       needed[id] = std::max(needed[id], end);
     }
   }
@@ -932,8 +993,8 @@ StudySummary Master::summary(int64_t study) {
   out.steps_executed = s.steps_executed;
   for (const auto& [req, tid] : s.trials) {
     const Trial& t = trials_.at(tid);
-    out.steps_trial_based += t.length;
-    out.critical_path_steps = std::max(out.critical_path_steps, t.length);
+    out.steps_trial_based += needed_length(t);
+    out.critical_path_steps = std::max(out.critical_path_steps, needed_length(t));
   }
   auto end = s.status == StudyStatus::kRunning ? Clock::now() : s.ended;
   out.wall_s = std::chrono::duration<double>(end - s.started).count();

@@ -127,7 +127,9 @@ class Master {
     RequestId request = 0;
     json params;
     bool in_tree = false;
-    int64_t length = 0;
+    int64_t length = 0;       // the length of its latest Train (its length in the tree)
+    int64_t stopped_at = -1;  // Stop: the step it had been trained to; it needs nothing beyond
+    std::optional<Fork> fork;  // from its Create: the donor (a request id) and the step
     std::set<int64_t> pending_evals;
     TrialStatus status = TrialStatus::kPending;
   };
@@ -190,6 +192,12 @@ class Master {
   double cost_per_step(const std::string& root_key) const;
   std::set<int64_t> studies_through(StageId stage) const;
   bool trial_trained(const Trial& t) const;
+  // The steps a trial still needs: its length, or where it was stopped.
+  int64_t needed_length(const Trial& t) const;
+  // For every stage: the end up to which some trial that is not stopped needs it trained.
+  std::unordered_map<StageId, int64_t> needed_ends() const;
+  // How far the trial's path has been trained, from step 0 without a gap.
+  int64_t trained_length(const Trial& t) const;
   // Deletes the checkpoints that no trial of a running study can reach any more (a trial of a
   // running study may still be extended, so its whole path is reachable).
   void collect_checkpoints();

@@ -221,6 +221,39 @@ std::string Sequence::describe(int64_t start, int64_t end) const {
   return out;
 }
 
+Sequence splice(const Sequence& before, const Sequence& after, int64_t at) {
+  if (at <= 0) return after;
+  if (before.is_text() || after.is_text()) {
+    if (before == after) return before;
+    throw std::invalid_argument("a categorical value cannot change during a trial");
+  }
+  std::vector<Segment> out;
+  for (Segment s : before.segments()) {
+    if (s.start >= at) break;
+    if (s.end > at) {
+      // A constant or exponential piece keeps its values when it ends sooner (an exponential's
+      // depend on its start and period only); linear and cosine pieces would change.
+      if (s.kind == SegmentKind::kLinear || s.kind == SegmentKind::kCosine)
+        throw std::invalid_argument(std::string("cannot cut a ") + segment_kind_name(s.kind) +
+                                    " piece at step " + std::to_string(at));
+      s.end = at;
+    }
+    out.push_back(s);
+  }
+  for (Segment s : after.segments()) {
+    if (s.end <= at) continue;
+    if (s.start < at) {
+      // Only a constant may start later than it did; every other kind counts from its start.
+      if (s.kind != SegmentKind::kConstant)
+        throw std::invalid_argument(std::string("cannot start a ") + segment_kind_name(s.kind) +
+                                    " piece at step " + std::to_string(at) + " inside it");
+      s.start = at;
+    }
+    out.push_back(s);
+  }
+  return Sequence::from_segments(std::move(out));
+}
+
 int64_t divergence_until(const Sequence& a, const Sequence& b, int64_t from, int64_t limit) {
   from = std::max<int64_t>(from, 0);
   if (from >= limit) return limit;

@@ -95,6 +95,12 @@ int64_t divergence(const Hyperparams& a, const Hyperparams& b, int64_t from = 0)
 int64_t divergence_until(const Sequence& a, const Sequence& b, int64_t from, int64_t until);
 int64_t divergence_until(const Hyperparams& a, const Hyperparams& b, int64_t from, int64_t until);
 
+// The sequence that has `before`'s values at steps < at and `after`'s from `at` on: a trial that
+// keeps a donor's history (PBT's exploit). Throws std::invalid_argument where that cannot be
+// written exactly: a linear, cosine or exponential piece cut at `at` in the middle (its values
+// depend on where it starts and ends), or two different categorical values.
+Sequence splice(const Sequence& before, const Sequence& after, int64_t at);
+
 // Schedule shorthands of INTERFACE.md, with every length already in steps (unit applied).
 Sequence multistep(double init, std::vector<int64_t> milestones, double gamma);
 Sequence step_decay(double init, int64_t every, double gamma);

@@ -91,8 +91,11 @@ TEST(Schedules, WarmupLinearWithNestedAfterMatchesInterface) {
     EXPECT_EQ(bits(seq.value_at(s)), bits(want)) << s;
   }
   expect_invalid([] { warmup_linear(0.1, 5, Sequence::text("adam")); }, "numeric");
-  expect_invalid([] { warmup_linear(0.1, kForever - 5, piecewise({{0, 1}, {10, 2}})); },
-                 "overflows");
+  expect_invalid(
+      [] {
+        warmup_linear(0.1, kForever - 5, piecewise({{0, 1}, {10, 2}}));
+      },
+      "overflows");
   // Near the end of the step range: shifting by the warmup stays exact.
   Sequence late = warmup_linear(0.1, kForever - 20, piecewise({{0, 1}, {10, 2}}));
   EXPECT_EQ(late.value_at(kForever - 11), 1);
@@ -185,6 +188,27 @@ TEST(Divergence, LongPiecewiseConstantRangesAreNotWalkedStepByStep) {
             kForever / 3);
 }
 
+TEST(Splice, DonorHistoryThenOwnValues) {
+  // PBT: the donor's step decay up to 250, then a constant of the trial's own.
+  Sequence donor = step_decay(0.1, 100, 0.5);
+  Sequence own = Sequence::constant(0.07);
+  Sequence s = splice(donor, own, 250);
+  for (int64_t step : {0, 99, 100, 199, 200, 249})
+    EXPECT_EQ(s.value_at(step), donor.value_at(step));
+  for (int64_t step : {250, 251, 1000}) EXPECT_EQ(s.value_at(step), 0.07);
+  EXPECT_EQ(divergence(s, donor), 250);
+  // Chains of forks stay constant pieces.
+  Sequence again = splice(s, Sequence::constant(0.03), 400);
+  EXPECT_EQ(again.value_at(399), 0.07);
+  EXPECT_EQ(again.value_at(400), 0.03);
+  EXPECT_EQ(splice(donor, own, 0), own);
+  // Where the values cannot be written exactly, it refuses.
+  EXPECT_THROW(splice(cosine(0.1, 0, 100), own, 50), std::invalid_argument);
+  EXPECT_THROW(splice(own, step_decay(0.1, 100, 0.5), 50), std::invalid_argument);
+  EXPECT_THROW(splice(Sequence::text("sgd"), Sequence::text("adam"), 5), std::invalid_argument);
+  EXPECT_EQ(splice(Sequence::text("sgd"), Sequence::text("sgd"), 5), Sequence::text("sgd"));
+}
+
 TEST(Describe, ReadableForms) {
   EXPECT_EQ(Sequence::constant(0.1).describe(0, 10), "0.1");
   EXPECT_EQ(Sequence::text("adam").describe(0, 10), "adam");
@@ -192,7 +216,8 @@ TEST(Describe, ReadableForms) {
   EXPECT_EQ(cosine(0.1, 0.001, 100).describe(50, 150), "cosine 0.1->0.001 over [0, 100), 0.001");
   EXPECT_EQ(step_decay(0.1, 100, 0.5).describe(0, 1000), "0.1*0.5^k every 100");
   EXPECT_EQ(step_decay(0.1, 100, 0.5).describe(100, 200), "0.05");
-  EXPECT_EQ(warmup_linear(0.1, 10, Sequence::constant(0.1)).describe(0, 20), "linear 0->0.1 over [0, 10), 0.1");
+  EXPECT_EQ(warmup_linear(0.1, 10, Sequence::constant(0.1)).describe(0, 20),
+            "linear 0->0.1 over [0, 10), 0.1");
 }
 
 TEST(Property, DivergenceEqualsStepByStepComparison) {
