@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <random>
 
 #include "protocol/socket.h"
 
@@ -59,6 +60,10 @@ json StudySummary::to_json() const {
 
 Master::Master(SearchPlan plan, const Options& options)
     : plan_(std::move(plan)), options_(options), socket_(context_, zmq::socket_type::router) {
+  std::random_device random;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", random(), random());
+  incarnation_ = buf;
   protocol::configure(socket_);
   socket_.set(zmq::sockopt::router_handover, 1);  // a reconnecting worker keeps its identity
   socket_.bind(options_.bind);
@@ -400,7 +405,8 @@ void Master::note_change(const Change& change) {
       if (w.from >= split.at || w.to <= split.at || job.progress_step >= split.at) continue;
       if (key_of(job.rep, split.at) != Key{split.stage, split.at}) continue;
       int64_t state = next_state_++;
-      protocol::SnapshotOrder order{split.at, state, "state-" + std::to_string(state) + ".ckpt"};
+      protocol::SnapshotOrder order{
+          split.at, state, "state-" + incarnation_ + "-" + std::to_string(state) + ".ckpt"};
       auto pos = std::lower_bound(job.wire.snapshots.begin(), job.wire.snapshots.end(), order,
                                   [](const auto& a, const auto& b) { return a.step < b.step; });
       job.wire.snapshots.insert(pos, order);
@@ -553,6 +559,7 @@ void Master::on_hello(const std::string& peer, const json& m) {
   plan_.add_event(std::nullopt, "worker_joined", {{"name", w.name}, {"device", w.device}});
   // Five heartbeats fit in the timeout, so one late heartbeat never loses a worker.
   json welcome = protocol::make("welcome");
+  welcome["incarnation"] = incarnation_;
   welcome["heartbeat_ms"] =
       std::clamp<int64_t>(static_cast<int64_t>(options_.worker_timeout_s * 200), 10, 60000);
   protocol::router_send(socket_, peer, welcome);
@@ -930,7 +937,8 @@ void Master::send_job(Worker& w, const Candidate& c) {
       steps.insert(s);
   for (int64_t s : steps) {
     int64_t state = next_state_++;
-    wire.snapshots.push_back({s, state, "state-" + std::to_string(state) + ".ckpt"});
+    wire.snapshots.push_back(
+        {s, state, "state-" + incarnation_ + "-" + std::to_string(state) + ".ckpt"});
   }
   StageId first = tree_.stage_at(c.rep, std::max<int64_t>(c.from + 1, 1));
   job.studies = studies_through(first);

@@ -218,6 +218,9 @@ class Master {
   std::set<StageId> failed_stages_;
   std::map<std::string, std::pair<double, int64_t>> step_cost_;  // root key -> (seconds, steps)
   bool schedule_changed_ = true;  // something arrived since the last dispatch
+  // Random per start of a master: state ids and file names of one start never meet another's
+  // (a worker's cache is cleared at welcome; checkpoint files keep unique names).
+  std::string incarnation_;
   int64_t next_job_ = 1, next_state_ = 1;
   TrialId next_trial_ = 0;
 };

@@ -66,6 +66,7 @@ class StateCache {
     entries_.emplace_front(id, state);
     if (entries_.size() > capacity_) entries_.pop_back();
   }
+  void clear() { entries_.clear(); }
   json ids() const {
     json out = json::array();
     for (const auto& e : entries_) out.push_back(e.first);
@@ -100,8 +101,11 @@ class Worker {
       const json& m = *message;
       const std::string type = m["type"];
       if (type == "shutdown") return 0;
-      if (type == "reset") hello();  // the master does not know us (it restarted)
+      if (type == "reset" && may_hello()) hello();  // the master restarted
       if (type == "welcome") {
+        // State ids are the master's: a master that (re)starts names states anew.
+        awaiting_welcome_ = false;
+        cache_.clear();
         try {
           options_.heartbeat_ms = static_cast<int>(protocol::get_int(m, "heartbeat_ms", 10, 60000));
         } catch (const protocol::ProtocolError& e) {
@@ -114,7 +118,16 @@ class Worker {
   }
 
  private:
+  // A hello that got no welcome in 5 s is repeated (the master may have refused it).
+  bool may_hello() const {
+    return !awaiting_welcome_ || Clock::now() - hello_sent_ > std::chrono::seconds(5);
+  }
+
+  // Says who we are. Until the welcome comes, further resets (answers to heartbeats that crossed
+  // the hello) are ignored, so that one restart makes one hello.
   void hello() {
+    awaiting_welcome_ = true;
+    hello_sent_ = Clock::now();
     json m = protocol::make("hello");
     m["name"] = options_.name;
     m["device"] = options_.device;
@@ -249,7 +262,7 @@ class Worker {
       read_orders(job, s.step, next_snapshot, stop);
       return !stop && !g_stop;
     });
-    if (stop || g_stop) return;
+    if (stop || g_stop) return;  // abandoned: the master gives the work out again
     json done = protocol::make("done");
     done["job"] = job.id;
     done["step"] = state.step;
@@ -266,6 +279,10 @@ class Worker {
       if (type == "shutdown") {
         g_stop = 1;
         stop = true;
+      } else if (type == "reset" && may_hello()) {
+        // The master restarted and does not know this job: drop it and introduce ourselves.
+        stop = true;
+        hello();
       } else if (type == "snapshot_at") {
         try {
           if (protocol::get_int(m, "job") != job.id) continue;
@@ -291,6 +308,8 @@ class Worker {
   zmq::context_t context_;
   zmq::socket_t socket_;
   StateCache cache_;
+  bool awaiting_welcome_ = false;
+  Clock::time_point hello_sent_;
   std::map<std::string, std::unique_ptr<Engine>> engines_;
 };
 

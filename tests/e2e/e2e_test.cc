@@ -271,6 +271,48 @@ TEST_F(E2E, SplitOfARunningStageTrainsNothingTwice) {
   EXPECT_EQ(s2["steps_executed"], 1500);  // only its own branch: the first 1500 were shared
 }
 
+// The master killed (SIGKILL) in the middle of a study and started again on the same search
+// plan: the worker reconnects by itself, the study goes on, and every metric equals an
+// undisturbed run's.
+TEST_F(E2E, MasterRestartContinuesTheStudy) {
+  json changes = {{"model", {{"hidden", {256, 128}}}},
+                  {"data", {{"train_samples", 4096}, {"eval_samples", 512}}}};
+  std::string file = spec("restart", changes);
+  Result calm = sh(hippo("calm.db") + "--format json run " + file + " --workers 1");
+  ASSERT_EQ(calm.status, 0) << calm.out;
+
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("restart.db"), checkpoints = path("ck");
+  std::vector<std::string> master = {
+      kHippo,  "--db",          db,          "master",           "--bind",
+      address, "--checkpoints", checkpoints, "--worker-timeout", "2"};
+  pid_t first = spawn(master);
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
+  ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
+  // Kill the master once some metrics are acknowledged (in the plan), then start it again.
+  for (int i = 0; i < 500; ++i) {
+    Result t = sh(kHippo + " --db " + db + " --format json trials restart 2>/dev/null");
+    if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  spawn(master);
+  for (int i = 0; i < 600; ++i) {
+    json studies = json::parse(sh(kHippo + " --db " + db + " --format json studies").out);
+    if (studies.size() == 1 && studies[0]["status"] != "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  json a = json::parse(sh(hippo("calm.db") + "--format json trials restart").out);
+  json b = json::parse(sh(kHippo + " --db " + db + " --format json trials restart").out);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(metrics_by_trial(a), metrics_by_trial(b));
+  for (const json& t : b) EXPECT_EQ(t["status"], "done");
+  // The second master found the study running in the plan and resumed it.
+  Result resumed = sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = 'resumed'\"");
+  EXPECT_EQ(resumed.out, "1\n");
+}
+
 // Garbage on the master's socket is refused, and the master goes on serving.
 TEST_F(E2E, MasterSurvivesHostileMessages) {
   std::string address = "ipc://" + path("master.sock");
