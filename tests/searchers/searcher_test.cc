@@ -104,7 +104,7 @@ class ThresholdSearcher : public Searcher {
     threshold_ = Field(value, "searcher.threshold").number();
   }
   std::vector<Operation> on_study_start() override {
-    return {Create{0, Params::object()}, Train{0, 100, {50, 100}}};
+    return {Create{0, Params::object(), std::nullopt}, Train{0, 100, {50, 100}}};
   }
   std::vector<Operation> on_validation(RequestId trial, int64_t, double value) override {
     if (value < threshold_) return {Stop{trial}};
