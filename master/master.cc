@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <random>
+#include <tuple>
 
 #include "protocol/socket.h"
 
@@ -879,8 +880,11 @@ std::vector<Master::Candidate> Master::candidates() {
       }
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const Candidate& a, const Candidate& b) { return a.priority > b.priority; });
+  // Ties go to the older trial and the earlier step, so that the same plan gives the same order
+  // of work (and of results, which adaptive searchers depend on) in every run.
+  std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(b.priority, a.rep, a.from) < std::tie(a.priority, b.rep, b.from);
+  });
   return out;
 }
 

@@ -5,6 +5,11 @@
 #include <stdexcept>
 
 #include "searchers/basic.h"
+#include "searchers/external.h"
+#include "searchers/halving.h"
+#include "searchers/median_stop.h"
+#include "searchers/pbt.h"
+#include "searchers/tpe.h"
 
 namespace hippo {
 namespace {
@@ -14,13 +19,16 @@ std::map<std::string, SearcherKind>& registry() {
   static std::map<std::string, SearcherKind> kinds = {
       {"grid", grid_searcher_kind()},
       {"random", random_searcher_kind()},
+      {"external", external_searcher_kind()},
+      {"sha", sha_searcher_kind()},
+      {"asha", asha_searcher_kind()},
+      {"hyperband", hyperband_searcher_kind()},
+      {"median_stop", median_stop_searcher_kind()},
+      {"pbt", pbt_searcher_kind()},
+      {"tpe", tpe_searcher_kind()},
   };
   return kinds;
 }
-
-// Named in INTERFACE.md, to come.
-constexpr std::string_view kPlanned[] = {"sha", "asha", "hyperband", "median_stop",
-                                         "pbt", "tpe",  "external"};
 
 }  // namespace
 
@@ -33,8 +41,6 @@ const std::vector<std::string>& searcher_options(const Field& name) {
   const std::string& n = name.text();
   auto it = registry().find(n);
   if (it != registry().end()) return it->second.options;
-  if (std::find(std::begin(kPlanned), std::end(kPlanned), n) != std::end(kPlanned))
-    name.fail("searcher \"" + n + "\" is not implemented yet");
   std::string known;
   for (const auto& [k, kind] : registry()) known += (known.empty() ? "" : ", ") + k;
   name.fail("unknown searcher " + brief(name.json()) + " (known: " + known + ")");

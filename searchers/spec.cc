@@ -56,14 +56,6 @@ DataSpec parse_data(const Field& f) {
   return d;
 }
 
-Span parse_span(const Field& f) {
-  if (!f.is_object() || f.json().size() != 1)
-    f.fail("expected {\"steps\": N} or {\"epochs\": E}, got " + brief(f.json()));
-  f.check_keys({"steps", "epochs"});
-  if (f.has("steps")) return {f["steps"].integer(1, kMaxSteps), false};
-  return {f["epochs"].integer(1, kMaxEpochs), true};
-}
-
 SearcherSpec parse_searcher(const Field& f, bool builtin_model) {
   SearcherSpec s;
   s.name = f["name"].text();
@@ -123,6 +115,14 @@ uint64_t fnv1a(std::string_view bytes) {
 }
 
 }  // namespace
+
+Span parse_span(const Field& f) {
+  if (!f.is_object() || f.json().size() != 1)
+    f.fail("expected {\"steps\": N} or {\"epochs\": E}, got " + brief(f.json()));
+  f.check_keys({"steps", "epochs"});
+  if (f.has("steps")) return {f["steps"].integer(1, kMaxSteps), false};
+  return {f["epochs"].integer(1, kMaxEpochs), true};
+}
 
 int64_t StudySpec::steps_per_epoch(const Params& params) const {
   int64_t batch = 0;

@@ -69,6 +69,10 @@ struct StudySpec {
   Hyperparams hyperparams(const Params& params) const;
 };
 
+// A length: {"steps": N} or {"epochs": E} (the spec's length and evaluation interval, and the
+// length options of searchers).
+Span parse_span(const Field& f);
+
 // Validates a spec; throws SpecError. It also makes the searcher once, to validate its options.
 StudySpec parse_spec(const nlohmann::json& spec);
 // The same from JSON text (see parse_json_text for what is refused before parsing).

@@ -61,7 +61,7 @@ const std::map<std::string, std::string> kExpected = {
     {"42-length-steps-and-epochs.json", "length: expected {\"steps\": N} or {\"epochs\": E}"},
     {"43-unknown-eval-field.json", "eval.at: unknown field"},
     {"44-unknown-searcher-option.json", "searcher.eta: unknown field"},
-    {"45-searcher-not-implemented.json", "searcher.name: searcher \"asha\" is not implemented yet"},
+    {"45-asha-without-min-length.json", "searcher.min_length: missing"},
     {"46-unknown-searcher.json", "searcher.name: unknown searcher \"bayes\""},
     {"47-missing-metric.json", "searcher.metric: missing"},
     {"48-bad-mode.json", "searcher.mode: expected \"max\" or \"min\""},

@@ -1,0 +1,43 @@
+// The halving family: successive halving (`sha`), asynchronous successive halving (`asha`) and
+// Hyperband (`hyperband`). Trials are trained to *rungs*, lengths that grow by a factor eta, and
+// only the best 1/eta of the trials at a rung go on to the next one. A trial's value at a rung is
+// the metric at the rung's last step; a trial that failed, reported no metric at that step or a
+// value that is not finite has no value there and is never promoted from it. Ranks follow the
+// spec's mode, ties going to the lower trial id.
+//
+// Options, besides metric, mode and max_trials:
+//   eta         an integer >= 2, default 3
+//   min_length  {"steps": N} or {"epochs": E}, required: the shortest rung
+//   max_length  the same, default the spec's length: no rung is longer
+//   parallel    asha only: how many trials to keep in flight, default 2 (the workers you expect)
+//   brackets    hyperband only: how many brackets to run, the most aggressive first; default all
+// Lengths in epochs are converted per trial, as the spec's length is. A trial at a rung of length
+// L is trained to L and evaluated at the spec's evaluation steps below L, and at L.
+//
+// sha: max_trials trials (grid points first when the space has a grid, then seeded draws) all
+//   start at rung 0. Rung k is min_length * eta^k, for every k where that is at most max_length.
+//   When every trial of a rung has finished, the best floor(n / eta) (at least 1) of the n that
+//   have a value there go on to the next rung and the others are stopped. The study finishes
+//   when the last rung is done (or no trial of a rung has a value).
+// asha: the same rungs, without waiting. Whenever fewer than `parallel` trials are in flight, the
+//   searcher promotes a trial (from the highest rung down: at rung k, the best trial not yet
+//   promoted among the first floor(count / eta) of the count values there), else creates a new one
+//   (up to max_trials). It finishes when nothing is in flight and there is nothing left to do.
+// hyperband: with s_max the largest s where min_length * eta^s <= max_length, brackets
+//   s = s_max, s_max - 1, ... each run sha on ceil((s_max + 1) / (s + 1) * eta^s) trials whose
+//   rungs are max_length * eta^(k - s) (rounded down to whole steps), k = 0..s. Trial ids go
+//   through the brackets in that order; max_trials, if given, caps the total by leaving out the
+//   last trials. All brackets start at once: the master schedules all requested work by its
+//   critical path, so they keep every worker busy, where one bracket after another would leave
+//   workers idle while each bracket's last rung trains its one or few trials.
+#pragma once
+
+#include "searchers/searcher.h"
+
+namespace hippo {
+
+SearcherKind sha_searcher_kind();
+SearcherKind asha_searcher_kind();
+SearcherKind hyperband_searcher_kind();
+
+}  // namespace hippo

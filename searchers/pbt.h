@@ -1,0 +1,31 @@
+// `pbt`: population-based training (Jaderberg et al., 2017), in generations held in lock step.
+//
+// Options: `population` (>= 2, required), `interval` (a length, required), `fraction` (default
+// 0.25), `perturb` (factors, default [0.8, 1.2]), `resample` (default 0.25). It creates its own
+// trials (population + replacements), so max_trials is refused.
+//
+// The population starts as `population` seeded draws, each trained to `interval`. When every
+// living member has reported its value at the end of generation k (step k * interval), the members
+// are ranked (ties: the older trial first) and the worst q = round(fraction * n) of them (at least
+// 1, at most n / 2) are replaced: each gets Stop, and a new trial takes its place,
+//   Create{new id, params, Fork{donor, k * interval}}
+// with a donor drawn from the best q, whose sequences are the donor's up to the fork step (a branch
+// of the stage tree) and follow the new params after it. The new params are the donor's, explored
+// leaf by leaf: with probability `resample` a fresh draw of the leaf's distribution; otherwise a
+// number is multiplied by one of the `perturb` factors (drawn) and clipped to the leaf's range
+// (ints rounded), and a grid or choice value is kept. Then every living member trains to
+// (k + 1) * interval; the study finishes at the spec's length. Evaluations are the spec's ones in
+// each generation plus its end. All randomness comes from (seed, new trial id).
+//
+// A schedule would be ill defined under PBT (which values would it change?): every
+// hyper-parameter must be a constant or a plain distribution. A batch size drawn per member
+// changes the steps of an epoch, so then interval and length must be given in steps.
+#pragma once
+
+#include "searchers/searcher.h"
+
+namespace hippo {
+
+SearcherKind pbt_searcher_kind();
+
+}  // namespace hippo
