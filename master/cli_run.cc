@@ -182,6 +182,7 @@ int run(const std::string& path, int workers, const std::string& policy_text,
       waitpid(pid, nullptr, 0);
     }
   }
+  m.remove_unreported_checkpoints();
   std::filesystem::remove(address.substr(6));
   master::StudySummary summary = m.summary(study);
   if (g_interrupted) failure = "interrupted";

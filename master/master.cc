@@ -678,9 +678,14 @@ void Master::on_done(Worker& w, const json& m) {
     if (x.end <= job.wire.from || x.start >= step) continue;
     for (TrialId t : tree_.trials_ending_in(id)) ending.push_back(t);
   }
+  // A job that outlived every study it worked for (a study may end while work is under way)
+  // leaves states that nobody can reach.
+  bool orphan = std::none_of(job.studies.begin(), job.studies.end(),
+                             [&](int64_t id) { return study_running(id); });
   jobs_.erase(job_id);
   w.job = -1;
   schedule_changed_ = true;
+  if (orphan) plan_.transaction([&] { collect_checkpoints(); });
   plan_.transaction([&] {  // one commit for every trial this job closes
     for (TrialId id : ending) {
       auto it = trials_.find(id);
@@ -758,6 +763,17 @@ void Master::check_workers() {
       jobs_.erase(it->second.job);
     }
     it = workers_.erase(it);
+  }
+}
+
+void Master::remove_unreported_checkpoints() {
+  std::set<std::string> known;
+  for (const auto& [id, info] : states_) known.insert(info.file);
+  const std::string mine = "state-" + incarnation_ + "-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.checkpoints, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(mine, 0) == 0 && !known.count(name)) std::filesystem::remove(entry.path(), ec);
   }
 }
 

@@ -96,6 +96,9 @@ class Master {
   int64_t workers() const { return static_cast<int64_t>(workers_.size()); }
   // Tells every worker to exit.
   void shutdown_workers();
+  // Deletes the checkpoint files this master ordered whose report never came (a job still under
+  // way when a study ended). Call once none of its workers runs any more.
+  void remove_unreported_checkpoints();
   SearchPlan& plan() { return plan_; }
 
  private:
@@ -127,8 +130,8 @@ class Master {
     RequestId request = 0;
     json params;
     bool in_tree = false;
-    int64_t length = 0;       // the length of its latest Train (its length in the tree)
-    int64_t stopped_at = -1;  // Stop: the step it had been trained to; it needs nothing beyond
+    int64_t length = 0;        // the length of its latest Train (its length in the tree)
+    int64_t stopped_at = -1;   // Stop: the step it had been trained to; it needs nothing beyond
     std::optional<Fork> fork;  // from its Create: the donor (a request id) and the step
     std::set<int64_t> pending_evals;
     TrialStatus status = TrialStatus::kPending;
