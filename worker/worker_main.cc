@@ -113,6 +113,9 @@ class Worker {
         }
       }
       if (type == "job") execute(m);
+      if (type == "snapshot_at")  // its job ended before the order came: the master replays
+        std::fprintf(stderr, "worker %s: snapshot_at refused: its job has ended\n",
+                     options_.name.c_str());
     }
     return 0;
   }

@@ -236,7 +236,8 @@ TEST_F(E2E, SplitOfARunningStageTrainsNothingTwice) {
   std::string address = "ipc://" + path("master.sock");
   std::string db = path("split.db"), checkpoints = path("ck");
   spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
-  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
+  pid_t worker =
+      spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
   // One long stage: lr 0.05 for 4000 steps. The second study's trial follows it for 2000 steps
   // (seconds of training, time enough for the second submission to arrive).
   json base = {{"model", {{"hidden", {512, 256}}}},
@@ -271,7 +272,12 @@ TEST_F(E2E, SplitOfARunningStageTrainsNothingTwice) {
   ASSERT_FALSE(s1.is_null());
   EXPECT_EQ(s1["steps_executed"], 4000);
   EXPECT_EQ(s2["steps_unique"], 4000);
-  EXPECT_EQ(s2["steps_executed"], 2000);  // only its own branch: the first 2000 were shared
+  // Only its own branch: the first 2000 were shared. On a machine so loaded that the worker had
+  // passed step 2000 before the order came, it says so, and the state is rebuilt by a replay.
+  std::ifstream log(path("process-" + std::to_string(worker) + ".log"));
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  bool late = text.find("snapshot_at refused") != std::string::npos;
+  EXPECT_EQ(s2["steps_executed"], late ? 4000 : 2000) << text;
 }
 
 // The master killed (SIGKILL) in the middle of a study and started again on the same search
