@@ -12,16 +12,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/searchers/spec_helpers.h"
+
 namespace hippo {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json example() {
-  std::ifstream in(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-lr-decay.json");
-  return json::parse(in);
-}
+using testing::example_spec;
 
 // Creates trial 0 (full length) and trial 1 (forked from 0 at step 468), stops a trial whose
 // validation is below 0.5, finishes when trial 1 closes; its state is the log of its events.
@@ -86,7 +85,7 @@ class External : public ::testing::Test {
   StudySpec spec(const std::string& interpreter, const std::string& text, double timeout_s = 10) {
     std::string script = (dir_ / "searcher").string();
     std::ofstream(script) << text;
-    json j = example();
+    json j = example_spec();
     j["searcher"] = {{"name", "external"},
                      {"command", {interpreter, script}},
                      {"metric", "accuracy"},
@@ -146,7 +145,7 @@ TEST_F(External, OperationsArriveAsCppOperations) {
 // The start event describes leaves of every kind; a batch size drawn per trial makes lengths
 // per trial, so the event has none and "full" gives each trial its own.
 TEST_F(External, StartDescribesEveryKindOfLeaf) {
-  json j = example();
+  json j = example_spec();
   j["hyperparameters"]["lr"]["init"] = {{"loguniform", {0.001, 0.1}}};
   j["hyperparameters"]["weight_decay"] = {{"uniform", {0, 0.001}}};
   j["hyperparameters"]["batch_size"] = {{"int", {32, 64}}};
@@ -206,7 +205,7 @@ TEST_F(External, SaveAndLoadContinueIdentically) {
 }
 
 TEST_F(External, OptionsAreValidatedAndNothingStartsOnParse) {
-  json j = example();
+  json j = example_spec();
   std::string marker = (dir_ / "started").string();
   j["searcher"] = {{"name", "external"},
                    {"command", {"/bin/sh", "-c", "touch " + marker}},
@@ -300,7 +299,7 @@ TEST_F(External, MisbehavioursEndTheProcessWithAClearError) {
 }
 
 TEST_F(External, CommandThatCannotStart) {
-  json j = example();
+  json j = example_spec();
   j["searcher"] = {{"name", "external"},
                    {"command", {(dir_ / "missing").string()}},
                    {"metric", "accuracy"},

@@ -10,8 +10,12 @@
 #include <map>
 #include <set>
 
+#include "tests/searchers/spec_helpers.h"
+
 namespace hippo {
 namespace {
+
+using testing::spec_error;
 
 using nlohmann::json;
 
@@ -31,15 +35,6 @@ json spec_json(const std::string& name) {
           {"searcher", searcher},
           {"length", {{"steps", 108}}},
           {"eval", {{"every", {{"steps", 10}}}}}};
-}
-
-std::string error_of(const json& spec) {
-  try {
-    parse_spec(spec);
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  return "accepted";
 }
 
 // A master stand-in: it carries out the Trains in the order they come (a Stop drops a queued one),
@@ -373,7 +368,7 @@ TEST(Halving, OptionErrorsNameTheirField) {
       else
         j["searcher"][k] = v;
     }
-    return error_of(j);
+    return spec_error(j);
   };
   EXPECT_EQ(with("sha", {{"eta", 1}}), "searcher.eta: expected an integer >= 2, got 1");
   EXPECT_EQ(with("asha", {{"eta", 2.5}}), "searcher.eta: expected an integer, got 2.5");
@@ -405,15 +400,15 @@ TEST(Halving, OptionErrorsNameTheirField) {
   j["fixed"].erase("batch_size");
   j["hyperparameters"]["batch_size"] = {{"choice", {32, 64}}};
   j["searcher"]["min_length"] = {{"epochs", 1}};
-  EXPECT_EQ(error_of(j),
+  EXPECT_EQ(spec_error(j),
             "searcher.min_length: give min_length and max_length in one unit: the steps of an "
             "epoch differ between trials (batch_size is drawn)");
   j["hyperparameters"]["batch_size"] = {{"schedule", "constant"}, {"value", 32}};
-  EXPECT_EQ(error_of(j),
+  EXPECT_EQ(spec_error(j),
             "searcher.min_length.epochs: epoch units are not possible here: the trials have no "
             "batch size that is constant within a trial");
   j["hyperparameters"]["batch_size"] = 64;  // one U (16): 1 epoch = 16 <= 108 steps
-  EXPECT_EQ(error_of(j), "accepted");
+  EXPECT_EQ(spec_error(j), "accepted");
 }
 
 }  // namespace

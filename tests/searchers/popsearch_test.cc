@@ -6,9 +6,12 @@
 #include <cmath>
 
 #include "searchers/searcher.h"
+#include "tests/searchers/spec_helpers.h"
 
 namespace hippo {
 namespace {
+
+using testing::spec_error;
 
 using nlohmann::json;
 using Ops = std::vector<Operation>;
@@ -71,15 +74,6 @@ void expect_restores_identically(const json& spec_json, const std::vector<Event>
       ASSERT_EQ(feed(*b, events[i]), feed(*a, events[i])) << "cut " << cut << ", event " << i;
     EXPECT_EQ(b->save(), a->save());
   }
-}
-
-std::string error_of(const json& spec_json) {
-  try {
-    parse_spec(spec_json);
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,18 +153,18 @@ TEST(MedianStop, SaveAndLoadContinueIdentically) {
 }
 
 TEST(MedianStop, OptionErrors) {
-  EXPECT_EQ(error_of(median_study({{"parallel", 0}})),
+  EXPECT_EQ(spec_error(median_study({{"parallel", 0}})),
             "searcher.parallel: expected an integer in [1, 1000000], got 0");
-  EXPECT_EQ(error_of(median_study({{"min_trials", 0}})),
+  EXPECT_EQ(spec_error(median_study({{"min_trials", 0}})),
             "searcher.min_trials: expected an integer in [1, 1000000], got 0");
-  EXPECT_EQ(error_of(median_study({{"grace", 3}})),
+  EXPECT_EQ(spec_error(median_study({{"grace", 3}})),
             "searcher.grace: expected {\"steps\": N} or {\"epochs\": E}, got 3");
-  EXPECT_EQ(error_of(median_study({{"grace", {{"steps", 0}}}})).rfind("searcher.grace.steps: ", 0),
-            0u);
-  EXPECT_EQ(error_of(median_study({{"patience", 1}})), "searcher.patience: unknown field");
+  EXPECT_EQ(
+      spec_error(median_study({{"grace", {{"steps", 0}}}})).rfind("searcher.grace.steps: ", 0), 0u);
+  EXPECT_EQ(spec_error(median_study({{"patience", 1}})), "searcher.patience: unknown field");
   json drawn = median_study();
   drawn["hyperparameters"]["lr"] = {{"loguniform", {0.01, 1}}};
-  EXPECT_EQ(error_of(drawn), "searcher.max_trials: missing (the space has no grid)");
+  EXPECT_EQ(spec_error(drawn), "searcher.max_trials: missing (the space has no grid)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -273,20 +267,20 @@ TEST(Pbt, SaveAndLoadContinueIdentically) {
 }
 
 TEST(Pbt, OptionErrors) {
-  EXPECT_EQ(error_of(pbt_study({{"population", 1}})),
+  EXPECT_EQ(spec_error(pbt_study({{"population", 1}})),
             "searcher.population: expected an integer in [2, 1000000], got 1");
   json no_interval = pbt_study();
   no_interval["searcher"].erase("interval");
-  EXPECT_EQ(error_of(no_interval), "searcher.interval: missing");
-  EXPECT_EQ(error_of(pbt_study({{"fraction", 0.6}})),
+  EXPECT_EQ(spec_error(no_interval), "searcher.interval: missing");
+  EXPECT_EQ(spec_error(pbt_study({{"fraction", 0.6}})),
             "searcher.fraction: expected a number in (0, 0.5], got 0.6");
-  EXPECT_EQ(error_of(pbt_study({{"perturb", json::array()}})),
+  EXPECT_EQ(spec_error(pbt_study({{"perturb", json::array()}})),
             "searcher.perturb: expected at least 1 element, got []");
-  EXPECT_EQ(error_of(pbt_study({{"perturb", {1.2, -1}}})),
+  EXPECT_EQ(spec_error(pbt_study({{"perturb", {1.2, -1}}})),
             "searcher.perturb[1]: expected a factor > 0, got -1");
-  EXPECT_EQ(error_of(pbt_study({{"resample", 2}})),
+  EXPECT_EQ(spec_error(pbt_study({{"resample", 2}})),
             "searcher.resample: expected a number in [0, 1], got 2");
-  EXPECT_EQ(error_of(pbt_study({{"max_trials", 8}})).rfind("searcher.max_trials: pbt creates", 0),
+  EXPECT_EQ(spec_error(pbt_study({{"max_trials", 8}})).rfind("searcher.max_trials: pbt creates", 0),
             0u);
   json schedule = pbt_study();
   schedule["hyperparameters"]["lr"] = {{"schedule", "step_decay"},
@@ -294,10 +288,10 @@ TEST(Pbt, OptionErrors) {
                                        {"every", 1},
                                        {"gamma", 0.5}};
   EXPECT_EQ(
-      error_of(schedule).rfind("hyperparameters.lr: pbt needs a constant or a distribution", 0),
+      spec_error(schedule).rfind("hyperparameters.lr: pbt needs a constant or a distribution", 0),
       0u);
   json epochs = pbt_study({{"interval", {{"epochs", 1}}}});
-  EXPECT_EQ(error_of(epochs).rfind("hyperparameters.batch_size: pbt holds its members", 0), 0u);
+  EXPECT_EQ(spec_error(epochs).rfind("hyperparameters.batch_size: pbt holds its members", 0), 0u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -392,12 +386,12 @@ TEST(Tpe, OptionErrors) {
   json hyper = {{"lr", {{"uniform", {0.0, 1.0}}}}};
   json no_max = tpe_study(hyper);
   no_max["searcher"].erase("max_trials");
-  EXPECT_EQ(error_of(no_max), "searcher.max_trials: missing (tpe needs it)");
-  EXPECT_EQ(error_of(tpe_study(hyper, {{"gamma", 1}})),
+  EXPECT_EQ(spec_error(no_max), "searcher.max_trials: missing (tpe needs it)");
+  EXPECT_EQ(spec_error(tpe_study(hyper, {{"gamma", 1}})),
             "searcher.gamma: expected a number in (0, 1), got 1");
-  EXPECT_EQ(error_of(tpe_study(hyper, {{"candidates", 0}})),
+  EXPECT_EQ(spec_error(tpe_study(hyper, {{"candidates", 0}})),
             "searcher.candidates: expected an integer in [1, 1000000], got 0");
-  EXPECT_EQ(error_of(tpe_study(hyper, {{"n_startup", -1}})),
+  EXPECT_EQ(spec_error(tpe_study(hyper, {{"n_startup", -1}})),
             "searcher.n_startup: expected an integer in [0, 1000000], got -1");
 }
 

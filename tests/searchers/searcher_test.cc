@@ -6,15 +6,14 @@
 #include <fstream>
 #include <set>
 
+#include "tests/searchers/spec_helpers.h"
+
 namespace hippo {
 namespace {
 
 using nlohmann::json;
 
-json example() {
-  std::ifstream in(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-lr-decay.json");
-  return json::parse(in);
-}
+using testing::example_spec;
 
 std::vector<Create> creates(const std::vector<Operation>& ops) {
   std::vector<Create> out;
@@ -24,7 +23,7 @@ std::vector<Create> creates(const std::vector<Operation>& ops) {
 }
 
 TEST(GridSearcher, CreatesAndTrainsEveryGridPoint) {
-  StudySpec spec = parse_spec(example());
+  StudySpec spec = parse_spec(example_spec());
   std::vector<Operation> ops = make_searcher(spec)->on_study_start();
   ASSERT_EQ(ops.size(), 36u);
   for (int64_t i = 0; i < 18; ++i) {
@@ -34,7 +33,7 @@ TEST(GridSearcher, CreatesAndTrainsEveryGridPoint) {
     EXPECT_EQ(std::get<Train>(ops[2 * i + 1]),
               (Train{i, 1872, std::vector<int64_t>{468, 936, 1404, 1872}}));
   }
-  json capped = example();
+  json capped = example_spec();
   capped["searcher"]["max_trials"] = 5;
   EXPECT_EQ(creates(make_searcher(parse_spec(capped))->on_study_start()).size(), 5u);
   capped["searcher"].erase("max_trials");
@@ -42,7 +41,7 @@ TEST(GridSearcher, CreatesAndTrainsEveryGridPoint) {
 }
 
 json random_spec(int seed) {
-  json j = example();
+  json j = example_spec();
   j["seed"] = seed;
   j["hyperparameters"]["lr"]["init"] = {{"loguniform", {0.001, 0.1}}};
   j["searcher"] = {{"name", "random"}, {"metric", "loss"}, {"mode", "min"}, {"max_trials", 6}};
@@ -62,7 +61,7 @@ TEST(RandomSearcher, SameSeedSameTrials) {
 }
 
 TEST(Searchers, SaveAndLoadContinueIdentically) {
-  for (const json& j : {example(), random_spec(1)}) {
+  for (const json& j : {example_spec(), random_spec(1)}) {
     StudySpec spec = parse_spec(j);
     std::unique_ptr<Searcher> a = make_searcher(spec);
     a->on_study_start();
@@ -87,7 +86,7 @@ TEST(Searchers, SaveAndLoadContinueIdentically) {
 }
 
 TEST(Searchers, RefuseBadStateAndUnknownTrials) {
-  std::unique_ptr<Searcher> s = make_searcher(parse_spec(example()));
+  std::unique_ptr<Searcher> s = make_searcher(parse_spec(example_spec()));
   EXPECT_THROW(s->load({{"closed", {18}}}), SpecError);
   EXPECT_THROW(s->load({{"closed", {0}}, {"extra", 1}}), SpecError);
   EXPECT_THROW(s->load(json::array()), SpecError);
@@ -124,7 +123,7 @@ SearcherRegistrar registrar("threshold_test", {{"threshold"}, [](const StudySpec
                                                }});
 
 TEST(Registry, PluginSearchersAreMadeByName) {
-  json j = example();
+  json j = example_spec();
   j["searcher"] = {
       {"name", "threshold_test"}, {"metric", "accuracy"}, {"mode", "max"}, {"threshold", 0.7}};
   std::unique_ptr<Searcher> s = make_searcher(parse_spec(j));

@@ -7,24 +7,16 @@
 #include <fstream>
 #include <limits>
 
+#include "tests/searchers/spec_helpers.h"
+
 namespace hippo {
 namespace {
 
+using testing::spec_error;
+
 using nlohmann::json;
 
-json example() {
-  std::ifstream in(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-lr-decay.json");
-  return json::parse(in);
-}
-
-std::string error_of(const json& spec) {
-  try {
-    parse_spec(spec);
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  return "accepted";
-}
+using testing::example_spec;
 
 TEST(Spec, ExampleParsesIntoItsParts) {
   StudySpec s = load_spec(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-lr-decay.json");
@@ -61,7 +53,7 @@ TEST(Spec, ExampleParsesIntoItsParts) {
 }
 
 TEST(Spec, BatchSizeDistributionGivesEachTrialItsUnit) {
-  json j = example();
+  json j = example_spec();
   j["data"]["train_samples"] = 1000;
   j["fixed"].erase("batch_size");
   j["hyperparameters"]["batch_size"] = {{"choice", {64, 128}}};
@@ -81,7 +73,7 @@ TEST(Spec, BatchSizeDistributionGivesEachTrialItsUnit) {
 }
 
 TEST(Spec, NoEvalMeansTheEndOnly) {
-  json j = example();
+  json j = example_spec();
   j.erase("eval");
   j["length"] = {{"steps", 500}};
   StudySpec s = parse_spec(j);
@@ -89,7 +81,7 @@ TEST(Spec, NoEvalMeansTheEndOnly) {
 }
 
 TEST(Spec, BetasAliasSetsBeta1AndBeta2) {
-  json j = example();
+  json j = example_spec();
   j["fixed"]["betas"] = {0.8, 0.99};
   EXPECT_EQ(parse_spec(j).fixed["beta1"], 0.8);
   EXPECT_EQ(parse_spec(j).fixed["beta2"], 0.99);
@@ -99,12 +91,12 @@ TEST(Spec, BetasAliasSetsBeta1AndBeta2) {
   EXPECT_EQ(s.space.names(), (std::vector<std::string>{"beta1", "beta2", "lr", "weight_decay"}));
   EXPECT_EQ(s.space.params()[0].name, "beta2");
   j["hyperparameters"]["betas"][1] = {{"grid", {0.99, 2}}};
-  EXPECT_EQ(error_of(j).rfind("hyperparameters.betas[1].grid[1]: expected a number in [0, 1]", 0),
+  EXPECT_EQ(spec_error(j).rfind("hyperparameters.betas[1].grid[1]: expected a number in [0, 1]", 0),
             0u);
 }
 
 TEST(Spec, RootKeyDependsOnWhatChangesTrainingOnly) {
-  json j = example();
+  json j = example_spec();
   const std::string key = parse_spec(j).root_key;
   json other = j;
   other["name"] = "another";
@@ -149,19 +141,21 @@ TEST(Spec, ExternalModelsTakeAnySetting) {
   EXPECT_EQ(h.at("act"), Sequence::text("tanh"));
   EXPECT_EQ(h.at("width"), Sequence::constant(20));
   j["fixed"]["batch_size"] = "big";  // batch_size keeps its meaning: epochs are made of it
-  EXPECT_EQ(error_of(j).rfind("fixed.batch_size: expected an integer", 0), 0u);
+  EXPECT_EQ(spec_error(j).rfind("fixed.batch_size: expected an integer", 0), 0u);
 }
 
 TEST(Spec, NonFiniteNumbersAreRefused) {
   // JSON text cannot carry NaN or infinities (the parser refuses 1e999), but a spec built in
   // memory can.
-  json j = example();
+  json j = example_spec();
   j["fixed"]["momentum"] = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_EQ(error_of(j).rfind("fixed.momentum: expected a finite number", 0), 0u) << error_of(j);
-  j = example();
+  EXPECT_EQ(spec_error(j).rfind("fixed.momentum: expected a finite number", 0), 0u)
+      << spec_error(j);
+  j = example_spec();
   j["hyperparameters"]["lr"]["gamma"] = {{"grid", {0.1, std::numeric_limits<double>::infinity()}}};
-  EXPECT_EQ(error_of(j).rfind("hyperparameters.lr.gamma.grid[1]: expected a finite number", 0), 0u)
-      << error_of(j);
+  EXPECT_EQ(spec_error(j).rfind("hyperparameters.lr.gamma.grid[1]: expected a finite number", 0),
+            0u)
+      << spec_error(j);
   EXPECT_THROW(parse_spec_text(R"({"name": 1e999})"), SpecError);
 }
 
