@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, Format>{
               {"table", Format::kTable}, {"json", Format::kJson}, {"csv", Format::kCsv}},
-          CLI::ignore_case));
+          CLI::ignore_case))
+      ->option_text("table|json|csv");
 
   Action action;
   add_preview_command(app, global, &action);

@@ -257,6 +257,13 @@ TEST_F(E2E, SplitOfARunningStageTrainsNothingTwice) {
         {"unit", nullptr}}}};
   std::string client = kHippo + " --master " + address + " --format json submit ";
   ASSERT_EQ(sh(client + spec("first", first)).status, 0);
+  // The second study comes once the first one's stage is under way: its metric after 1000 steps
+  // is in the plan (and the split step 2000 is, most likely, still ahead of the worker).
+  for (int i = 0; i < 1500; ++i) {
+    Result t = sh(kHippo + " --db " + db + " --format json trials first 2>/dev/null");
+    if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   Result r2 = sh(client + spec("second", second) + " --wait");
   ASSERT_EQ(r2.status, 0) << r2.out;
   json s1;
