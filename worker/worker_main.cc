@@ -276,7 +276,10 @@ class Worker {
 
   // Reads the orders the master sent while this job runs, without waiting.
   void read_orders(protocol::Job& job, int64_t step, size_t next_snapshot, bool& stop) {
-    while (std::optional<json> message = receive(0)) {
+    // Once the job is abandoned, what follows (a welcome, a new job) is for the main loop.
+    while (!stop) {
+      std::optional<json> message = receive(0);
+      if (!message) break;
       const json& m = *message;
       const std::string type = m["type"];
       if (type == "shutdown") {
