@@ -125,7 +125,6 @@ int run(const std::string& path, int workers, const std::string& policy_text,
   master::Options options;
   options.bind = address;
   options.checkpoints = checkpoints;
-  options.quiet = false;
   master::Master m(open_plan(global.db), options);
   int64_t study = 0;
   try {

@@ -521,7 +521,7 @@ void Master::poll(int timeout_ms) {
 void Master::handle(const std::string& peer, const json& m) {
   const std::string type = m["type"];
   if (type == "hello") return on_hello(peer, m);
-  if (type == "submit" || type == "status" || type == "stop_master") return on_client(peer, m);
+  if (type == "submit" || type == "status") return on_client(peer, m);
   auto it = workers_.find(peer);
   if (it == workers_.end()) {
     protocol::router_send(socket_, peer, protocol::make("reset"));  // a stranger: say hello first
