@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -27,6 +29,28 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
   int threads() const override { return pool_.threads(); }
+
+  void* allocate(int64_t bytes) const override {
+    // aligned_alloc wants a multiple of the alignment; 64 bytes is a cache line and any vector.
+    const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+    void* p = std::aligned_alloc(64, size);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, size);
+    return p;
+  }
+  void deallocate(void* p) const override { std::free(p); }
+  void copy_from_host(void* dst, const void* src, int64_t bytes) const override {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  void copy_to_host(void* dst, const void* src, int64_t bytes) const override {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  void copy(void* dst, const void* src, int64_t bytes) const override {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  void fill_zero(void* dst, int64_t bytes) const override {
+    if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
+  }
 
   // The product is cut into blocks by its shape alone (never by the thread count), and each block
   // is one single-threaded sgemm, so the bits are the same for any number of threads:

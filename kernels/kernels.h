@@ -49,8 +49,33 @@ struct AdamParams {
 class Backend {
  public:
   virtual ~Backend() = default;
+  // "cpu", or "cuda:N" for device N. Backends of one name share their memory: a buffer of one
+  // may be used by another (the worker keeps states across engines).
   virtual const char* name() const = 0;
   virtual int threads() const = 0;
+
+  // The precision of the matrix products of the calls that follow (gemm, and the convolutions'
+  // products): kBf16 rounds both operands of each product to bf16 and accumulates in fp32; its
+  // output, and every other operation, parameters, gradients and optimizer state, stay fp32
+  // (mixed precision with fp32 master weights). Default kFp32. A backend without bf16 products
+  // (the CPU's) throws std::invalid_argument for kBf16.
+  virtual void set_precision(Precision p) const {
+    if (p != Precision::kFp32)
+      throw std::invalid_argument(std::string("precision bf16: the ") + name() +
+                                  " backend computes in fp32 only (bf16 needs a CUDA device)");
+  }
+
+  // Memory the kernels read and write: host memory for the CPU backend, device memory for a GPU
+  // backend. Every pointer passed to an operation below lies in this memory (buffer.h owns it).
+  // allocate returns `bytes` zero-filled bytes aligned to 64 (never null; throws on failure).
+  virtual void* allocate(int64_t bytes) const = 0;
+  virtual void deallocate(void* p) const = 0;
+  // Copies between host memory and this backend's memory, and within this backend's memory.
+  // They are complete when they return (a GPU backend waits for its stream).
+  virtual void copy_from_host(void* dst, const void* host_src, int64_t bytes) const = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, int64_t bytes) const = 0;
+  virtual void copy(void* dst, const void* src, int64_t bytes) const = 0;
+  virtual void fill_zero(void* dst, int64_t bytes) const = 0;
 
   // c[m, n] = alpha * op(a) op(b) + beta * c, where op(a) is [m, k] and op(b) is [k, n];
   // a is stored [m, k] (or [k, m] when trans_a), b is stored [k, n] (or [n, k] when trans_b).

@@ -67,7 +67,7 @@ void save_checkpoint(const std::string& path, const TrainState& s, uint64_t conf
   if (optimizer == kOptimizers.size()) fail(path, "unknown optimizer \"" + s.optimizer + "\"");
 
   std::vector<char> out;
-  out.reserve(kHeaderSize + 4 * (s.params.size() + s.opt_state.size()) + 4);
+  out.reserve(kHeaderSize + static_cast<size_t>(s.params.bytes() + s.opt_state.bytes()) + 4);
   out.insert(out.end(), kMagic, kMagic + sizeof kMagic);
   put(out, kVersion);
   put(out, optimizer);
@@ -75,12 +75,13 @@ void save_checkpoint(const std::string& path, const TrainState& s, uint64_t conf
   put(out, s.data_position);
   put(out, s.rng_counter);
   put(out, config_hash);
-  put(out, uint64_t{s.params.size()});
-  put(out, uint64_t{s.opt_state.size()});
-  for (const std::vector<float>* v : {&s.params, &s.opt_state}) {
-    if (v->empty()) continue;  // data() may be null
-    const char* p = reinterpret_cast<const char*>(v->data());
-    out.insert(out.end(), p, p + sizeof(float) * v->size());
+  put(out, uint64_t(s.params.size()));
+  put(out, uint64_t(s.opt_state.size()));
+  for (const kernels::Buffer<float>* v : {&s.params, &s.opt_state}) {
+    if (v->empty()) continue;
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(v->bytes()));
+    v->backend()->copy_to_host(out.data() + at, v->data(), v->bytes());
   }
   put(out, crc(out.data(), out.size()));
 
@@ -110,7 +111,8 @@ void save_checkpoint(const std::string& path, const TrainState& s, uint64_t conf
   }
 }
 
-TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash) {
+TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash,
+                           const std::shared_ptr<const kernels::Backend>& backend) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, "cannot open: " + std::string(std::strerror(errno)));
   const std::vector<char> in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -146,8 +148,9 @@ TrainState load_checkpoint(const std::string& path, uint64_t expected_config_has
   s.optimizer = kOptimizers[optimizer];
   const char* body_start = in.data() + kHeaderSize;
   for (auto [v, count] : {std::pair{&s.params, nparams}, std::pair{&s.opt_state, nopt}}) {
-    v->resize(count);
-    if (count > 0) std::memcpy(v->data(), body_start, 4 * count);  // data() may be null if empty
+    // The body is not aligned for floats: the backend copies bytes.
+    *v = kernels::Buffer<float>(backend, static_cast<int64_t>(count));
+    backend->copy_from_host(v->data(), body_start, v->bytes());
     body_start += 4 * count;
   }
   return s;

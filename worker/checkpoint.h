@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -24,10 +25,12 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Copies the state's buffers to host memory and writes them (temp file, fsync, rename).
 void save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
 // Refuses (CheckpointError naming the file and the problem) a missing file, a wrong magic or
 // version, a truncated or extended file, a checksum mismatch and a config hash other than
-// expected_config_hash.
-TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash);
+// expected_config_hash. The state's buffers are placed in `backend`'s memory.
+TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash,
+                           const std::shared_ptr<const kernels::Backend>& backend);
 
 }  // namespace hippo::worker

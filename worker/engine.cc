@@ -49,27 +49,35 @@ Engine::Engine(const RunConfig& config, int threads)
       eval_set_(load_set(config, "t10k", config.eval_samples, "eval_samples")),
       model_(config.model, 1, train_set_->rows, train_set_->cols, kClasses),
       order_(config.train_samples, config.seed),
-      grads_(model_.param_count()) {}
+      grads_(backend_, model_.param_count()) {}
 
 TrainState Engine::initial_state() const {
+  std::vector<float> params(model_.param_count());
+  model_.init(config_.seed, params.data());
   TrainState s;
-  s.params.resize(model_.param_count());
-  model_.init(config_.seed, s.params.data());
+  s.params = kernels::Buffer<float>::from_host(backend_, params.data(), model_.param_count());
   return s;
 }
 
+bool Engine::in_my_memory(const kernels::Buffer<float>& b) const {
+  return b.backend() && std::string(b.backend()->name()) == backend_->name();
+}
+
 void Engine::check_state(const TrainState& s) const {
-  if (static_cast<int64_t>(s.params.size()) != model_.param_count())
-    throw std::invalid_argument("state has " + std::to_string(s.params.size()) +
-                                " parameters, the model has " +
-                                std::to_string(model_.param_count()));
+  if (s.params.size() != model_.param_count() || !in_my_memory(s.params))
+    throw std::invalid_argument(
+        "state has " + std::to_string(s.params.size()) + " parameters, the model has " +
+        std::to_string(model_.param_count()) +
+        (s.params.size() == model_.param_count() ? " (but they are in another backend's memory)"
+                                                 : ""));
   if (s.step < 0 || (s.step > 0 && s.optimizer.empty()))
     throw std::invalid_argument("state at step " + std::to_string(s.step) +
                                 " has no optimizer state");
   if (!s.optimizer.empty() && s.optimizer != "sgd" && s.optimizer != "adam" &&
       s.optimizer != "adamw")
     throw std::invalid_argument("state has an unknown optimizer \"" + s.optimizer + "\"");
-  if (static_cast<int64_t>(s.opt_state.size()) != opt_state_size(s.optimizer, param_count()))
+  if (s.opt_state.size() != opt_state_size(s.optimizer, param_count()) ||
+      (!s.opt_state.empty() && !in_my_memory(s.opt_state)))
     throw std::invalid_argument("state's optimizer state has " +
                                 std::to_string(s.opt_state.size()) + " values, expected " +
                                 std::to_string(opt_state_size(s.optimizer, param_count())) +
@@ -89,12 +97,14 @@ void Engine::reserve(int batch) {
     scratch_offsets_.push_back(scratch_offsets_.back() + layer->scratch_size(batch));
     widest = std::max(widest, layer->out_size());
   }
-  activations_.assign(act_offsets_.back(), 0.0f);
-  scratch_.assign(scratch_offsets_.back(), 0.0f);
-  for (auto& d : dact_) d.assign(int64_t{batch} * widest, 0.0f);
-  labels_.resize(batch);
+  activations_ = kernels::Buffer<float>(backend_, act_offsets_.back());
+  scratch_ = kernels::Buffer<float>(backend_, scratch_offsets_.back());
+  for (auto& d : dact_) d = kernels::Buffer<float>(backend_, int64_t{batch} * widest);
+  labels_ = kernels::Buffer<int32_t>(backend_, batch);
+  losses_ = kernels::Buffer<float>(backend_, batch);
+  host_input_.resize(static_cast<size_t>(batch * model_.input_size()));
+  host_labels_.resize(batch);
   indices_.resize(batch);
-  losses_.resize(batch);
 }
 
 void Engine::load_batch(const Dataset& set, const int32_t* indices, int batch) {
@@ -102,13 +112,15 @@ void Engine::load_batch(const Dataset& set, const int32_t* indices, int batch) {
   // torchvision's usual Normalize((0.2860,), (0.3530,)) for Fashion-MNIST).
   constexpr float kMean = 0.2860f, kInvStd = 1.0f / 0.3530f;
   const int64_t size = set.image_size();
-  float* x = input();  // [batch, rows * cols]
+  float* x = host_input_.data();  // [batch, rows * cols]
   for (int b = 0; b < batch; ++b) {
     const uint8_t* pixels = set.pixels.data() + indices[b] * size;
     for (int64_t i = 0; i < size; ++i)
       x[b * size + i] = (pixels[i] * (1.0f / 255.0f) - kMean) * kInvStd;
-    labels_[b] = set.labels[indices[b]];
+    host_labels_[b] = set.labels[indices[b]];
   }
+  backend_->copy_from_host(input(), x, batch * size * int64_t{sizeof(float)});
+  backend_->copy_from_host(labels_.data(), host_labels_.data(), batch * int64_t{sizeof(int32_t)});
 }
 
 float* Engine::forward(const float* params, int batch) {
@@ -134,7 +146,7 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
                                   st.precision);
     if (s.optimizer.empty()) {
       s.optimizer = st.optimizer;
-      s.opt_state.assign(opt_state_size(st.optimizer, nparams), 0.0f);
+      s.opt_state = kernels::Buffer<float>(backend_, opt_state_size(st.optimizer, nparams));
     } else if (s.optimizer != st.optimizer) {
       throw std::invalid_argument("setting optimizer: step " + std::to_string(s.step) +
                                   " asks for " + st.optimizer + " but the state was trained with " +

@@ -70,7 +70,7 @@ class Engine {
   // refused.
   uint64_t config_hash() const { return config_hash_; }
   int64_t param_count() const { return model_.param_count(); }
-  const kernels::Backend& backend() const { return *backend_; }
+  const std::shared_ptr<const kernels::Backend>& backend() const { return backend_; }
 
  private:
   // Runs the forward pass of `batch` samples whose inputs are in input(); returns the logits.
@@ -78,26 +78,32 @@ class Engine {
   // Fills input() and labels_ with the given samples of `set`.
   void load_batch(const Dataset& set, const int32_t* indices, int batch);
   void check_state(const TrainState& s) const;
+  // Whether b lies in memory this engine's backend can use.
+  bool in_my_memory(const kernels::Buffer<float>& b) const;
   // Sizes the activation and scratch buffers for `batch` samples.
   void reserve(int batch);
   float* input() { return activations_.data(); }
 
   RunConfig config_;
   uint64_t config_hash_;
-  std::unique_ptr<kernels::Backend> backend_;
+  std::shared_ptr<const kernels::Backend> backend_;
   std::shared_ptr<const Dataset> train_set_, eval_set_;
   Model model_;
   SampleOrder order_;
 
-  // Buffers, views into which the layers work on (shapes per batch of `reserved_` samples):
-  std::vector<float> grads_;        // [param_count], like the parameters
-  std::vector<float> activations_;  // input [B, in], then each layer's output [B, out]
-  std::vector<float> scratch_;      // each layer's scratch_size(B)
-  std::vector<float> dact_[2];      // activation gradients, ping-pong, [B, max out]
+  // Buffers in the backend's memory, views into which the layers work on (shapes per batch of
+  // `reserved_` samples):
+  kernels::Buffer<float> grads_;        // [param_count], like the parameters
+  kernels::Buffer<float> activations_;  // input [B, in], then each layer's output [B, out]
+  kernels::Buffer<float> scratch_;      // each layer's scratch_size(B)
+  kernels::Buffer<float> dact_[2];      // activation gradients, ping-pong, [B, max out]
+  kernels::Buffer<int32_t> labels_;     // [B]
+  kernels::Buffer<float> losses_;       // [B]
   std::vector<int64_t> act_offsets_, scratch_offsets_;
   int reserved_ = 0;
-  std::vector<int32_t> indices_, labels_;
-  std::vector<float> losses_;
+  // Host memory: the batch's sample indices, and its inputs and labels before they are copied in.
+  std::vector<int32_t> indices_, host_labels_;
+  std::vector<float> host_input_;
 };
 
 }  // namespace hippo::worker

@@ -1,10 +1,12 @@
 // The state of a training run between steps: everything needed to continue it bit for bit.
-// A fork is a copy of a TrainState; a checkpoint is its serialization (checkpoint.h).
+// A fork is a copy of a TrainState (one copy per buffer, in the engine backend's memory: on a GPU
+// device to device); a checkpoint is its serialization (checkpoint.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
+
+#include "kernels/buffer.h"
 
 namespace hippo::worker {
 
@@ -15,14 +17,14 @@ struct TrainState {
   // order are keyed by index and epoch), so it stays 0; it is saved so a layer with dropout or
   // augmentation can continue its stream exactly.
   uint64_t rng_counter = 0;
-  std::vector<float> params;  // [param_count]
+  kernels::Buffer<float> params;  // [param_count], in the backend's memory
   // The optimizer that made opt_state ("sgd", "adam" or "adamw"; empty before the first step),
   // and the state itself: sgd: momentum buffer [param_count]; adam/adamw: m then v,
   // [2 * param_count]. The optimizer cannot change once training has begun.
   std::string optimizer;
-  std::vector<float> opt_state;
+  kernels::Buffer<float> opt_state;
 
-  bool operator==(const TrainState&) const = default;
+  bool operator==(const TrainState&) const = default;  // bit for bit
 };
 
 }  // namespace hippo::worker

@@ -229,7 +229,8 @@ class Worker {
     } else if (const TrainState* held = cache_.find(job.parent_state)) {
       state = *held;  // fork in memory: one copy per buffer
     } else if (!job.parent_file.empty()) {
-      state = load_checkpoint(checkpoint_path(job.parent_file), engine.config_hash());
+      state = load_checkpoint(checkpoint_path(job.parent_file), engine.config_hash(),
+                              engine.backend());
     } else {
       throw std::runtime_error("parent state " + std::to_string(job.parent_state) +
                                " is neither in memory nor in a checkpoint");

@@ -8,10 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace hippo::worker {
 namespace {
+
+using kernels::Buffer;
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -24,8 +28,11 @@ class CheckpointTest : public ::testing::Test {
     state_.data_position = 12345;
     state_.rng_counter = 9;
     state_.optimizer = "adam";
-    for (int i = 0; i < 100; ++i) state_.params.push_back(0.25f * i - 3);
-    for (int i = 0; i < 200; ++i) state_.opt_state.push_back(1e-3f * i);
+    std::vector<float> params, opt_state;
+    for (int i = 0; i < 100; ++i) params.push_back(0.25f * i - 3);
+    for (int i = 0; i < 200; ++i) opt_state.push_back(1e-3f * i);
+    state_.params = Buffer<float>::from_host(backend_, params.data(), 100);
+    state_.opt_state = Buffer<float>::from_host(backend_, opt_state.data(), 200);
     save_checkpoint(path_, state_, kHash);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -38,7 +45,7 @@ class CheckpointTest : public ::testing::Test {
   // The message of the CheckpointError that loading throws ("" if none).
   std::string load_error(uint64_t hash = kHash) const {
     try {
-      load_checkpoint(path_, hash);
+      load_checkpoint(path_, hash, backend_);
     } catch (const CheckpointError& e) {
       return e.what();
     }
@@ -46,18 +53,21 @@ class CheckpointTest : public ::testing::Test {
   }
 
   static constexpr uint64_t kHash = 0xabcdef0123456789ull;
+  // Declared before the state, whose buffers it owns the memory of.
+  std::shared_ptr<const kernels::Backend> backend_ = kernels::make_cpu_backend(1);
   std::filesystem::path dir_;
   std::string path_;
   TrainState state_;
 };
 
 TEST_F(CheckpointTest, RoundTripIsExactAndLeavesNoTemporaryFile) {
-  EXPECT_TRUE(load_checkpoint(path_, kHash) == state_);
+  EXPECT_TRUE(load_checkpoint(path_, kHash, backend_) == state_);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), {}), 1);
   TrainState fresh;  // step 0, no optimizer yet
-  fresh.params = {1, 2, 3};
+  const float three[] = {1, 2, 3};
+  fresh.params = Buffer<float>::from_host(backend_, three, 3);
   save_checkpoint(path_, fresh, kHash);
-  EXPECT_TRUE(load_checkpoint(path_, kHash) == fresh);
+  EXPECT_TRUE(load_checkpoint(path_, kHash, backend_) == fresh);
 }
 
 TEST_F(CheckpointTest, FlippedByteIsRefusedAnywhere) {

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   }
   try {
     Engine engine(testing::small_config(argv[1]), std::stoi(argv[4]));
-    TrainState s = load_checkpoint(argv[5], engine.config_hash());
+    TrainState s = load_checkpoint(argv[5], engine.config_hash(), engine.backend());
     engine.train(s, std::stoll(argv[6]), testing::recipe_hp(std::stod(argv[3])),
                  testing::recipe_fixed(argv[2]), {});
     save_checkpoint(argv[7], s, engine.config_hash());
