@@ -1,0 +1,96 @@
+#include "pipeline/program.h"
+
+#include <stdexcept>
+
+namespace hippo::pipeline {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kForward:
+      return "forward";
+    case Op::kBackward:
+      return "backward";
+    case Op::kSendActivation:
+      return "send activation";
+    case Op::kRecvActivation:
+      return "receive activation";
+    case Op::kSendGradient:
+      return "send gradient";
+    case Op::kRecvGradient:
+      return "receive gradient";
+    case Op::kEvict:
+      return "evict";
+    case Op::kHold:
+      return "hold";
+    case Op::kReturn:
+      return "return";
+    case Op::kReload:
+      return "reload";
+    case Op::kOptimizerStep:
+      return "optimizer step";
+  }
+  return "?";
+}
+
+Channel channel(Op op) {
+  switch (op) {
+    case Op::kSendActivation:
+    case Op::kRecvActivation:
+      return Channel::kActivation;
+    case Op::kSendGradient:
+    case Op::kRecvGradient:
+      return Channel::kGradient;
+    case Op::kEvict:
+    case Op::kHold:
+      return Channel::kLend;
+    case Op::kReturn:
+    case Op::kReload:
+      return Channel::kGiveBack;
+    default:
+      return Channel::kNone;
+  }
+}
+
+bool is_send(Op op) {
+  return op == Op::kSendActivation || op == Op::kSendGradient || op == Op::kEvict ||
+         op == Op::kReturn;
+}
+
+bool is_receive(Op op) {
+  return op == Op::kRecvActivation || op == Op::kRecvGradient || op == Op::kHold ||
+         op == Op::kReload;
+}
+
+Instruction matching_send(int stages, int stage, const Instruction& receive) {
+  Instruction send{Op::kSendActivation, receive.microbatch, receive.chunk, stage};
+  switch (receive.op) {
+    case Op::kRecvActivation:
+      if (stage == 0) send.chunk -= 1;
+      break;
+    case Op::kRecvGradient:
+      send.op = Op::kSendGradient;
+      if (stage == stages - 1) send.chunk += 1;
+      break;
+    case Op::kHold:
+      send.op = Op::kEvict;
+      break;
+    case Op::kReload:
+      send.op = Op::kReturn;
+      break;
+    default:
+      throw std::invalid_argument("matching_send: " + describe(receive) + " is no receive");
+  }
+  return send;
+}
+
+std::string describe(const Instruction& instruction) {
+  std::string text = op_name(instruction.op);
+  if (instruction.op == Op::kOptimizerStep) return text;
+  text += " mb " + std::to_string(instruction.microbatch);
+  if (instruction.chunk != 0) text += " chunk " + std::to_string(instruction.chunk);
+  if (is_send(instruction.op)) text += " to stage " + std::to_string(instruction.peer);
+  if (is_receive(instruction.op)) text += " from stage " + std::to_string(instruction.peer);
+  return text;
+}
+
+}  // namespace hippo::pipeline

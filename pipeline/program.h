@@ -1,0 +1,73 @@
+// A pipeline schedule as a program: for each pipeline stage (one device, or one CPU thread) the
+// list of instructions it executes in order. Generators (schedules.h) write programs, the
+// simulator (simulator.h) checks and times them, the interpreter (interpreter.h) runs them.
+//
+// Communication is point to point and explicit: every send on one stage must be matched by the
+// receive of the same kind on its peer. Sends are buffered (they never wait for the receiver);
+// receives wait for the matching send. Between two stages, the messages of one channel (see
+// `channel`) arrive in the order they were sent, so the k-th receive of a channel matches the k-th
+// send (NCCL has no tags; the simulator checks that the order agrees).
+//
+// Model chunks: with v chunks per device (interleaved 1F1B) the model is cut into v*p pipeline
+// positions; chunk c of device d is position c*p + d (Megatron-LM's layout), so a micro-batch
+// visits devices 0..p-1 once per chunk. Every other schedule has one chunk, chunk 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hippo::pipeline {
+
+enum class Op : uint8_t {
+  kForward,         // forward of (microbatch, chunk); stashes what its backward needs
+  kBackward,        // backward of (microbatch, chunk); frees the stash, accumulates gradients
+  kSendActivation,  // the forward's output to the next position's device (peer)
+  kRecvActivation,  // the previous position's output, the input of this forward
+  kSendGradient,    // the gradient with respect to this chunk's input, to the previous position
+  kRecvGradient,    // the gradient with respect to this chunk's output, from the next position
+  kEvict,           // lend the stash of (microbatch, chunk) to the partner stage (peer), free it
+  kHold,            // partner side of kEvict: receive and keep the lent stash
+  kReturn,          // partner side of kReload: send the lent stash back, free it
+  kReload,          // receive the own stash back from the partner, before its backward
+  kOptimizerStep,   // apply the accumulated gradients (after the last backward of the stage)
+};
+constexpr int kOpCount = 11;
+
+// Lower-case words for messages: "forward", "send activation", ...
+const char* op_name(Op op);
+
+// Sends and their receives pair up per channel: send activation -> receive activation, send
+// gradient -> receive gradient, evict -> hold, return -> reload.
+enum class Channel : uint8_t { kActivation, kGradient, kLend, kGiveBack, kNone };
+Channel channel(Op op);
+bool is_send(Op op);
+bool is_receive(Op op);
+
+struct Instruction {
+  Op op = Op::kForward;
+  int microbatch = -1;  // -1 for kOptimizerStep
+  int chunk = 0;
+  int peer = -1;  // the other stage of a send or receive, else -1
+
+  bool operator==(const Instruction&) const = default;
+};
+
+// The send instruction that `receive`, executed by `stage` of a `stages`-stage program, matches:
+// the op, micro-batch and chunk as the sender executes it, with peer == stage. An activation
+// arriving at stage 0 comes from the previous chunk of the last stage (chunk - 1), a gradient
+// arriving at stage p-1 from the next chunk of stage 0 (chunk + 1); otherwise chunks agree.
+Instruction matching_send(int stages, int stage, const Instruction& receive);
+
+// "forward mb 3", "send activation mb 3 chunk 1 to stage 2", "optimizer step"
+std::string describe(const Instruction& instruction);
+
+struct Program {
+  std::string schedule;                                // the generator's name, for reports
+  int stages = 0;                                      // p: devices
+  int microbatches = 0;                                // m: per optimizer step
+  int chunks = 1;                                      // v: model chunks per device
+  std::vector<std::vector<Instruction>> instructions;  // [stages]: each stage's list, in order
+};
+
+}  // namespace hippo::pipeline

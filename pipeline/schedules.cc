@@ -1,0 +1,224 @@
+#include "pipeline/schedules.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "pipeline/simulator.h"
+
+namespace hippo::pipeline {
+
+const char* schedule_name(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::kGPipe:
+      return "gpipe";
+    case Schedule::kOneFOneB:
+      return "1f1b";
+    case Schedule::kInterleaved:
+      return "interleaved";
+    case Schedule::kBPipe:
+      return "bpipe";
+  }
+  return "?";
+}
+
+std::optional<Schedule> parse_schedule(std::string_view name) {
+  for (Schedule s :
+       {Schedule::kGPipe, Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kBPipe}) {
+    if (name == schedule_name(s)) return s;
+  }
+  return std::nullopt;
+}
+
+int bpipe_cap(int stages) {
+  return (stages + 2) / 2;
+}
+
+std::string check_shape(const PipelineShape& shape) {
+  auto out_of_range = [](const char* field, int value, int max) {
+    return std::string(field) + ": expected an integer from 1 to " + std::to_string(max) +
+           ", got " + std::to_string(value);
+  };
+  if (shape.stages < 1 || shape.stages > kMaxStages)
+    return out_of_range("stages", shape.stages, kMaxStages);
+  if (shape.microbatches < 1 || shape.microbatches > kMaxMicrobatches)
+    return out_of_range("microbatches", shape.microbatches, kMaxMicrobatches);
+  if (shape.chunks < 1 || shape.chunks > kMaxChunks)
+    return out_of_range("chunks", shape.chunks, kMaxChunks);
+  if (shape.schedule != Schedule::kInterleaved) {
+    if (shape.chunks != 1)
+      return "chunks: only the interleaved schedule has more than one chunk per stage, got " +
+             std::to_string(shape.chunks) + " with " + schedule_name(shape.schedule);
+    return "";
+  }
+  if (shape.chunks > 1 && shape.stages < 2)
+    return "chunks: interleaving needs at least 2 stages, got 1";
+  if (shape.microbatches % shape.stages != 0)
+    return "microbatches: interleaved needs a multiple of stages (" + std::to_string(shape.stages) +
+           "), got " + std::to_string(shape.microbatches);
+  return "";
+}
+
+namespace {
+
+// A forward of (mb, chunk) on `device` with the receive of its input before it and the send of
+// its output after it (none at the first and last pipeline positions).
+void append_forward(std::vector<Instruction>& list, int p, int v, int device, int mb, int chunk) {
+  const int position = chunk * p + device;
+  if (position > 0) list.push_back({Op::kRecvActivation, mb, chunk, (device + p - 1) % p});
+  list.push_back({Op::kForward, mb, chunk, -1});
+  if (position < v * p - 1) list.push_back({Op::kSendActivation, mb, chunk, (device + 1) % p});
+}
+
+void append_backward(std::vector<Instruction>& list, int p, int v, int device, int mb, int chunk) {
+  const int position = chunk * p + device;
+  if (position < v * p - 1) list.push_back({Op::kRecvGradient, mb, chunk, (device + 1) % p});
+  list.push_back({Op::kBackward, mb, chunk, -1});
+  if (position > 0) list.push_back({Op::kSendGradient, mb, chunk, (device + p - 1) % p});
+}
+
+std::vector<Instruction> gpipe_stage(int p, int m, int device) {
+  std::vector<Instruction> list;
+  for (int mb = 0; mb < m; ++mb) append_forward(list, p, 1, device, mb, 0);
+  for (int mb = 0; mb < m; ++mb) append_backward(list, p, 1, device, mb, 0);
+  return list;
+}
+
+// 1F1B over v chunks (v = 1: plain 1F1B). Work unit u of a device walks micro-batches in groups
+// of p: group u / (p*v), chunk (u / p) % v (descending for backwards), micro-batch
+// group*p + u % p. Within one chunk both walks are in ascending micro-batch order.
+std::vector<Instruction> one_f_one_b_stage(int p, int m, int v, int device) {
+  const int units = m * v;
+  const int warmup = std::min(units, v == 1 ? p - 1 - device : (p - 1 - device) * 2 + (v - 1) * p);
+  auto microbatch = [&](int u) { return u / (p * v) * p + u % p; };
+  auto forward = [&](std::vector<Instruction>& list, int u) {
+    append_forward(list, p, v, device, microbatch(u), u / p % v);
+  };
+  auto backward = [&](std::vector<Instruction>& list, int u) {
+    append_backward(list, p, v, device, microbatch(u), v - 1 - u / p % v);
+  };
+  std::vector<Instruction> list;
+  for (int u = 0; u < warmup; ++u) forward(list, u);
+  for (int u = 0; u < units - warmup; ++u) {
+    forward(list, warmup + u);
+    backward(list, u);
+  }
+  for (int u = units - warmup; u < units; ++u) backward(list, u);
+  return list;
+}
+
+// Where a forward or backward "group" (its receive, compute and send) starts: the receive if
+// there is one, else the compute.
+bool starts_group(const std::vector<Instruction>& list, size_t i, Op receive, Op compute) {
+  if (list[i].op == receive) return true;
+  return list[i].op == compute && (i == 0 || list[i - 1].op != receive);
+}
+
+// BPipe: stage `lender` (< its partner p-1-lender) keeps at most `cap` stashes. Before a forward
+// group, or before the reload of a lent stash, that would exceed the cap, it evicts the resident
+// stash with the largest micro-batch (the one needed last: backwards are in ascending order), and
+// it reloads each lent stash at the start of its backward group. The partner's holds and returns
+// are placed by time on `timeline` (the 1F1B program's, simulated without loans, default costs).
+// Returns follow the reload order (one channel, in order) and each follows its hold. What the
+// partner runs before an inserted instruction started (or ended) before the lender got there, so
+// none of it waits for the lender's later work: no cycle, which the tests confirm for every shape.
+void lend_stashes(Program& program, const std::vector<std::vector<TimedInstruction>>& timeline,
+                  int lender, int cap) {
+  const int partner = program.stages - 1 - lender;
+  const std::vector<Instruction>& own = program.instructions[lender];
+  const std::vector<Instruction>& theirs = program.instructions[partner];
+  // A hold goes before the partner's first instruction that starts (a receive: gets its message)
+  // at or after the evict, so the partner takes the stash as soon as it is free, perhaps while it
+  // waits for a receive anyway. A return goes at the last place the partner reaches (its previous
+  // instruction ended) at or before the reload, so the lender never waits. Neither goes after the
+  // optimizer step.
+  auto hold_place = [&](double time) {
+    size_t k = 0;
+    while (k + 1 < theirs.size() && timeline[partner][k].start < time) ++k;
+    return k;
+  };
+  auto return_place = [&](double time) {
+    size_t k = 0;
+    while (k + 1 < theirs.size() && timeline[partner][k].end <= time) ++k;
+    return k;
+  };
+  std::vector<Instruction> lender_list;
+  std::set<int> resident;  // stashed micro-batches on the lender
+  std::set<int> lent;      // micro-batches whose stash is with the partner
+  std::vector<std::pair<size_t, int>> holds, returns;  // (partner position, micro-batch)
+  std::map<int, size_t> hold_position;
+  for (size_t i = 0; i < own.size(); ++i) {
+    const Instruction& instruction = own[i];
+    const int mb = instruction.microbatch;
+    const double now = i > 0 ? timeline[lender][i - 1].end : 0;
+    auto make_room = [&] {
+      if (static_cast<int>(resident.size()) < cap) return;
+      const int evicted = *resident.rbegin();
+      resident.erase(evicted);
+      lent.insert(evicted);
+      lender_list.push_back({Op::kEvict, evicted, 0, partner});
+      holds.push_back({hold_place(now), evicted});
+      hold_position[evicted] = holds.back().first;
+    };
+    if (starts_group(own, i, Op::kRecvActivation, Op::kForward)) {
+      make_room();
+      resident.insert(mb);
+    }
+    if (starts_group(own, i, Op::kRecvGradient, Op::kBackward) && lent.count(mb)) {
+      make_room();
+      lent.erase(mb);
+      resident.insert(mb);
+      lender_list.push_back({Op::kReload, mb, 0, partner});
+      size_t position = std::max(return_place(now), hold_position[mb]);
+      if (!returns.empty()) position = std::max(position, returns.back().first);
+      returns.push_back({position, mb});
+    }
+    if (instruction.op == Op::kBackward) resident.erase(mb);
+    lender_list.push_back(instruction);
+  }
+
+  std::vector<Instruction> partner_list;
+  size_t next_hold = 0, next_return = 0;
+  std::set<int> held;
+  auto emit_returns = [&](size_t k) {  // in reload order, each after its hold
+    for (; next_return < returns.size() && returns[next_return].first == k &&
+           held.count(returns[next_return].second);
+         ++next_return)
+      partner_list.push_back({Op::kReturn, returns[next_return].second, 0, lender});
+  };
+  for (size_t k = 0; k < theirs.size(); ++k) {
+    emit_returns(k);  // returns first: the partner never holds more than it must
+    for (; next_hold < holds.size() && holds[next_hold].first == k; ++next_hold) {
+      partner_list.push_back({Op::kHold, holds[next_hold].second, 0, lender});
+      held.insert(holds[next_hold].second);
+    }
+    emit_returns(k);
+    partner_list.push_back(theirs[k]);
+  }
+  program.instructions[lender] = std::move(lender_list);
+  program.instructions[partner] = std::move(partner_list);
+}
+
+}  // namespace
+
+Program generate(const PipelineShape& shape) {
+  if (std::string problem = check_shape(shape); !problem.empty())
+    throw std::invalid_argument(problem);
+  const int p = shape.stages, m = shape.microbatches, v = shape.chunks;
+  Program program{schedule_name(shape.schedule), p, m, v, {}};
+  for (int device = 0; device < p; ++device) {
+    program.instructions.push_back(shape.schedule == Schedule::kGPipe
+                                       ? gpipe_stage(p, m, device)
+                                       : one_f_one_b_stage(p, m, v, device));
+    program.instructions.back().push_back({Op::kOptimizerStep, -1, 0, -1});
+  }
+  if (shape.schedule == Schedule::kBPipe) {
+    const SimulationReport one_f_one_b = simulate(program);
+    for (int lender = 0; lender < p - 1 - lender; ++lender)
+      lend_stashes(program, one_f_one_b.timeline, lender, bpipe_cap(p));
+  }
+  return program;
+}
+
+}  // namespace hippo::pipeline

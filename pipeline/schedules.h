@@ -1,0 +1,63 @@
+// The four schedule generators. Each returns a Program (program.h) for p stages and m
+// micro-batches; the last instruction of every stage is its optimizer step.
+//
+// - gpipe:       all forwards, then all backwards. Every stage stashes all m micro-batches.
+// - 1f1b:        stage s runs min(p-1-s, m) warm-up forwards, then alternates one forward and one
+//                backward, then drains the remaining backwards. Stage s stashes min(p-s, m).
+// - interleaved: 1F1B over v model chunks per device (Megatron-LM's schedule; chunk c of device d
+//                is pipeline position c*p + d); m must be a multiple of p.
+// - bpipe:       1F1B where stage x < p-1-x keeps at most cap = ceil((p+1)/2) stashes: before a
+//                forward or reload that would exceed the cap it evicts (lends) the stash needed
+//                last to its partner p-1-x, and reloads each lent stash before its backward. The
+//                partner holds the lent stashes in its own memory, so no stage holds more than cap.
+//
+// Bubble: the fraction of device time not spent computing, 1 - sum(busy) / (p * makespan) (see
+// simulator.h). With the same forward cost f and backward cost b on every stage and free
+// communication, gpipe and 1f1b both have makespan (m+p-1)(f+b), so their bubble is exactly
+// (p-1)/(m+p-1) for any f and b (tests use f=1, b=2 and f=b=1). Interleaving with each chunk
+// costing 1/v of a stage divides the idle time by v: bubble (p-1)/(v*m+p-1).
+//
+// Gradient order: every generator runs the backwards of one (stage, chunk) in ascending
+// micro-batch order. The gradients of a chunk are therefore accumulated in the same order as in
+// an unpipelined run over the same micro-batches, which is what makes a pipelined trial's
+// parameters equal, bit for bit, to the same trial trained on one device (DESIGN.md invariant 1).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "pipeline/program.h"
+
+namespace hippo::pipeline {
+
+enum class Schedule { kGPipe, kOneFOneB, kInterleaved, kBPipe };
+
+// "gpipe", "1f1b", "interleaved", "bpipe"
+const char* schedule_name(Schedule schedule);
+std::optional<Schedule> parse_schedule(std::string_view name);
+constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved, bpipe";
+
+struct PipelineShape {
+  int stages = 1;        // p >= 1
+  int microbatches = 1;  // m >= 1 (interleaved: a multiple of p)
+  Schedule schedule = Schedule::kOneFOneB;
+  int chunks = 1;  // v >= 1; more than 1 only for interleaved (and then p >= 2)
+};
+
+// Limits that keep programs and timelines a sensible size.
+constexpr int kMaxStages = 256;
+constexpr int kMaxMicrobatches = 4096;
+constexpr int kMaxChunks = 64;
+
+// Empty when `shape` can be generated, else what is wrong, naming the field, e.g.
+// "microbatches: interleaved needs a multiple of stages (6), got 8".
+std::string check_shape(const PipelineShape& shape);
+
+// The program for `shape`; throws std::invalid_argument with check_shape's message if invalid.
+Program generate(const PipelineShape& shape);
+
+// BPipe's cap on the stashed micro-batches of any stage: ceil((p+1)/2).
+int bpipe_cap(int stages);
+
+}  // namespace hippo::pipeline

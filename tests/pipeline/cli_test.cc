@@ -1,0 +1,75 @@
+// `hippo pipeline-plan` as a user runs it: the real binary, its output and its exit status.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result hippo(const std::string& args) {
+  Result result;
+  FILE* pipe = popen((std::string(HIPPO_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+    result.output.append(buffer, n);
+  int status = pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+TEST(PipelinePlanCli, JsonHasTheBubbleThePeakStashAndTheSteps) {
+  Result r = hippo("--format json pipeline-plan --stages 4 --microbatches 8 --schedule 1f1b");
+  ASSERT_EQ(r.status, 0) << r.output;
+  nlohmann::json plan = nlohmann::json::parse(r.output);
+  EXPECT_NEAR(plan["bubble_fraction"].get<double>(), 3.0 / 11.0, 1e-12);
+  EXPECT_EQ(plan["peak_stash"], nlohmann::json::parse("[4, 3, 2, 1]"));
+  EXPECT_EQ(plan["makespan"].get<double>(), 33);
+  ASSERT_EQ(plan["steps"].size(), 4u);
+  // Stage 3 (the last) alternates forward and backward from its first micro-batch.
+  EXPECT_EQ(plan["steps"][3][0]["op"], "receive activation");
+  EXPECT_EQ(plan["steps"][3][1]["op"], "forward");
+  EXPECT_EQ(plan["steps"][3][2]["op"], "backward");
+  EXPECT_EQ(plan["steps"][3][2]["start"].get<double>(), 4);
+
+  r = hippo("--format json pipeline-plan --stages 8 --microbatches 16 --schedule bpipe");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json bpipe = nlohmann::json::parse(r.output);
+  for (const auto& peak : bpipe["peak_stash"]) EXPECT_LE(peak.get<int>(), 5);
+}
+
+TEST(PipelinePlanCli, TablePrintsOneTimelinePerStage) {
+  Result r = hippo("pipeline-plan --stages 2 --microbatches 3 --schedule gpipe");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("makespan 12, bubble 25.0%"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0      abc...AABBCC  9     3     3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1      .abcAABBCC..  9     3     3"), std::string::npos) << r.output;
+}
+
+TEST(PipelinePlanCli, BadArgumentsExitTwoWithTheReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--stages 0 --microbatches 4 --schedule 1f1b", "error: --stages: expected an integer"},
+      {"--stages 2 --microbatches 0 --schedule 1f1b", "error: --microbatches: expected an integer"},
+      {"--stages 4 --microbatches 6 --schedule interleaved --chunks 2",
+       "error: --microbatches: interleaved needs a multiple of stages (4), got 6"},
+      {"--stages 2 --microbatches 4 --schedule zigzag", "error: --schedule: unknown schedule"},
+      {"--stages 2 --microbatches 4 --schedule 1f1b --chunks 2",
+       "error: --chunks: only the interleaved schedule has chunks"},
+      {"--stages 2 --microbatches 4 --schedule bpipe --backward-cost 0",
+       "error: --backward-cost: expected a positive finite time, got 0"},
+  };
+  for (const auto& [args, error] : cases) {
+    Result r = hippo(std::string("pipeline-plan ") + args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.output.rfind(error, 0), 0u) << args << ": " << r.output;
+  }
+}
+
+}  // namespace

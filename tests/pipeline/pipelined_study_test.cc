@@ -1,0 +1,103 @@
+// Pipelined studies end to end: the real hippo and hippo-worker processes. A gpt study trained
+// through a 2-stage pipeline has the metrics of the same study trained unpipelined, bit for bit,
+// and the master gives a pipelined stage only to a worker with enough devices.
+#include <chrono>
+#include <thread>
+
+#include "tests/e2e/e2e_helper.h"
+
+namespace hippo::e2e {
+namespace {
+
+class PipelinedStudy : public E2ETest {
+ protected:
+  // A small gpt study (2 trials of 20 steps) with the given "pipeline".
+  std::string gpt_spec(const std::string& name, const json& pipeline) {
+    json s = {{"name", name},
+              {"model",
+               {{"type", "gpt"},
+                {"layers", 2},
+                {"heads", 2},
+                {"dim", 32},
+                {"context", 16},
+                {"vocab", 96}}},
+              {"data", {{"name", "fortunes"}, {"train_samples", 2000}, {"eval_samples", 16}}},
+              {"seed", 3},
+              {"pipeline", pipeline},
+              {"fixed", {{"batch_size", 8}, {"optimizer", "adamw"}}},
+              {"hyperparameters", {{"lr", {{"grid", {0.003, 0.001}}}}}},
+              {"searcher", {{"name", "grid"}, {"metric", "loss"}, {"mode", "min"}}},
+              {"length", {{"steps", 20}}},
+              {"eval", {{"every", {{"steps", 10}}}}}};
+    std::string file = path(name + ".json");
+    std::ofstream(file) << s.dump(2);
+    return file;
+  }
+};
+
+TEST_F(PipelinedStudy, HasTheMetricsOfTheUnpipelinedStudyBitForBit) {
+  std::string pipelined = gpt_spec(
+      "piped", {{"stages", 2}, {"microbatches", 2}, {"schedule", "interleaved"}, {"chunks", 2}});
+  std::string plain = gpt_spec("piped", {{"stages", 1}, {"microbatches", 2}});
+  Result a = sh("timeout 300 " + hippo("a.db") + "--format json run " + pipelined + " --workers 1");
+  ASSERT_EQ(a.status, 0) << a.out;
+  Result b = sh("timeout 300 " + hippo("b.db") + "--format json run " + plain + " --workers 1");
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_EQ(last_json(a.out)["steps_executed"], 40);
+  json ta = json::parse(sh(hippo("a.db") + "--format json trials piped").out);
+  json tb = json::parse(sh(hippo("b.db") + "--format json trials piped").out);
+  ASSERT_EQ(ta.size(), 2u);
+  EXPECT_EQ(metrics_by_trial(ta), metrics_by_trial(tb));
+  EXPECT_EQ(ta[0]["metrics"].size(), 4u);  // loss and accuracy at steps 10 and 20
+}
+
+TEST_F(PipelinedStudy, GoesOnlyToAWorkerWithEnoughDevices) {
+  std::string address = "ipc://" + path("master.sock");
+  std::string checkpoints = path("checkpoints");
+  pid_t master = spawn(
+      {kHippo, "--db", path("plan.db"), "master", "--bind", address, "--checkpoints", checkpoints});
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "one",
+         "--devices", "cpu:1"});
+  std::string file = gpt_spec("needs-two", {{"stages", 2}, {"microbatches", 2}});
+  Result submitted = sh(kHippo + " --master " + address + " submit " + file);
+  ASSERT_EQ(submitted.status, 0) << submitted.out;
+  // The master says that no worker can run it, and nothing runs.
+  const std::string said =
+      "study needs-two needs a worker with 2 devices (pipeline.stages) and "
+      "no connected worker has more than 1: start one with --devices cpu:2";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (log_of(master).find(said) == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NE(log_of(master).find(said), std::string::npos) << log_of(master);
+  EXPECT_EQ(protocol_status(address, "needs-two"), nullptr);  // still running
+
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "two",
+         "--devices", "cpu:2"});
+  json summary;
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while ((summary = protocol_status(address, "needs-two")).is_null() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(summary.is_null()) << log_of(master);
+  EXPECT_EQ(summary["status"], "done") << summary.dump();
+  EXPECT_EQ(summary["steps_executed"], 40);
+}
+
+TEST_F(PipelinedStudy, WorkerRefusesDevicesItDoesNotHave) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"cuda:0-63", "error: --devices: cuda:0-63 requested, this machine has "},
+      {"cpu:0", "error: --devices: expected cpu:N with N from 1 to 256, got \"cpu:0\""},
+      {"tpu:1", "error: --devices: expected cpu:N or cuda:A-B, got \"tpu:1\""},
+      {"cuda:2-1", "error: --devices: expected cuda:A or cuda:A-B with A <= B, got \"cuda:2-1\""},
+  };
+  for (const auto& [devices, error] : cases) {
+    Result r = sh(kHippo + " worker --master ipc://" + path("none.sock") + " --checkpoints " +
+                  path("ck") + " --devices " + devices + " 2>&1");
+    EXPECT_EQ(r.status, 2) << devices;
+    EXPECT_EQ(r.out.rfind(error, 0), 0u) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace hippo::e2e

@@ -1,0 +1,148 @@
+// The generators checked against pipeline theory by the simulator: bubble, stash, deadlock
+// freedom and the backward order that keeps gradients bit-identical to an unpipelined run.
+#include "pipeline/schedules.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "pipeline/simulator.h"
+
+namespace hippo::pipeline {
+namespace {
+
+Program make(int p, int m, Schedule schedule, int v = 1) {
+  return generate(PipelineShape{p, m, schedule, v});
+}
+
+TEST(Schedules, OneFOneBBubbleIsExactlyTheTheoryForUniformCosts) {
+  for (auto [f, b] : {std::pair{1.0, 2.0}, std::pair{1.0, 1.0}}) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 32; ++m) {
+        for (Schedule schedule : {Schedule::kOneFOneB, Schedule::kGPipe}) {
+          SimulationReport report = simulate(make(p, m, schedule), Costs::uniform(f, b));
+          ASSERT_TRUE(report.ok()) << report.error_text();
+          EXPECT_EQ(report.makespan, (m + p - 1) * (f + b)) << "p=" << p << " m=" << m;
+          EXPECT_NEAR(report.bubble_fraction, double(p - 1) / (m + p - 1), 1e-12)
+              << schedule_name(schedule) << " p=" << p << " m=" << m << " f=" << f;
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedules, OneFOneBStashesMinOfStagesLeftAndMicrobatches) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 32; ++m) {
+      SimulationReport one_f_one_b = simulate(make(p, m, Schedule::kOneFOneB));
+      SimulationReport gpipe = simulate(make(p, m, Schedule::kGPipe));
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(one_f_one_b.peak_stash[s], std::min(p - s, m)) << "p=" << p << " m=" << m;
+        EXPECT_EQ(gpipe.peak_stash[s], m);
+      }
+    }
+  }
+}
+
+// Each chunk costs 1/v of a stage: forward 1 and backward 2 per chunk against v and 2v for the
+// whole stage under 1F1B. The idle time of every device is divided by v.
+TEST(Schedules, InterleavingDividesTheBubbleByChunks) {
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = p; m <= 32; m += p) {
+      for (int v = 2; v <= 4; ++v) {
+        SimulationReport plain =
+            simulate(make(p, m, Schedule::kOneFOneB), Costs::uniform(v, 2 * v));
+        SimulationReport interleaved =
+            simulate(make(p, m, Schedule::kInterleaved, v), Costs::uniform(1, 2));
+        ASSERT_TRUE(interleaved.ok()) << interleaved.error_text();
+        const double idle_plain = plain.makespan * p - 3.0 * v * m * p;
+        const double idle_interleaved = interleaved.makespan * p - 3.0 * v * m * p;
+        EXPECT_EQ(idle_interleaved * v, idle_plain) << "p=" << p << " m=" << m << " v=" << v;
+        EXPECT_NEAR(interleaved.bubble_fraction, double(p - 1) / (v * m + p - 1), 1e-12);
+      }
+    }
+  }
+}
+
+TEST(Schedules, BPipeCapsEveryStage) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 32; ++m) {
+      Program program = make(p, m, Schedule::kBPipe);
+      SimulationReport report = simulate(program);
+      ASSERT_TRUE(report.ok()) << "p=" << p << " m=" << m << "\n" << report.error_text();
+      for (int s = 0; s < p; ++s) {
+        EXPECT_LE(report.peak_stash[s], bpipe_cap(p)) << "p=" << p << " m=" << m << " s=" << s;
+      }
+      // Lending costs no time when transfers are free: the partner takes and gives back the
+      // stashes where it would not wait.
+      EXPECT_EQ(report.makespan, simulate(make(p, m, Schedule::kOneFOneB)).makespan);
+      // It lends exactly when 1F1B would exceed the cap.
+      bool lends = std::any_of(program.instructions[0].begin(), program.instructions[0].end(),
+                               [](const Instruction& i) { return i.op == Op::kEvict; });
+      EXPECT_EQ(lends, std::min(p, m) > bpipe_cap(p)) << "p=" << p << " m=" << m;
+    }
+  }
+  EXPECT_EQ(bpipe_cap(8), 5);
+  EXPECT_EQ(bpipe_cap(7), 4);
+}
+
+// Every generated program runs to the end with every message matched, computes each forward and
+// backward of each (micro-batch, pipeline position) once, and runs the backwards of each chunk in
+// ascending micro-batch order, so gradients accumulate as in an unpipelined run.
+TEST(Schedules, EveryGeneratedProgramIsDeadlockFreeAndComplete) {
+  int programs = 0;
+  for (Schedule schedule :
+       {Schedule::kGPipe, Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kBPipe}) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 32; ++m) {
+        for (int v = 1; v <= (schedule == Schedule::kInterleaved ? 4 : 1); ++v) {
+          PipelineShape shape{p, m, schedule, v};
+          if (!check_shape(shape).empty()) continue;
+          Program program = generate(shape);
+          SimulationReport report = simulate(program);
+          ASSERT_TRUE(report.ok())
+              << schedule_name(schedule) << " p=" << p << " m=" << m << " v=" << v << "\n"
+              << report.error_text();
+          std::map<std::pair<int, int>, int> forwards, backwards;  // (mb, chunk) -> count
+          for (int s = 0; s < p; ++s) {
+            std::map<int, int> last_backward;  // chunk -> last micro-batch
+            for (const Instruction& ins : program.instructions[s]) {
+              if (ins.op == Op::kForward) ++forwards[{ins.microbatch, ins.chunk * p + s}];
+              if (ins.op != Op::kBackward) continue;
+              ++backwards[{ins.microbatch, ins.chunk * p + s}];
+              auto last = last_backward.find(ins.chunk);
+              if (last != last_backward.end()) {
+                EXPECT_LT(last->second, ins.microbatch);
+              }
+              last_backward[ins.chunk] = ins.microbatch;
+            }
+            EXPECT_EQ(program.instructions[s].back().op, Op::kOptimizerStep);
+          }
+          EXPECT_EQ(forwards.size(), size_t(m) * p * v);
+          EXPECT_EQ(backwards.size(), size_t(m) * p * v);
+          for (auto& [key, count] : forwards) EXPECT_EQ(count, 1);
+          for (auto& [key, count] : backwards) EXPECT_EQ(count, 1);
+          ++programs;
+        }
+      }
+    }
+  }
+  EXPECT_GT(programs, 3 * 8 * 32);
+}
+
+TEST(Schedules, BadShapesAreRefusedWithTheField) {
+  EXPECT_EQ(check_shape({0, 4, Schedule::kOneFOneB, 1}),
+            "stages: expected an integer from 1 to 256, got 0");
+  EXPECT_NE(check_shape({2, 0, Schedule::kGPipe, 1}).find("microbatches"), std::string::npos);
+  EXPECT_NE(check_shape({4, 6, Schedule::kInterleaved, 2}).find("multiple of stages"),
+            std::string::npos);
+  EXPECT_NE(check_shape({4, 8, Schedule::kOneFOneB, 2}).find("chunks"), std::string::npos);
+  EXPECT_THROW(generate({4, 6, Schedule::kInterleaved, 2}), std::invalid_argument);
+  EXPECT_EQ(parse_schedule("1f1b"), Schedule::kOneFOneB);
+  EXPECT_EQ(parse_schedule("zigzag"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace hippo::pipeline
