@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Training throughput of the reference MLP or CNN in PyTorch eager on a GPU, for gpu_vs_pytorch.sh.
+
+The same work per step as `bench_engine --device cuda:0`: a batch gathered on the host from a
+60000-image uint8 set in a shuffled order, scaled and standardized there, copied to the GPU
+(pinned, asynchronous), then forward, backward and an SGD step (momentum 0.9) on the GPU. fp32
+runs without TF32 (hippo's fp32 products do not use it); bf16 is autocast (bf16 products and
+convolutions, fp32 weights and optimizer), as hippo's `precision: bf16`. Timed with CUDA events
+around `steps` steps after `warmup` untimed ones; prints one JSON line like bench_engine's.
+"""
+import argparse
+import json
+
+import torch
+import torch.nn as nn
+
+
+def model(name):
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
+                             nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    dev = torch.device("cuda:0")
+    m = model(a.model).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    images = torch.randint(0, 256, (60000, 1, 28, 28), dtype=torch.uint8)
+    labels = torch.randint(0, 10, (60000,))
+    order = torch.randperm(60000)
+    position = 0
+
+    def step():
+        nonlocal position
+        if position + a.batch > 60000:
+            position = 0
+        idx = order[position:position + a.batch]
+        position += a.batch
+        x = ((images[idx].float() / 255.0 - 0.2860) / 0.3530).pin_memory()
+        y = labels[idx].pin_memory()
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = loss_fn(m(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(a.steps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1000.0
+    print(json.dumps({"model": a.model, "batch": a.batch, "device": "cuda:0",
+                      "precision": a.precision, "samples_per_s": a.batch * a.steps / seconds}))
+
+
+if __name__ == "__main__":
+    main()

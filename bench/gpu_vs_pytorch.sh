@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Training throughput of hippo's CUDA engine against PyTorch eager on the same GPU, same model,
+# batch, precision and optimizer, one after the other in this script (BENCHMARKING.md):
+#   bench/gpu_vs_pytorch.sh [BUILD_DIR] [REPS]
+# For mlp and cnn, batch 128 and 1024, fp32 and bf16: the median (min..max) samples/s of REPS
+# runs of `bench_engine --device cuda:0` and of bench/gpu_vs_pytorch.py, and the ratio
+# hippo / PyTorch (the goal: >= 1.0). Each run warms up first; PyTorch is timed with CUDA events,
+# bench_engine with the host clock between two synchronizations (the same span).
+#
+# Needs: a CUDA device, BUILD_DIR/bench_engine built with CUDA (on a machine without ZeroMQ or
+# SQLite: cmake -DHIPPO_GPU_ONLY=ON, see README.md), python3 with torch, and the Fashion-MNIST
+# files (HIPPO_DATA_DIR, default /usr/share/datasets/fashion-mnist).
+set -euo pipefail
+build=${1:-build}
+reps=${2:-5}
+bench="$build/bench_engine"
+data=${HIPPO_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+here=$(cd "$(dirname "$0")" && pwd)
+[ -x "$bench" ] || { echo "error: $bench not found; build the bench_engine target" >&2; exit 2; }
+[ -f "$data/train-images-idx3-ubyte.gz" ] ||
+  { echo "error: no Fashion-MNIST in $data (set HIPPO_DATA_DIR)" >&2; exit 2; }
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
+  { echo "error: python3 has no PyTorch that sees a CUDA device" >&2; exit 2; }
+python3 -c 'import torch; print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__)'
+echo "$reps repetitions of each; samples/s, median (min..max)"
+
+# median, min and max of samples_per_s over reps runs of a command
+measure() {
+  for _ in $(seq "$reps"); do
+    "$@" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["samples_per_s"])'
+  done | sort -g | awk '{v[NR]=$1} END {printf "%.0f %.0f %.0f\n", v[int((NR+1)/2)], v[1], v[NR]}'
+}
+
+printf "%-4s %5s %5s %28s %28s %7s\n" model batch prec "hippo median (min..max)" \
+  "torch median (min..max)" ratio
+for model in mlp cnn; do
+  for batch in 128 1024; do
+    steps=$([ "$batch" = 128 ] && echo 300 || echo 100)
+    for precision in fp32 bf16; do
+      args=(--model "$model" --batch "$batch" --precision "$precision" --steps "$steps" --warmup 20)
+      read -r ours ours_lo ours_hi < <(measure "$bench" --device cuda:0 --data-dir "$data" "${args[@]}")
+      read -r torch torch_lo torch_hi < <(measure python3 "$here/gpu_vs_pytorch.py" "${args[@]}")
+      ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN {printf "%.2f", a / b}')
+      printf "%-4s %5d %5s %10.0f (%7.0f..%7.0f) %10.0f (%7.0f..%7.0f) %6sx\n" "$model" "$batch" \
+        "$precision" "$ours" "$ours_lo" "$ours_hi" "$torch" "$torch_lo" "$torch_hi" "$ratio"
+    done
+  done
+done

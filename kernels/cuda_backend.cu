@@ -1,0 +1,509 @@
+// The CUDA backend: device memory, cuBLAS for matrix products (fp32, or bf16 operands with fp32
+// accumulation), and the kernels of cuda_*.cu for everything else.
+//
+// One stream: every backend of the process works on the device's legacy default stream, so all
+// of its work, and the work of other CUDA backends sharing its buffers (kernels.h: backends of one
+// name share their memory), runs in the order it was issued. Operations return without waiting
+// for the device; only copies to the host (and sum, count_correct) wait.
+//
+// Determinism: cuBLAS products are bit-identical from run to run for the same shapes on the same
+// GPU model and library version when they run on one stream with atomics disallowed and a fixed
+// workspace (cuBLAS documentation, "Results reproducibility"); the other kernels reduce in fixed
+// trees (cuda_ops.cuh). Convolutions are im2col + cuBLAS products + a col2im gather rather than
+// cuDNN: the same CNHW layout and column scratch as the CPU backend, every algorithm
+// deterministic by construction, and no dependency on cuDNN (which the GPU machines' toolkit
+// images may lack).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/cuda_ops.cuh"
+#include "kernels/cuda_transformer.cuh"
+#include "kernels/kernels.h"
+
+namespace hippo::kernels {
+namespace {
+
+// Host <-> device copies go through pinned host memory in chunks of this size (bounded pinned
+// memory for buffers of any size; pinned transfers run at full bus speed and asynchronously),
+// alternating between kStagingSlots slots: an upload waits only for the last transfer out of its
+// own slot, so a training step's two uploads (inputs, labels) do not wait for the step before.
+constexpr int64_t kStagingBytes = 4 << 20;
+constexpr int kStagingSlots = 2;
+// cuBLAS is loaded (dlopen) when the first CUDA backend is made, not linked: its libraries take
+// ~0.15 s and ~200 MB of memory to load, which every CPU-only process (workers, tests, the
+// master) would otherwise pay. These are the entry points the backend uses, by their exported
+// names (cublas_v2.h maps cublasSgemm to cublasSgemm_v2, and so on).
+struct Cublas {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasDestroy_v2) destroy;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSetAtomicsMode) set_atomics_mode;
+  decltype(&cublasSetWorkspace_v2) set_workspace;
+  decltype(&cublasSgemm_v2) sgemm;
+  // cublasGemmEx is overloaded in C++ (cublas_api.h adds an inline wrapper): the exported one.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t);
+  decltype(&cublasGetStatusName) status_name;
+  decltype(&cublasGetStatusString) status_string;
+};
+
+// Loads the cuBLAS of the major version hippo was built with, once per process.
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    const std::string library = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr)
+      throw std::runtime_error("cannot load " + library +
+                               " (cuBLAS, for the CUDA backend): " + dlerror());
+    auto load = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
+      if (fn == nullptr)
+        throw std::runtime_error(library + " has no " + name + " (a cuBLAS older than " +
+                                 std::to_string(CUBLAS_VER_MAJOR) + ".x?)");
+    };
+    Cublas c{};
+    load(c.create, "cublasCreate_v2");
+    load(c.destroy, "cublasDestroy_v2");
+    load(c.set_stream, "cublasSetStream_v2");
+    load(c.set_math_mode, "cublasSetMathMode");
+    load(c.set_atomics_mode, "cublasSetAtomicsMode");
+    load(c.set_workspace, "cublasSetWorkspace_v2");
+    load(c.sgemm, "cublasSgemm_v2");
+    load(c.gemm_ex, "cublasGemmEx");
+    load(c.status_name, "cublasGetStatusName");
+    load(c.status_string, "cublasGetStatusString");
+    return c;  // the library stays loaded for the life of the process
+  }();
+  return api;
+}
+
+void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cuBLAS error " + std::string(cublas().status_name(status)) + ": " +
+                             cublas().status_string(status) + " in " +
+                             cuda::call_site(call, file, line));
+}
+#define HIPPO_CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
+
+// cuBLAS's workspace, owned by the backend so that cuBLAS picks the same algorithms every run
+// (32 MiB: what cuBLAS recommends for Hopper).
+constexpr size_t kCublasWorkspaceBytes = 32 << 20;
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+struct CublasDestroy {
+  void operator()(cublasHandle_t h) const { cublas().destroy(h); }
+};
+struct EventDestroy {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using DeviceMemory = std::unique_ptr<void, DeviceFree>;
+using PinnedMemory = std::unique_ptr<void, HostFree>;
+
+DeviceMemory device_alloc(size_t bytes) {
+  void* p = nullptr;
+  HIPPO_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+  return DeviceMemory(p);
+}
+
+// The scalars that sum and count_correct return, and the first out-of-range label or token a
+// kernel saw (cuda::BadIndex), copied to the host together.
+struct Scalars {
+  double total;
+  int64_t correct;
+  int32_t bad_index[cuda::kBadIndexSize];
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device), name_("cuda:" + std::to_string(device)) {
+    activate();
+    cublasHandle_t handle = nullptr;
+    HIPPO_CUBLAS_CHECK(cublas().create(&handle));
+    cublas_.reset(handle);
+    HIPPO_CUBLAS_CHECK(cublas().set_stream(handle, kStream));
+    // Plain fp32 arithmetic (no TF32), and no atomics in any cuBLAS routine.
+    HIPPO_CUBLAS_CHECK(cublas().set_math_mode(handle, CUBLAS_DEFAULT_MATH));
+    HIPPO_CUBLAS_CHECK(cublas().set_atomics_mode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+    cublas_workspace_ = device_alloc(kCublasWorkspaceBytes);
+    HIPPO_CUBLAS_CHECK(
+        cublas().set_workspace(handle, cublas_workspace_.get(), kCublasWorkspaceBytes));
+
+    partials_ = device_alloc(sizeof(double) * cuda::kSumPartials);
+    scalars_ = device_alloc(sizeof(Scalars));
+    HIPPO_CUDA_CHECK(cudaMemsetAsync(scalars_.get(), 0xff, sizeof(Scalars), kStream));
+    void* host = nullptr;
+    HIPPO_CUDA_CHECK(cudaMallocHost(&host, sizeof(Scalars)));
+    host_scalars_.reset(host);
+    HIPPO_CUDA_CHECK(cudaMallocHost(&host, kStagingBytes * kStagingSlots));
+    staging_.reset(host);
+    for (auto& slot_free : staging_free_) {
+      cudaEvent_t event = nullptr;
+      HIPPO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      slot_free.reset(event);
+    }
+    HIPPO_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  }
+
+  // The members free their memory on the current device: make it this backend's.
+  ~CudaBackend() override { cudaSetDevice(device_); }
+
+  const char* name() const override { return name_.c_str(); }
+  int threads() const override { return 1; }
+  void set_precision(Precision p) const override { precision_ = p; }
+
+  // ---- Memory --------------------------------------------------------------------------------
+
+  void* allocate(int64_t bytes) const override {
+    activate();
+    DeviceMemory p = device_alloc(static_cast<size_t>(bytes));
+    HIPPO_CUDA_CHECK(cudaMemsetAsync(p.get(), 0, static_cast<size_t>(bytes), kStream));
+    return p.release();
+  }
+
+  // Called from destructors: reports a failure instead of throwing. Waits for the work in flight,
+  // which may still use p.
+  void deallocate(void* p) const override {
+    if (p == nullptr) return;
+    cudaError_t status = cudaSetDevice(device_);
+    if (status == cudaSuccess) status = cudaStreamSynchronize(kStream);
+    if (status == cudaSuccess) status = cudaFree(p);
+    if (status != cudaSuccess)
+      std::fprintf(stderr, "hippo: cudaFree on %s failed: %s\n", name_.c_str(),
+                   cudaGetErrorString(status));
+  }
+
+  // Each chunk is copied into a pinned staging slot once the slot's previous transfer has left
+  // it, then sent asynchronously: host_src may be reused when this returns, and every later
+  // operation (all on the one stream) sees the data, which is what "complete" means for them.
+  void copy_from_host(void* dst, const void* host_src, int64_t bytes) const override {
+    activate();
+    for (int64_t done = 0; done < bytes; done += kStagingBytes) {
+      const size_t chunk = static_cast<size_t>(std::min(kStagingBytes, bytes - done));
+      const int slot = next_slot_;
+      next_slot_ = (next_slot_ + 1) % kStagingSlots;
+      char* staging = static_cast<char*>(staging_.get()) + slot * kStagingBytes;
+      HIPPO_CUDA_CHECK(cudaEventSynchronize(staging_free_[slot].get()));
+      std::memcpy(staging, static_cast<const char*>(host_src) + done, chunk);
+      HIPPO_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, staging, chunk,
+                                       cudaMemcpyHostToDevice, kStream));
+      HIPPO_CUDA_CHECK(cudaEventRecord(staging_free_[slot].get(), kStream));
+    }
+  }
+
+  // Waits for the work before it, chunk by chunk through the first staging slot (the stream is
+  // in order: an upload still reading that slot finishes before this transfer writes it).
+  void copy_to_host(void* host_dst, const void* src, int64_t bytes) const override {
+    activate();
+    for (int64_t done = 0; done < bytes; done += kStagingBytes) {
+      const size_t chunk = static_cast<size_t>(std::min(kStagingBytes, bytes - done));
+      HIPPO_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), static_cast<const char*>(src) + done, chunk,
+                                       cudaMemcpyDeviceToHost, kStream));
+      synchronize_and_check();
+      std::memcpy(static_cast<char*>(host_dst) + done, staging_.get(), chunk);
+    }
+  }
+
+  void copy(void* dst, const void* src, int64_t bytes) const override {
+    if (bytes <= 0) return;
+    activate();
+    HIPPO_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, kStream));
+  }
+
+  void fill_zero(void* dst, int64_t bytes) const override {
+    if (bytes <= 0) return;
+    activate();
+    HIPPO_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), kStream));
+  }
+
+  // ---- Matrix products -----------------------------------------------------------------------
+
+  // Row-major c[m, n] = op(a) op(b) is column-major c^T[n, m] = op(b)^T op(a)^T: the same call
+  // with the operands swapped, each stored matrix read as its own transpose.
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+            const float* b, float beta, float* c) const override {
+    if (m == 0 || n == 0) return;
+    activate();
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int lda = std::max(1, trans_a ? m : k), ldb = std::max(1, trans_b ? k : n);
+    if (precision_ == Precision::kFp32) {
+      HIPPO_CUBLAS_CHECK(
+          cublas().sgemm(cublas_.get(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, n));
+      return;
+    }
+    // bf16 operands (b's copy starts on a 16-byte boundary, for cuBLAS's vector loads).
+    const int64_t a_size = int64_t{m} * k, b_offset = (a_size + 7) / 8 * 8;
+    __nv_bfloat16* a16 = bf16_scratch(b_offset + int64_t{k} * n);
+    __nv_bfloat16* b16 = a16 + b_offset;
+    cuda::to_bf16(kStream, a, a16, a_size);
+    cuda::to_bf16(kStream, b, b16, int64_t{k} * n);
+    HIPPO_CUBLAS_CHECK(cublas().gemm_ex(cublas_.get(), op_b, op_a, n, m, k, &alpha, b16,
+                                        CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c,
+                                        CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // ---- Element-wise ----------------------------------------------------------------------------
+
+  void bias_forward(float* y, const float* bias, int64_t outer, int64_t channels,
+                    int64_t inner) const override {
+    activate();
+    cuda::bias_forward(kStream, y, bias, outer, channels, inner);
+  }
+  void bias_backward(const float* dy, float* dbias, int64_t outer, int64_t channels,
+                     int64_t inner) const override {
+    activate();
+    cuda::bias_backward(kStream, dy, dbias, outer, channels, inner);
+  }
+  void relu_forward(const float* x, float* y, int64_t n) const override {
+    activate();
+    cuda::relu_forward(kStream, x, y, n);
+  }
+  void relu_backward(const float* y, const float* dy, float* dx, int64_t n) const override {
+    activate();
+    cuda::relu_backward(kStream, y, dy, dx, n);
+  }
+  void gelu_forward(const float* x, float* y, int64_t n) const override {
+    activate();
+    cuda::gelu_forward(kStream, x, y, n);
+  }
+  void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) const override {
+    activate();
+    cuda::gelu_backward(kStream, x, dy, dx, n);
+  }
+  void swap_outer_axes(const float* x, float* y, int64_t a, int64_t b,
+                       int64_t inner) const override {
+    activate();
+    cuda::swap_outer_axes(kStream, x, y, a, b, inner);
+  }
+
+  // ---- Convolution and pooling (the products as in the CPU backend) ---------------------------
+
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
+                      float* col, float* y) const override {
+    activate();
+    cuda::im2col(kStream, s, x, col);
+    const int n = static_cast<int>(s.col_cols());
+    gemm(false, false, s.out_channels, n, static_cast<int>(s.col_rows()), 1.0f, w, col, 0.0f, y);
+    if (bias) cuda::bias_forward(kStream, y, bias, 1, s.out_channels, n);
+  }
+
+  void conv2d_backward(const ConvShape& s, const float* col, const float* w, const float* dy,
+                       float* dcol, float* dx, float* dw, float* dbias) const override {
+    activate();
+    const int n = static_cast<int>(s.col_cols());
+    const int rows = static_cast<int>(s.col_rows());
+    if (dbias) cuda::bias_backward(kStream, dy, dbias, 1, s.out_channels, n);
+    gemm(false, true, s.out_channels, rows, n, 1.0f, dy, col, 0.0f, dw);  // dw = dy col^T
+    if (dx == nullptr) return;
+    gemm(true, false, rows, n, s.out_channels, 1.0f, w, dy, 0.0f, dcol);  // dcol = w^T dy
+    cuda::col2im(kStream, s, dcol, dx);
+  }
+
+  void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
+                       int k) const override {
+    activate();
+    cuda::maxpool_forward(kStream, x, y, planes, h, w, k);
+  }
+  void maxpool_backward(const float* x, const float* dy, float* dx, int64_t planes, int h, int w,
+                        int k) const override {
+    activate();
+    cuda::maxpool_backward(kStream, x, dy, dx, planes, h, w, k);
+  }
+  void avgpool_forward(const float* x, float* y, int64_t planes, int h, int w,
+                       int k) const override {
+    activate();
+    cuda::avgpool_forward(kStream, x, y, planes, h, w, k);
+  }
+  void avgpool_backward(const float* dy, float* dx, int64_t planes, int h, int w,
+                        int k) const override {
+    activate();
+    cuda::avgpool_backward(kStream, dy, dx, planes, h, w, k);
+  }
+
+  // ---- Loss, metrics, reductions ---------------------------------------------------------------
+
+  void softmax_cross_entropy(const float* logits, const int32_t* labels, int batch, int classes,
+                             float* losses, float* dlogits, float grad_scale) const override {
+    activate();
+    cuda::softmax_cross_entropy(kStream, logits, labels, batch, classes, losses, dlogits,
+                                grad_scale, device_bad_index());
+  }
+
+  int64_t count_correct(const float* logits, const int32_t* labels, int batch,
+                        int classes) const override {
+    activate();
+    cuda::count_correct(kStream, logits, labels, batch, classes, device_scalar<int64_t>(kCorrect),
+                        device_bad_index());
+    return read_scalars().correct;
+  }
+
+  double sum(const float* x, int64_t n) const override {
+    activate();
+    cuda::sum(kStream, x, n, static_cast<double*>(partials_.get()), device_scalar<double>(kTotal));
+    return read_scalars().total;
+  }
+
+  // ---- Optimizers ----------------------------------------------------------------------------
+
+  void sgd_update(float* params, const float* grads, float* buf, int64_t n,
+                  const SgdParams& hp) const override {
+    activate();
+    cuda::sgd_update(kStream, params, grads, buf, n, hp);
+  }
+  void adam_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                   const AdamParams& hp) const override {
+    activate();
+    cuda::adam_update(kStream, params, grads, m, v, n, hp);
+  }
+
+  // ---- Transformer operations (cuda_transformer.cu) -------------------------------------------
+
+  void add(const float* a, const float* b, float* y, int64_t n) const override {
+    activate();
+    cuda::add(kStream, a, b, y, n);
+  }
+  void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out,
+                         int B, int T, int C, int V) const override {
+    activate();
+    cuda::embedding_forward(kStream, tokens, wte, wpe, out, B, T, C, V, device_bad_index());
+  }
+  void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B,
+                          int T, int C, int V) const override {
+    activate();
+    cuda::embedding_backward(kStream, tokens, dout, dwte, dwpe, B, T, C, V);
+  }
+  void layernorm_forward(const float* x, const float* weight, const float* bias, float* out,
+                         float* mean, float* rstd, int64_t N, int C) const override {
+    activate();
+    cuda::layernorm_forward(kStream, x, weight, bias, out, mean, rstd, N, C);
+  }
+  void layernorm_backward(const float* dout, const float* x, const float* weight, const float* mean,
+                          const float* rstd, float* dx, float* dweight, float* dbias, int64_t N,
+                          int C) const override {
+    activate();
+    cuda::layernorm_backward(kStream, dout, x, weight, mean, rstd, dx, dweight, dbias, N, C);
+  }
+  void attention_forward(const float* qkv, float* out, float* att, int B, int T, int C,
+                         int NH) const override {
+    activate();
+    cuda::attention_forward(kStream, qkv, out, att, B, T, C, NH);
+  }
+  void attention_backward(const float* dout, const float* qkv, const float* att, float* scratch,
+                          float* dqkv, int B, int T, int C, int NH) const override {
+    activate();
+    cuda::attention_backward(kStream, dout, qkv, att, scratch, dqkv, B, T, C, NH);
+  }
+
+ private:
+  // The legacy default stream (see the top of this file).
+  static constexpr cudaStream_t kStream = nullptr;
+
+  // The device is per host thread in CUDA: every call makes this backend's device current, so a
+  // process may hold backends of several devices.
+  void activate() const { HIPPO_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // Fields of the device's Scalars (addresses only: the struct lives in device memory).
+  static constexpr size_t kTotal = offsetof(Scalars, total), kCorrect = offsetof(Scalars, correct);
+  template <typename T>
+  T* device_scalar(size_t offset) const {
+    return reinterpret_cast<T*>(static_cast<char*>(scalars_.get()) + offset);
+  }
+  int32_t* device_bad_index() const { return device_scalar<int32_t>(offsetof(Scalars, bad_index)); }
+
+  // Waits for all work issued so far, then throws if a kernel saw a label or token out of range
+  // (kernels cannot throw; they record one, reported with the CPU backend's message).
+  void synchronize_and_check() const {
+    Scalars* host = static_cast<Scalars*>(host_scalars_.get());
+    HIPPO_CUDA_CHECK(
+        cudaMemcpyAsync(host, scalars_.get(), sizeof(Scalars), cudaMemcpyDeviceToHost, kStream));
+    HIPPO_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    const int32_t* bad = host->bad_index;
+    if (bad[cuda::kBadRow] < 0) return;
+    const std::string value = std::to_string(bad[cuda::kBadValue]),
+                      row = std::to_string(bad[cuda::kBadRow]),
+                      limit = std::to_string(bad[cuda::kBadLimit]);
+    const std::string message =
+        bad[cuda::kBadKind] == cuda::kBadToken
+            ? "token " + value + " at position " + row + " is outside the vocabulary [0, " + limit +
+                  ")"
+            : "label " + value + " of row " + row + " is outside [0, " + limit + ")";
+    // Clear the record (row -1) so that later operations report only their own errors.
+    HIPPO_CUDA_CHECK(
+        cudaMemsetAsync(device_bad_index() + cuda::kBadRow, 0xff, sizeof(int32_t), kStream));
+    throw std::invalid_argument(message);
+  }
+
+  const Scalars& read_scalars() const {
+    synchronize_and_check();
+    return *static_cast<const Scalars*>(host_scalars_.get());
+  }
+
+  // Device scratch for bf16 operands, at least `count` values; grows (never shrinks) once the
+  // work that may still read the old scratch is done.
+  __nv_bfloat16* bf16_scratch(int64_t count) const {
+    const size_t bytes = static_cast<size_t>(count) * sizeof(__nv_bfloat16);
+    if (bytes > bf16_bytes_) {
+      HIPPO_CUDA_CHECK(cudaStreamSynchronize(kStream));
+      bf16_.reset();
+      bf16_bytes_ = 0;
+      bf16_ = device_alloc(bytes);
+      bf16_bytes_ = bytes;
+    }
+    return static_cast<__nv_bfloat16*>(bf16_.get());
+  }
+
+  int device_;
+  std::string name_;
+  DeviceMemory cublas_workspace_;  // declared before the handle: freed after it is destroyed
+  std::unique_ptr<cublasContext, CublasDestroy> cublas_;
+  DeviceMemory partials_;      // [kSumPartials] doubles: sum's per-block partial sums
+  DeviceMemory scalars_;       // one Scalars
+  PinnedMemory host_scalars_;  // one Scalars
+  PinnedMemory staging_;       // [kStagingSlots][kStagingBytes]
+  // Per slot, recorded after each upload from it.
+  std::unique_ptr<CUevent_st, EventDestroy> staging_free_[kStagingSlots];
+  mutable int next_slot_ = 0;
+  mutable DeviceMemory bf16_;
+  mutable size_t bf16_bytes_ = 0;
+  mutable Precision precision_ = Precision::kFp32;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear it: no driver or no device is an answer here, not an error
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count)
+    throw std::invalid_argument("cuda:" + std::to_string(device) + " requested, this machine has " +
+                                std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s"));
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace hippo::kernels
