@@ -1,0 +1,356 @@
+// Security, end to end: CURVE keys from `hippo keygen`, a master with --auth that admits only the
+// keys of its --authorized directory, the loopback rule of a master without --auth, and a worker
+// that a hostile master (a real ROUTER socket in this test) cannot derail.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/e2e/e2e_helper.h"
+
+namespace hippo::e2e {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A TCP port on the loopback interface that nothing listens on right now.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), n) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0)
+    ADD_FAILURE() << "no free port";
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Waits up to `seconds` for the process to exit; its exit status, or -1 if it still runs.
+int exit_status_within(pid_t pid, double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+// Waits up to 10 s for `text` to appear in a file.
+bool appears(const std::string& file, const std::string& text) {
+  for (int i = 0; i < 500; ++i) {
+    if (read_file(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+class Security : public E2ETest {
+ protected:
+  // `hippo keygen` NAME; the public half also into `authorized` when given.
+  void keygen(const std::string& name, const std::string& authorized = "") {
+    ASSERT_EQ(sh(kHippo + " keygen " + path(name) + " >/dev/null").status, 0);
+    if (!authorized.empty())
+      fs::copy_file(path(name + ".pub"), path(authorized + "/" + name + ".pub"));
+  }
+  std::string log_path(pid_t pid) const { return path("process-" + std::to_string(pid) + ".log"); }
+};
+
+TEST_F(Security, KeygenWritesAPairAndNeverOverwritesOne) {
+  Result r = sh(kHippo + " --format json keygen " + path("node"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::string secret = read_file(path("node.key")), pub = read_file(path("node.pub"));
+  EXPECT_EQ(secret.size(), 41u);  // 40 Z85 characters and a newline
+  EXPECT_EQ(pub.size(), 41u);
+  EXPECT_NE(secret, pub);
+  EXPECT_EQ(last_json(r.out)["public_key"], pub.substr(0, 40));
+  struct stat st;
+  ASSERT_EQ(stat(path("node.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // A second keygen of the same name changes nothing and says why.
+  Result again = sh(kHippo + " keygen " + path("node") + " 2>&1");
+  EXPECT_EQ(again.status, 2);
+  EXPECT_NE(again.out.find("exists already"), std::string::npos) << again.out;
+  EXPECT_EQ(read_file(path("node.key")), secret);
+  EXPECT_EQ(read_file(path("node.pub")), pub);
+  // Only the .pub is there: still refused, and no .key is written beside it.
+  fs::copy_file(path("node.pub"), path("half.pub"));
+  EXPECT_EQ(sh(kHippo + " keygen " + path("half") + " 2>/dev/null").status, 2);
+  EXPECT_FALSE(fs::exists(path("half.key")));
+  EXPECT_EQ(sh(kHippo + " keygen " + path("no/such/dir/k") + " 2>/dev/null").status, 2);
+}
+
+TEST_F(Security, MasterWithoutAuthStaysOnLoopbackUnlessInsecure) {
+  std::string port = std::to_string(free_port());
+  Result open = sh(hippo("open.db") + "master --bind tcp://0.0.0.0:" + port + " 2>&1");
+  EXPECT_EQ(open.status, 2);
+  EXPECT_NE(open.out.find("--insecure"), std::string::npos) << open.out;
+  EXPECT_NE(open.out.find("--auth"), std::string::npos) << open.out;
+  EXPECT_FALSE(fs::exists(path("open.db")));  // refused before anything was made
+
+  pid_t loopback =
+      spawn({kHippo, "--db", path("lo.db"), "master", "--bind", "tcp://127.0.0.1:" + port});
+  EXPECT_TRUE(appears(log_path(loopback), "loopback only")) << read_file(log_path(loopback));
+  kill(loopback, SIGKILL);  // frees the port for the next master
+  waitpid(loopback, nullptr, 0);
+
+  pid_t insecure = spawn(
+      {kHippo, "--db", path("in.db"), "master", "--bind", "tcp://0.0.0.0:" + port, "--insecure"});
+  EXPECT_TRUE(appears(log_path(insecure), "WITHOUT authentication"))
+      << read_file(log_path(insecure));
+  // It serves: a study can be submitted (by anyone: that is what the warning says).
+  Result r =
+      sh(kHippo + " --master tcp://127.0.0.1:" + port + " submit " + spec("open", json::object()));
+  EXPECT_EQ(r.status, 0) << r.out;
+
+  // Options that contradict each other are bad input.
+  EXPECT_EQ(sh(hippo("x.db") + "master --key " + path("none.key") + " 2>/dev/null").status, 2);
+  EXPECT_EQ(sh(hippo("x.db") + "master --auth 2>/dev/null").status, 2);
+}
+
+// A master with --auth; one worker and one client whose keys are in its --authorized directory,
+// and strangers: a key it does not know, no key, the wrong master key.
+TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
+  fs::create_directories(path("authorized"));
+  keygen("master");
+  keygen("worker", "authorized");
+  keygen("client", "authorized");
+  keygen("stranger");
+  std::string address = "tcp://127.0.0.1:" + std::to_string(free_port());
+  std::string db = path("auth.db"), checkpoints = path("ck");
+  pid_t master =
+      spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints,
+             "--auth", "--key", path("master.key"), "--authorized", path("authorized")});
+  std::string master_log = log_path(master);
+  ASSERT_TRUE(appears(master_log, "listening on")) << read_file(master_log);
+  EXPECT_NE(read_file(master_log).find("admits the 2 keys"), std::string::npos);
+
+  // Workers that the master refuses stop with the reason, in bounded time.
+  pid_t unknown =
+      spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name",
+             "unknown", "--master-key", path("master.pub"), "--key", path("stranger.key")});
+  pid_t keyless = spawn(
+      {kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "nokey"});
+  EXPECT_EQ(exit_status_within(unknown, 20), 2);
+  EXPECT_NE(read_file(log_path(unknown)).find("refused our key"), std::string::npos)
+      << read_file(log_path(unknown));
+  EXPECT_EQ(exit_status_within(keyless, 20), 2);
+  EXPECT_NE(read_file(log_path(keyless)).find("requires CURVE"), std::string::npos)
+      << read_file(log_path(keyless));
+
+  // Clients likewise: a clear error and exit status 2, within seconds, not the 30 s timeout.
+  std::string spec_file = spec("secure", json::object());
+  std::string client = kHippo + " --master " + address + " ";
+  auto started = Clock::now();
+  Result stranger = sh(client + "--master-key " + path("master.pub") + " --key " +
+                       path("stranger.key") + " submit " + spec_file + " 2>&1");
+  EXPECT_EQ(stranger.status, 2);
+  EXPECT_NE(stranger.out.find("refused our key"), std::string::npos) << stranger.out;
+  Result keyless_client = sh(client + "submit " + spec_file + " 2>&1");
+  EXPECT_EQ(keyless_client.status, 2);
+  EXPECT_NE(keyless_client.out.find("requires CURVE"), std::string::npos) << keyless_client.out;
+  Result wrong_master = sh(client + "--master-key " + path("stranger.pub") + " --key " +
+                           path("client.key") + " submit " + spec_file + " 2>&1");
+  EXPECT_EQ(wrong_master.status, 2);
+  EXPECT_NE(wrong_master.out.find("--master-key"), std::string::npos) << wrong_master.out;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 10);
+
+  // Garbage from a peer without CURVE never reaches the master's message handling.
+  {
+    zmq::context_t context;
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(address);
+    dealer.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
+    dealer.send(zmq::str_buffer("not json"), zmq::send_flags::none);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+
+  // The admitted worker (keys from the environment) and client run a study to the end.
+  pid_t worker = spawn(
+      {kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "admitted"},
+      [&] {
+        setenv("HIPPO_MASTER_KEY", path("master.pub").c_str(), 1);
+        setenv("HIPPO_KEY", path("worker.key").c_str(), 1);
+      });
+  Result r = sh(client + "--master-key " + path("master.pub") + " --key " + path("client.key") +
+                " --format json submit " + spec_file + " --wait");
+  ASSERT_EQ(r.status, 0) << r.out << read_file(log_path(worker)) << read_file(master_log);
+  json summary = last_json(r.out);
+  EXPECT_EQ(summary["status"], "done");
+  EXPECT_EQ(summary["trials"], 4);
+  EXPECT_EQ(summary["steps_executed"], summary["steps_unique"]);
+
+  // The master named each refusal, processed no message of a refused peer, and saw one worker.
+  std::string text = read_file(master_log);
+  EXPECT_NE(text.find("refused a connection from 127.0.0.1: its key"), std::string::npos) << text;
+  EXPECT_NE(text.find("does not use CURVE"), std::string::npos) << text;
+  EXPECT_EQ(text.find("refused a message"), std::string::npos) << text;
+  Result joined =
+      sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = 'worker_joined'\"");
+  EXPECT_EQ(joined.out, "1\n");
+}
+
+TEST_F(Security, KeysForAMasterWithoutAuthFailClearly) {
+  keygen("master");
+  keygen("client");
+  std::string address = "ipc://" + path("master.sock");
+  spawn(
+      {kHippo, "--db", path("plain.db"), "master", "--bind", address, "--checkpoints", path("ck")});
+  std::string keys = " --master-key " + path("master.pub") + " --key " + path("client.key");
+  Result r =
+      sh(kHippo + " --master " + address + keys + " submit " + spec("s", json::object()) + " 2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("without --auth"), std::string::npos) << r.out;
+  pid_t worker = spawn({kHippo, "worker", "--master", address, "--checkpoints", path("ck"),
+                        "--master-key", path("master.pub"), "--key", path("client.key")});
+  EXPECT_EQ(exit_status_within(worker, 20), 2);
+  EXPECT_NE(read_file(log_path(worker)).find("without --auth"), std::string::npos)
+      << read_file(log_path(worker));
+
+  // Half a key pair, or keys swapped, are bad input before anything connects.
+  EXPECT_EQ(sh(kHippo + " --master " + address + " --key " + path("client.key") + " submit " +
+               spec("t", json::object()) + " 2>/dev/null")
+                .status,
+            2);
+  Result swapped =
+      sh(kHippo + " --master " + address + " --master-key " + path("master.key") + " --key " +
+         path("client.key") + " submit " + spec("u", json::object()) + " 2>&1");
+  EXPECT_EQ(swapped.status, 2);
+  EXPECT_NE(swapped.out.find("secret key file"), std::string::npos) << swapped.out;
+}
+
+// A fake master (a ROUTER socket here) sends a real worker garbage, wrong versions, unknown types,
+// a frame over the size limit, a broken job and a replay of a job it already ran. The worker
+// refuses and logs each, keeps running, and still trains real jobs.
+TEST_F(Security, WorkerSurvivesAHostileMaster) {
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::router_handover, 1);
+  router.set(zmq::sockopt::router_mandatory, 1);
+  std::string address = "ipc://" + path("fake.sock");
+  router.bind(address);
+  pid_t worker = spawn({kHippo, "worker", "--master", address, "--checkpoints", path("ck"),
+                        "--name", "w", "--heartbeat-ms", "100"});
+  std::string worker_log = log_path(worker);
+
+  // The next message of the worker with the given type (others are skipped), or null.
+  auto next = [&](const std::string& type) -> json {
+    for (auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
+      zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
+      std::vector<zmq::message_t> frames;
+      do {
+        frames.emplace_back();
+        (void)router.recv(frames.back());
+      } while (frames.back().more());
+      if (frames.size() != 3) continue;
+      json m = json::parse(frames[2].to_string(), nullptr, false);
+      if (!m.is_discarded() && m.value("type", "") == type) return m;
+    }
+    return nullptr;
+  };
+  // Retried while the worker is not connected (router_mandatory makes that an error).
+  auto send_frames = [&](const std::vector<std::string>& frames) {
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      try {
+        router.send(zmq::str_buffer("w"), zmq::send_flags::sndmore);
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EHOSTUNREACH) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+      for (size_t i = 0; i < frames.size(); ++i)
+        router.send(zmq::buffer(frames[i]),
+                    i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      return;
+    }
+    ADD_FAILURE() << "the worker did not come back";
+  };
+  auto send = [&](const std::string& body) { send_frames({"", body}); };
+
+  ASSERT_FALSE(next("hello").is_null()) << read_file(worker_log);
+  send(json{{"v", 1}, {"type", "welcome"}, {"heartbeat_ms", 100}}.dump());
+
+  json job = {{"v", 1},
+              {"type", "job"},
+              {"job", 1},
+              {"run",
+               {{"model", {{"type", "mlp"}, {"hidden", {8}}}},
+                {"data", "fashion-mnist"},
+                {"train_samples", 256},
+                {"eval_samples", 64},
+                {"seed", 0},
+                {"fixed", {{"batch_size", 32}, {"optimizer", "sgd"}}}}},
+              {"hyperparameters",
+               {{"lr", {{"segments", {{{"kind", "constant"}, {"start", 0}, {"v0", 0.1}}}}}}}},
+              {"from", 0},
+              {"to", 8},
+              {"parent_state", -1},
+              {"parent_file", ""},
+              {"eval_steps", {8}},
+              {"snapshots", json::array()}};
+  send(job.dump());
+  json first = next("done");
+  ASSERT_FALSE(first.is_null()) << read_file(worker_log);
+  EXPECT_EQ(first["job"], 1);
+
+  const std::vector<std::vector<std::string>> hostile = {
+      {"", "\x01\xff\xfe random bytes \x00\x7f"},
+      {"", "{\"v\": 2, \"type\": \"job\", \"job\": 2}"},
+      {"", "{\"v\": 1, \"type\": \"launch\"}"},
+      {"", "{\"v\": 1, \"type\": 5}"},
+      {"", std::string(1 << 20, '[')},
+      {"no delimiter"},
+      {"", "{}", "an extra frame"},
+      {"",
+       "{\"v\": 1, \"type\": \"snapshot_at\", \"job\": 1, \"step\": 4, \"state\": 2, "
+       "\"file\": \"../../etc/passwd\"}"},
+      {"", "{\"v\": 1, \"type\": \"job\", \"job\": 7, \"run\": {}}"},
+      {"", job.dump()},  // a replay of job 1
+  };
+  for (const auto& frames : hostile) send_frames(frames);
+  // A frame over the 16 MiB limit makes ZeroMQ drop the connection; the worker reconnects.
+  send(std::string((16 << 20) + 1, ' '));
+  ASSERT_TRUE(appears(worker_log, "refused job 1: a replay")) << read_file(worker_log);
+
+  std::string text = read_file(worker_log);
+  EXPECT_NE(text.find("not valid JSON"), std::string::npos) << text;
+  EXPECT_NE(text.find("protocol version 2 is not supported"), std::string::npos) << text;
+  EXPECT_NE(text.find("unknown type \"launch\""), std::string::npos) << text;
+  EXPECT_NE(text.find("message.type: missing"), std::string::npos) << text;
+  EXPECT_NE(text.find("nested deeper"), std::string::npos) << text;
+  EXPECT_NE(text.find("snapshot_at refused"), std::string::npos) << text;
+  EXPECT_NE(text.find("job 7 failed: job.run"), std::string::npos) << text;
+  EXPECT_EQ(waitpid(worker, nullptr, WNOHANG), 0) << "the worker exited:\n" << text;
+
+  // Still a worker: the next real job runs and reports its metric.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // reconnected after the big frame
+  job["job"] = 2;
+  send(job.dump());
+  json metric = next("metric");
+  ASSERT_FALSE(metric.is_null()) << read_file(worker_log);
+  EXPECT_EQ(metric["job"], 2);
+  EXPECT_GT(metric["metrics"]["accuracy"].get<double>(), 0.0);
+  json second = next("done");
+  ASSERT_FALSE(second.is_null()) << read_file(worker_log);
+  EXPECT_EQ(second["job"], 2);
+  EXPECT_NE(read_file(worker_log).find("connecting again"), std::string::npos);
+  send(json{{"v", 1}, {"type", "shutdown"}}.dump());
+  EXPECT_EQ(exit_status_within(worker, 10), 0);
+}
+
+}  // namespace
+}  // namespace hippo::e2e
