@@ -1,0 +1,138 @@
+// What the end-to-end tests share: running commands, spawning the real `hippo` and
+// `hippo-worker` processes, and a fixture that gives each test its own temporary directory.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+namespace hippo::e2e {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+inline const std::string kHippo = HIPPO_BINARY;
+inline const std::string kExamples = HIPPO_EXAMPLES;
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+// Runs a shell command, returns its exit status and standard output (stderr goes to the log).
+inline Result sh(const std::string& command) {
+  Result r;
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The last line of a command's output, parsed as JSON.
+inline json last_json(const std::string& out) {
+  size_t end = out.find_last_not_of('\n');
+  size_t start = out.rfind('\n', end);
+  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1));
+}
+
+// Every trial's metrics, by trial number: [(step, name, value)] as JSON text, so that equal text
+// means equal bits (doubles are written with round-trip precision).
+inline std::map<int64_t, std::string> metrics_by_trial(const json& trials) {
+  std::map<int64_t, std::string> out;
+  for (const json& t : trials) out[t["trial"]] = t["metrics"].dump();
+  return out;
+}
+
+// The summary of a study from a master, once the study has ended (null while it runs).
+inline json protocol_status(const std::string& address, const std::string& name) {
+  zmq::context_t context;
+  zmq::socket_t req(context, zmq::socket_type::req);
+  req.set(zmq::sockopt::linger, 0);
+  req.connect(address);
+  for (int64_t id = 1; id < 10; ++id) {
+    std::string body = json{{"v", 1}, {"type", "status"}, {"study", id}}.dump();
+    req.send(zmq::buffer(body), zmq::send_flags::none);
+    zmq::message_t reply;
+    if (!req.recv(reply, zmq::recv_flags::none)) return nullptr;
+    json r = json::parse(reply.to_string());
+    if (!r.value("ok", false)) return nullptr;
+    if (r["summary"]["study"] != name) continue;
+    return r["running"].get<bool>() ? json(nullptr) : r["summary"];
+  }
+  return nullptr;
+}
+
+class E2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("hippo-e2e-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    for (pid_t pid : children_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string hippo(const std::string& db) const { return kHippo + " --db " + path(db) + " "; }
+
+  // Writes a spec file: the CI example with some fields replaced.
+  std::string spec(const std::string& name, const json& changes) {
+    std::ifstream in(kExamples + "/fmnist-mlp-ci.json");
+    json s = json::parse(in);
+    s.merge_patch(changes);
+    s["name"] = name;
+    std::string file = path(name + ".json");
+    std::ofstream(file) << s.dump(2);
+    return file;
+  }
+
+  // Starts a process with its stderr in process-<pid>.log; `before_exec` runs in the child (e.g.
+  // to set a resource limit). It is SIGKILLed at the end of the test if still running.
+  pid_t spawn(const std::vector<std::string>& args,
+              const std::function<void()>& before_exec = nullptr) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      std::string log = path("process-" + std::to_string(getpid()) + ".log");
+      if (!freopen(log.c_str(), "w", stderr)) _exit(126);
+      if (before_exec) before_exec();
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    children_.push_back(pid);
+    return pid;
+  }
+  std::string log_of(pid_t pid) const {
+    std::ifstream log(path("process-" + std::to_string(pid) + ".log"));
+    return std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  }
+
+  fs::path dir_;
+  std::vector<pid_t> children_;
+};
+
+}  // namespace hippo::e2e

@@ -1,0 +1,274 @@
+// Reliability end to end (real processes, sockets, SQLite files and checkpoint files): external
+// trainers and --allow-exec, lost and corrupt checkpoints, a full disk, a locked search plan.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "tests/e2e/e2e_helper.h"
+
+namespace {
+
+using namespace hippo::e2e;
+using namespace std::chrono_literals;
+
+class Reliability : public E2ETest {
+ protected:
+  // Waits until the search plan's only study has ended; its status.
+  std::string wait_for_end(const std::string& db, int seconds) {
+    for (int i = 0; i < seconds * 10; ++i) {
+      Result r = sh(kHippo + " --db " + db + " --format json studies 2>/dev/null");
+      if (r.status == 0) {
+        json studies = json::parse(r.out);
+        if (studies.size() == 1 && studies[0]["status"] != "running") return studies[0]["status"];
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return "running";
+  }
+  json trials(const std::string& db, const std::string& study) {
+    return json::parse(sh(kHippo + " --db " + db + " --format json trials " + study).out);
+  }
+  int64_t events(const std::string& db, const std::string& kind) {
+    Result r = sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = '" + kind + "'\"");
+    return std::stoll(r.out);
+  }
+  // A grid of 4 trials whose checkpoints are large enough to hit a small file-size limit.
+  std::string small_study(const std::string& name) {
+    return spec(name, {{"model", {{"hidden", {128}}}}});
+  }
+};
+
+// The example external trainer (numpy softmax regression) through the stage tree: the study
+// shares its first epochs like the built-in engine does, and every trial's metrics equal those of
+// the trial-based run, where each trial trains alone.
+TEST_F(Reliability, ExternalTrainerSharesStagesExactly) {
+  std::string root = "cd " + kExamples + "/.. && ";
+  std::string file = kExamples + "/external-trainer.json";
+  Result shared =
+      sh(root + hippo("shared.db") + "--format json run " + file + " --workers 2 --allow-exec");
+  ASSERT_EQ(shared.status, 0) << shared.out;
+  Result alone = sh(root + hippo("alone.db") + "--format json run " + file +
+                    " --workers 2 --allow-exec --policy trial-based");
+  ASSERT_EQ(alone.status, 0) << alone.out;
+  json s = last_json(shared.out), t = last_json(alone.out);
+  EXPECT_EQ(s["trials"], 4);
+  EXPECT_EQ(s["steps_executed"], s["steps_unique"]);
+  EXPECT_LT(s["steps_executed"], t["steps_executed"]);
+  EXPECT_EQ(t["steps_executed"], s["steps_trial_based"]);
+  EXPECT_EQ(s["best"], t["best"]);
+  EXPECT_GT(s["best"]["value"].get<double>(), 0.7);
+
+  json a = trials(path("shared.db"), "fmnist-logreg-external");
+  json b = trials(path("alone.db"), "fmnist-logreg-external");
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(metrics_by_trial(a), metrics_by_trial(b));
+  for (const json& trial : a) {
+    EXPECT_EQ(trial["status"], "done");
+    EXPECT_EQ(trial["metrics"].size(), 3u * 2u);  // accuracy and loss after epochs 1, 2, 3
+  }
+  EXPECT_TRUE(fs::is_empty(path("shared.db.checkpoints")));
+}
+
+// A worker runs no command it receives unless told to; a trainer that misbehaves fails its
+// trials with a message that says how, and nothing crashes.
+TEST_F(Reliability, ExternalTrainerNeedsAllowExecAndFailsCleanly) {
+  auto external = [&](const std::string& name, const json& command) {
+    return spec(name, {{"model", {{"type", "external"}, {"command", command}, {"hidden", nullptr}}},
+                       {"fixed", {{"optimizer", nullptr}}}});
+  };
+  std::string marker = path("ran");
+  std::string refused = external("refused", {"/usr/bin/touch", marker});
+  Result r = sh(hippo("a.db") + "run " + refused + " --workers 1 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("unless started with --allow-exec"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(marker));
+  for (const json& t : trials(path("a.db"), "refused")) {
+    EXPECT_EQ(t["status"], "failed");
+    EXPECT_NE(t["error"].get<std::string>().find("--allow-exec"), std::string::npos) << t;
+  }
+
+  const std::vector<std::pair<json, std::string>> broken = {
+      {{"/bin/sh", "-c", "echo 'not json'"}, "expected one JSON object on one line"},
+      {{"/bin/sh", "-c", "echo oops >&2; exit 3"},
+       "exited with status 3; its stderr ends with: oops"},
+      {{"/bin/sh", "-c", "cat >/dev/null; echo '{\"done\": true}'"}, "done, but no metrics came"},
+      {{path("no-such-trainer")}, "cannot run"},
+  };
+  int i = 0;
+  for (const auto& [command, message] : broken) {
+    std::string name = "broken" + std::to_string(i++);
+    Result b = sh(hippo(name + ".db") + "run " + external(name, command) +
+                  " --workers 1 --allow-exec 2>&1");
+    EXPECT_EQ(b.status, 1) << b.out;
+    EXPECT_NE(b.out.find(message), std::string::npos) << message << "\n" << b.out;
+  }
+}
+
+// Checkpoints corrupted (bytes flipped) or deleted while the study runs: a worker that cannot
+// load its parent reports the file lost, the master forgets it and replays the state from the
+// nearest earlier one. The study ends with the metrics of an undisturbed run; the replays show
+// as steps executed beyond the unique steps.
+TEST_F(Reliability, CorruptAndDeletedCheckpointsAreReplayed) {
+  std::string file = small_study("rot");
+  Result calm = sh(hippo("calm.db") + "--format json run " + file + " --workers 1");
+  ASSERT_EQ(calm.status, 0) << calm.out;
+
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("rot.db"), checkpoints = path("ck");
+  fs::create_directories(checkpoints);
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints,
+         "--snapshot-every", "8"});
+  // One state in memory: a sibling stage must load its parent from the file.
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w",
+         "--cache", "1"});
+  std::atomic<bool> done{false};
+  int flipped = 0, deleted = 0;
+  std::thread rot([&] {
+    std::set<std::string> seen;
+    while (!done) {
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(checkpoints, ec)) {
+        std::string name = entry.path().filename().string();
+        if (entry.path().extension() != ".ckpt" || !seen.insert(name).second) continue;
+        if (seen.size() % 2 == 0) {
+          std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+          f.seekp(100);
+          f.write("\xde\xad\xbe\xef", 4);
+          flipped += f.good();
+        } else {
+          deleted += fs::remove(entry.path(), ec);
+        }
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  Result r = sh(kHippo + " --master " + address + " --format json submit " + file + " --wait");
+  done = true;
+  rot.join();
+  ASSERT_EQ(r.status, 0) << r.out;
+  json s = last_json(r.out), c = last_json(calm.out);
+  EXPECT_GT(flipped, 0);
+  EXPECT_GT(deleted, 0);
+  EXPECT_GE(events(db, "checkpoint_lost"), 1);
+  EXPECT_EQ(s["steps_unique"], c["steps_unique"]);
+  EXPECT_GT(s["steps_executed"], s["steps_unique"]);  // the replays
+  std::printf("files corrupted %d, deleted %d; %s\n", flipped, deleted, s.dump().c_str());
+  EXPECT_EQ(metrics_by_trial(trials(db, "rot")), metrics_by_trial(trials(path("calm.db"), "rot")));
+}
+
+// The master killed, and every checkpoint deleted before it starts again: it forgets the lost
+// files (their rows go, with an event) and replays what the rest of the study needs.
+TEST_F(Reliability, RestartWithoutCheckpointsReplays) {
+  std::string file = small_study("gone");
+  Result calm = sh(hippo("calm.db") + "--format json run " + file + " --workers 1");
+  ASSERT_EQ(calm.status, 0) << calm.out;
+
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("gone.db"), checkpoints = path("ck");
+  std::vector<std::string> master = {
+      kHippo,  "--db",          db,          "master",           "--bind",
+      address, "--checkpoints", checkpoints, "--snapshot-every", "8"};
+  pid_t first = spawn(master);
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
+  ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
+  for (int i = 0; i < 500; ++i) {
+    Result t = sh(kHippo + " --db " + db + " --format json trials gone 2>/dev/null");
+    if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  int64_t rows = std::stoll(sh("sqlite3 " + db + " 'SELECT count(*) FROM checkpoints'").out);
+  EXPECT_GT(rows, 0);
+  // The files go, not the directory: the worker still writes into it (files nobody knows of).
+  for (const auto& entry : fs::directory_iterator(checkpoints)) fs::remove(entry.path());
+  spawn(master);
+  EXPECT_EQ(wait_for_end(db, 60), "done");
+  EXPECT_EQ(events(db, "checkpoint_lost"), rows);
+  EXPECT_EQ(metrics_by_trial(trials(db, "gone")),
+            metrics_by_trial(trials(path("calm.db"), "gone")));
+}
+
+// A worker whose disk is full (a file-size limit with SIGXFSZ ignored: write() fails with EFBIG,
+// through the same path as ENOSPC): its checkpoint writes fail, it reports the stage, leaves no
+// partial file, and keeps running; the master gives the stage to the other worker. The study
+// ends with the metrics of an undisturbed run.
+TEST_F(Reliability, FullDiskFailsTheStageAndAnotherWorkerRetries) {
+  std::string file = small_study("full");
+  Result calm = sh(hippo("calm.db") + "--format json run " + file + " --workers 1");
+  ASSERT_EQ(calm.status, 0) << calm.out;
+
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("full.db"), checkpoints = path("ck");
+  pid_t master =
+      spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
+  // The full one's name sorts first, so it is the first to be given work.
+  pid_t full = spawn(
+      {kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "a-full"},
+      [] {
+        signal(SIGXFSZ, SIG_IGN);  // ignored dispositions survive exec
+        rlimit limit{64 * 1024, 64 * 1024};
+        setrlimit(RLIMIT_FSIZE, &limit);
+      });
+  std::this_thread::sleep_for(300ms);
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "b-fine"});
+  Result r = sh(kHippo + " --master " + address + " --format json submit " + file + " --wait");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_GE(events(db, "stage_retry"), 1) << log_of(master);
+  EXPECT_NE(log_of(master).find("File too large"), std::string::npos) << log_of(master);
+  EXPECT_EQ(waitpid(full, nullptr, WNOHANG), 0);  // still running
+  for (const auto& entry : fs::directory_iterator(checkpoints))
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+  EXPECT_EQ(metrics_by_trial(trials(db, "full")),
+            metrics_by_trial(trials(path("calm.db"), "full")));
+}
+
+// Another process holds the search plan's write lock (BEGIN EXCLUSIVE in sqlite3) while a study
+// runs: the master says the plan is locked, keeps the workers' messages in order and retries
+// them, answers queries meanwhile, and the study ends as an undisturbed one does.
+TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
+  std::string file = spec("locked", {{"model", {{"hidden", {256, 128}}}},
+                                     {"data", {{"train_samples", 4096}, {"eval_samples", 512}}}});
+  Result calm = sh(hippo("calm.db") + "--format json run " + file + " --workers 1");
+  ASSERT_EQ(calm.status, 0) << calm.out;
+
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("locked.db"), checkpoints = path("ck");
+  pid_t master =
+      spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
+  ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
+  for (int i = 0; i < 500; ++i) {
+    Result t = sh(kHippo + " --db " + db + " --format json trials locked 2>/dev/null");
+    if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  pid_t locker = spawn(
+      {"/bin/sh", "-c", "(echo 'BEGIN EXCLUSIVE;'; sleep 7; echo 'COMMIT;') | sqlite3 " + db});
+  std::this_thread::sleep_for(1s);
+  // Queries still answer: from the file (readers are not blocked in WAL mode), and from the
+  // master between its attempts to write.
+  auto started = std::chrono::steady_clock::now();
+  Result studies = sh(kHippo + " --db " + db + " --master " + address + " --format json studies");
+  EXPECT_EQ(studies.status, 0);
+  EXPECT_EQ(json::parse(studies.out)[0]["status"], "running");
+  EXPECT_TRUE(protocol_status(address, "locked").is_null());  // answered: still running
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 6s);
+  waitpid(locker, nullptr, 0);
+
+  EXPECT_EQ(wait_for_end(db, 60), "done");
+  std::string log = log_of(master);
+  EXPECT_NE(log.find("held the write lock"), std::string::npos) << log;
+  EXPECT_NE(log.find("writable again"), std::string::npos) << log;
+  EXPECT_EQ(metrics_by_trial(trials(db, "locked")),
+            metrics_by_trial(trials(path("calm.db"), "locked")));
+}
+
+}  // namespace
