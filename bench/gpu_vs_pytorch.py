@@ -12,16 +12,8 @@ import argparse
 import json
 
 import torch
-import torch.nn as nn
 
-
-def model(name):
-    if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
-                             nn.ReLU(), nn.Linear(128, 10))
-    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+from engine_vs_pytorch import model  # the same MLP and CNN as the CPU comparison
 
 
 def main():
@@ -39,7 +31,7 @@ def main():
     dev = torch.device("cuda:0")
     m = model(a.model).to(dev)
     opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss()
     images = torch.randint(0, 256, (60000, 1, 28, 28), dtype=torch.uint8)
     labels = torch.randint(0, 10, (60000,))
     order = torch.randperm(60000)

@@ -1,7 +1,6 @@
 // The numerical operations of the training engine, on raw float buffers, behind one dispatch
-// point: a Backend. The engine picks a backend once (make_cpu_backend today; a CUDA backend will
-// implement the same interface) and calls every operation through it, so no call site branches on
-// the device.
+// point: a Backend. The engine picks a backend once (make_backend: the CPU's, or a CUDA device's)
+// and calls every operation through it, so no call site branches on the device.
 //
 // Conventions:
 //   - All matrices are row-major. Shapes are written next to pointers, outermost axis first.
@@ -19,6 +18,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 namespace hippo::kernels {
 
@@ -45,6 +46,9 @@ struct AdamParams {
   bool decoupled = false;  // AdamW: decay the weights directly instead of adding wd*p to the grad
   int64_t t = 1;           // 1-based count of updates, for the bias corrections
 };
+
+// Operand precision of matrix products (see Backend::set_precision).
+enum class Precision { kFp32, kBf16 };
 
 class Backend {
  public:
@@ -146,10 +150,85 @@ class Backend {
   // p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
   virtual void adam_update(float* params, const float* grads, float* m, float* v, int64_t n,
                            const AdamParams& hp) const = 0;
+
+  // ---- Transformer operations (the gpt model) ------------------------------------------------
+  // Shapes: B sequences of T positions, C channels, V vocabulary entries, NH heads of hs = C / NH
+  // channels each (NH divides C). "Overwritten": every value of the output is written, its old
+  // contents do not matter. "Accumulated": the result is added (+=) to what the caller put there.
+  // Sums run in the order stated, the same for any thread count (no atomics).
+  // The big products of a transformer (qkv, projections, MLP, output layer) are gemm calls above;
+  // a linear layer is y[N, out] = x[N, in] w[out, in]^T + b (gemm with trans_b, bias_forward).
+
+  // y[n] = a[n] + b[n], overwritten; y may alias a or b (residual connections, sums of gradients).
+  virtual void add(const float* a, const float* b, float* y, int64_t n) const = 0;
+
+  // Token and position embeddings: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :] (overwritten).
+  // tokens[B, T] (each in [0, V); the CPU backend throws std::invalid_argument otherwise),
+  // wte[V, C], wpe[T, C] (the first T rows of a longer table), out[B, T, C].
+  virtual void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe,
+                                 float* out, int B, int T, int C, int V) const = 0;
+  // From dout[B, T, C]: dwte[V, C] and dwpe[T, C], both overwritten. Row v of dwte is the sum of
+  // dout[b, t, :] over the positions whose token is v, added from 0 in ascending (b, t) order (0
+  // for a token that does not occur); row t of dwpe is the sum of dout[b, t, :] over b ascending.
+  virtual void embedding_backward(const int32_t* tokens, const float* dout, float* dwte,
+                                  float* dwpe, int B, int T, int C, int V) const = 0;
+
+  // Layer normalization of each row of x[N, C] over its C values, with eps = 1e-5:
+  //   mean[r] = sum_c x[r, c] / C,  rstd[r] = 1 / sqrt(sum_c (x[r, c] - mean[r])^2 / C + eps),
+  //   out[r, c] = (x[r, c] - mean[r]) rstd[r] weight[c] + bias[c].
+  // weight[C], bias[C]; out[N, C], mean[N], rstd[N] overwritten (mean, rstd: for the backward).
+  virtual void layernorm_forward(const float* x, const float* weight, const float* bias, float* out,
+                                 float* mean, float* rstd, int64_t N, int C) const = 0;
+  // From dout[N, C] and forward's x, weight, mean, rstd, with xhat = (x - mean) rstd and
+  // g = dout weight (per row r):
+  //   dx[r, c] += rstd[r] (g[r, c] - mean_c g[r, :] - xhat[r, c] mean_c (g[r, :] xhat[r, :]))
+  //     (accumulated: in a pre-norm block dx is the residual stream's gradient, which already
+  //     holds the gradient that passes around the block),
+  //   dweight[c] = sum_r dout[r, c] xhat[r, c], dbias[c] = sum_r dout[r, c] (overwritten, r
+  //   ascending).
+  // dx must not alias dout.
+  virtual void layernorm_backward(const float* dout, const float* x, const float* weight,
+                                  const float* mean, const float* rstd, float* dx, float* dweight,
+                                  float* dbias, int64_t N, int C) const = 0;
+
+  // Causal multi-head self-attention (llm.c's layout). qkv[B, T, 3C] holds each position's query,
+  // key and value: q = qkv[b, t, 0:C], k = qkv[b, t, C:2C], v = qkv[b, t, 2C:3C]; head h uses
+  // channels [h hs, (h+1) hs) of each.
+  //   att[b, h, t, u] = softmax over u <= t of q[b, t, h] . k[b, u, h] / sqrt(hs), 0 for u > t,
+  //   out[b, t, h hs + i] = sum over u <= t, ascending, of att[b, h, t, u] v[b, u, h hs + i].
+  // out[B, T, C] and att[B, NH, T, T] overwritten (att, the probabilities, is for the backward).
+  virtual void attention_forward(const float* qkv, float* out, float* att, int B, int T, int C,
+                                 int NH) const = 0;
+  // From dout[B, T, C] and forward's qkv and att: dqkv[B, T, 3C], overwritten. With
+  // datt[t, u] = dout[t, h] . v[u, h] and ds[t, u] = att[t, u] (datt[t, u] - sum_u' att[t, u']
+  // datt[t, u']) per (b, h):
+  //   dq[t] = sum over u <= t, ascending, of ds[t, u] k[u] / sqrt(hs),
+  //   dk[u] = sum over t >= u, ascending, of ds[t, u] q[t] / sqrt(hs),
+  //   dv[u] = sum over t >= u, ascending, of att[t, u] dout[t].
+  // scratch[B, NH, T, T] is overwritten (room for ds); dqkv must not alias the inputs.
+  virtual void attention_backward(const float* dout, const float* qkv, const float* att,
+                                  float* scratch, float* dqkv, int B, int T, int C,
+                                  int NH) const = 0;
 };
 
 // The CPU backend: OpenBLAS for matrix products, plain loops split over `threads` threads.
 // Sets OpenBLAS's thread count, which is process-wide: one backend's thread count per process.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+// The CUDA backend on device `device` (cuda_backend.cu): cuBLAS products, CUDA kernels for the
+// rest, all on the device's default stream, deterministic (kernels/README.md). Its memory is
+// device memory. Throws std::invalid_argument when the device is not there or hippo was built
+// without CUDA, std::runtime_error when the device cannot be set up.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+// The number of CUDA devices this process can use: 0 when hippo was built without CUDA, when no
+// driver is installed, or when there is no device. Never throws.
+int cuda_device_count();
+
+// The backend a device name asks for: "cpu" (with `threads` threads) or "cuda:N" (threads is
+// ignored). Fails at once with std::invalid_argument naming the problem: a malformed name, a
+// device that is not there ("cuda:1 requested, this machine has 0 CUDA devices") or a build
+// without CUDA.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
 
 }  // namespace hippo::kernels

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "protocol/auth.h"
+
 namespace hippo::cli {
 
 enum class Format { kTable, kJson, kCsv };
@@ -15,6 +17,9 @@ enum class Format { kTable, kJson, kCsv };
 struct GlobalOptions {
   std::string db;      // --db, else $HIPPO_DB, else ./hippo.db
   std::string master;  // --master, else $HIPPO_MASTER (empty: none)
+  // For a master with --auth: its public key file and ours (protocol/auth.h).
+  std::string master_key;  // --master-key, else $HIPPO_MASTER_KEY
+  std::string key;         // --key, else $HIPPO_KEY
   Format format = Format::kTable;
 };
 
@@ -37,5 +42,12 @@ void add_preview_command(CLI::App& app, const GlobalOptions& global, Action* act
 void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action);
 // studies, trials, best, tree, export
 void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* action);
+// pipeline-plan
+void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* action);
+// keygen
+void add_key_commands(CLI::App& app, const GlobalOptions& global, Action* action);
+
+// The CURVE keys of --master-key and --key (none when neither is given); BadInput on a bad file.
+protocol::ClientKeys client_keys(const GlobalOptions& global);
 
 }  // namespace hippo::cli

@@ -80,11 +80,13 @@ json trial_json(const StudyView& v, const TrialRow& t) {
   if (it != v.metrics.end())
     for (const MetricRow& m : it->second)
       metrics.push_back({{"step", m.step}, {"name", m.name}, {"value", m.value}});
-  return {{"trial", t.number},
-          {"params", t.params},
-          {"status", to_string(t.status)},
-          {"length", t.length},
-          {"metrics", metrics}};
+  json j = {{"trial", t.number},
+            {"params", t.params},
+            {"status", to_string(t.status)},
+            {"length", t.length},
+            {"metrics", metrics}};
+  if (t.status == TrialStatus::kFailed) j["error"] = t.end_reason;
+  return j;
 }
 
 int studies(const GlobalOptions& global) {

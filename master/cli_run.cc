@@ -100,11 +100,15 @@ std::string worker_binary() {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
 }
 
-pid_t spawn_worker(const std::string& address, const std::string& checkpoints, int index) {
+// `devices`: the pipeline stages of the study (each a thread of the worker).
+pid_t spawn_worker(const std::string& address, const std::string& checkpoints, int index,
+                   bool allow_exec, int devices) {
   std::string binary = worker_binary();
   std::string name = "run-" + std::to_string(getpid()) + "-" + std::to_string(index);
   std::vector<std::string> args = {binary,          "--master",  address,  "--threads", "1",
                                    "--checkpoints", checkpoints, "--name", name};
+  args.insert(args.end(), {"--devices", "cpu:" + std::to_string(devices)});
+  if (allow_exec) args.push_back("--allow-exec");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -115,7 +119,7 @@ pid_t spawn_worker(const std::string& address, const std::string& checkpoints, i
 }
 
 int run(const std::string& path, int workers, const std::string& policy_text,
-        std::string checkpoints, const GlobalOptions& global) {
+        std::string checkpoints, bool allow_exec, const GlobalOptions& global) {
   Policy policy = policy_of(policy_text);
   Loaded l = load(path);
   if (checkpoints.empty()) checkpoints = global.db + ".checkpoints";
@@ -138,8 +142,12 @@ int run(const std::string& path, int workers, const std::string& policy_text,
   // Each worker is one process with one thread, so N workers use N cores without contention.
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("OMP_NUM_THREADS", "1", 1);
+  // The embedded master has no CURVE: keys meant for a cluster must not reach its workers.
+  unsetenv("HIPPO_MASTER_KEY");
+  unsetenv("HIPPO_KEY");
   std::vector<pid_t> children;
-  for (int i = 0; i < workers; ++i) children.push_back(spawn_worker(address, checkpoints, i));
+  for (int i = 0; i < workers; ++i)
+    children.push_back(spawn_worker(address, checkpoints, i, allow_exec, l.spec.pipeline.stages));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
@@ -194,20 +202,67 @@ int run(const std::string& path, int workers, const std::string& policy_text,
   return summary.status == "done" ? 0 : 1;
 }
 
-int serve(const std::string& bind, const std::string& checkpoints, double timeout_s,
-          int64_t snapshot_every, const GlobalOptions& global) {
+// Whether only this machine can reach `address`: ipc, inproc, or tcp on a loopback address.
+bool loopback_only(const std::string& address) {
+  for (const char* prefix :
+       {"ipc://", "inproc://", "tcp://127.", "tcp://localhost:", "tcp://[::1]:"})
+    if (address.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// `hippo master`'s authentication options.
+struct MasterAuth {
+  bool auth = false, insecure = false;
+  std::string key, authorized;
+};
+
+int serve(std::string bind, const std::string& checkpoints, double timeout_s,
+          int64_t snapshot_every, const MasterAuth& auth, const GlobalOptions& global) {
   master::Options options;
+  size_t admitted = 0;
+  if (auth.auth) {
+    if (auth.key.empty() || auth.authorized.empty())
+      throw BadInput(
+          "--auth needs --key (this master's secret key file, from hippo keygen) and "
+          "--authorized (a directory of the .pub files of the workers and clients it admits)");
+    if (auth.insecure) throw BadInput("--insecure contradicts --auth");
+    try {
+      options.auth = protocol::ServerKeys{protocol::read_secret_key(auth.key), auth.authorized};
+      admitted = protocol::read_authorized_keys(auth.authorized).size();  // a bad file: now
+    } catch (const protocol::AuthError& e) {
+      throw BadInput(e.what());
+    }
+    if (bind.empty()) bind = "tcp://*:5555";
+  } else {
+    if (!auth.key.empty() || !auth.authorized.empty())
+      throw BadInput("--key and --authorized need --auth");
+    if (bind.empty()) bind = "tcp://127.0.0.1:5555";
+    if (!loopback_only(bind) && !auth.insecure)
+      throw BadInput("--bind " + bind +
+                     ": other machines can reach it, and without --auth anyone who does can "
+                     "submit studies; start the master with --auth (README, Security), or add "
+                     "--insecure to accept that");
+  }
   options.bind = bind;
   options.checkpoints = checkpoints.empty() ? global.db + ".checkpoints" : checkpoints;
   options.worker_timeout_s = timeout_s;
   options.snapshot_every = snapshot_every;
   options.verbose = std::getenv("HIPPO_VERBOSE") != nullptr;
-  if (bind.rfind("tcp://127.", 0) != 0 && bind.rfind("tcp://localhost", 0) != 0 &&
-      bind.rfind("ipc://", 0) != 0)
+  if (auth.auth)
     std::fprintf(stderr,
-                 "master: warning: %s is reachable from other machines and this master does not "
-                 "authenticate its peers\n",
+                 "master: CURVE authentication: admits the %zu keys of %s (read again at "
+                 "every connection)\n",
+                 admitted, auth.authorized.c_str());
+  else if (!loopback_only(bind))  // with --insecure
+    std::fprintf(stderr,
+                 "master: warning: %s is reachable from other machines WITHOUT authentication "
+                 "(--insecure): anyone who can reach this port can submit studies and run them on "
+                 "the workers\n",
                  bind.c_str());
+  else
+    std::fprintf(stderr,
+                 "master: loopback only (no --auth): workers and clients must run on "
+                 "this machine\n");
   master::Master m(open_plan(global.db), options);
   std::fprintf(stderr, "master: listening on %s, search plan %s, checkpoints in %s\n", bind.c_str(),
                global.db.c_str(), options.checkpoints.c_str());
@@ -223,13 +278,16 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
   Policy policy = policy_of(policy_text);
   Loaded l = load(path);
   if (global.master.empty()) throw BadInput("no master: give --master ADDR or set HIPPO_MASTER");
+  protocol::ClientKeys keys = client_keys(global);
   zmq::context_t context;
   json request = protocol::make("submit");
   request["spec"] = l.spec_json;
   request["policy"] = to_string(policy);
   json reply;
   try {
-    reply = protocol::request(context, global.master, request, 30000);
+    reply = protocol::request(context, global.master, request, 30000, keys);
+  } catch (const protocol::AuthError& e) {
+    throw BadInput(e.what());
   } catch (const protocol::ProtocolError& e) {
     throw RunFailed(e.what());
   }
@@ -246,7 +304,12 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
   while (true) {
     json status = protocol::make("status");
     status["study"] = study;
-    json r = protocol::request(context, global.master, status, 30000);
+    json r;
+    try {
+      r = protocol::request(context, global.master, status, 30000, keys);
+    } catch (const protocol::ProtocolError& e) {
+      throw RunFailed(e.what());
+    }
     if (!r.value("ok", false)) throw RunFailed(r.value("error", std::string("status refused")));
     if (!r["running"].get<bool>()) {
       json s = r["summary"];
@@ -268,6 +331,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->fallthrough();
     struct Args {
       std::string spec, policy = "shared", checkpoints;
+      bool allow_exec = false;
       int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     };
     auto a = std::make_shared<Args>();
@@ -277,9 +341,11 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
     cmd->add_option("--checkpoints", a->checkpoints,
                     "checkpoint directory (default DB.checkpoints)");
+    cmd->add_flag("--allow-exec", a->allow_exec,
+                  "let the local workers run the spec's external trainer command");
     cmd->callback([a, &global, action] {
       *action = [a, &global] {
-        return run(a->spec, a->workers, a->policy, a->checkpoints, global);
+        return run(a->spec, a->workers, a->policy, a->checkpoints, a->allow_exec, global);
       };
     });
   }
@@ -288,12 +354,22 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         app.add_subcommand("master", "run a master that workers and clients connect to");
     cmd->fallthrough();
     struct Args {
-      std::string bind = "tcp://127.0.0.1:5555", checkpoints;
+      std::string bind, checkpoints;
       double timeout = 10;
       int64_t snapshot_every = 0;
+      MasterAuth auth;
     };
     auto a = std::make_shared<Args>();
-    cmd->add_option("--bind", a->bind, "address to listen on (default tcp://127.0.0.1:5555)");
+    cmd->add_option("--bind", a->bind,
+                    "address to listen on (default tcp://127.0.0.1:5555; with --auth "
+                    "tcp://*:5555)");
+    cmd->add_flag("--auth", a->auth.auth,
+                  "admit only workers and clients whose public key is in --authorized (CURVE)");
+    cmd->add_option("--key", a->auth.key, "with --auth: this master's secret key file (keygen)");
+    cmd->add_option("--authorized", a->auth.authorized,
+                    "with --auth: directory of the admitted peers' public key files (*.pub)");
+    cmd->add_flag("--insecure", a->auth.insecure,
+                  "without --auth, allow a --bind that other machines can reach");
     cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory, shared with workers");
     cmd->add_option("--worker-timeout", a->timeout, "seconds of silence before a worker is lost")
         ->check(CLI::Range(0.1, 3600.0));
@@ -301,7 +377,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
     cmd->callback([a, &global, action] {
       *action = [a, &global] {
-        return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, global);
+        return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth, global);
       };
     });
   }

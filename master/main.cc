@@ -26,10 +26,18 @@ int main(int argc, char** argv) {
   GlobalOptions global;
   const char* env_db = std::getenv("HIPPO_DB");
   const char* env_master = std::getenv("HIPPO_MASTER");
+  const char* env_master_key = std::getenv("HIPPO_MASTER_KEY");
+  const char* env_key = std::getenv("HIPPO_KEY");
   global.db = env_db ? env_db : "hippo.db";
   global.master = env_master ? env_master : "";
+  global.master_key = env_master_key ? env_master_key : "";
+  global.key = env_key ? env_key : "";
   app.add_option("--db", global.db, "search plan file (default $HIPPO_DB, else ./hippo.db)");
   app.add_option("--master", global.master, "master address (default $HIPPO_MASTER)");
+  app.add_option("--master-key", global.master_key,
+                 "public key file of a master with --auth (default $HIPPO_MASTER_KEY)");
+  app.add_option("--key", global.key,
+                 "your secret key file, for a master with --auth (default $HIPPO_KEY)");
   app.add_option("--format", global.format, "output format: table, json or csv")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, Format>{
@@ -41,6 +49,8 @@ int main(int argc, char** argv) {
   add_preview_command(app, global, &action);
   add_run_commands(app, global, &action);
   add_query_commands(app, global, &action);
+  add_pipeline_command(app, global, &action);
+  add_key_commands(app, global, &action);
 
   try {
     app.parse(argc, argv);

@@ -67,6 +67,11 @@ Master::Master(SearchPlan plan, const Options& options)
   incarnation_ = buf;
   protocol::configure(socket_);
   socket_.set(zmq::sockopt::router_handover, 1);  // a reconnecting worker keeps its identity
+  if (options_.auth)
+    curve_ = std::make_unique<protocol::CurveServer>(
+        context_, socket_, *options_.auth, [quiet = options_.quiet](const std::string& line) {
+          if (!quiet) std::fprintf(stderr, "master: %s\n", line.c_str());
+        });
   socket_.bind(options_.bind);
   std::filesystem::create_directories(options_.checkpoints);
   restore();
@@ -82,8 +87,14 @@ void Master::restore() {
   next_trial_ = plan_.next_trial_id();
   for (const CheckpointRow& row : plan_.checkpoints()) {
     std::error_code ec;
-    if (!std::filesystem::exists(std::filesystem::path(options_.checkpoints) / row.file, ec))
-      continue;  // a checkpoint lost with its disk: the scheduler replays it when needed
+    if (!std::filesystem::exists(std::filesystem::path(options_.checkpoints) / row.file, ec)) {
+      // Lost with its disk: forgotten, and replayed from an earlier state when it is needed.
+      plan_.transaction([&] {
+        plan_.delete_checkpoint(row.id);
+        plan_.add_event(std::nullopt, "checkpoint_lost", {{"file", row.file}, {"why", "missing"}});
+      });
+      continue;
+    }
     int64_t id = next_state_++;
     states_[id] = {row.stage, row.step, row.file, row.id};
     state_index_[{row.stage, row.step}] = id;
@@ -121,6 +132,7 @@ void Master::restore() {
       t.length = tr.length;
       t.in_tree = tree_.has_trial(tr.id);
       t.status = tr.status;
+      if (t.status == TrialStatus::kFailed) t.error = tr.end_reason;
       if (t.status == TrialStatus::kStopped) t.stopped_at = trained_length(t);
       if (t.status == TrialStatus::kPending || t.status == TrialStatus::kRunning) {
         std::set<int64_t> have;
@@ -162,6 +174,8 @@ void Master::guarded(Study& s, const std::function<void()>& fn) {
   double started = thread_cpu_seconds();
   try {
     plan_.transaction(fn);
+  } catch (const PlanBusy&) {
+    throw;  // the plan is locked (fn has not begun): the caller retries, the study is fine
   } catch (const std::exception& e) {
     resync();
     plan_.transaction([&] { finish(s, StudyStatus::kFailed, e.what()); });
@@ -358,8 +372,16 @@ void Master::maybe_close(Trial& t) {
   if (s.status == StudyStatus::kRunning) apply(s, s.searcher->on_trial_closed(t.request));
 }
 
-void Master::finish(Study& s, StudyStatus status, const std::string& error) {
+void Master::finish(Study& s, StudyStatus status, std::string error) {
   if (s.status != StudyStatus::kRunning) return;
+  // A study whose every trial failed has failed, for the reason its first trial gives.
+  if (status == StudyStatus::kDone && !s.trials.empty() &&
+      std::all_of(s.trials.begin(), s.trials.end(), [&](const auto& rt) {
+        return trials_.at(rt.second).status == TrialStatus::kFailed;
+      })) {
+    status = StudyStatus::kFailed;
+    error = "every trial failed; the first: " + trials_.at(s.trials.begin()->second).error;
+  }
   s.status = status;
   s.error = error;
   s.ended = Clock::now();
@@ -490,15 +512,24 @@ void Master::collect_checkpoints() {
 // Messages.
 
 void Master::poll(int timeout_ms) {
+  if (!deferred_.empty() && seconds_since(last_busy_) >= 1) {
+    // Short tries, so that the master keeps answering clients while the lock is held.
+    int busy_timeout = plan_.set_busy_timeout(100);
+    while (!deferred_.empty() && try_handle(deferred_.front())) deferred_.pop_front();
+    plan_.set_busy_timeout(busy_timeout);
+    if (deferred_.empty() && !options_.quiet)
+      std::fprintf(stderr, "master: the search plan is writable again\n");
+  }
   auto envelope = protocol::router_receive(socket_, timeout_ms);
   while (envelope) {
-    try {
-      handle(envelope->peer, protocol::parse(envelope->body));
-    } catch (const std::exception& e) {
-      // A bad message is refused and logged; it changed nothing (handlers validate before they
-      // write, and their writes are transactions).
-      if (!options_.quiet) std::fprintf(stderr, "master: refused a message: %s\n", e.what());
-      plan_.add_event(std::nullopt, "refused_message", {{"error", e.what()}});
+    // A worker's messages keep their order: behind one that waits for the plan, they wait too.
+    // Others (clients, hellos) never wait: they only read, or fail with the lock's error.
+    auto worker = workers_.find(envelope->peer);
+    if (worker != workers_.end()) worker->second.last_seen = Clock::now();  // alive all the same
+    if (worker == workers_.end() || deferred_.empty()) {
+      if (!try_handle(*envelope)) deferred_.push_back(std::move(*envelope));
+    } else {
+      deferred_.push_back(std::move(*envelope));
     }
     envelope = protocol::router_receive(socket_, 0);
   }
@@ -516,6 +547,35 @@ void Master::poll(int timeout_ms) {
   for (auto& [id, s] : studies_)
     if (s.status == StudyStatus::kRunning && trials > 0)
       s.master_s += spent * static_cast<double>(s.trials.size()) / static_cast<double>(trials);
+}
+
+bool Master::try_handle(const protocol::Envelope& envelope) {
+  try {
+    handle(envelope.peer, protocol::parse(envelope.body));
+  } catch (const PlanBusy& e) {
+    // Every handler's first write is a BEGIN IMMEDIATE, and nothing before it changes what a
+    // retry would do: the message is handled again, whole, once the lock is released.
+    if (deferred_.empty() && !options_.quiet)
+      std::fprintf(stderr, "master: %s; worker messages wait and are retried every second\n",
+                   e.what());
+    last_busy_ = Clock::now();
+    return false;
+  } catch (const std::exception& e) {
+    // A bad message is refused and logged; it changed nothing (handlers validate before they
+    // write, and their writes are transactions).
+    if (!options_.quiet) std::fprintf(stderr, "master: refused a message: %s\n", e.what());
+    log_event(std::nullopt, "refused_message", {{"error", e.what()}});
+  }
+  return true;
+}
+
+void Master::log_event(std::optional<int64_t> study, const std::string& kind, const json& detail) {
+  try {
+    plan_.add_event(study, kind, detail);
+  } catch (const std::exception& e) {
+    if (!options_.quiet)
+      std::fprintf(stderr, "master: event %s not logged: %s\n", kind.c_str(), e.what());
+  }
 }
 
 void Master::handle(const std::string& peer, const json& m) {
@@ -551,13 +611,15 @@ void Master::on_hello(const std::string& peer, const json& m) {
   w.name = protocol::get_string(m, "name", 256);
   w.device = protocol::get_string(m, "device", 64);
   w.threads = protocol::get_int(m, "threads", 1, 4096);
+  // Pipeline stages it can run at once (--devices); older workers say nothing: one.
+  w.devices = m.contains("devices") ? protocol::get_int(m, "devices", 1, 4096) : 1;
   w.pid = protocol::get_int(m, "pid");
   w.last_seen = Clock::now();
   auto old = workers_.find(peer);
   if (old != workers_.end() && old->second.job >= 0) jobs_.erase(old->second.job);
   workers_[peer] = w;
   schedule_changed_ = true;
-  plan_.add_event(std::nullopt, "worker_joined", {{"name", w.name}, {"device", w.device}});
+  log_event(std::nullopt, "worker_joined", {{"name", w.name}, {"device", w.device}});
   // Five heartbeats fit in the timeout, so one late heartbeat never loses a worker.
   json welcome = protocol::make("welcome");
   welcome["incarnation"] = incarnation_;
@@ -659,34 +721,24 @@ void Master::on_done(Worker& w, const json& m) {
   Job& job = jobs_.at(job_id);
   int64_t step = protocol::get_int(m, "step", job.wire.to, job.wire.to);
   double busy = protocol::get_number(m, "busy_s");
-  w.held.clear();
-  for (const json& id : m.value("held", json::array()))
-    if (id.is_number_integer()) w.held.insert(id.get<int64_t>());
-  const std::string& root = tree_.trial(job.rep).root_key;
-  int64_t steps = job.wire.to - job.wire.from;
-  if (steps > 0 && busy > 0) {
-    step_cost_[root].first += busy;
-    step_cost_[root].second += steps;
-  }
-  for (int64_t sid : job.studies)
-    if (studies_.count(sid)) studies_.at(sid).busy_worker_s += busy;
-  plan_.transaction([&] { mark_progress(job, step); });
-  // Trials whose last step this job trained (and that need no more evaluations) are closed now.
-  std::vector<TrialId> ending;
-  for (StageId id : tree_.path(job.rep)) {
-    const Stage& x = tree_.stage(id);
-    if (x.end <= job.wire.from || x.start >= step) continue;
-    for (TrialId t : tree_.trials_ending_in(id)) ending.push_back(t);
-  }
   // A job that outlived every study it worked for (a study may end while work is under way)
   // leaves states that nobody can reach.
   bool orphan = std::none_of(job.studies.begin(), job.studies.end(),
                              [&](int64_t id) { return study_running(id); });
-  jobs_.erase(job_id);
-  w.job = -1;
-  schedule_changed_ = true;
-  if (orphan) plan_.transaction([&] { collect_checkpoints(); });
-  plan_.transaction([&] {  // one commit for every trial this job closes
+  // The worker is past every split point of its job: no snapshot order goes to it any more.
+  job.progress_step = step;
+  // One commit for the progress and every trial this job closes; if the plan is locked, nothing
+  // has changed yet and the message is retried whole.
+  plan_.transaction([&] {
+    mark_progress(job, step);
+    if (orphan) collect_checkpoints();
+    // Trials whose last step this job trained (and that need no more evaluations) close now.
+    std::vector<TrialId> ending;
+    for (StageId id : tree_.path(job.rep)) {
+      const Stage& x = tree_.stage(id);
+      if (x.end <= job.wire.from || x.start >= step) continue;
+      for (TrialId t : tree_.trials_ending_in(id)) ending.push_back(t);
+    }
     for (TrialId id : ending) {
       auto it = trials_.find(id);
       if (it == trials_.end()) continue;
@@ -699,17 +751,85 @@ void Master::on_done(Worker& w, const json& m) {
       });
     }
   });
+  w.held.clear();
+  for (const json& id : m.value("held", json::array()))
+    if (id.is_number_integer()) w.held.insert(id.get<int64_t>());
+  const std::string& root = tree_.trial(job.rep).root_key;
+  int64_t steps = job.wire.to - job.wire.from;
+  if (steps > 0 && busy > 0) {
+    step_cost_[root].first += busy;
+    step_cost_[root].second += steps;
+  }
+  for (int64_t sid : job.studies)
+    if (studies_.count(sid)) studies_.at(sid).busy_worker_s += busy;
+  storage_failures_.erase(tree_.stage_at(job.rep, std::max<int64_t>(job.wire.from + 1, 1)));
+  jobs_.erase(job_id);
+  w.job = -1;
+  schedule_changed_ = true;
 }
 
 void Master::on_failed(Worker& w, const json& m) {
   int64_t job_id = protocol::get_int(m, "job", -1);
   if (job_id != w.job) throw protocol::ProtocolError("failed.job: not this worker's job");
   std::string error = protocol::get_string(m, "error", 4096);
+  bool retry = false;
+  if (m.contains("retry")) {
+    if (!m["retry"].is_boolean()) throw protocol::ProtocolError("failed.retry: expected a boolean");
+    retry = m["retry"].get<bool>();
+  }
   Job job = jobs_.at(job_id);
+  std::string lost;
+  if (m.contains("lost_file")) {
+    lost = protocol::get_file_name(m, "lost_file");
+    if (lost != job.wire.parent_file || job.wire.parent_state < 0)
+      throw protocol::ProtocolError("failed.lost_file: not the job's parent checkpoint");
+  }
+  StageId stage = tree_.stage_at(job.rep, std::max<int64_t>(job.wire.from + 1, 1));
+  if (!lost.empty()) {
+    // The parent checkpoint is missing or corrupt: rebuilt by replay, the stage is not at fault.
+    if (states_.count(job.wire.parent_state)) forget_state(job.wire.parent_state, error);
+  } else if (retry && storage_failures_[stage].count + 1 < kStorageAttempts) {
+    // The worker could not write a checkpoint (a full disk): another worker, if there is one,
+    // tries again from the newest state reported.
+    log_event(std::nullopt, "stage_retry", {{"worker", w.name}, {"error", error}});
+    if (!options_.quiet)
+      std::fprintf(stderr, "master: worker %s failed a stage on storage, retrying: %s\n",
+                   w.name.c_str(), error.c_str());
+  } else {
+    if (retry)
+      error += " (the stage failed on storage " + std::to_string(kStorageAttempts) + " times)";
+    // One transaction first: if the plan is locked, nothing has changed and this is retried.
+    plan_.transaction([&] { fail_trials_through(job, error); });
+  }
+  if (retry && lost.empty()) {
+    ++storage_failures_[stage].count;
+    storage_failures_[stage].workers.insert(w.peer);
+  }
+  // Steps trained after its last snapshot are lost, and trained again: they count as executed.
+  for (int64_t sid : job.studies)
+    if (studies_.count(sid))
+      studies_.at(sid).steps_executed +=
+          std::max<int64_t>(0, job.progress_step - job.reported_step);
   jobs_.erase(job_id);
   w.job = -1;
   schedule_changed_ = true;
-  fail_trials_through(job, error);
+}
+
+void Master::forget_state(int64_t state, const std::string& why) {
+  StateInfo info = states_.at(state);
+  plan_.transaction([&] {
+    if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
+    plan_.add_event(std::nullopt, "checkpoint_lost", {{"file", info.file}, {"why", why}});
+  });
+  if (!options_.quiet)
+    std::fprintf(stderr, "master: checkpoint %s is lost (%s); its state will be replayed\n",
+                 info.file.c_str(), why.c_str());
+  std::error_code ec;  // a corrupt file goes; a missing one is already gone
+  if (!info.file.empty())
+    std::filesystem::remove(std::filesystem::path(options_.checkpoints) / info.file, ec);
+  state_index_.erase({info.stage, info.step});
+  states_.erase(state);
+  for (auto& [peer, w] : workers_) w.held.erase(state);
 }
 
 // A job failed in the engine (bad settings, a diverged model, unreadable data): retrying would
@@ -733,6 +853,10 @@ void Master::fail_trials_through(const Job& job, const std::string& error) {
     for (int64_t step : t.pending_evals) pending_by_step_[step].erase(t.id);
     t.pending_evals.clear();
     t.status = TrialStatus::kFailed;
+    t.error = error;
+    if (!options_.quiet)
+      std::fprintf(stderr, "master: trial %lld of study %s failed: %s\n",
+                   static_cast<long long>(t.number), s.spec.name.c_str(), error.c_str());
     guarded(s, [&] {
       plan_.set_trial_status(t.id, t.status, error);
       if (s.status != StudyStatus::kRunning) return;
@@ -749,7 +873,7 @@ void Master::check_workers() {
       continue;
     }
     // Lost: its job goes back to the queue from the newest state it reported.
-    plan_.add_event(std::nullopt, "worker_lost", {{"name", it->second.name}});
+    log_event(std::nullopt, "worker_lost", {{"name", it->second.name}});
     if (!options_.quiet) std::fprintf(stderr, "master: lost worker %s\n", it->second.name.c_str());
     schedule_changed_ = true;
     if (it->second.job >= 0) {
@@ -911,13 +1035,42 @@ void Master::dispatch() {
   if (idle.empty()) return;
   for (const Candidate& c : candidates()) {
     if (idle.empty()) break;
+    // A stage that failed on a worker's storage goes to another worker, while there is one.
+    const std::set<std::string>* failed_on = nullptr;
+    if (!storage_failures_.empty()) {
+      auto it = storage_failures_.find(tree_.stage_at(c.rep, std::max<int64_t>(c.from + 1, 1)));
+      if (it != storage_failures_.end() && it->second.workers.size() < workers_.size())
+        failed_on = &it->second.workers;
+    }
+    // A pipelined stage needs a worker with a device per pipeline stage.
+    const int64_t devices = studies_.at(trials_.at(c.rep).study).spec.pipeline.stages;
+    if (devices > 1) warn_if_no_worker_has(devices, trials_.at(c.rep).study);
+    auto usable = [&](Worker* w) {
+      return w->devices >= devices && (!failed_on || !failed_on->count(w->peer));
+    };
     // Prefer a worker that holds the parent state in memory: it forks without reading a file.
-    auto chosen = std::find_if(idle.begin(), idle.end(),
-                               [&](Worker* w) { return w->held.count(c.parent_state) != 0; });
-    if (chosen == idle.end()) chosen = idle.begin();
+    auto chosen = std::find_if(idle.begin(), idle.end(), [&](Worker* w) {
+      return usable(w) && w->held.count(c.parent_state) != 0;
+    });
+    if (chosen == idle.end()) chosen = std::find_if(idle.begin(), idle.end(), usable);
+    if (chosen == idle.end()) continue;
     send_job(**chosen, c);
     idle.erase(chosen);
   }
+}
+
+void Master::warn_if_no_worker_has(int64_t devices, int64_t study) {
+  int64_t most = 0;
+  for (const auto& [peer, w] : workers_) most = std::max(most, w.devices);
+  if (most >= devices || !device_warnings_.insert({study, most}).second) return;
+  const std::string& name = studies_.at(study).spec.name;
+  log_event(study, "no_worker_for_pipeline", {{"devices_needed", devices}, {"devices_most", most}});
+  if (!options_.quiet)
+    std::fprintf(stderr,
+                 "master: study %s needs a worker with %lld devices (pipeline.stages) and no "
+                 "connected worker has more than %lld: start one with --devices cpu:%lld\n",
+                 name.c_str(), static_cast<long long>(devices), static_cast<long long>(most),
+                 static_cast<long long>(devices));
 }
 
 void Master::send_job(Worker& w, const Candidate& c) {
@@ -936,6 +1089,10 @@ void Master::send_job(Worker& w, const Candidate& c) {
   wire.run.eval_samples = study.spec.data.eval_samples;
   wire.run.seed = study.spec.seed;
   wire.run.fixed = study.spec.fixed;
+  wire.run.microbatches = study.spec.pipeline.microbatches;
+  wire.run.pipeline_stages = study.spec.pipeline.stages;
+  wire.run.pipeline_schedule = study.spec.pipeline.schedule;
+  wire.run.pipeline_chunks = study.spec.pipeline.chunks;
   wire.hyperparams = rep.hyperparams;
   wire.from = c.from;
   wire.to = c.to;

@@ -28,7 +28,9 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "protocol/auth.h"
 #include "protocol/message.h"
+#include "protocol/socket.h"
 #include "searchers/searcher.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
@@ -39,6 +41,10 @@ namespace hippo::master {
 using protocol::json;
 using Clock = std::chrono::steady_clock;
 
+// How many times a stage may fail on storage (a checkpoint that cannot be written) before the
+// trials that need it fail.
+inline constexpr int kStorageAttempts = 3;
+
 struct Options {
   std::string bind = "tcp://127.0.0.1:5555";
   std::string checkpoints = "checkpoints";  // the directory workers write into (shared disk)
@@ -46,6 +52,8 @@ struct Options {
   int64_t snapshot_every = 0;  // also snapshot every this many steps inside a stage (0: never)
   bool quiet = false;          // no log lines on stderr
   bool verbose = false;        // a log line per job
+  // CURVE authentication (--auth): the socket admits only the keys of auth->authorized_dir.
+  std::optional<protocol::ServerKeys> auth;
 };
 
 // What `hippo run` and `hippo submit --wait` print at the end (INTERFACE.md).
@@ -105,6 +113,7 @@ class Master {
   struct Worker {
     std::string peer, name, device;
     int64_t threads = 1, pid = 0;
+    int64_t devices = 1;  // pipeline stages it can run (hello's "devices")
     Clock::time_point last_seen;
     int64_t job = -1;
     std::set<int64_t> held;  // state ids in its memory
@@ -135,6 +144,7 @@ class Master {
     std::optional<Fork> fork;  // from its Create: the donor (a request id) and the step
     std::set<int64_t> pending_evals;
     TrialStatus status = TrialStatus::kPending;
+    std::string error;  // why it failed
   };
   struct Study {
     int64_t id = 0;
@@ -167,6 +177,9 @@ class Master {
   // Runs fn in a transaction; if it throws, the study fails with the message, and memory is
   // brought back in line with the plan.
   void guarded(Study& s, const std::function<void()>& fn);
+  // Handles one message. False when the search plan is locked by another process: the message
+  // changed nothing and waits in deferred_, to be retried in order.
+  bool try_handle(const protocol::Envelope& envelope);
   void handle(const std::string& peer, const json& m);
   void on_hello(const std::string& peer, const json& m);
   void on_metric(Worker& w, const json& m);
@@ -178,14 +191,22 @@ class Master {
   void dispatch();
   std::vector<Candidate> candidates();
   void send_job(Worker& w, const Candidate& c);
+  // Says once per study and device count when no connected worker has `devices` devices.
+  void warn_if_no_worker_has(int64_t devices, int64_t study);
 
   // Searcher plumbing: apply operations (in the caller's transaction), deliver events.
   void apply(Study& s, const std::vector<Operation>& ops);
   void place_trial(Study& s, Trial& t, int64_t length, const std::vector<int64_t>& evals);
   void record_metric(Trial& t, int64_t step, const json& metrics);
   void maybe_close(Trial& t);
-  void finish(Study& s, StudyStatus status, const std::string& error);
+  void finish(Study& s, StudyStatus status, std::string error);
   void fail_trials_through(const Job& job, const std::string& error);
+  // Forgets a state whose checkpoint is lost (missing or corrupt): its row in the plan and its
+  // file go, and the scheduler rebuilds the state by replay from the nearest earlier one.
+  void forget_state(int64_t state, const std::string& why);
+  // Events are a log: one that cannot be written (the plan is locked) is reported on stderr and
+  // dropped, never the work it describes.
+  void log_event(std::optional<int64_t> study, const std::string& kind, const json& detail);
 
   // Tree and state bookkeeping.
   Key key_of(TrialId rep, int64_t step) const;
@@ -209,6 +230,7 @@ class Master {
   Options options_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  std::unique_ptr<protocol::CurveServer> curve_;  // with options_.auth
   StageTree tree_;
   std::map<std::string, Worker> workers_;  // by peer identity
   std::map<int64_t, Job> jobs_;            // running, by id
@@ -219,6 +241,17 @@ class Master {
   std::map<Key, int64_t> state_index_;                    // key -> state id
   std::map<Key, json> metric_cache_;                      // key -> {"accuracy":..,"loss":..}
   std::set<StageId> failed_stages_;
+  std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
+  // Stages whose job failed on storage (a checkpoint write): how often, and on which workers (a
+  // retry goes to another worker when there is one).
+  struct StorageFailures {
+    int count = 0;
+    std::set<std::string> workers;
+  };
+  std::map<StageId, StorageFailures> storage_failures_;
+  // Worker messages that found the search plan locked, oldest first; retried every second.
+  std::deque<protocol::Envelope> deferred_;
+  Clock::time_point last_busy_;
   std::map<std::string, std::pair<double, int64_t>> step_cost_;  // root key -> (seconds, steps)
   bool schedule_changed_ = true;  // something arrived since the last dispatch
   // Random per start of a master: state ids and file names of one start never meet another's

@@ -110,7 +110,12 @@ json to_json(const RunSpec& r) {
               {"train_samples", r.train_samples},
               {"eval_samples", r.eval_samples},
               {"seed", r.seed},
-              {"fixed", r.fixed}};
+              {"fixed", r.fixed},
+              {"pipeline",
+               {{"stages", r.pipeline_stages},
+                {"microbatches", r.microbatches},
+                {"schedule", r.pipeline_schedule},
+                {"chunks", r.pipeline_chunks}}}};
 }
 
 RunSpec run_spec_from_json(const json& j) {
@@ -121,6 +126,14 @@ RunSpec run_spec_from_json(const json& j) {
   r.eval_samples = get_int(j, "eval_samples", 1);
   r.seed = static_cast<uint64_t>(get_int(j, "seed"));
   r.fixed = get_object(j, "fixed");
+  if (j.contains("pipeline")) {
+    json p = get_object(j, "pipeline");
+    p["type"] = "job.run.pipeline";
+    r.pipeline_stages = static_cast<int>(get_int(p, "stages", 1, 256));
+    r.microbatches = static_cast<int>(get_int(p, "microbatches", 1, 4096));
+    r.pipeline_schedule = get_string(p, "schedule", 32);
+    r.pipeline_chunks = static_cast<int>(get_int(p, "chunks", 1, 64));
+  }
   return r;
 }
 

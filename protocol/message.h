@@ -58,6 +58,12 @@ struct RunSpec {
   int64_t eval_samples = 0;
   uint64_t seed = 0;
   json fixed;  // the study's fixed settings
+  // The spec's "pipeline": micro-batches per optimizer step, and the pipeline stages (1: none),
+  // schedule and chunks per stage that run them. Optional on the wire (absent: 1, 1, 1f1b, 1).
+  int microbatches = 1;
+  int pipeline_stages = 1;
+  std::string pipeline_schedule = "1f1b";
+  int pipeline_chunks = 1;
   bool operator==(const RunSpec&) const = default;
 };
 json to_json(const RunSpec& r);

@@ -1,6 +1,7 @@
 #include "protocol/socket.h"
 
 #include <cerrno>
+#include <chrono>
 #include <vector>
 
 namespace hippo::protocol {
@@ -57,26 +58,47 @@ std::optional<std::string> dealer_receive(zmq::socket_t& dealer, int timeout_ms)
   return std::string();  // malformed: parse() refuses it
 }
 
-void dealer_send(zmq::socket_t& dealer, const json& message) {
+bool dealer_send(zmq::socket_t& dealer, const json& message) {
   std::string body = serialize(message);
-  dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+  // The queue is checked at the first frame only: once it is taken, so is the second.
+  if (!dealer.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+    return false;
   dealer.send(zmq::buffer(body), zmq::send_flags::none);
+  return true;
 }
 
 json request(zmq::context_t& context, const std::string& address, const json& message,
-             int timeout_ms) {
+             int timeout_ms, const ClientKeys& keys) {
   zmq::socket_t req(context, zmq::socket_type::req);
   configure(req);
+  secure_client(req, keys);
+  HandshakeWatch handshakes(context, req, keys.enabled());
   req.connect(address);
   std::string body = serialize(message);
   req.send(zmq::buffer(body), zmq::send_flags::none);
-  if (!wait_readable(req, timeout_ms))
-    throw ProtocolError("no answer from the master at " + address + " within " +
-                        std::to_string(timeout_ms / 1000) + " s");
-  zmq::message_t reply;
-  if (!req.recv(reply, zmq::recv_flags::none))
-    throw ProtocolError("no answer from the master at " + address);
-  return parse(reply.to_string());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  zmq::pollitem_t items[] = {{req.handle(), 0, ZMQ_POLLIN, 0},
+                             {handshakes.events().handle(), 0, ZMQ_POLLIN, 0}};
+  while (true) {
+    auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    try {
+      zmq::poll(items, 2, left);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      zmq::message_t reply;
+      if (!req.recv(reply, zmq::recv_flags::none))
+        throw ProtocolError("no answer from the master at " + address);
+      return parse(reply.to_string());
+    }
+    if (std::optional<std::string> why = handshakes.failure(0))
+      throw AuthError("the master at " + address + " refused this connection: " + *why);
+  }
+  throw ProtocolError("no answer from the master at " + address + " within " +
+                      std::to_string(timeout_ms / 1000) + " s (is a master running there?)");
 }
 
 }  // namespace hippo::protocol

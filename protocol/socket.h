@@ -7,6 +7,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "protocol/auth.h"
 #include "protocol/message.h"
 
 namespace hippo::protocol {
@@ -28,10 +29,15 @@ void router_send(zmq::socket_t& router, const std::string& peer, const json& mes
 
 // DEALER side (workers).
 std::optional<std::string> dealer_receive(zmq::socket_t& dealer, int timeout_ms);
-void dealer_send(zmq::socket_t& dealer, const json& message);
+// Sends without waiting. False when ZeroMQ took nothing: it has no connection to queue on (after a
+// protocol error, e.g. a frame over kMaxMessageBytes, it gives a connection up for good) or the
+// queue is full. While it reconnects on its own, messages are queued and this returns true.
+bool dealer_send(zmq::socket_t& dealer, const json& message);
 
-// REQ side (clients): one request, one reply, or ProtocolError after timeout_ms.
+// REQ side (clients): one request, one reply, or ProtocolError after timeout_ms. With keys, the
+// socket is a CURVE client; a handshake the master refuses (or a master that wants CURVE when no
+// keys are given) throws AuthError naming the likely cause as soon as it happens.
 json request(zmq::context_t& context, const std::string& address, const json& message,
-             int timeout_ms);
+             int timeout_ms, const ClientKeys& keys = {});
 
 }  // namespace hippo::protocol

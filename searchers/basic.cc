@@ -33,8 +33,7 @@ class UpFrontSearcher : public Searcher {
           spec_.space.draw(spec_.seed, i, grid_ ? std::optional<uint64_t>(i) : std::nullopt);
       RequestId id = static_cast<RequestId>(i);
       ops.emplace_back(Create{id, params, std::nullopt});
-      ops.emplace_back(std::in_place_type<Train>, id, spec_.length_steps(params),
-                       spec_.eval_steps(params));
+      ops.emplace_back(Train{id, spec_.length_steps(params), spec_.eval_steps(params)});
     }
     return ops;
   }

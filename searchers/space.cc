@@ -433,10 +433,10 @@ Hyperparams SearchSpace::instantiate(const Params& params, int64_t steps_per_epo
     values[p.hyperparam][p.where] = *it;
   }
   if (params.size() != params_.size())
-    for (const auto& [key, value] : params.items())
+    for (const auto& item : params.items())
       if (std::none_of(params_.begin(), params_.end(),
-                       [&](const Param& p) { return p.name == key; }))
-        throw SpecError(key + ": unknown parameter");
+                       [&](const Param& p) { return p.name == item.key(); }))
+        throw SpecError(item.key() + ": unknown parameter");
   Hyperparams out;
   for (size_t i = 0; i < names_.size(); ++i) {
     try {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "pipeline/schedules.h"
 #include "searchers/searcher.h"
 #include "stagetree/settings.h"
 
@@ -17,9 +18,25 @@ using nlohmann::json;
 constexpr int64_t kMaxWidth = 1 << 20;            // layer widths and channels
 constexpr int64_t kMaxSteps = 1'000'000'000'000;  // lengths in steps
 constexpr int64_t kMaxEpochs = 1'000'000;
+constexpr int64_t kMaxContext = 4096, kMaxVocab = 1 << 20;  // gpt's limits (worker/gpt.h)
 
 void check_sizes(const Field& list, size_t min_size) {
   for (size_t i = 0, n = list.items(min_size); i < n; ++i) list[i].integer(1, kMaxWidth);
+}
+
+// A gpt model with every field, "tied" included (default true), as integers: one model, one JSON.
+json parse_gpt(const Field& f) {
+  f.check_keys({"type", "layers", "heads", "dim", "context", "vocab", "tied"});
+  json out = {{"type", "gpt"},
+              {"layers", f["layers"].integer(1, 1024)},
+              {"heads", f["heads"].integer(1, 1024)},
+              {"dim", f["dim"].integer(1, 65536)},
+              {"context", f["context"].integer(1, kMaxContext)},
+              {"vocab", f["vocab"].integer(1, kMaxVocab)},
+              {"tied", f.has("tied") ? f["tied"].boolean() : true}};
+  if (out["dim"].get<int64_t>() % out["heads"].get<int64_t>() != 0)
+    f["heads"].fail(out["heads"].dump() + " heads do not divide dim " + out["dim"].dump());
+  return out;
 }
 
 json parse_model(const Field& f) {
@@ -38,21 +55,46 @@ json parse_model(const Field& f) {
     for (size_t i = 0, n = command.items(1); i < n; ++i)
       if (command[i].text().empty()) command[i].fail("expected a non-empty string");
   } else if (t == "gpt") {
-    type.fail("model type \"gpt\" is not yet supported");
+    return parse_gpt(f);
   } else {
-    type.fail("unknown model type " + brief(type.json()) + " (known: mlp, cnn, external)");
+    type.fail("unknown model type " + brief(type.json()) + " (known: mlp, cnn, gpt, external)");
   }
   return f.json();
 }
 
-DataSpec parse_data(const Field& f) {
+// The sample counts of each data set's splits: Fashion-MNIST's images; for fortunes the windows
+// of context + 1 characters of worker/text_data.h's splits, (tokens - 1) / context (the worker
+// refuses a corpus of other sizes; tests/searchers check that these agree with text_data.h).
+constexpr int64_t kFortunesTrainTokens = 588288, kFortunesEvalTokens = 68654;
+constexpr int64_t kFortunesVocab = 96;
+
+DataSpec parse_data(const Field& f, const Field& model) {
   f.check_keys({"name", "train_samples", "eval_samples"});
   DataSpec d;
   d.name = f["name"].text();
-  if (d.name != "fashion-mnist")
-    f["name"].fail("unknown data set " + brief(f["name"].json()) + " (known: fashion-mnist)");
-  if (f.has("train_samples")) d.train_samples = f["train_samples"].integer(1, 60000);
-  if (f.has("eval_samples")) d.eval_samples = f["eval_samples"].integer(1, 10000);
+  const std::string& type = model["type"].text();
+  if (d.name == "fashion-mnist") {
+    if (type == "gpt")
+      f["name"].fail("model gpt reads \"fortunes\", not " + brief(f["name"].json()));
+  } else if (d.name == "fortunes") {
+    if (type == "mlp" || type == "cnn")
+      f["name"].fail("model " + type + " reads \"fashion-mnist\", not \"fortunes\"");
+    if (type == "gpt") {
+      const int64_t context = model["context"].integer(1, kMaxContext);
+      d.train_samples = (kFortunesTrainTokens - 1) / context;
+      d.eval_samples = (kFortunesEvalTokens - 1) / context;
+      if (model["vocab"].integer(1, kMaxVocab) < kFortunesVocab)
+        model["vocab"].fail("the fortunes data has " + std::to_string(kFortunesVocab) +
+                            " tokens, more than a vocabulary of " +
+                            std::to_string(model["vocab"].integer(1, kMaxVocab)));
+    }
+  } else {
+    f["name"].fail("unknown data set " + brief(f["name"].json()) +
+                   " (known: fashion-mnist, fortunes)");
+  }
+  const int64_t train = d.train_samples, eval = d.eval_samples;
+  if (f.has("train_samples")) d.train_samples = f["train_samples"].integer(1, train);
+  if (f.has("eval_samples")) d.eval_samples = f["eval_samples"].integer(1, eval);
   return d;
 }
 
@@ -76,6 +118,55 @@ SearcherSpec parse_searcher(const Field& f, bool builtin_model) {
   for (const std::string& key : own)
     if (f.has(key)) s.options[key] = f.json()[key];
   return s;
+}
+
+// Checks "pipeline" against the generators' rules (pipeline/schedules.h) and the model.
+PipelineSpec parse_pipeline(const Field& f, const json& model) {
+  f.check_keys({"stages", "microbatches", "schedule", "chunks"});
+  PipelineSpec p;
+  p.stages = static_cast<int>(f["stages"].integer(1, pipeline::kMaxStages));
+  if (f.has("microbatches"))
+    p.microbatches = static_cast<int>(f["microbatches"].integer(1, pipeline::kMaxMicrobatches));
+  if (f.has("schedule")) p.schedule = f["schedule"].text();
+  std::optional<pipeline::Schedule> schedule = pipeline::parse_schedule(p.schedule);
+  if (!schedule)
+    f["schedule"].fail("unknown schedule " + brief(f["schedule"].json()) +
+                       " (known: " + pipeline::kScheduleNames + ")");
+  if (f.has("chunks")) p.chunks = static_cast<int>(f["chunks"].integer(1, pipeline::kMaxChunks));
+  // check_shape names the field first: "microbatches: ...".
+  std::string problem = pipeline::check_shape({p.stages, p.microbatches, *schedule, p.chunks});
+  if (!problem.empty()) {
+    std::string field = problem.substr(0, problem.find(':'));
+    std::string what = problem.substr(problem.find(':') + 2);
+    if (f.has(field)) f[field].fail(what);
+    f.fail(what);
+  }
+  if (p.stages > 1 && model.at("type") != "gpt")
+    f["stages"].fail("only a gpt model can be cut into pipeline stages, model.type is " +
+                     brief(model.at("type")));
+  // The engine cuts a gpt by blocks: the embedding, each transformer block, the head.
+  if (model.at("type") == "gpt" && p.stages * p.chunks > model.at("layers").get<int64_t>() + 2)
+    f["stages"].fail(std::to_string(p.stages * p.chunks) +
+                     " pipeline positions (stages x chunks) for a gpt of " +
+                     std::to_string(model.at("layers").get<int64_t>() + 2) +
+                     " blocks (the embedding, model.layers transformer blocks, the head)");
+  return p;
+}
+
+// Every batch size the spec lists (fixed, constant, or the values of a grid or choice) must split
+// into the micro-batches.
+void check_microbatches(const StudySpec& s, const Field& microbatches) {
+  std::vector<int64_t> sizes;
+  if (s.fixed.contains("batch_size")) sizes.push_back(s.fixed["batch_size"].get<int64_t>());
+  const json* v = s.space.value_of("batch_size");
+  if (v && v->is_number()) sizes.push_back(v->get<int64_t>());
+  for (const Param& p : s.space.params())
+    if (p.name == "batch_size")
+      for (const json& x : p.values) sizes.push_back(x.get<int64_t>());
+  for (int64_t size : sizes)
+    if (size % s.pipeline.microbatches != 0)
+      microbatches.fail(std::to_string(s.pipeline.microbatches) +
+                        " micro-batches do not divide a batch size of " + std::to_string(size));
 }
 
 // Why epoch units cannot be used, or "" when every trial has one batch size for all its steps.
@@ -157,13 +248,13 @@ Hyperparams StudySpec::hyperparams(const Params& params) const {
 
 StudySpec parse_spec(const json& spec) {
   Field root(spec, "");
-  root.check_keys(
-      {"name", "model", "data", "seed", "fixed", "hyperparameters", "searcher", "length", "eval"});
+  root.check_keys({"name", "model", "data", "seed", "fixed", "hyperparameters", "searcher",
+                   "length", "eval", "pipeline"});
   StudySpec s;
   s.name = root["name"].text();
   if (s.name.empty()) root["name"].fail("expected a non-empty name");
   s.model = parse_model(root["model"]);
-  s.data = parse_data(root["data"]);
+  s.data = parse_data(root["data"], Field(s.model, root["model"].path()));
   if (root.has("seed")) s.seed = root["seed"].integer(0, INT64_MAX);
 
   static const json kEmpty = json::object();
@@ -213,6 +304,13 @@ StudySpec parse_spec(const json& spec) {
     s.eval_every = span(root["eval"]["every"]);
   }
 
+  if (root.has("pipeline")) {
+    if (s.external_model()) root["pipeline"].fail("an external trainer cannot be pipelined");
+    s.pipeline = parse_pipeline(root["pipeline"], s.model);
+    if (root["pipeline"].has("microbatches"))
+      check_microbatches(s, root["pipeline"]["microbatches"]);
+  }
+
   json identity = {{"model", s.model},
                    {"data",
                     {{"name", s.data.name},
@@ -221,6 +319,8 @@ StudySpec parse_spec(const json& spec) {
                    {"seed", s.seed},
                    {"fixed", s.fixed},
                    {"hyperparameters", s.space.names()}};
+  // Micro-batches change the sums; 1 is left out so that the root keys of older studies stay.
+  if (s.pipeline.microbatches != 1) identity["microbatches"] = s.pipeline.microbatches;
   s.root_key = hex64(fnv1a("hippo-root-v1 " + identity.dump()));
   make_searcher(s);  // validates the searcher's own options
   return s;

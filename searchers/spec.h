@@ -29,9 +29,21 @@ struct Span {
 };
 
 struct DataSpec {
-  std::string name;  // "fashion-mnist"
+  std::string name;  // "fashion-mnist", or "fortunes" (gpt)
+  // Prefixes of the splits; by default all of them (fortunes: the windows of the model's context).
   int64_t train_samples = 60000;
   int64_t eval_samples = 10000;
+};
+
+// "pipeline": how the gpt model is cut into stages that run in a pipeline (pipeline/). Only
+// `microbatches` changes the arithmetic (one optimizer step accumulates the gradients of M
+// micro-batches), so only it belongs to the root key; stages, schedule and chunks change where and
+// in which order the work runs, never the results.
+struct PipelineSpec {
+  int stages = 1;  // 1: no pipeline
+  int microbatches = 1;
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, bpipe
+  int chunks = 1;                 // model chunks per stage (interleaved)
 };
 
 struct SearcherSpec {
@@ -44,7 +56,7 @@ struct SearcherSpec {
 
 struct StudySpec {
   std::string name;
-  nlohmann::json model;  // as written; type is mlp, cnn or external
+  nlohmann::json model;  // as written (gpt: with every field); type mlp, cnn, gpt or external
   DataSpec data;
   uint64_t seed = 0;
   // Settings that every trial shares: name -> number, string or boolean, with `betas` expanded
@@ -54,6 +66,7 @@ struct StudySpec {
   SearcherSpec searcher;
   Span length;
   std::optional<Span> eval_every;  // none: evaluate at the end only
+  PipelineSpec pipeline;
   // A stable hash (16 hex digits) of model, data, seed, fixed and the hyper-parameter names: trials
   // of studies with the same root key can share stages.
   std::string root_key;

@@ -150,12 +150,14 @@ SearchPlan::SearchPlan(SearchPlan&& o) noexcept
     : path_(std::move(o.path_)),
       db_(std::exchange(o.db_, nullptr)),
       depth_(o.depth_),
+      busy_timeout_ms_(o.busy_timeout_ms_),
       statements_(std::move(o.statements_)) {}
 
 SearchPlan& SearchPlan::operator=(SearchPlan&& o) noexcept {
   std::swap(path_, o.path_);
   std::swap(db_, o.db_);
   std::swap(depth_, o.depth_);
+  std::swap(busy_timeout_ms_, o.busy_timeout_ms_);
   std::swap(statements_, o.statements_);
   return *this;
 }
@@ -168,7 +170,8 @@ SearchPlan::~SearchPlan() {
 void SearchPlan::fail(const std::string& what) {
   std::string message = path_ + ": " + what + ": " + (db_ ? sqlite3_errmsg(db_) : "out of memory");
   if (db_ && (sqlite3_errcode(db_) & 0xff) == SQLITE_BUSY) {  // extended codes are on
-    message += " (another process held the write lock for longer than the busy timeout)";
+    throw PlanBusy(message +
+                   " (another process held the write lock for longer than the busy timeout)");
   }
   throw std::runtime_error(message);
 }
@@ -197,7 +200,7 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
     plan.fail("cannot open");
   }
   sqlite3_extended_result_codes(plan.db_, 1);
-  sqlite3_busy_timeout(plan.db_, options.busy_timeout_ms);
+  plan.set_busy_timeout(options.busy_timeout_ms);
   // Check the version before anything writes: reading the header is also what detects a file
   // that is not a database, and a refused file must be left byte for byte as it was.
   int version = plan.schema_version();
@@ -214,6 +217,11 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
   plan.exec("PRAGMA foreign_keys = ON");
   plan.migrate();
   return plan;
+}
+
+int SearchPlan::set_busy_timeout(int ms) {
+  sqlite3_busy_timeout(db_, ms);
+  return std::exchange(busy_timeout_ms_, ms);
 }
 
 int SearchPlan::schema_version() {

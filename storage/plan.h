@@ -9,7 +9,8 @@
 //   - Bad input (an unknown id, a duplicate study name, a conflicting metric) throws
 //     std::invalid_argument naming the problem; SQLite failures (not a database, locked past the
 //     busy timeout, a newer schema, disk errors) throw std::runtime_error naming the file and the
-//     SQLite message.
+//     SQLite message. Locked past the busy timeout is a PlanBusy (a std::runtime_error): the
+//     write changed nothing and may be retried once the other process lets go of the lock.
 //   - Durability: WAL with synchronous=NORMAL. A commit is in the WAL (the OS page cache) when it
 //     returns, so it survives a crash of any process, which is what invariant 3 asks; on power
 //     loss or an OS crash the last commits may be lost, never the file's consistency. FULL would
@@ -24,6 +25,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +35,11 @@
 struct sqlite3;
 
 namespace hippo {
+
+// Another process held the write lock for longer than the busy timeout.
+struct PlanBusy : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 enum class Policy { kShared, kTrialBased };
 enum class StudyStatus { kRunning, kDone, kFailed, kCancelled };
@@ -116,6 +123,8 @@ class SearchPlan {
 
   const std::string& path() const { return path_; }
   int schema_version();
+  // How long a write waits for another process's write lock; returns the previous value.
+  int set_busy_timeout(int ms);
 
   // Runs fn in one transaction: commits when it returns, rolls back everything it wrote and
   // rethrows when it throws. A nested call joins the outer transaction (as a savepoint: its own
@@ -195,6 +204,7 @@ class SearchPlan {
   std::string path_;
   sqlite3* db_ = nullptr;
   int depth_ = 0;  // transaction() nesting
+  int busy_timeout_ms_ = 0;
   std::unordered_map<std::string, std::unique_ptr<Statement>> statements_;
 };
 

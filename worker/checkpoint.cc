@@ -28,7 +28,7 @@ void put(std::vector<char>& out, const T& v) {
 }
 
 template <typename T>
-T get(const std::vector<char>& in, size_t at) {
+T get(std::string_view in, size_t at) {
   T v;
   std::memcpy(&v, in.data() + at, sizeof v);
   return v;
@@ -116,6 +116,13 @@ TrainState load_checkpoint(const std::string& path, uint64_t expected_config_has
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, "cannot open: " + std::string(std::strerror(errno)));
   const std::vector<char> in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return read_checkpoint(std::string_view(in.data(), in.size()), path, expected_config_hash,
+                         backend);
+}
+
+TrainState read_checkpoint(std::string_view in, const std::string& path,
+                           uint64_t expected_config_hash,
+                           const std::shared_ptr<const kernels::Backend>& backend) {
   if (in.size() < sizeof kMagic || std::memcmp(in.data(), kMagic, sizeof kMagic) != 0)
     fail(path, "not a hippo checkpoint (wrong magic)");
   if (in.size() < kHeaderSize + 4)

@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "worker/train_state.h"
 
@@ -31,6 +32,11 @@ void save_checkpoint(const std::string& path, const TrainState& state, uint64_t 
 // version, a truncated or extended file, a checksum mismatch and a config hash other than
 // expected_config_hash. The state's buffers are placed in `backend`'s memory.
 TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash,
+                           const std::shared_ptr<const kernels::Backend>& backend);
+// The same from the bytes of a checkpoint file, `name` naming it in errors (load_checkpoint reads
+// the file and calls this; fuzz/ feeds it arbitrary bytes).
+TrainState read_checkpoint(std::string_view bytes, const std::string& name,
+                           uint64_t expected_config_hash,
                            const std::shared_ptr<const kernels::Backend>& backend);
 
 }  // namespace hippo::worker

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <list>
 #include <map>
@@ -24,6 +25,7 @@
 #include "protocol/message.h"
 #include "protocol/socket.h"
 #include "worker/engine.h"
+#include "worker/external_trainer.h"
 
 namespace hippo::worker {
 namespace {
@@ -44,6 +46,54 @@ struct Options {
   int cache_states = 4;
   int heartbeat_ms = 1000;
   std::string name;
+  protocol::ClientKeys keys;        // --master-key and --key: CURVE (protocol/auth.h)
+  bool allow_exec = false;          // run the commands of external-model jobs
+  double trainer_timeout_s = 3600;  // the longest an external trainer may go without a line
+  // --devices: the device group that runs the stages of a pipelined job ("cpu:N": N stage
+  // threads; "cuda:A-B": GPUs A..B); its size is the most pipeline stages this worker takes.
+  std::string devices = "cpu:1";
+  int device_count = 1;
+  bool cuda_devices = false;
+};
+
+// Parses --devices: "cpu:N" (1 <= N <= 256), "cuda:A" or "cuda:A-B" (A <= B). CUDA devices must be
+// present. Returns the problem, or "" and fills device_count and cuda_devices.
+std::string parse_devices(Options& o) {
+  auto number = [](const std::string& text, int& out) {
+    if (text.empty() || text.size() > 4 ||
+        text.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    out = std::stoi(text);
+    return true;
+  };
+  const std::string& d = o.devices;
+  if (d.rfind("cpu:", 0) == 0) {
+    if (!number(d.substr(4), o.device_count) || o.device_count < 1 || o.device_count > 256)
+      return "expected cpu:N with N from 1 to 256, got \"" + d + "\"";
+    return "";
+  }
+  if (d.rfind("cuda:", 0) != 0) return "expected cpu:N or cuda:A-B, got \"" + d + "\"";
+  const std::string range = d.substr(5);
+  const size_t dash = range.find('-');
+  int first = 0, last = 0;
+  if (!number(range.substr(0, dash), first) ||
+      !number(dash == std::string::npos ? range : range.substr(dash + 1), last) || last < first)
+    return "expected cuda:A or cuda:A-B with A <= B, got \"" + d + "\"";
+  const int present = hippo::kernels::cuda_device_count();
+  if (last >= present)
+    return d + " requested, this machine has " + std::to_string(present) + " CUDA devices";
+  o.device_count = last - first + 1;
+  o.cuda_devices = true;
+  return "";
+}
+
+// A job that failed because of the disk, not the stage: a checkpoint that could not be written
+// (the master retries the stage) or a parent checkpoint that could not be read (lost_file: the
+// master forgets it and rebuilds the state by replay).
+struct StorageFailure : std::runtime_error {
+  StorageFailure(const std::string& what, std::string lost)
+      : std::runtime_error(what), lost_file(std::move(lost)) {}
+  std::string lost_file;
 };
 
 // States held in memory, most recently used first.
@@ -83,18 +133,22 @@ class Worker {
   Worker(const Options& options)
       : options_(options),
         socket_(context_, zmq::socket_type::dealer),
+        handshakes_(context_, socket_, options.keys.enabled()),
         cache_(options.cache_states) {
-    protocol::configure(socket_);
-    // A stable identity lets a restarted master recognize this worker's reconnection.
-    socket_.set(zmq::sockopt::routing_id, options_.name);
-    socket_.connect(options_.master);
+    connect();
   }
 
   int run() {
     hello();
     while (!g_stop) {
+      if (connection_lost_) reconnect();
       std::optional<json> message = receive(options_.heartbeat_ms);
       if (!message) {
+        // A master that refuses our handshakes stays silent: say why instead of waiting forever.
+        if (std::optional<std::string> why = handshakes_.failure(0)) {
+          std::fprintf(stderr, "error: worker %s: %s\n", options_.name.c_str(), why->c_str());
+          return 2;
+        }
         send(protocol::make("heartbeat"));
         continue;
       }
@@ -106,6 +160,7 @@ class Worker {
         // State ids are the master's: a master that (re)starts names states anew.
         awaiting_welcome_ = false;
         cache_.clear();
+        last_job_ = 0;
         try {
           options_.heartbeat_ms = static_cast<int>(protocol::get_int(m, "heartbeat_ms", 10, 60000));
         } catch (const protocol::ProtocolError& e) {
@@ -116,6 +171,10 @@ class Worker {
       if (type == "snapshot_at")  // its job ended before the order came: the master replays
         std::fprintf(stderr, "worker %s: snapshot_at refused: its job has ended\n",
                      options_.name.c_str());
+      if (type != "shutdown" && type != "reset" && type != "welcome" && type != "job" &&
+          type != "snapshot_at")
+        std::fprintf(stderr, "worker %s: refused a message of unknown type \"%s\"\n",
+                     options_.name.c_str(), type.c_str());
     }
     return 0;
   }
@@ -135,12 +194,36 @@ class Worker {
     m["name"] = options_.name;
     m["device"] = options_.device;
     m["threads"] = options_.threads;
+    m["devices"] = options_.device_count;
     m["pid"] = static_cast<int64_t>(getpid());
     m["held"] = cache_.ids();
     send(m);
   }
 
-  void send(const json& m) { protocol::dealer_send(socket_, m); }
+  void send(const json& m) {
+    if (!protocol::dealer_send(socket_, m)) connection_lost_ = true;
+  }
+
+  // Call with a fresh socket_ and handshakes_.
+  void connect() {
+    protocol::configure(socket_);
+    protocol::secure_client(socket_, options_.keys);
+    // A stable identity lets a restarted master recognize this worker's reconnection.
+    socket_.set(zmq::sockopt::routing_id, options_.name);
+    socket_.connect(options_.master);
+  }
+
+  // ZeroMQ gives a connection up for good after a protocol error (a frame over the size limit)
+  // and sends fail from then on: a new socket is the way back, and the master hears hello anew.
+  void reconnect() {
+    std::fprintf(stderr, "worker %s: the connection to the master broke off; connecting again\n",
+                 options_.name.c_str());
+    connection_lost_ = false;
+    socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
+    handshakes_ = protocol::HandshakeWatch(context_, socket_, options_.keys.enabled());
+    connect();
+    hello();
+  }
 
   // The next message from the master within timeout_ms, or nullopt. A malformed one is logged,
   // dropped and also gives nullopt.
@@ -162,16 +245,35 @@ class Worker {
     config.train_samples = run.train_samples;
     config.eval_samples = run.eval_samples;
     config.seed = run.seed;
-    std::string key = json{
-        {"m", run.model},
-        {"d", run.data},
-        {"t", run.train_samples},
-        {"e", run.eval_samples},
-        {"s", run.seed}}.dump();
+    config.microbatches = run.microbatches;
+    config.pipeline_stages = run.pipeline_stages;
+    config.pipeline_schedule = run.pipeline_schedule;
+    config.pipeline_chunks = run.pipeline_chunks;
+    if (run.pipeline_stages > options_.device_count)
+      throw std::runtime_error("the job's pipeline has " + std::to_string(run.pipeline_stages) +
+                               " stages, this worker has " + std::to_string(options_.device_count) +
+                               " devices (--devices " + options_.devices + ")");
+    if (run.pipeline_stages > 1 && options_.cuda_devices)
+      throw std::runtime_error(
+          "pipelined training runs on CPU threads only: start the worker "
+          "with --devices cpu:N (this one has --devices " +
+          options_.devices + ")");
+    std::string key = json{{"m", run.model},
+                           {"d", run.data},
+                           {"t", run.train_samples},
+                           {"e", run.eval_samples},
+                           {"s", run.seed},
+                           {"mb", run.microbatches},
+                           {"p", run.pipeline_stages},
+                           {"ps", run.pipeline_schedule},
+                           {"pc", run.pipeline_chunks}}
+                          .dump();
     auto it = engines_.find(key);
     if (it == engines_.end()) {
       if (engines_.size() >= 4) engines_.clear();  // a worker serves few root keys at a time
-      it = engines_.emplace(key, std::make_unique<Engine>(config, options_.threads)).first;
+      it =
+          engines_.emplace(key, std::make_unique<Engine>(config, options_.threads, options_.device))
+              .first;
     }
     return *it->second;
   }
@@ -183,10 +285,29 @@ class Worker {
   void execute(const json& message) {
     int64_t job_id = -1;
     try {
+      job_id = protocol::get_int(message, "job");  // to report even a job that does not decode
       protocol::Job job = protocol::job_from_json(message);
-      job_id = job.id;
+      // A master numbers its jobs upwards from its welcome: an old number is a replay, and
+      // running it again would report steps and snapshots that nobody asked for.
+      if (job.id <= last_job_) {
+        std::fprintf(stderr, "worker %s: refused job %lld: a replay (job %lld came already)\n",
+                     options_.name.c_str(), static_cast<long long>(job.id),
+                     static_cast<long long>(last_job_));
+        return;
+      }
+      last_job_ = job.id;
       run_job(job);
+    } catch (const StorageFailure& e) {
+      json m = protocol::make("failed");
+      m["job"] = job_id;
+      m["error"] = e.what();
+      m["retry"] = true;
+      if (!e.lost_file.empty()) m["lost_file"] = e.lost_file;
+      m["held"] = cache_.ids();
+      send(m);
     } catch (const std::exception& e) {
+      std::fprintf(stderr, "worker %s: job %lld failed: %s\n", options_.name.c_str(),
+                   static_cast<long long>(job_id), e.what());
       json m = protocol::make("failed");
       m["job"] = job_id;
       m["error"] = e.what();
@@ -205,7 +326,6 @@ class Worker {
 
   void snapshot(int64_t job, const TrainState& s, const protocol::SnapshotOrder& order,
                 uint64_t config_hash) {
-    cache_.put(order.state, s);
     json m = protocol::make("snapshot");
     m["job"] = job;
     m["step"] = s.step;
@@ -214,14 +334,27 @@ class Worker {
     m["bytes"] = 0;
     if (!order.file.empty()) {
       std::string path = checkpoint_path(order.file);
-      save_checkpoint(path, s, config_hash);
-      m["bytes"] = static_cast<int64_t>(std::filesystem::file_size(path));
+      try {
+        save_checkpoint(path, s, config_hash);
+      } catch (const CheckpointError& e) {  // e.g. a full disk: nothing was left behind
+        throw StorageFailure(e.what(), "");
+      }
+      // Already gone (a disk lost): the master finds out when it needs the file, and replays.
+      std::error_code ec;
+      auto bytes = std::filesystem::file_size(path, ec);
+      m["bytes"] = ec ? int64_t{0} : static_cast<int64_t>(bytes);
     }
+    cache_.put(order.state, s);  // only a state the master will know of
     send(m);
   }
 
   void run_job(protocol::Job& job) {
     auto started = Clock::now();
+    if (is_external(job)) {
+      if (!run_external(job)) return;
+      send_done(job, started);
+      return;
+    }
     Engine& engine = engine_for(job.run);
     TrainState state;
     if (job.parent_state < 0) {
@@ -229,8 +362,12 @@ class Worker {
     } else if (const TrainState* held = cache_.find(job.parent_state)) {
       state = *held;  // fork in memory: one copy per buffer
     } else if (!job.parent_file.empty()) {
-      state = load_checkpoint(checkpoint_path(job.parent_file), engine.config_hash(),
-                              engine.backend());
+      try {
+        state = load_checkpoint(checkpoint_path(job.parent_file), engine.config_hash(),
+                                engine.backend());
+      } catch (const CheckpointError& e) {  // missing or corrupt: the master rebuilds it
+        throw StorageFailure(e.what(), job.parent_file);
+      }
     } else {
       throw std::runtime_error("parent state " + std::to_string(job.parent_state) +
                                " is neither in memory nor in a checkpoint");
@@ -267,16 +404,76 @@ class Worker {
       return !stop && !g_stop;
     });
     if (stop || g_stop) return;  // abandoned: the master gives the work out again
+    send_done(job, started);
+  }
+
+  void send_done(const protocol::Job& job, Clock::time_point started) {
     json done = protocol::make("done");
     done["job"] = job.id;
-    done["step"] = state.step;
+    done["step"] = job.to;
     done["busy_s"] = std::chrono::duration<double>(Clock::now() - started).count();
     done["held"] = cache_.ids();
     send(done);
   }
 
+  static bool is_external(const protocol::Job& job) {
+    return job.run.model.value("type", "") == "external";
+  }
+
+  // Runs the stage on the study's own trainer command (worker/external_trainer.h). False when
+  // it was abandoned (an order to stop or reset).
+  bool run_external(protocol::Job& job) {
+    if (!options_.allow_exec)
+      throw std::runtime_error(
+          "worker " + options_.name + " refused to run the external trainer " +
+          job.run.model["command"].dump() +
+          ": it runs no commands it receives unless started with --allow-exec");
+    if (job.parent_state >= 0) {
+      std::error_code ec;
+      if (job.parent_file.empty() ||
+          !std::filesystem::is_regular_file(checkpoint_path(job.parent_file), ec))
+        throw StorageFailure("the parent checkpoint " + job.parent_file + " is missing",
+                             job.parent_file);
+    }
+    TrainerHooks hooks;
+    hooks.tick_ms = options_.heartbeat_ms;
+    hooks.timeout_s = options_.trainer_timeout_s;
+    hooks.metrics = [&](int64_t step, const json& metrics) {
+      json m = protocol::make("metric");
+      m["job"] = job.id;
+      m["step"] = step;
+      m["metrics"] = metrics;
+      send(m);
+    };
+    hooks.checkpoint = [&](int64_t step) {
+      for (const protocol::SnapshotOrder& order : job.snapshots) {
+        if (order.step != step) continue;
+        json m = protocol::make("snapshot");
+        m["job"] = job.id;
+        m["step"] = step;
+        m["state"] = order.state;
+        m["file"] = order.file;
+        std::error_code ec;
+        auto bytes = std::filesystem::file_size(checkpoint_path(order.file), ec);
+        m["bytes"] = ec ? int64_t{0} : static_cast<int64_t>(bytes);
+        send(m);
+      }
+    };
+    bool stop = false;
+    hooks.tick = [&](int64_t step) {
+      json beat = protocol::make("heartbeat");
+      beat["job"] = job.id;
+      beat["step"] = step;
+      send(beat);
+      read_orders(job, step, job.snapshots.size(), stop);
+      return !stop && !g_stop;
+    };
+    return run_external_trainer(job, options_.checkpoints, hooks);
+  }
+
   // Reads the orders the master sent while this job runs, without waiting.
   void read_orders(protocol::Job& job, int64_t step, size_t next_snapshot, bool& stop) {
+    if (connection_lost_) stop = true;  // the master forgets the job when we reconnect
     // Once the job is abandoned, what follows (a welcome, a new job) is for the main loop.
     while (!stop) {
       std::optional<json> message = receive(0);
@@ -290,6 +487,10 @@ class Worker {
         // The master restarted and does not know this job: drop it and introduce ourselves.
         stop = true;
         hello();
+      } else if (type == "snapshot_at" && is_external(job)) {
+        // The trainer got its checkpoints when it started: the master replays this state.
+        std::fprintf(stderr, "worker %s: snapshot_at refused: an external trainer is running\n",
+                     options_.name.c_str());
       } else if (type == "snapshot_at") {
         try {
           if (protocol::get_int(m, "job") != job.id) continue;
@@ -307,6 +508,9 @@ class Worker {
         }
       } else if (type == "job") {
         std::fprintf(stderr, "worker %s: refused a job while busy\n", options_.name.c_str());
+      } else if (type != "welcome" && type != "reset") {
+        std::fprintf(stderr, "worker %s: refused a message of unknown type \"%s\"\n",
+                     options_.name.c_str(), type.c_str());
       }
     }
   }
@@ -314,9 +518,12 @@ class Worker {
   Options options_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  protocol::HandshakeWatch handshakes_;
   StateCache cache_;
   bool awaiting_welcome_ = false;
   Clock::time_point hello_sent_;
+  int64_t last_job_ = 0;          // the newest job since the welcome (job ids start at 1)
+  bool connection_lost_ = false;  // a send failed: reconnect
   std::map<std::string, std::unique_ptr<Engine>> engines_;
 };
 
@@ -330,9 +537,12 @@ int main(int argc, char** argv) {
   Options options;
   app.add_option("--master", options.master, "master address, e.g. tcp://127.0.0.1:5555")
       ->required();
-  app.add_option("--device", options.device, "cpu (cuda:N needs the CUDA engine)");
+  app.add_option("--device", options.device, "cpu or cuda:N (a CUDA device; default cpu)");
   app.add_option("--threads", options.threads, "threads for this worker's kernels")
       ->check(CLI::Range(1, 256));
+  app.add_option("--devices", options.devices,
+                 "devices for pipelined studies: cpu:N (N stage threads) or cuda:A-B (default "
+                 "cpu:1)");
   app.add_option("--checkpoints", options.checkpoints, "checkpoint directory");
   app.add_option("--cache", options.cache_states, "trained states kept in memory")
       ->check(CLI::Range(1, 1024));
@@ -340,6 +550,19 @@ int main(int argc, char** argv) {
                  "heartbeat interval until the master sets one")
       ->check(CLI::Range(10, 60000));
   app.add_option("--name", options.name, "worker name (default host-pid)");
+  const char* env_master_key = std::getenv("HIPPO_MASTER_KEY");
+  const char* env_key = std::getenv("HIPPO_KEY");
+  std::string master_key = env_master_key ? env_master_key : "";
+  std::string key = env_key ? env_key : "";
+  app.add_option("--master-key", master_key,
+                 "public key file of a master with --auth (default $HIPPO_MASTER_KEY)");
+  app.add_option("--key", key, "this worker's secret key file (default $HIPPO_KEY)");
+  app.add_flag("--allow-exec", options.allow_exec,
+               "run the trainer commands of studies with model.type external (off by default: "
+               "the commands come from the master)");
+  app.add_option("--trainer-timeout", options.trainer_timeout_s,
+                 "seconds an external trainer may go without an output line")
+      ->check(CLI::Range(0.1, 1e9));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -347,10 +570,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  if (options.device != "cpu") {
-    std::fprintf(stderr, "error: --device %s: this worker has only the cpu engine\n",
-                 options.device.c_str());
+  try {
+    options.keys = hippo::protocol::load_client_keys(
+        master_key, key, "--master-key ($HIPPO_MASTER_KEY)", "--key ($HIPPO_KEY)");
+  } catch (const hippo::protocol::AuthError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  }
+  if (std::string problem = hippo::worker::parse_devices(options); !problem.empty()) {
+    std::fprintf(stderr, "error: --devices: %s\n", problem.c_str());
+    return 2;
+  }
+  try {  // a device that is not there fails now, not at the first job
+    hippo::kernels::make_backend(options.device, options.threads);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: --device: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: --device %s: %s\n", options.device.c_str(), e.what());
+    return 1;
   }
   if (options.name.empty()) {
     char host[256] = {};

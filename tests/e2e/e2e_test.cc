@@ -6,111 +6,27 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <zmq.hpp>
 
+#include "tests/e2e/e2e_helper.h"
+
 namespace {
 
-namespace fs = std::filesystem;
-using nlohmann::json;
+using namespace hippo::e2e;
 
-const std::string kHippo = HIPPO_BINARY;
-const std::string kExamples = HIPPO_EXAMPLES;
-
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-// Runs a shell command, returns its exit status and standard output (stderr goes to the log).
-Result sh(const std::string& command) {
-  Result r;
-  FILE* p = popen(command.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-// The last line of a command's output, parsed as JSON.
-json last_json(const std::string& out) {
-  size_t end = out.find_last_not_of('\n');
-  size_t start = out.rfind('\n', end);
-  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1));
-}
-
-// The summary of a study from a master, once the study has ended (null while it runs).
-json protocol_status(const std::string& address, const std::string& name);
-
-class E2E : public ::testing::Test {
+class E2E : public E2ETest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("hippo-e2e-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    for (pid_t pid : children_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string hippo(const std::string& db) const { return kHippo + " --db " + path(db) + " "; }
-
-  // Writes a spec file: the CI example with some fields replaced.
-  std::string spec(const std::string& name, const json& changes) {
-    std::ifstream in(kExamples + "/fmnist-mlp-ci.json");
-    json s = json::parse(in);
-    s.merge_patch(changes);
-    s["name"] = name;
-    std::string file = path(name + ".json");
-    std::ofstream(file) << s.dump(2);
-    return file;
-  }
-
-  pid_t spawn(const std::vector<std::string>& args) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      std::string log = path("process-" + std::to_string(getpid()) + ".log");
-      freopen(log.c_str(), "w", stderr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    children_.push_back(pid);
-    return pid;
-  }
-
-  void expect_restart_changes_nothing(const std::string& file, const std::string& name);
-
-  fs::path dir_;
-  std::vector<pid_t> children_;
+  struct Study {
+    std::string file, name;
+  };
+  void expect_restart_changes_nothing(const std::vector<Study>& studies);
 };
-
-// Every trial's metrics, by trial number: [(step, name, value)] as JSON text, so that equal text
-// means equal bits (doubles are written with round-trip precision).
-std::map<int64_t, std::string> metrics_by_trial(const json& trials) {
-  std::map<int64_t, std::string> out;
-  for (const json& t : trials) out[t["trial"]] = t["metrics"].dump();
-  return out;
-}
 
 TEST_F(E2E, SharedAndTrialBasedRunsGiveIdenticalMetrics) {
   std::string file = spec("ci", json::object());
@@ -287,13 +203,17 @@ TEST_F(E2E, SplitOfARunningStageTrainsNothingTwice) {
   EXPECT_EQ(s2["steps_executed"], late ? 4000 : 2000) << text;
 }
 
-// The master killed (SIGKILL) in the middle of a study and started again on the same search
-// plan: the worker reconnects by itself, the study goes on from the plan (the searcher from its
-// saved state), and it ends with the trials, decisions and metrics of an undisturbed run.
-void E2E::expect_restart_changes_nothing(const std::string& file, const std::string& name) {
-  Result calm = sh("cd " + kExamples + "/.. && " + hippo("calm.db") + "--format json run " + file +
-                   " --workers 1");
-  ASSERT_EQ(calm.status, 0) << calm.out;
+// The master killed (SIGKILL) in the middle of its studies and started again on the same search
+// plan: the worker reconnects by itself, every study goes on from the plan (its searcher from its
+// saved state), and each ends with the trials, decisions and metrics of an undisturbed run of it
+// alone; no trial is left running.
+void E2E::expect_restart_changes_nothing(const std::vector<Study>& studies) {
+  const std::string in_repo = "cd " + kExamples + "/.. && ";
+  for (const Study& s : studies) {
+    Result calm = sh(in_repo + hippo("calm-" + s.name + ".db") + "--format json run " + s.file +
+                     " --workers 1");
+    ASSERT_EQ(calm.status, 0) << calm.out;
+  }
 
   std::string address = "ipc://" + path("master.sock");
   std::string db = path("restart.db"), checkpoints = path("ck");
@@ -302,19 +222,21 @@ void E2E::expect_restart_changes_nothing(const std::string& file, const std::str
       address, "--checkpoints", checkpoints, "--worker-timeout", "2"};
   pid_t first = spawn(master);
   spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
-  ASSERT_EQ(sh("cd " + kExamples + "/.. && " + kHippo + " --master " + address + " submit " + file +
-               " >/dev/null")
-                .status,
-            0);
-  // Kill the master once some metrics are acknowledged (in the plan), then start it again.
+  for (const Study& s : studies)
+    ASSERT_EQ(
+        sh(in_repo + kHippo + " --master " + address + " submit " + s.file + " >/dev/null").status,
+        0);
+  // Kill the master once some metrics of the first study are acknowledged (in the plan), then
+  // start it again.
   for (int i = 0; i < 500; ++i) {
-    Result t = sh(kHippo + " --db " + db + " --format json trials " + name + " 2>/dev/null");
+    Result t =
+        sh(kHippo + " --db " + db + " --format json trials " + studies[0].name + " 2>/dev/null");
     if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
-  // The new master resolves the searcher's relative command paths from the same directory.
+  // The new master resolves the searchers' relative command paths from the same directory.
   pid_t second = fork();
   if (second == 0) {
     if (chdir((kExamples + "/..").c_str()) != 0) _exit(126);
@@ -327,32 +249,49 @@ void E2E::expect_restart_changes_nothing(const std::string& file, const std::str
     _exit(127);
   }
   children_.push_back(second);
+  auto all_ended = [](const json& list) {
+    for (const json& s : list)
+      if (s["status"] == "running") return false;
+    return true;
+  };
   for (int i = 0; i < 900; ++i) {
-    json studies = json::parse(sh(kHippo + " --db " + db + " --format json studies").out);
-    if (studies.size() == 1 && studies[0]["status"] != "running") break;
+    json list = json::parse(sh(kHippo + " --db " + db + " --format json studies").out);
+    if (list.size() == studies.size() && all_ended(list)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  json a = json::parse(sh(hippo("calm.db") + "--format json trials " + name).out);
-  json b = json::parse(sh(kHippo + " --db " + db + " --format json trials " + name).out);
-  ASSERT_GE(a.size(), 2u);
-  EXPECT_EQ(a, b);  // same trials, params, statuses, lengths and metrics
-  // The second master found the study running in the plan and resumed it.
+  for (const Study& s : studies) {
+    SCOPED_TRACE(s.name);
+    json a =
+        json::parse(sh(hippo("calm-" + s.name + ".db") + "--format json trials " + s.name).out);
+    json b = json::parse(sh(kHippo + " --db " + db + " --format json trials " + s.name).out);
+    ASSERT_GE(a.size(), 2u);
+    EXPECT_EQ(a, b);  // same trials, params, statuses (none left running), lengths and metrics
+  }
+  // The second master found the studies running in the plan and resumed each of them.
   Result resumed = sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = 'resumed'\"");
-  EXPECT_EQ(resumed.out, "1\n");
+  EXPECT_EQ(resumed.out, std::to_string(studies.size()) + "\n");
 }
 
 TEST_F(E2E, MasterRestartContinuesAGridStudy) {
   json changes = {{"model", {{"hidden", {256, 128}}}},
                   {"data", {{"train_samples", 4096}, {"eval_samples", 512}}}};
-  expect_restart_changes_nothing(spec("restart", changes), "restart");
+  expect_restart_changes_nothing({{spec("restart", changes), "restart"}});
 }
 
 TEST_F(E2E, MasterRestartContinuesAnAshaStudy) {
-  expect_restart_changes_nothing(kExamples + "/fmnist-mlp-asha.json", "fmnist-mlp-asha");
+  expect_restart_changes_nothing({{kExamples + "/fmnist-mlp-asha.json", "fmnist-mlp-asha"}});
 }
 
 TEST_F(E2E, MasterRestartContinuesAPbtStudy) {
-  expect_restart_changes_nothing(kExamples + "/fmnist-mlp-pbt.json", "fmnist-mlp-pbt");
+  expect_restart_changes_nothing({{kExamples + "/fmnist-mlp-pbt.json", "fmnist-mlp-pbt"}});
+}
+
+// Two studies at once, a grid and an adaptive one, through one restart.
+TEST_F(E2E, MasterRestartContinuesTwoStudies) {
+  json changes = {{"model", {{"hidden", {256, 128}}}},
+                  {"data", {{"train_samples", 4096}, {"eval_samples", 512}}}};
+  expect_restart_changes_nothing({{spec("grid-two", changes), "grid-two"},
+                                  {kExamples + "/fmnist-mlp-asha.json", "fmnist-mlp-asha"}});
 }
 
 // Garbage on the master's socket is refused, and the master goes on serving.
@@ -485,24 +424,6 @@ TEST_F(E2E, InterfaceExampleSharesExactly) {
   EXPECT_EQ(ma.size(), 18u);
   EXPECT_EQ(ma, mb);
   std::printf("shared: %s\ntrial-based: %s\n", s.dump().c_str(), t.dump().c_str());
-}
-
-json protocol_status(const std::string& address, const std::string& name) {
-  zmq::context_t context;
-  zmq::socket_t req(context, zmq::socket_type::req);
-  req.set(zmq::sockopt::linger, 0);
-  req.connect(address);
-  for (int64_t id = 1; id < 10; ++id) {
-    std::string body = json{{"v", 1}, {"type", "status"}, {"study", id}}.dump();
-    req.send(zmq::buffer(body), zmq::send_flags::none);
-    zmq::message_t reply;
-    if (!req.recv(reply, zmq::recv_flags::none)) return nullptr;
-    json r = json::parse(reply.to_string());
-    if (!r.value("ok", false)) return nullptr;
-    if (r["summary"]["study"] != name) continue;
-    return r["running"].get<bool>() ? json(nullptr) : r["summary"];
-  }
-  return nullptr;
 }
 
 }  // namespace

@@ -164,7 +164,8 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
                            path("client.key") + " submit " + spec_file + " 2>&1");
   EXPECT_EQ(wrong_master.status, 2);
   EXPECT_NE(wrong_master.out.find("--master-key"), std::string::npos) << wrong_master.out;
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 10);
+  // (Bounded well below one 30 s timeout, with room for a loaded CI machine.)
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 25);
 
   // Garbage from a peer without CURVE never reaches the master's message handling.
   {

@@ -1,4 +1,4 @@
-// Exactness of the engine (DESIGN.md invariant 1) on small runs of both models: training 0 -> N in
+// Exactness of the engine (DESIGN.md invariant 1) on small runs of every model: training 0 -> N in
 // one call equals any split at k through a copy (fork), a checkpoint, or a fresh process with
 // another thread count, bit for bit; forked children equal the trials trained alone. Plus the
 // settings and state checks.
@@ -127,7 +127,8 @@ TEST_P(ExactnessTest, ForkedChildrenEqualTrialsTrainedAlone) {
 INSTANTIATE_TEST_SUITE_P(Models, ExactnessTest,
                          ::testing::Values(Case{"mlp", "sgd"}, Case{"cnn", "sgd"},
                                            Case{"mlp", "adam"}, Case{"mlp", "adamw"},
-                                           Case{"cnn", "adamw"}),
+                                           Case{"cnn", "adamw"}, Case{"gpt", "sgd"},
+                                           Case{"gpt", "adamw"}),
                          [](const auto& info) {
                            return info.param.model + "_" + info.param.optimizer;
                          });
@@ -152,7 +153,7 @@ TEST(EngineTest, InitializationDependsOnSeedOnly) {
   EXPECT_EQ(a.config_hash(), b.config_hash());
   EXPECT_NE(a.config_hash(), c.config_hash());
   RunConfig moved = small_config("cnn", 1);
-  moved.data_dir += "/";
+  moved.data_dir = "/usr/share/datasets/fashion-mnist/";
   EXPECT_EQ(Engine(moved, 1).config_hash(), a.config_hash());
   // PyTorch's default bound: 1/sqrt(fan_in), fan_in = 1*3*3 for the first convolution.
   const TrainState s = a.initial_state();

@@ -12,11 +12,18 @@ namespace hippo::worker::testing {
 
 inline RunConfig small_config(const std::string& model, uint64_t seed = 7) {
   RunConfig c;
-  c.model = model == "mlp" ? nlohmann::json{{"type", "mlp"}, {"hidden", {32, 16}}}
-                           : nlohmann::json{{"type", "cnn"}, {"channels", {4, 8}}, {"fc", {16}}};
   c.train_samples = 200;
   c.eval_samples = 100;
   c.seed = seed;
+  if (model == "gpt") {  // on fortunes: samples are windows of 16 + 1 characters
+    c.model = {{"type", "gpt"}, {"layers", 2},   {"heads", 2},
+               {"dim", 16},     {"context", 16}, {"vocab", 96}};
+    c.data = "fortunes";
+    c.eval_samples = 20;
+    return c;
+  }
+  c.model = model == "mlp" ? nlohmann::json{{"type", "mlp"}, {"hidden", {32, 16}}}
+                           : nlohmann::json{{"type", "cnn"}, {"channels", {4, 8}}, {"fc", {16}}};
   return c;
 }
 

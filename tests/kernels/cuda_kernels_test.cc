@@ -15,6 +15,7 @@
 
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "tests/kernels/random_vector.h"
 
 namespace hippo::kernels {
 namespace {
@@ -60,13 +61,7 @@ TEST(DeviceSelectionTest, CpuBackendRefusesBf16) {
 
 // ---- The CUDA backend against the CPU backend ---------------------------------------------------
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test_data::random_vector;
 
 std::vector<float> poison(size_t n) {
   return std::vector<float>(n, NAN);

@@ -12,17 +12,12 @@
 #include <vector>
 
 #include "kernels/parallel.h"
+#include "tests/kernels/random_vector.h"
 
 namespace hippo::kernels {
 namespace {
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test_data::random_vector;
 
 double dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
@@ -377,6 +372,159 @@ TEST(KernelsThreadsTest, ResultsAreBitIdenticalAcrossThreadCounts) {
     return std::vector<std::vector<float>>{y, dx, dw, db, fc, dwl};
   };
   EXPECT_EQ(run(1), run(2));
+}
+
+// ---- Transformer operations ----
+
+TEST_F(KernelsTest, AddAllowsAliasing) {
+  const int n = 1000;
+  auto a = random_vector(n, 40), b = random_vector(n, 41);
+  std::vector<float> y(n);
+  be->add(a.data(), b.data(), y.data(), n);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(y[i], a[i] + b[i]);
+  be->add(a.data(), b.data(), a.data(), n);
+  EXPECT_EQ(a, y);
+}
+
+// Embedding sums are exact to reproduce: the reference adds in the order kernels.h states.
+TEST_F(KernelsTest, EmbeddingForwardAndBackward) {
+  const int B = 3, T = 5, C = 7, V = 11;
+  std::vector<int32_t> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = i * 4 % 9;  // repeats, and 9 and 10 never occur
+  auto wte = random_vector(V * C, 42), wpe = random_vector(T * C, 43);
+  std::vector<float> out(B * T * C);
+  be->embedding_forward(tokens.data(), wte.data(), wpe.data(), out.data(), B, T, C, V);
+  for (int r = 0; r < B * T; ++r)
+    for (int c = 0; c < C; ++c)
+      EXPECT_EQ(out[r * C + c], wte[tokens[r] * C + c] + wpe[r % T * C + c]) << r << "," << c;
+
+  auto dout = random_vector(B * T * C, 44);
+  std::vector<float> dwte(V * C, NAN), dwpe(T * C, NAN);  // overwritten, whatever was there
+  be->embedding_backward(tokens.data(), dout.data(), dwte.data(), dwpe.data(), B, T, C, V);
+  std::vector<float> ref_wte(V * C, 0), ref_wpe(T * C, 0);
+  for (int r = 0; r < B * T; ++r)
+    for (int c = 0; c < C; ++c) ref_wte[tokens[r] * C + c] += dout[r * C + c];
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) ref_wpe[t * C + c] += dout[(b * T + t) * C + c];
+  EXPECT_EQ(dwte, ref_wte);
+  EXPECT_EQ(dwpe, ref_wpe);
+
+  tokens[7] = V;
+  EXPECT_THROW(be->embedding_forward(tokens.data(), wte.data(), wpe.data(), out.data(), B, T, C, V),
+               std::invalid_argument);
+}
+
+TEST_F(KernelsTest, LayerNormMatchesReferenceAndFiniteDifferences) {
+  const int N = 6, C = 10;
+  auto x = random_vector(N * C, 45, -1, 3), weight = random_vector(C, 46, 0.5f, 1.5f),
+       bias = random_vector(C, 47), probe = random_vector(N * C, 48, -100, 100);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  be->layernorm_forward(x.data(), weight.data(), bias.data(), out.data(), mean.data(), rstd.data(),
+                        N, C);
+  for (int r = 0; r < N; ++r) {
+    double m = 0, var = 0;
+    for (int c = 0; c < C; ++c) m += x[r * C + c];
+    m /= C;
+    for (int c = 0; c < C; ++c) var += (x[r * C + c] - m) * (x[r * C + c] - m);
+    const double s = 1 / std::sqrt(var / C + 1e-5);
+    EXPECT_NEAR(mean[r], m, 1e-6);
+    EXPECT_NEAR(rstd[r], s, 1e-5 * s);
+    for (int c = 0; c < C; ++c)
+      EXPECT_NEAR(out[r * C + c], (x[r * C + c] - m) * s * weight[c] + bias[c], 1e-5);
+  }
+
+  // Loss = sum(out * probe), so dout = probe (large, so that check_gradient's tolerance is
+  // relative). dx accumulates onto what is there.
+  const auto dx0 = random_vector(N * C, 49);
+  std::vector<float> dx = dx0, dweight(C, NAN), dbias(C, NAN);
+  be->layernorm_backward(probe.data(), x.data(), weight.data(), mean.data(), rstd.data(), dx.data(),
+                         dweight.data(), dbias.data(), N, C);
+  std::vector<float> dx_added(N * C);
+  for (int i = 0; i < N * C; ++i) dx_added[i] = dx[i] - dx0[i];
+  auto loss = [&] {
+    be->layernorm_forward(x.data(), weight.data(), bias.data(), out.data(), mean.data(),
+                          rstd.data(), N, C);
+    return dot(out, probe);
+  };
+  check_gradient(x, dx_added, loss, 1e-2f, 2e-3);
+  check_gradient(weight, dweight, loss, 1e-2f, 2e-3);
+  check_gradient(bias, dbias, loss, 1e-2f, 2e-3);
+}
+
+TEST_F(KernelsTest, CausalAttentionMatchesReferenceAndFiniteDifferences) {
+  const int B = 2, T = 5, C = 8, NH = 2, hs = C / NH;
+  auto qkv = random_vector(B * T * 3 * C, 50), probe = random_vector(B * T * C, 51, -100, 100);
+  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  be->attention_forward(qkv.data(), out.data(), att.data(), B, T, C, NH);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> p(T, 0);
+        double total = 0;
+        for (int u = 0; u <= t; ++u) {
+          double s = 0;
+          for (int i = 0; i < hs; ++i)
+            s += double{qkv[(b * T + t) * 3 * C + h * hs + i]} *
+                 qkv[(b * T + u) * 3 * C + C + h * hs + i];
+          p[u] = std::exp(s / std::sqrt(double{hs}));
+          total += p[u];
+        }
+        for (int u = 0; u < T; ++u) {
+          p[u] /= total;
+          EXPECT_NEAR(att[((b * NH + h) * T + t) * T + u], p[u], 1e-6);
+          if (u > t) {
+            EXPECT_EQ(att[((b * NH + h) * T + t) * T + u], 0.0f);
+          }
+        }
+        for (int i = 0; i < hs; ++i) {
+          double o = 0;
+          for (int u = 0; u <= t; ++u) o += p[u] * qkv[(b * T + u) * 3 * C + 2 * C + h * hs + i];
+          EXPECT_NEAR(out[(b * T + t) * C + h * hs + i], o, 1e-5);
+        }
+      }
+
+  std::vector<float> dqkv(qkv.size(), NAN), scratch(att.size());
+  be->attention_backward(probe.data(), qkv.data(), att.data(), scratch.data(), dqkv.data(), B, T, C,
+                         NH);
+  auto loss = [&] {
+    be->attention_forward(qkv.data(), out.data(), att.data(), B, T, C, NH);
+    return dot(out, probe);
+  };
+  check_gradient(qkv, dqkv, loss, 1e-2f, 2e-3);
+}
+
+// The transformer operations at sizes where the pool splits each of them: the same bits for 1, 2
+// and 3 threads.
+TEST(KernelsThreadsTest, TransformerOperationsAreBitIdenticalAcrossThreadCounts) {
+  const int B = 8, T = 64, C = 128, V = 96, NH = 4, N = B * T;
+  std::vector<int32_t> tokens(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (i * 37 + i / 5) % V;
+  auto wte = random_vector(V * C, 60), wpe = random_vector(T * C, 61);
+  auto weight = random_vector(C, 62), bias = random_vector(C, 63);
+  auto qkv = random_vector(size_t{N} * 3 * C, 64), dy = random_vector(size_t{N} * C, 65);
+  auto run = [&](int threads) {
+    auto be = make_cpu_backend(threads);
+    std::vector<float> emb(N * C), dwte(V * C), dwpe(T * C), sum(N * C);
+    be->embedding_forward(tokens.data(), wte.data(), wpe.data(), emb.data(), B, T, C, V);
+    be->embedding_backward(tokens.data(), dy.data(), dwte.data(), dwpe.data(), B, T, C, V);
+    be->add(emb.data(), dy.data(), sum.data(), N * C);
+    std::vector<float> ln(N * C), mean(N), rstd(N), dx = dy, dw(C), db(C);
+    be->layernorm_forward(emb.data(), weight.data(), bias.data(), ln.data(), mean.data(),
+                          rstd.data(), N, C);
+    be->layernorm_backward(dy.data(), emb.data(), weight.data(), mean.data(), rstd.data(),
+                           dx.data(), dw.data(), db.data(), N, C);
+    std::vector<float> att(size_t{B} * NH * T * T), out(N * C), scratch(att.size()),
+        dqkv(qkv.size());
+    be->attention_forward(qkv.data(), out.data(), att.data(), B, T, C, NH);
+    be->attention_backward(dy.data(), qkv.data(), att.data(), scratch.data(), dqkv.data(), B, T, C,
+                           NH);
+    return std::vector<std::vector<float>>{emb, dwte, dwpe, sum, ln,  mean, rstd,
+                                           dx,  dw,   db,   att, out, dqkv};
+  };
+  const auto one = run(1);
+  EXPECT_EQ(one, run(2));
+  EXPECT_EQ(one, run(3));
 }
 
 }  // namespace

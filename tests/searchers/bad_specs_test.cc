@@ -21,7 +21,7 @@ const std::map<std::string, std::string> kExpected = {
     {"06-missing-name.json", "name: missing"},
     {"07-empty-name.json", "name: expected a non-empty name"},
     {"08-unknown-model-type.json", "model.type: unknown model type \"rnn\""},
-    {"09-model-gpt.json", "model.type: model type \"gpt\" is not yet supported"},
+    {"09-model-gpt.json", "model.heads: missing"},
     {"10-mlp-empty-hidden.json", "model.hidden: expected at least 1 element"},
     {"11-mlp-negative-width.json", "model.hidden[1]: expected an integer in [1, 1048576], got -1"},
     {"12-cnn-missing-fc.json", "model.fc: missing"},
@@ -91,6 +91,13 @@ const std::map<std::string, std::string> kExpected = {
     {"68-negative-lr.json", "hyperparameters.lr.init: expected a number in [0, inf], got -0.1"},
     {"69-hyperparameters-not-object.json", "hyperparameters: expected an object"},
     {"70-invalid-utf8.json", "$: not valid JSON"},
+    {"71-gpt-heads-do-not-divide-dim.json", "model.heads: 3 heads do not divide dim 64"},
+    {"72-gpt-on-fashion-mnist.json",
+     "data.name: model gpt reads \"fortunes\", not \"fashion-mnist\""},
+    {"73-gpt-vocab-below-data.json",
+     "model.vocab: the fortunes data has 96 tokens, more than a vocabulary of 64"},
+    {"74-fortunes-train-samples-beyond-windows.json",
+     "data.train_samples: expected an integer in [1, 18383], got 20000"},
 };
 
 TEST(BadSpecs, EveryFileIsRefusedWithItsPath) {

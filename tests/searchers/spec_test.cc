@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "tests/searchers/spec_helpers.h"
+#include "worker/text_data.h"
 
 namespace hippo {
 namespace {
@@ -167,6 +168,36 @@ TEST(Spec, MissingFileNamesTheFile) {
     EXPECT_EQ(std::string(e.what()),
               "/nonexistent/spec.json: cannot read: No such file or directory");
   }
+}
+
+// The gpt example: the model with every field, the fortunes windows of its context as the
+// sample counts (worker/text_data.h's), and micro-batches in the root key.
+TEST(Spec, GptExampleParses) {
+  StudySpec s = load_spec(HIPPO_SOURCE_DIR "/examples/gpt-fortunes-pipeline.json");
+  EXPECT_EQ(s.model, json({{"type", "gpt"},
+                           {"layers", 2},
+                           {"heads", 4},
+                           {"dim", 64},
+                           {"context", 64},
+                           {"vocab", 96},
+                           {"tied", true}}));
+  EXPECT_EQ(s.data.name, "fortunes");
+  EXPECT_EQ(s.data.train_samples, worker::text_samples(worker::kFortunesTrainTokens, 64));
+  EXPECT_EQ(s.data.eval_samples, 32);
+  std::ifstream in(HIPPO_SOURCE_DIR "/examples/gpt-fortunes-pipeline.json");
+  json spec = json::parse(in);
+  spec["data"].erase("eval_samples");
+  spec["model"]["context"] = 32;
+  EXPECT_EQ(parse_spec(spec).data.eval_samples,
+            worker::text_samples(worker::kFortunesEvalTokens, 32));
+  spec["model"]["tied"] = true;  // the default, written out: the same model and root key
+  const std::string key = parse_spec(spec).root_key;
+  spec["model"].erase("tied");
+  EXPECT_EQ(parse_spec(spec).root_key, key);
+  spec["model"]["tied"] = false;
+  EXPECT_NE(parse_spec(spec).root_key, key);
+  spec["model"]["tied"] = 1;
+  EXPECT_EQ(spec_error(spec), "model.tied: expected true or false, got 1");
 }
 
 }  // namespace
