@@ -167,7 +167,10 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   // (Bounded well below one 30 s timeout, with room for a loaded CI machine.)
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 25);
 
-  // Garbage from a peer without CURVE never reaches the master's message handling.
+  // Garbage from a peer without CURVE never reaches the master's message handling, and the master
+  // logs the refusal. Either side may drop a connection whose mechanisms differ first (then the
+  // master sees a plain disconnect); the dealer reconnects every 100 ms until the master has seen
+  // the mismatch itself (up to 10 s).
   {
     zmq::context_t context;
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
@@ -175,7 +178,7 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
     dealer.connect(address);
     dealer.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
     dealer.send(zmq::str_buffer("not json"), zmq::send_flags::none);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(appears(master_log, "does not use CURVE")) << read_file(master_log);
   }
 
   // The admitted worker (keys from the environment) and client run a study to the end.
@@ -196,7 +199,6 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   // The master named each refusal, processed no message of a refused peer, and saw one worker.
   std::string text = read_file(master_log);
   EXPECT_NE(text.find("refused a connection from 127.0.0.1: its key"), std::string::npos) << text;
-  EXPECT_NE(text.find("does not use CURVE"), std::string::npos) << text;
   EXPECT_EQ(text.find("refused a message"), std::string::npos) << text;
   Result joined =
       sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = 'worker_joined'\"");
