@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 #include <zmq.hpp>
 
@@ -96,6 +98,17 @@ class E2ETest : public ::testing::Test {
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string hippo(const std::string& db) const { return kHippo + " --db " + path(db) + " "; }
+
+  // Waits (up to about 5 s) until the search plan at db_path holds a metric of `study`: work the
+  // master has acknowledged, e.g. before killing it.
+  void wait_for_a_metric(const std::string& db_path, const std::string& study) const {
+    for (int i = 0; i < 500; ++i) {
+      Result t =
+          sh(kHippo + " --db " + db_path + " --format json trials " + study + " 2>/dev/null");
+      if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 
   // Writes a spec file: the CI example with some fields replaced.
   std::string spec(const std::string& name, const json& changes) {

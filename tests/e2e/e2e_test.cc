@@ -228,12 +228,7 @@ void E2E::expect_restart_changes_nothing(const std::vector<Study>& studies) {
         0);
   // Kill the master once some metrics of the first study are acknowledged (in the plan), then
   // start it again.
-  for (int i = 0; i < 500; ++i) {
-    Result t =
-        sh(kHippo + " --db " + db + " --format json trials " + studies[0].name + " 2>/dev/null");
-    if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  wait_for_a_metric(db, studies[0].name);
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
   // The new master resolves the searchers' relative command paths from the same directory.

@@ -178,11 +178,7 @@ TEST_F(Reliability, RestartWithoutCheckpointsReplays) {
   pid_t first = spawn(master);
   spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
   ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
-  for (int i = 0; i < 500; ++i) {
-    Result t = sh(kHippo + " --db " + db + " --format json trials gone 2>/dev/null");
-    if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  wait_for_a_metric(db, "gone");
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
   int64_t rows = std::stoll(sh("sqlite3 " + db + " 'SELECT count(*) FROM checkpoints'").out);
@@ -245,11 +241,7 @@ TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
       spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
   spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
   ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
-  for (int i = 0; i < 500; ++i) {
-    Result t = sh(kHippo + " --db " + db + " --format json trials locked 2>/dev/null");
-    if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  wait_for_a_metric(db, "locked");
   pid_t locker = spawn(
       {"/bin/sh", "-c", "(echo 'BEGIN EXCLUSIVE;'; sleep 7; echo 'COMMIT;') | sqlite3 " + db});
   std::this_thread::sleep_for(1s);
