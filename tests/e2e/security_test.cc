@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "tests/e2e/e2e_helper.h"
@@ -33,6 +35,18 @@ int free_port() {
     ADD_FAILURE() << "no free port";
   close(fd);
   return ntohs(a.sin_port);
+}
+
+// A TCP connection to the loopback interface's `port` (-1 and a test failure if refused).
+int connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    ADD_FAILURE() << "cannot connect to port " << port;
+  return fd;
 }
 
 // Waits up to `seconds` for the process to exit; its exit status, or -1 if it still runs.
@@ -127,7 +141,8 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   keygen("worker", "authorized");
   keygen("client", "authorized");
   keygen("stranger");
-  std::string address = "tcp://127.0.0.1:" + std::to_string(free_port());
+  const int port = free_port();
+  std::string address = "tcp://127.0.0.1:" + std::to_string(port);
   std::string db = path("auth.db"), checkpoints = path("ck");
   pid_t master =
       spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints,
@@ -167,18 +182,23 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   // (Bounded well below one 30 s timeout, with room for a loaded CI machine.)
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 25);
 
-  // Garbage from a peer without CURVE never reaches the master's message handling, and the master
-  // logs the refusal. Either side may drop a connection whose mechanisms differ first (then the
-  // master sees a plain disconnect); the dealer reconnects every 100 ms until the master has seen
-  // the mismatch itself (up to 10 s).
+  // A peer without CURVE: the master logs the refusal, and its garbage never reaches the master's
+  // message handling. The peer is a raw TCP socket that sends a ZMTP 3.0 greeting offering the
+  // NULL mechanism and then stays connected, so the master reads the greeting and sees the
+  // mismatch itself (a ZeroMQ socket without CURVE could drop the connection first, and then the
+  // master sees only a disconnect).
   {
-    zmq::context_t context;
-    zmq::socket_t dealer(context, zmq::socket_type::dealer);
-    dealer.set(zmq::sockopt::linger, 0);
-    dealer.connect(address);
-    dealer.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
-    dealer.send(zmq::str_buffer("not json"), zmq::send_flags::none);
+    int fd = connect_loopback(port);
+    std::array<unsigned char, 64> greeting{};  // signature, version 3.0, "NULL", client, filler
+    greeting[0] = 0xff;
+    greeting[9] = 0x7f;
+    greeting[10] = 3;
+    std::memcpy(greeting.data() + 12, "NULL", 4);
+    const std::string garbage = "not json";
+    EXPECT_EQ(send(fd, greeting.data(), greeting.size(), MSG_NOSIGNAL), 64);
+    send(fd, garbage.data(), garbage.size(), MSG_NOSIGNAL);  // the master may have closed already
     EXPECT_TRUE(appears(master_log, "does not use CURVE")) << read_file(master_log);
+    close(fd);
   }
 
   // The admitted worker (keys from the environment) and client run a study to the end.
