@@ -217,8 +217,10 @@ class CpuBackend final : public Backend {
     if (bias) bias_forward(y, bias, 1, s.out_channels, n);
   }
 
-  void conv2d_backward(const ConvShape& s, const float* col, const float* w, const float* dy,
-                       float* dcol, float* dx, float* dw, float* dbias) const override {
+  // x is not read: col holds forward's im2col of it.
+  void conv2d_backward(const ConvShape& s, const float*, const float* col, const float* w,
+                       const float* dy, float* dcol, float* dx, float* dw,
+                       float* dbias) const override {
     const int n = static_cast<int>(s.col_cols());
     const int rows = static_cast<int>(s.col_rows());
     if (dbias) bias_backward(dy, dbias, 1, s.out_channels, n);

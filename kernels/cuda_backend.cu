@@ -9,10 +9,7 @@
 // Determinism: cuBLAS products are bit-identical from run to run for the same shapes on the same
 // GPU model and library version when they run on one stream with atomics disallowed and a fixed
 // workspace (cuBLAS documentation, "Results reproducibility"); the other kernels reduce in fixed
-// trees (cuda_ops.cuh). Convolutions are im2col + cuBLAS products + a col2im gather rather than
-// cuDNN: the same CNHW layout and column scratch as the CPU backend, every algorithm
-// deterministic by construction, and no dependency on cuDNN (which the GPU machines' toolkit
-// images may lack).
+// trees (cuda_ops.cuh); convolutions are cuDNN's deterministic algorithms (cuda_conv.cuh).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -26,6 +23,7 @@
 #include <type_traits>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/cuda_conv.cuh"
 #include "kernels/cuda_ops.cuh"
 #include "kernels/cuda_transformer.cuh"
 #include "kernels/kernels.h"
@@ -252,10 +250,11 @@ class CudaBackend final : public Backend {
     }
     // bf16 operands (b's copy starts on a 16-byte boundary, for cuBLAS's vector loads).
     const int64_t a_size = int64_t{m} * k, b_offset = (a_size + 7) / 8 * 8;
-    __nv_bfloat16* a16 = bf16_scratch(b_offset + int64_t{k} * n);
+    __nv_bfloat16* a16 = static_cast<__nv_bfloat16*>(
+        workspace(sizeof(__nv_bfloat16) * static_cast<size_t>(b_offset + int64_t{k} * n)));
     __nv_bfloat16* b16 = a16 + b_offset;
-    cuda::to_bf16(kStream, a, a16, a_size);
-    cuda::to_bf16(kStream, b, b16, int64_t{k} * n);
+    cuda::convert(kStream, a, a16, a_size);
+    cuda::convert(kStream, b, b16, int64_t{k} * n);
     HIPPO_CUBLAS_CHECK(cublas().gemm_ex(cublas_.get(), op_b, op_a, n, m, k, &alpha, b16,
                                         CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c,
                                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -295,27 +294,23 @@ class CudaBackend final : public Backend {
     cuda::swap_outer_axes(kStream, x, y, a, b, inner);
   }
 
-  // ---- Convolution and pooling (the products as in the CPU backend) ---------------------------
+  // ---- Convolution (cuDNN) and pooling -------------------------------------------------------
+  // col and dcol are the CPU backend's column scratch: cuDNN does not need them.
 
-  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
-                      float* col, float* y) const override {
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float*,
+                      float* y) const override {
     activate();
-    cuda::im2col(kStream, s, x, col);
-    const int n = static_cast<int>(s.col_cols());
-    gemm(false, false, s.out_channels, n, static_cast<int>(s.col_rows()), 1.0f, w, col, 0.0f, y);
-    if (bias) cuda::bias_forward(kStream, y, bias, 1, s.out_channels, n);
+    cuda::CudnnConvolutions& c = convolutions();
+    c.forward(s, precision_, x, w, y, workspace(c.workspace_bytes(s, precision_)));
+    if (bias) cuda::bias_forward(kStream, y, bias, 1, s.out_channels, s.col_cols());
   }
 
-  void conv2d_backward(const ConvShape& s, const float* col, const float* w, const float* dy,
-                       float* dcol, float* dx, float* dw, float* dbias) const override {
+  void conv2d_backward(const ConvShape& s, const float* x, const float*, const float* w,
+                       const float* dy, float*, float* dx, float* dw, float* dbias) const override {
     activate();
-    const int n = static_cast<int>(s.col_cols());
-    const int rows = static_cast<int>(s.col_rows());
-    if (dbias) cuda::bias_backward(kStream, dy, dbias, 1, s.out_channels, n);
-    gemm(false, true, s.out_channels, rows, n, 1.0f, dy, col, 0.0f, dw);  // dw = dy col^T
-    if (dx == nullptr) return;
-    gemm(true, false, rows, n, s.out_channels, 1.0f, w, dy, 0.0f, dcol);  // dcol = w^T dy
-    cuda::col2im(kStream, s, dcol, dx);
+    if (dbias) cuda::bias_backward(kStream, dy, dbias, 1, s.out_channels, s.col_cols());
+    cuda::CudnnConvolutions& c = convolutions();
+    c.backward(s, precision_, x, w, dy, dx, dw, workspace(c.workspace_bytes(s, precision_)));
   }
 
   void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
@@ -457,18 +452,25 @@ class CudaBackend final : public Backend {
     return *static_cast<const Scalars*>(host_scalars_.get());
   }
 
-  // Device scratch for bf16 operands, at least `count` values; grows (never shrinks) once the
-  // work that may still read the old scratch is done.
-  __nv_bfloat16* bf16_scratch(int64_t count) const {
-    const size_t bytes = static_cast<size_t>(count) * sizeof(__nv_bfloat16);
-    if (bytes > bf16_bytes_) {
+  // Device scratch of at least `bytes` for one operation at a time (bf16 operands, cuDNN's
+  // copies and workspace); grows (never shrinks) once the work that may still read the old
+  // scratch is done. Every user is on the one stream, so the next operation's writes come after
+  // the previous operation's reads.
+  void* workspace(size_t bytes) const {
+    if (bytes > workspace_bytes_) {
       HIPPO_CUDA_CHECK(cudaStreamSynchronize(kStream));
-      bf16_.reset();
-      bf16_bytes_ = 0;
-      bf16_ = device_alloc(bytes);
-      bf16_bytes_ = bytes;
+      workspace_.reset();
+      workspace_bytes_ = 0;
+      workspace_ = device_alloc(bytes);
+      workspace_bytes_ = bytes;
     }
-    return static_cast<__nv_bfloat16*>(bf16_.get());
+    return workspace_.get();
+  }
+
+  // Made at the first convolution (which loads cuDNN), on this backend's device.
+  cuda::CudnnConvolutions& convolutions() const {
+    if (!convolutions_) convolutions_ = std::make_unique<cuda::CudnnConvolutions>(kStream);
+    return *convolutions_;
   }
 
   int device_;
@@ -482,8 +484,9 @@ class CudaBackend final : public Backend {
   // Per slot, recorded after each upload from it.
   std::unique_ptr<CUevent_st, EventDestroy> staging_free_[kStagingSlots];
   mutable int next_slot_ = 0;
-  mutable DeviceMemory bf16_;
-  mutable size_t bf16_bytes_ = 0;
+  mutable DeviceMemory workspace_;
+  mutable size_t workspace_bytes_ = 0;
+  mutable std::unique_ptr<cuda::CudnnConvolutions> convolutions_;
   mutable Precision precision_ = Precision::kFp32;
 };
 

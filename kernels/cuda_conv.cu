@@ -1,164 +1,289 @@
-// Convolution's data movement (im2col and its adjoint col2im) and pooling, as CUDA kernels on the
-// CNHW layout of kernels.h. The convolution's products are cuBLAS calls in cuda_backend.cu.
-// Gradients are gathers (one thread per input value, reading the outputs that used it), so no
-// two threads add into one value and no atomics are needed.
+// Convolutions through cuDNN's convolution API (cuda_conv.cuh says what and why).
+#include <cuda_bf16.h>
+#include <cudnn.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
 #include "kernels/cuda_check.cuh"
+#include "kernels/cuda_conv.cuh"
 #include "kernels/cuda_ops.cuh"
 
 namespace hippo::kernels::cuda {
 namespace {
 
-// col[(c, ki, kj), (b, oy, ox)] = x[c, b, oy + ki - pad, ox + kj - pad], 0 outside the image.
-// ConvShape's helpers are host code: the launchers pass the output size ho x wo.
-__global__ void im2col_kernel(ConvShape s, int ho, int wo, const float* x, float* col) {
-  const int h = s.height, w = s.width, k = s.kernel;
-  const int64_t cols = int64_t{s.batch} * ho * wo;
-  HIPPO_GRID_STRIDE(i, int64_t{s.in_channels} * k * k * cols) {
-    const int64_t r = i / cols, q = i % cols;
-    const int c = static_cast<int>(r / (k * k)), ki = static_cast<int>(r / k % k),
-              kj = static_cast<int>(r % k);
-    const int64_t b = q / (int64_t{ho} * wo);
-    const int oy = static_cast<int>(q / wo % ho), ox = static_cast<int>(q % wo);
-    const int iy = oy + ki - s.pad, ix = ox + kj - s.pad;
-    col[i] = iy >= 0 && iy < h && ix >= 0 && ix < w
-                 ? x[((int64_t{c} * s.batch + b) * h + iy) * w + ix]
-                 : 0.0f;
-  }
+// The cuDNN entry points used here, loaded from the library of the major version hippo was
+// built with (as cuBLAS in cuda_backend.cu: CPU-only processes never pay for loading it).
+struct Cudnn {
+  decltype(&cudnnCreate) create;
+  decltype(&cudnnDestroy) destroy;
+  decltype(&cudnnSetStream) set_stream;
+  decltype(&cudnnGetErrorString) error_string;
+  decltype(&cudnnCreateTensorDescriptor) create_tensor;
+  decltype(&cudnnDestroyTensorDescriptor) destroy_tensor;
+  decltype(&cudnnSetTensor4dDescriptor) set_tensor;
+  decltype(&cudnnCreateFilterDescriptor) create_filter;
+  decltype(&cudnnDestroyFilterDescriptor) destroy_filter;
+  decltype(&cudnnSetFilter4dDescriptor) set_filter;
+  decltype(&cudnnCreateConvolutionDescriptor) create_convolution;
+  decltype(&cudnnDestroyConvolutionDescriptor) destroy_convolution;
+  decltype(&cudnnSetConvolution2dDescriptor) set_convolution;
+  decltype(&cudnnSetConvolutionMathType) set_math_type;
+  decltype(&cudnnGetConvolutionForwardAlgorithm_v7) rank_forward;
+  decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) rank_backward_data;
+  decltype(&cudnnGetConvolutionBackwardFilterAlgorithm_v7) rank_backward_filter;
+  decltype(&cudnnGetConvolutionForwardWorkspaceSize) forward_workspace;
+  decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) backward_data_workspace;
+  decltype(&cudnnGetConvolutionBackwardFilterWorkspaceSize) backward_filter_workspace;
+  decltype(&cudnnConvolutionForward) forward;
+  decltype(&cudnnConvolutionBackwardData) backward_data;
+  decltype(&cudnnConvolutionBackwardFilter) backward_filter;
+};
+
+const Cudnn& cudnn() {
+  static const Cudnn api = [] {
+    const std::string library = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
+    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr)
+      throw std::runtime_error("cannot load " + library +
+                               " (cuDNN, for convolutions on the GPU): " + dlerror());
+    auto load = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
+      if (fn == nullptr)
+        throw std::runtime_error(library + " has no " + name + " (a cuDNN older than " +
+                                 std::to_string(CUDNN_MAJOR) + ".x?)");
+    };
+    Cudnn c{};
+    load(c.create, "cudnnCreate");
+    load(c.destroy, "cudnnDestroy");
+    load(c.set_stream, "cudnnSetStream");
+    load(c.error_string, "cudnnGetErrorString");
+    load(c.create_tensor, "cudnnCreateTensorDescriptor");
+    load(c.destroy_tensor, "cudnnDestroyTensorDescriptor");
+    load(c.set_tensor, "cudnnSetTensor4dDescriptor");
+    load(c.create_filter, "cudnnCreateFilterDescriptor");
+    load(c.destroy_filter, "cudnnDestroyFilterDescriptor");
+    load(c.set_filter, "cudnnSetFilter4dDescriptor");
+    load(c.create_convolution, "cudnnCreateConvolutionDescriptor");
+    load(c.destroy_convolution, "cudnnDestroyConvolutionDescriptor");
+    load(c.set_convolution, "cudnnSetConvolution2dDescriptor");
+    load(c.set_math_type, "cudnnSetConvolutionMathType");
+    load(c.rank_forward, "cudnnGetConvolutionForwardAlgorithm_v7");
+    load(c.rank_backward_data, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    load(c.rank_backward_filter, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    load(c.forward_workspace, "cudnnGetConvolutionForwardWorkspaceSize");
+    load(c.backward_data_workspace, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    load(c.backward_filter_workspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+    load(c.forward, "cudnnConvolutionForward");
+    load(c.backward_data, "cudnnConvolutionBackwardData");
+    load(c.backward_filter, "cudnnConvolutionBackwardFilter");
+    return c;  // the library stays loaded for the life of the process
+  }();
+  return api;
 }
 
-// dx[c, b, y, x] = sum over (ki, kj), in row-major order as the CPU backend adds them, of
-// dcol[(c, ki, kj), (b, y - ki + pad, x - kj + pad)] where that output position exists.
-__global__ void col2im_kernel(ConvShape s, int ho, int wo, const float* dcol, float* dx) {
-  const int h = s.height, w = s.width, k = s.kernel;
-  const int64_t cols = int64_t{s.batch} * ho * wo;
-  HIPPO_GRID_STRIDE(i, int64_t{s.in_channels} * s.batch * h * w) {
-    const int ix = static_cast<int>(i % w), iy = static_cast<int>(i / w % h);
-    const int64_t b = i / (int64_t{h} * w) % s.batch, c = i / (int64_t{h} * w * s.batch);
-    float sum = 0;
-    for (int ki = 0; ki < k; ++ki) {
-      const int oy = iy - ki + s.pad;
-      if (oy < 0 || oy >= ho) continue;
-      for (int kj = 0; kj < k; ++kj) {
-        const int ox = ix - kj + s.pad;
-        if (ox < 0 || ox >= wo) continue;
-        sum += dcol[((c * k + ki) * k + kj) * cols + (b * ho + oy) * wo + ox];
-      }
-    }
-    dx[i] = sum;
-  }
+void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw std::runtime_error("cuDNN error " + std::string(cudnn().error_string(status)) + " in " +
+                             call_site(call, file, line));
+}
+#define HIPPO_CUDNN_CHECK(call) check_cudnn((call), #call, __FILE__, __LINE__)
+
+// Algorithms needing more workspace than this (FFT variants on large images) are passed over.
+constexpr size_t kMaxCudnnWorkspace = size_t{1} << 30;
+
+std::string describe(const ConvShape& s, Precision p) {
+  return "x[" + std::to_string(s.in_channels) + ", " + std::to_string(s.batch) + ", " +
+         std::to_string(s.height) + ", " + std::to_string(s.width) + "], " +
+         std::to_string(s.out_channels) + " filters " + std::to_string(s.kernel) + "x" +
+         std::to_string(s.kernel) + " pad " + std::to_string(s.pad) +
+         (p == Precision::kBf16 ? ", bf16" : ", fp32");
 }
 
-// Offset from `window` (the top-left of a k x k window in rows of width w) of its first maximum
-// in row-major order, as the CPU backend picks it.
-__device__ int window_argmax(const float* window, int w, int k) {
-  int at = 0;
-  for (int i = 0; i < k; ++i)
-    for (int j = 0; j < k; ++j)
-      if (window[i * w + j] > window[at]) at = i * w + j;
-  return at;
+// The first of cuDNN's ranked algorithms that runs here, is deterministic and fits the limit.
+template <typename Perf>
+auto first_deterministic(const Perf* ranked, int count, const char* direction, const ConvShape& s,
+                         Precision p) {
+  for (int i = 0; i < count; ++i)
+    if (ranked[i].status == CUDNN_STATUS_SUCCESS && ranked[i].determinism == CUDNN_DETERMINISTIC &&
+        ranked[i].memory <= kMaxCudnnWorkspace)
+      return ranked[i].algo;
+  throw std::runtime_error(std::string("cuDNN offers no deterministic ") + direction +
+                           " convolution algorithm for " + describe(s, p));
 }
 
-// One thread per output value y[plane, oy, ox].
-__global__ void maxpool_forward_kernel(const float* x, float* y, int64_t planes, int h, int w,
-                                       int k) {
-  const int ho = h / k, wo = w / k;
-  HIPPO_GRID_STRIDE(i, planes * ho * wo) {
-    const int ox = static_cast<int>(i % wo), oy = static_cast<int>(i / wo % ho);
-    const float* window = x + (i / (int64_t{ho} * wo) * h + int64_t{oy} * k) * w + ox * k;
-    y[i] = window[window_argmax(window, w, k)];
-  }
+// Offsets in the workspace start on 256-byte boundaries (what cuDNN and vector loads want).
+size_t aligned(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
 }
 
-// One thread per input value: the window's gradient if this value is the window's first
-// maximum, else 0 (also for a remainder row or column that no window covers).
-__global__ void maxpool_backward_kernel(const float* x, const float* dy, float* dx, int64_t planes,
-                                        int h, int w, int k) {
-  const int ho = h / k, wo = w / k;
-  HIPPO_GRID_STRIDE(i, planes * h * w) {
-    const int ix = static_cast<int>(i % w), iy = static_cast<int>(i / w % h);
-    const int64_t p = i / (int64_t{h} * w);
-    const int oy = iy / k, ox = ix / k;
-    float g = 0;
-    if (oy < ho && ox < wo) {
-      const int64_t top_left = (p * h + int64_t{oy} * k) * w + ox * k;
-      if (top_left + window_argmax(x + top_left, w, k) == i) g = dy[(p * ho + oy) * wo + ox];
-    }
-    dx[i] = g;
-  }
+// dst[b, c, inner] = src[c, b, inner] (CNHW -> NCHW), as float or bf16.
+void to_nchw(cudaStream_t stream, Precision p, const float* src, void* dst, int64_t c, int64_t b,
+             int64_t inner) {
+  if (p == Precision::kBf16)
+    swap_outer_axes(stream, src, static_cast<__nv_bfloat16*>(dst), c, b, inner);
+  else
+    swap_outer_axes(stream, src, static_cast<float*>(dst), c, b, inner);
 }
 
-__global__ void avgpool_forward_kernel(const float* x, float* y, int64_t planes, int h, int w,
-                                       int k) {
-  const int ho = h / k, wo = w / k;
-  const float scale = 1.0f / static_cast<float>(k * k);
-  HIPPO_GRID_STRIDE(i, planes * ho * wo) {
-    const int ox = static_cast<int>(i % wo), oy = static_cast<int>(i / wo % ho);
-    const float* window = x + (i / (int64_t{ho} * wo) * h + int64_t{oy} * k) * w + ox * k;
-    float s = 0;
-    for (int a = 0; a < k; ++a)
-      for (int b = 0; b < k; ++b) s += window[a * w + b];
-    y[i] = s * scale;
-  }
-}
-
-__global__ void avgpool_backward_kernel(const float* dy, float* dx, int64_t planes, int h, int w,
-                                        int k) {
-  const int ho = h / k, wo = w / k;
-  const float scale = 1.0f / static_cast<float>(k * k);
-  HIPPO_GRID_STRIDE(i, planes * h * w) {
-    const int ix = static_cast<int>(i % w), iy = static_cast<int>(i / w % h);
-    const int64_t p = i / (int64_t{h} * w);
-    const int oy = iy / k, ox = ix / k;
-    dx[i] = oy < ho && ox < wo ? dy[(p * ho + oy) * wo + ox] * scale : 0.0f;
-  }
+// dst[c, b, inner] = src[b, c, inner] (NCHW -> CNHW), widened to float.
+void from_nchw(cudaStream_t stream, Precision p, const void* src, float* dst, int64_t b, int64_t c,
+               int64_t inner) {
+  if (p == Precision::kBf16)
+    swap_outer_axes(stream, static_cast<const __nv_bfloat16*>(src), dst, b, c, inner);
+  else
+    swap_outer_axes(stream, static_cast<const float*>(src), dst, b, c, inner);
 }
 
 }  // namespace
 
-void im2col(cudaStream_t stream, const ConvShape& s, const float* x, float* col) {
-  const int64_t n = s.col_rows() * s.col_cols();
-  if (n == 0) return;
-  im2col_kernel<<<grid_for(n), kBlock, 0, stream>>>(s, s.out_height(), s.out_width(), x, col);
-  HIPPO_CUDA_CHECK_LAUNCH("im2col_kernel");
+// One shape's descriptors, algorithms and workspace layout (byte offsets).
+struct CudnnConvolutions::Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;  // NCHW input and output
+  cudnnFilterDescriptor_t w = nullptr;               // [Cout, Cin, k, k]
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t forward{};
+  cudnnConvolutionBwdDataAlgo_t backward_data{};
+  cudnnConvolutionBwdFilterAlgo_t backward_filter{};
+  // x and dx NCHW copies, w and dw bf16 copies (bf16 only), y / dy NCHW copy, cuDNN's own.
+  size_t x_at = 0, dx_at = 0, w_at = 0, dw_at = 0, y_at = 0, cudnn_at = 0, cudnn_bytes = 0;
+  size_t total = 0;
+
+  ~Plan() {
+    if (x) cudnn().destroy_tensor(x);
+    if (y) cudnn().destroy_tensor(y);
+    if (w) cudnn().destroy_filter(w);
+    if (conv) cudnn().destroy_convolution(conv);
+  }
+};
+
+CudnnConvolutions::CudnnConvolutions(cudaStream_t stream) : stream_(stream) {
+  HIPPO_CUDNN_CHECK(cudnn().create(&handle_));
+  HIPPO_CUDNN_CHECK(cudnn().set_stream(handle_, stream_));
 }
 
-void col2im(cudaStream_t stream, const ConvShape& s, const float* dcol, float* dx) {
-  const int64_t n = int64_t{s.in_channels} * s.batch * s.height * s.width;
-  if (n == 0) return;
-  col2im_kernel<<<grid_for(n), kBlock, 0, stream>>>(s, s.out_height(), s.out_width(), dcol, dx);
-  HIPPO_CUDA_CHECK_LAUNCH("col2im_kernel");
+CudnnConvolutions::~CudnnConvolutions() {
+  plans_.clear();
+  if (handle_) cudnn().destroy(handle_);
 }
 
-void maxpool_forward(cudaStream_t stream, const float* x, float* y, int64_t planes, int h, int w,
-                     int k) {
-  const int64_t n = planes * (h / k) * (w / k);
-  if (n == 0) return;
-  maxpool_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, planes, h, w, k);
-  HIPPO_CUDA_CHECK_LAUNCH("maxpool_forward_kernel");
+const CudnnConvolutions::Plan& CudnnConvolutions::plan(const ConvShape& s, Precision p) {
+  const auto key = std::make_tuple(s.batch, s.in_channels, s.out_channels, s.height, s.width,
+                                   s.kernel, s.pad, static_cast<int>(p));
+  if (auto found = plans_.find(key); found != plans_.end()) return *found->second;
+
+  auto plan = std::make_unique<Plan>();
+  const bool bf16 = p == Precision::kBf16;
+  const cudnnDataType_t type = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  const Cudnn& api = cudnn();
+  HIPPO_CUDNN_CHECK(api.create_tensor(&plan->x));
+  HIPPO_CUDNN_CHECK(api.create_tensor(&plan->y));
+  HIPPO_CUDNN_CHECK(api.create_filter(&plan->w));
+  HIPPO_CUDNN_CHECK(api.create_convolution(&plan->conv));
+  HIPPO_CUDNN_CHECK(
+      api.set_tensor(plan->x, CUDNN_TENSOR_NCHW, type, s.batch, s.in_channels, s.height, s.width));
+  HIPPO_CUDNN_CHECK(api.set_tensor(plan->y, CUDNN_TENSOR_NCHW, type, s.batch, s.out_channels,
+                                   s.out_height(), s.out_width()));
+  HIPPO_CUDNN_CHECK(api.set_filter(plan->w, type, CUDNN_TENSOR_NCHW, s.out_channels, s.in_channels,
+                                   s.kernel, s.kernel));
+  // Cross-correlation (as the CPU backend's im2col product), fp32 accumulation in both precisions.
+  HIPPO_CUDNN_CHECK(api.set_convolution(plan->conv, s.pad, s.pad, 1, 1, 1, 1,
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  // fp32: FMA only (no TF32, which would round the operands to 10 bits); bf16: tensor cores.
+  HIPPO_CUDNN_CHECK(api.set_math_type(plan->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+
+  int count = 0;
+  cudnnConvolutionFwdAlgoPerf_t forward[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  HIPPO_CUDNN_CHECK(api.rank_forward(handle_, plan->x, plan->w, plan->conv, plan->y,
+                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, forward));
+  plan->forward = first_deterministic(forward, count, "forward", s, p);
+  cudnnConvolutionBwdDataAlgoPerf_t backward_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  HIPPO_CUDNN_CHECK(api.rank_backward_data(handle_, plan->w, plan->y, plan->conv, plan->x,
+                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
+                                           backward_data));
+  plan->backward_data = first_deterministic(backward_data, count, "backward-data", s, p);
+  cudnnConvolutionBwdFilterAlgoPerf_t backward_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  HIPPO_CUDNN_CHECK(api.rank_backward_filter(handle_, plan->x, plan->y, plan->conv, plan->w,
+                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+                                             backward_filter));
+  plan->backward_filter = first_deterministic(backward_filter, count, "backward-filter", s, p);
+
+  size_t forward_bytes = 0, backward_data_bytes = 0, backward_filter_bytes = 0;
+  HIPPO_CUDNN_CHECK(api.forward_workspace(handle_, plan->x, plan->w, plan->conv, plan->y,
+                                          plan->forward, &forward_bytes));
+  HIPPO_CUDNN_CHECK(api.backward_data_workspace(handle_, plan->w, plan->y, plan->conv, plan->x,
+                                                plan->backward_data, &backward_data_bytes));
+  HIPPO_CUDNN_CHECK(api.backward_filter_workspace(handle_, plan->x, plan->y, plan->conv, plan->w,
+                                                  plan->backward_filter, &backward_filter_bytes));
+
+  const size_t element = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+  const size_t x_bytes = aligned(element * s.in_channels * s.batch * s.height * s.width);
+  const size_t y_bytes = aligned(element * s.out_channels * s.col_cols());
+  const size_t w_bytes = bf16 ? aligned(element * s.out_channels * s.col_rows()) : 0;
+  plan->dx_at = plan->x_at + x_bytes;
+  plan->w_at = plan->dx_at + x_bytes;
+  plan->dw_at = plan->w_at + w_bytes;
+  plan->y_at = plan->dw_at + w_bytes;
+  plan->cudnn_at = plan->y_at + y_bytes;
+  plan->cudnn_bytes = std::max(forward_bytes, std::max(backward_data_bytes, backward_filter_bytes));
+  plan->total = plan->cudnn_at + plan->cudnn_bytes;
+  return *(plans_[key] = std::move(plan));
 }
 
-void maxpool_backward(cudaStream_t stream, const float* x, const float* dy, float* dx,
-                      int64_t planes, int h, int w, int k) {
-  const int64_t n = planes * h * w;
-  if (n == 0) return;
-  maxpool_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, dy, dx, planes, h, w, k);
-  HIPPO_CUDA_CHECK_LAUNCH("maxpool_backward_kernel");
+size_t CudnnConvolutions::workspace_bytes(const ConvShape& s, Precision p) {
+  return plan(s, p).total;
 }
 
-void avgpool_forward(cudaStream_t stream, const float* x, float* y, int64_t planes, int h, int w,
-                     int k) {
-  const int64_t n = planes * (h / k) * (w / k);
-  if (n == 0) return;
-  avgpool_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, planes, h, w, k);
-  HIPPO_CUDA_CHECK_LAUNCH("avgpool_forward_kernel");
+void CudnnConvolutions::forward(const ConvShape& s, Precision p, const float* x, const float* w,
+                                float* y, void* workspace) {
+  const Plan& plan = this->plan(s, p);
+  char* ws = static_cast<char*>(workspace);
+  const float one = 1, zero = 0;  // alpha and beta are float for float and bf16 data
+  to_nchw(stream_, p, x, ws + plan.x_at, s.in_channels, s.batch, int64_t{s.height} * s.width);
+  const void* w_operand = w;
+  if (p == Precision::kBf16) {
+    convert(stream_, w, reinterpret_cast<__nv_bfloat16*>(ws + plan.w_at),
+            s.out_channels * s.col_rows());
+    w_operand = ws + plan.w_at;
+  }
+  HIPPO_CUDNN_CHECK(cudnn().forward(handle_, &one, plan.x, ws + plan.x_at, plan.w, w_operand,
+                                    plan.conv, plan.forward, ws + plan.cudnn_at, plan.cudnn_bytes,
+                                    &zero, plan.y, ws + plan.y_at));
+  from_nchw(stream_, p, ws + plan.y_at, y, s.batch, s.out_channels,
+            int64_t{s.out_height()} * s.out_width());
 }
 
-void avgpool_backward(cudaStream_t stream, const float* dy, float* dx, int64_t planes, int h, int w,
-                      int k) {
-  const int64_t n = planes * h * w;
-  if (n == 0) return;
-  avgpool_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dy, dx, planes, h, w, k);
-  HIPPO_CUDA_CHECK_LAUNCH("avgpool_backward_kernel");
+void CudnnConvolutions::backward(const ConvShape& s, Precision p, const float* x, const float* w,
+                                 const float* dy, float* dx, float* dw, void* workspace) {
+  const Plan& plan = this->plan(s, p);
+  char* ws = static_cast<char*>(workspace);
+  const float one = 1, zero = 0;
+  const bool bf16 = p == Precision::kBf16;
+  const int64_t image = int64_t{s.height} * s.width, weights = s.out_channels * s.col_rows();
+  to_nchw(stream_, p, dy, ws + plan.y_at, s.out_channels, s.batch,
+          int64_t{s.out_height()} * s.out_width());
+  to_nchw(stream_, p, x, ws + plan.x_at, s.in_channels, s.batch, image);
+
+  // dw, written by cuDNN in place (fp32) or as bf16 and widened.
+  void* dw_result = bf16 ? static_cast<void*>(ws + plan.dw_at) : dw;
+  HIPPO_CUDNN_CHECK(cudnn().backward_filter(
+      handle_, &one, plan.x, ws + plan.x_at, plan.y, ws + plan.y_at, plan.conv,
+      plan.backward_filter, ws + plan.cudnn_at, plan.cudnn_bytes, &zero, plan.w, dw_result));
+  if (bf16) convert(stream_, reinterpret_cast<const __nv_bfloat16*>(ws + plan.dw_at), dw, weights);
+  if (dx == nullptr) return;
+
+  const void* w_operand = w;
+  if (bf16) {
+    convert(stream_, w, reinterpret_cast<__nv_bfloat16*>(ws + plan.w_at), weights);
+    w_operand = ws + plan.w_at;
+  }
+  HIPPO_CUDNN_CHECK(cudnn().backward_data(handle_, &one, plan.w, w_operand, plan.y, ws + plan.y_at,
+                                          plan.conv, plan.backward_data, ws + plan.cudnn_at,
+                                          plan.cudnn_bytes, &zero, plan.x, ws + plan.dx_at));
+  from_nchw(stream_, p, ws + plan.dx_at, dx, s.batch, s.in_channels, image);
 }
 
 }  // namespace hippo::kernels::cuda

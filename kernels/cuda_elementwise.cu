@@ -1,6 +1,6 @@
 // Element-wise CUDA kernels: bias (forward and its reduction), ReLU, GELU, the outer-axes swap
-// and the fp32 -> bf16 rounding of matrix-product operands. Grid-stride loops, one thread per
-// output element; the bias reduction adds in a fixed tree order.
+// and the conversions between fp32 and bf16 (the operands and results of bf16 products).
+// Grid-stride loops, one thread per output element; the bias reduction adds in a fixed tree order.
 #include "kernels/cuda_check.cuh"
 #include "kernels/cuda_ops.cuh"
 
@@ -74,18 +74,37 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
   }
 }
 
+// Values read as float and written as Out (bf16: rounded to nearest even).
+__device__ inline float as_float(float v) {
+  return v;
+}
+__device__ inline float as_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename Out>
+__device__ Out from_float(float v);
+template <>
+__device__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
 // y[b, a, inner] = x[a, b, inner], one thread per value of y.
-__global__ void swap_outer_axes_kernel(const float* x, float* y, int64_t a, int64_t b,
-                                       int64_t inner) {
+template <typename In, typename Out>
+__global__ void swap_outer_axes_kernel(const In* x, Out* y, int64_t a, int64_t b, int64_t inner) {
   HIPPO_GRID_STRIDE(i, a * b * inner) {
     const int64_t t = i % inner, row = i / inner;  // row = j * a + ia
     const int64_t ia = row % a, j = row / a;
-    y[i] = x[(ia * b + j) * inner + t];
+    y[i] = from_float<Out>(as_float(x[(ia * b + j) * inner + t]));
   }
 }
 
-__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
-  HIPPO_GRID_STRIDE(i, n) y[i] = __float2bfloat16_rn(x[i]);
+template <typename In, typename Out>
+__global__ void convert_kernel(const In* x, Out* y, int64_t n) {
+  HIPPO_GRID_STRIDE(i, n) y[i] = from_float<Out>(as_float(x[i]));
 }
 
 }  // namespace
@@ -136,18 +155,27 @@ void gelu_backward(cudaStream_t stream, const float* x, const float* dy, float* 
   HIPPO_CUDA_CHECK_LAUNCH("gelu_backward_kernel");
 }
 
-void swap_outer_axes(cudaStream_t stream, const float* x, float* y, int64_t a, int64_t b,
+template <typename In, typename Out>
+void swap_outer_axes(cudaStream_t stream, const In* x, Out* y, int64_t a, int64_t b,
                      int64_t inner) {
   const int64_t n = a * b * inner;
   if (n == 0) return;
   swap_outer_axes_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, a, b, inner);
   HIPPO_CUDA_CHECK_LAUNCH("swap_outer_axes_kernel");
 }
+template void swap_outer_axes(cudaStream_t, const float*, float*, int64_t, int64_t, int64_t);
+template void swap_outer_axes(cudaStream_t, const float*, __nv_bfloat16*, int64_t, int64_t,
+                              int64_t);
+template void swap_outer_axes(cudaStream_t, const __nv_bfloat16*, float*, int64_t, int64_t,
+                              int64_t);
 
-void to_bf16(cudaStream_t stream, const float* x, __nv_bfloat16* y, int64_t n) {
+template <typename In, typename Out>
+void convert(cudaStream_t stream, const In* x, Out* y, int64_t n) {
   if (n == 0) return;
-  to_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, n);
-  HIPPO_CUDA_CHECK_LAUNCH("to_bf16_kernel");
+  convert_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, n);
+  HIPPO_CUDA_CHECK_LAUNCH("convert_kernel");
 }
+template void convert(cudaStream_t, const float*, __nv_bfloat16*, int64_t);
+template void convert(cudaStream_t, const __nv_bfloat16*, float*, int64_t);
 
 }  // namespace hippo::kernels::cuda

@@ -25,17 +25,15 @@ void relu_forward(cudaStream_t stream, const float* x, float* y, int64_t n);
 void relu_backward(cudaStream_t stream, const float* y, const float* dy, float* dx, int64_t n);
 void gelu_forward(cudaStream_t stream, const float* x, float* y, int64_t n);
 void gelu_backward(cudaStream_t stream, const float* x, const float* dy, float* dx, int64_t n);
-void swap_outer_axes(cudaStream_t stream, const float* x, float* y, int64_t a, int64_t b,
-                     int64_t inner);
-// y[n] = x[n] rounded to bf16 (round to nearest even), the operands of bf16 matrix products.
-void to_bf16(cudaStream_t stream, const float* x, __nv_bfloat16* y, int64_t n);
+// y[b, a, inner] = x[a, b, inner] (kernels.h), also converting between float and bf16 (for
+// float -> float, float -> bf16 and bf16 -> float).
+template <typename In, typename Out>
+void swap_outer_axes(cudaStream_t stream, const In* x, Out* y, int64_t a, int64_t b, int64_t inner);
+// y[n] = x[n] as Out: fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact.
+template <typename In, typename Out>
+void convert(cudaStream_t stream, const In* x, Out* y, int64_t n);
 
-// cuda_conv.cu (the convolution itself is im2col + a matrix product, composed by the backend)
-// col[Cin*k*k, B*Ho*Wo] from x[Cin, B, H, W], as the CPU backend's im2col.
-void im2col(cudaStream_t stream, const ConvShape& s, const float* x, float* col);
-// dx[Cin, B, H, W] = the sum, over kernel offsets in row-major order, of dcol's entries that
-// read each input position (a gather: one thread per input value, no atomics).
-void col2im(cudaStream_t stream, const ConvShape& s, const float* dcol, float* dx);
+// cuda_pool.cu (convolutions are cuDNN's: cuda_conv.cuh)
 void maxpool_forward(cudaStream_t stream, const float* x, float* y, int64_t planes, int h, int w,
                      int k);
 void maxpool_backward(cudaStream_t stream, const float* x, const float* dy, float* dx,

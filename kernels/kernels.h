@@ -102,14 +102,15 @@ class Backend {
   virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) const = 0;
 
   // Convolution, CNHW. x[Cin, B, H, W], w[Cout, Cin, k, k], bias[Cout] -> y[Cout, B, Ho, Wo].
-  // col[Cin*k*k, B*Ho*Wo] is scratch that forward fills and backward reads (keep it between them).
+  // col[Cin*k*k, B*Ho*Wo] is scratch that forward fills and backward reads (keep it between them):
+  // the CPU backend's im2col columns (the CUDA backend, on cuDNN, leaves it alone).
   // bias may be null (no bias; a caller may add it later, e.g. after pooling, where it is cheaper).
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
                               float* col, float* y) const = 0;
-  // From dy[Cout, B, Ho, Wo] and forward's col: dw and dbias (overwritten; dbias may be null), and
-  // dx[Cin, B, H, W] unless dx is null (the first layer needs no input gradient). dcol is scratch
-  // of col's size.
-  virtual void conv2d_backward(const ConvShape& s, const float* col, const float* w,
+  // From dy[Cout, B, Ho, Wo], forward's x and col: dw and dbias (overwritten; dbias may be null),
+  // and dx[Cin, B, H, W] unless dx is null (the first layer needs no input gradient). dcol is
+  // scratch of col's size.
+  virtual void conv2d_backward(const ConvShape& s, const float* x, const float* col, const float* w,
                                const float* dy, float* dcol, float* dx, float* dw,
                                float* dbias) const = 0;
 

@@ -68,7 +68,7 @@ class ConvBlock final : public Layer {
     be.relu_forward(y, y, out_size() * batch);
   }
 
-  void backward(const Backend& be, int batch, const float* p, const float*, const float* y,
+  void backward(const Backend& be, int batch, const float* p, const float* x, const float* y,
                 float* dy, float* dx, float* dp, float* scratch) const override {
     const kernels::ConvShape s = shape(batch);
     const int64_t ncol = s.col_rows() * s.col_cols(), n = int64_t{out_} * s.col_cols();
@@ -79,7 +79,7 @@ class ConvBlock final : public Layer {
     be.relu_backward(y, dy, dy, out_size() * batch);
     be.bias_backward(dy, dp + s.col_rows() * out_, 1, out_, int64_t{batch} * (h_ / 2) * (w_ / 2));
     be.maxpool_backward(z, dy, dz, int64_t{out_} * batch, h_, w_, 2);
-    be.conv2d_backward(s, col, p, dz, dcol, dx, dp, nullptr);
+    be.conv2d_backward(s, x, col, p, dz, dcol, dx, dp, nullptr);
   }
 
  private:

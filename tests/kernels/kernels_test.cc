@@ -188,8 +188,8 @@ TEST_F(KernelsTest, ConvForwardMatchesNaiveAndGradientsMatchFiniteDifferences) {
 
     auto r = random_vector(y.size(), 11);  // loss = sum(y * r), so dy = r
     std::vector<float> dx(x.size()), dw(w.size()), db(b.size());
-    be->conv2d_backward(s, col.data(), w.data(), r.data(), dcol.data(), dx.data(), dw.data(),
-                        db.data());
+    be->conv2d_backward(s, x.data(), col.data(), w.data(), r.data(), dcol.data(), dx.data(),
+                        dw.data(), db.data());
     auto loss = [&] {
       be->conv2d_forward(s, x.data(), w.data(), b.data(), col.data(), y.data());
       return dot(y, r);
@@ -365,8 +365,8 @@ TEST(KernelsThreadsTest, ResultsAreBitIdenticalAcrossThreadCounts) {
     std::vector<float> col(s.col_rows() * s.col_cols()), dcol(col.size()), y(dy.size());
     std::vector<float> dx(x.size()), dw(w.size()), db(b.size()), fc(128 * 256), dwl(wl.size());
     be->conv2d_forward(s, x.data(), w.data(), b.data(), col.data(), y.data());
-    be->conv2d_backward(s, col.data(), w.data(), dy.data(), dcol.data(), dx.data(), dw.data(),
-                        db.data());
+    be->conv2d_backward(s, x.data(), col.data(), w.data(), dy.data(), dcol.data(), dx.data(),
+                        dw.data(), db.data());
     be->gemm(false, true, 128, 256, 784, 1, a.data(), wl.data(), 0, fc.data());
     be->gemm(true, false, 256, 784, 128, 1, fc.data(), a.data(), 0, dwl.data());
     return std::vector<std::vector<float>>{y, dx, dw, db, fc, dwl};
