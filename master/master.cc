@@ -696,16 +696,23 @@ void Master::on_snapshot(Worker& w, const json& m) {
   int64_t bytes = protocol::get_int(m, "bytes");
   Key key = key_of(job.rep, step);
   std::optional<int64_t> known = state_at(key);
+  // A snapshot announced after every study of its job ended (its file is announced once written,
+  // so the message can come late) is a state that nobody can reach.
+  const bool orphan = std::none_of(job.studies.begin(), job.studies.end(),
+                                   [&](int64_t id) { return study_running(id); });
   StateInfo info{key.first, step, order->file, -1};
   plan_.transaction([&] {
-    if (!known && !order->file.empty())
+    if (!known && !orphan && !order->file.empty())
       info.checkpoint_row = plan_.add_checkpoint({0, key.first, step, order->file, bytes, "", 0});
     mark_progress(job, step);
   });
-  if (known) {
-    // Made twice (a replay raced with a late snapshot): keep the first, drop this file.
-    if (!order->file.empty() && order->file != states_.at(*known).file)
-      std::filesystem::remove(std::filesystem::path(options_.checkpoints) / order->file);
+  if (known || orphan) {
+    // Made twice (a replay raced with a late snapshot: keep the first), or an orphan: this file
+    // goes.
+    if (!order->file.empty() && !(known && order->file == states_.at(*known).file)) {
+      std::error_code ec;  // already gone is fine
+      std::filesystem::remove(std::filesystem::path(options_.checkpoints) / order->file, ec);
+    }
     return;
   }
   states_[state] = info;

@@ -61,14 +61,14 @@ void write_all(int fd, const char* data, size_t n, const std::string& path) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const TrainState& s, uint64_t config_hash) {
+std::vector<char> encode_checkpoint(const TrainState& s, uint64_t config_hash) {
   uint32_t optimizer = 0;
   while (optimizer < kOptimizers.size() && s.optimizer != kOptimizers[optimizer]) ++optimizer;
-  if (optimizer == kOptimizers.size()) fail(path, "unknown optimizer \"" + s.optimizer + "\"");
+  if (optimizer == kOptimizers.size())
+    throw CheckpointError("cannot save a state of the unknown optimizer \"" + s.optimizer + "\"");
 
-  std::vector<char> out;
+  std::vector<char> out(kMagic, kMagic + sizeof kMagic);
   out.reserve(kHeaderSize + static_cast<size_t>(s.params.bytes() + s.opt_state.bytes()) + 4);
-  out.insert(out.end(), kMagic, kMagic + sizeof kMagic);
   put(out, kVersion);
   put(out, optimizer);
   put(out, s.step);
@@ -84,7 +84,14 @@ void save_checkpoint(const std::string& path, const TrainState& s, uint64_t conf
     v->backend()->copy_to_host(out.data() + at, v->data(), v->bytes());
   }
   put(out, crc(out.data(), out.size()));
+  return out;
+}
 
+void save_checkpoint(const std::string& path, const TrainState& s, uint64_t config_hash) {
+  write_checkpoint_file(path, encode_checkpoint(s, config_hash));
+}
+
+void write_checkpoint_file(const std::string& path, const std::vector<char>& out) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, "cannot create " + tmp + ": " + std::strerror(errno));

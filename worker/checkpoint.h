@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "worker/train_state.h"
 
@@ -26,7 +27,14 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Copies the state's buffers to host memory and writes them (temp file, fsync, rename).
+// The bytes of the checkpoint file of `state`: its buffers copied to host memory (for a GPU state,
+// through pinned staging), with the header and the checksum. This is the part of saving that must
+// happen before training goes on; the write can then run in the background.
+std::vector<char> encode_checkpoint(const TrainState& state, uint64_t config_hash);
+// Writes the bytes at `path` durably (temp file, fsync, rename, fsync of the directory). On
+// failure (e.g. a full disk) throws CheckpointError and leaves nothing behind.
+void write_checkpoint_file(const std::string& path, const std::vector<char>& bytes);
+// Both, one after the other.
 void save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
 // Refuses (CheckpointError naming the file and the problem) a missing file, a wrong magic or
 // version, a truncated or extended file, a checksum mismatch and a config hash other than

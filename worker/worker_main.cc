@@ -13,7 +13,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <list>
 #include <map>
 #include <memory>
@@ -298,6 +300,7 @@ class Worker {
       last_job_ = job.id;
       run_job(job);
     } catch (const StorageFailure& e) {
+      settle_snapshots();
       json m = protocol::make("failed");
       m["job"] = job_id;
       m["error"] = e.what();
@@ -308,6 +311,7 @@ class Worker {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "worker %s: job %lld failed: %s\n", options_.name.c_str(),
                    static_cast<long long>(job_id), e.what());
+      settle_snapshots();
       json m = protocol::make("failed");
       m["job"] = job_id;
       m["error"] = e.what();
@@ -324,28 +328,89 @@ class Worker {
     send(m);
   }
 
+  // A snapshot's file is written in the background: training waits only for the state's copy to
+  // host memory (encode_checkpoint). Its message, which tells the master that the file exists,
+  // waits for the write, and snapshots are announced in the order they were taken.
+  struct PendingSnapshot {
+    json message;
+    int64_t state;
+    TrainState copy;                  // for the cache, once announced
+    std::string path;                 // empty: a state kept in memory only
+    std::future<int64_t> file_bytes;  // valid while a file is being written
+  };
+
   void snapshot(int64_t job, const TrainState& s, const protocol::SnapshotOrder& order,
                 uint64_t config_hash) {
-    json m = protocol::make("snapshot");
-    m["job"] = job;
-    m["step"] = s.step;
-    m["state"] = order.state;
-    m["file"] = order.file;
-    m["bytes"] = 0;
+    PendingSnapshot p;
+    p.message = protocol::make("snapshot");
+    p.message["job"] = job;
+    p.message["step"] = s.step;
+    p.message["state"] = order.state;
+    p.message["file"] = order.file;
+    p.message["bytes"] = 0;
+    p.state = order.state;
+    p.copy = s;
     if (!order.file.empty()) {
-      std::string path = checkpoint_path(order.file);
-      try {
-        save_checkpoint(path, s, config_hash);
-      } catch (const CheckpointError& e) {  // e.g. a full disk: nothing was left behind
-        throw StorageFailure(e.what(), "");
-      }
-      // Already gone (a disk lost): the master finds out when it needs the file, and replays.
-      std::error_code ec;
-      auto bytes = std::filesystem::file_size(path, ec);
-      m["bytes"] = ec ? int64_t{0} : static_cast<int64_t>(bytes);
+      p.path = checkpoint_path(order.file);
+      auto bytes = std::make_shared<const std::vector<char>>(encode_checkpoint(s, config_hash));
+      p.file_bytes = std::async(std::launch::async, [path = p.path, bytes] {
+        write_checkpoint_file(path, *bytes);
+        // Already gone (a disk lost): the master finds out when it needs the file, and replays.
+        std::error_code ec;
+        auto size = std::filesystem::file_size(path, ec);
+        return ec ? int64_t{0} : static_cast<int64_t>(size);
+      });
     }
-    cache_.put(order.state, s);  // only a state the master will know of
-    send(m);
+    pending_snapshots_.push_back(std::move(p));
+    announce_snapshots(false);
+  }
+
+  // Announces the snapshots whose files are written, in order (wait: all of them, waiting for
+  // their writes). A failed write (e.g. a full disk: write_checkpoint_file leaves nothing) throws
+  // StorageFailure; the snapshots after it are dropped unannounced and their files removed.
+  void announce_snapshots(bool wait) {
+    while (!pending_snapshots_.empty()) {
+      PendingSnapshot& p = pending_snapshots_.front();
+      if (p.file_bytes.valid()) {
+        if (!wait && p.file_bytes.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+          return;
+        try {
+          p.message["bytes"] = p.file_bytes.get();
+        } catch (const CheckpointError& e) {
+          pending_snapshots_.pop_front();
+          drop_snapshots();
+          throw StorageFailure(e.what(), "");
+        }
+      }
+      cache_.put(p.state, p.copy);  // only a state the master will know of
+      send(p.message);
+      pending_snapshots_.pop_front();
+    }
+  }
+
+  // After a job failed: announces the snapshots taken before the failure whose files could be
+  // written (they are good states), and drops the others.
+  void settle_snapshots() {
+    try {
+      announce_snapshots(true);
+    } catch (const StorageFailure&) {
+      // announce_snapshots dropped the rest; the job's own failure is what gets reported
+    }
+  }
+
+  // Forgets the snapshots not yet announced (an abandoned job, a failed write) once their writes
+  // are over, removing their files: nobody will be told of them.
+  void drop_snapshots() {
+    for (PendingSnapshot& p : pending_snapshots_) {
+      if (!p.file_bytes.valid()) continue;
+      try {
+        p.file_bytes.get();
+      } catch (const CheckpointError&) {
+        continue;  // nothing was left behind
+      }
+      std::filesystem::remove(p.path);
+    }
+    pending_snapshots_.clear();
   }
 
   void run_job(protocol::Job& job) {
@@ -401,9 +466,14 @@ class Worker {
         send(beat);
       }
       read_orders(job, s.step, next_snapshot, stop);
+      announce_snapshots(false);
       return !stop && !g_stop;
     });
-    if (stop || g_stop) return;  // abandoned: the master gives the work out again
+    if (stop || g_stop) {  // abandoned: the master gives the work out again
+      drop_snapshots();
+      return;
+    }
+    announce_snapshots(true);
     send_done(job, started);
   }
 
@@ -520,6 +590,7 @@ class Worker {
   zmq::socket_t socket_;
   protocol::HandshakeWatch handshakes_;
   StateCache cache_;
+  std::deque<PendingSnapshot> pending_snapshots_;  // the running job's, oldest first
   bool awaiting_welcome_ = false;
   Clock::time_point hello_sent_;
   int64_t last_job_ = 0;          // the newest job since the welcome (job ids start at 1)
