@@ -4,14 +4,20 @@
 // --threads kernel threads), and prints one JSON line
 //   {"model": "mlp", "batch": 128, "threads": 1, "device": "cpu", "precision": "fp32",
 //    "samples_per_s": 12345.6}
-// (gpt adds its shape, "microbatches", "stages", "schedule" and "tokens_per_s").
+// (gpt adds its shape, "microbatches", "stages", "schedule" and "tokens_per_s"). With
+// --checkpoint-dir, it then saves the trained state there 5 times and adds the median times of
+// the part of a save that stalls training (the copy to host memory, encode_checkpoint) and of the
+// part a worker does in the background (the durable write, write_checkpoint_file), in ms.
 // bench/engine_vs_pytorch.sh runs it next to the same model in PyTorch on the CPU,
 // bench/gpu_vs_pytorch.sh with --device cuda:0 next to PyTorch on the same GPU.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <vector>
 
 #include "kernels/blas_env.h"
 #include "worker/engine.h"
@@ -44,6 +50,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", config.data_dir, "Fashion-MNIST directory (*-ubyte.gz files)");
   app.add_option("--precision", precision, "fp32, or bf16 (matrix products; CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string checkpoint_dir;
+  app.add_option("--checkpoint-dir", checkpoint_dir, "also time checkpoints written there")
+      ->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
 
   config.model = model == "mlp"
@@ -84,6 +93,28 @@ int main(int argc, char** argv) {
       line["stages"] = config.pipeline_stages;
       line["schedule"] = config.pipeline_schedule;
       line["tokens_per_s"] = samples_per_s * context;
+    }
+    if (!checkpoint_dir.empty()) {
+      using Ms = std::chrono::duration<double, std::milli>;
+      std::vector<double> copy_ms, write_ms;
+      const std::string path = checkpoint_dir + "/bench_engine.ckpt";
+      for (int i = 0; i < 5; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        const std::vector<char> bytes = hippo::worker::encode_checkpoint(state, 0);
+        auto t1 = std::chrono::steady_clock::now();
+        hippo::worker::write_checkpoint_file(path, bytes);
+        auto t2 = std::chrono::steady_clock::now();
+        copy_ms.push_back(Ms(t1 - t0).count());
+        write_ms.push_back(Ms(t2 - t1).count());
+        line["checkpoint_bytes"] = bytes.size();
+      }
+      std::filesystem::remove(path);
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      line["checkpoint_copy_ms"] = median(copy_ms);
+      line["checkpoint_write_ms"] = median(write_ms);
     }
     std::cout << line.dump() << std::endl;
   } catch (const std::invalid_argument& e) {  // a device that is not there, bf16 on the CPU

@@ -27,12 +27,13 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The bytes of the checkpoint file of `state`: its buffers copied to host memory (for a GPU state,
-// through pinned staging), with the header and the checksum. This is the part of saving that must
-// happen before training goes on; the write can then run in the background.
+// The header and body of the checkpoint file of `state`: its buffers copied to host memory (for a
+// GPU state, through pinned staging). This is the part of saving that must happen before training
+// goes on; the write can then run in the background.
 std::vector<char> encode_checkpoint(const TrainState& state, uint64_t config_hash);
-// Writes the bytes at `path` durably (temp file, fsync, rename, fsync of the directory). On
-// failure (e.g. a full disk) throws CheckpointError and leaves nothing behind.
+// Writes encode_checkpoint's bytes and their checksum at `path` durably (temp file, fsync,
+// rename, fsync of the directory). On failure (e.g. a full disk) throws CheckpointError and
+// leaves nothing behind.
 void write_checkpoint_file(const std::string& path, const std::vector<char>& bytes);
 // Both, one after the other.
 void save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
