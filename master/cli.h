@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -46,8 +47,14 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
 void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* action);
 // keygen
 void add_key_commands(CLI::App& app, const GlobalOptions& global, Action* action);
+// cancel, workers
+void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* action);
 
 // The CURVE keys of --master-key and --key (none when neither is given); BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);
+// Sends one request to the master of --master and returns its reply. BadInput when no master is
+// given, our keys are refused, or the master refuses the request (its error); RunFailed when the
+// master does not answer.
+nlohmann::json ask_master(const GlobalOptions& global, const nlohmann::json& request);
 
 }  // namespace hippo::cli

@@ -277,22 +277,10 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
            const GlobalOptions& global) {
   Policy policy = policy_of(policy_text);
   Loaded l = load(path);
-  if (global.master.empty()) throw BadInput("no master: give --master ADDR or set HIPPO_MASTER");
-  protocol::ClientKeys keys = client_keys(global);
-  zmq::context_t context;
   json request = protocol::make("submit");
   request["spec"] = l.spec_json;
   request["policy"] = to_string(policy);
-  json reply;
-  try {
-    reply = protocol::request(context, global.master, request, 30000, keys);
-  } catch (const protocol::AuthError& e) {
-    throw BadInput(e.what());
-  } catch (const protocol::ProtocolError& e) {
-    throw RunFailed(e.what());
-  }
-  if (!reply.value("ok", false)) throw BadInput(reply.value("error", std::string("refused")));
-  int64_t study = reply["study"];
+  int64_t study = ask_master(global, request)["study"];
   if (!wait) {
     if (global.format == Format::kJson)
       std::printf("%s\n", json{{"study", l.spec.name}, {"id", study}}.dump().c_str());
@@ -304,13 +292,7 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
   while (true) {
     json status = protocol::make("status");
     status["study"] = study;
-    json r;
-    try {
-      r = protocol::request(context, global.master, status, 30000, keys);
-    } catch (const protocol::ProtocolError& e) {
-      throw RunFailed(e.what());
-    }
-    if (!r.value("ok", false)) throw RunFailed(r.value("error", std::string("status refused")));
+    json r = ask_master(global, status);
     if (!r["running"].get<bool>()) {
       json s = r["summary"];
       if (global.format == Format::kJson)

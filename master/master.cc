@@ -386,10 +386,81 @@ void Master::finish(Study& s, StudyStatus status, std::string error) {
   s.error = error;
   s.ended = Clock::now();
   plan_.set_study_status(s.id, status, error);
-  plan_.add_event(s.id, status == StudyStatus::kDone ? "finished" : "failed", {{"error", error}});
+  schedule_changed_ = true;  // its work under way may be abandoned
+  plan_.add_event(s.id, status == StudyStatus::kDone ? "finished" : to_string(status),
+                  {{"error", error}});
   collect_checkpoints();
-  if (!options_.quiet && !error.empty())
+  if (!options_.quiet && status == StudyStatus::kFailed)
     std::fprintf(stderr, "master: study %s failed: %s\n", s.spec.name.c_str(), error.c_str());
+}
+
+void Master::cancel(int64_t id) {
+  Study& s = studies_.at(id);
+  if (s.status != StudyStatus::kRunning)
+    throw std::invalid_argument("study " + s.spec.name + " (id " + std::to_string(id) +
+                                ") has already ended: " + to_string(s.status));
+  try {
+    plan_.transaction([&] {
+      for (const auto& [request, trial] : s.trials) {
+        Trial& t = trials_.at(trial);
+        if (t.status != TrialStatus::kPending && t.status != TrialStatus::kRunning) continue;
+        for (int64_t step : t.pending_evals) pending_by_step_[step].erase(t.id);
+        t.pending_evals.clear();
+        t.stopped_at = trained_length(t);
+        t.status = TrialStatus::kStopped;
+        plan_.set_trial_status(t.id, t.status, "the study was cancelled");
+      }
+      finish(s, StudyStatus::kCancelled, "cancelled by a client");
+    });
+  } catch (...) {
+    resync();
+    throw;
+  }
+  if (!options_.quiet) std::fprintf(stderr, "master: study %s cancelled\n", s.spec.name.c_str());
+  schedule_changed_ = true;
+}
+
+int64_t Master::find_study(const json& id_or_name) const {
+  if (id_or_name.is_number_integer()) {
+    int64_t id = id_or_name.get<int64_t>();
+    if (studies_.count(id)) return id;
+    throw std::invalid_argument("no study " + std::to_string(id) + " on this master");
+  }
+  if (!id_or_name.is_string())
+    throw std::invalid_argument("study: expected an id or a name, got " + id_or_name.dump());
+  const std::string name = id_or_name.get<std::string>();
+  for (const auto& [id, s] : studies_)
+    if (s.spec.name == name) return id;
+  throw std::invalid_argument("no study named " + name + " on this master");
+}
+
+json Master::workers_json() const {
+  json out = json::array();
+  const auto now = Clock::now();
+  for (const auto& [peer, w] : workers_) {
+    json j{{"name", w.name},
+           {"device", w.device},
+           {"devices", w.devices},
+           {"threads", w.threads},
+           {"pid", w.pid},
+           {"last_seen_s",
+            std::round(std::chrono::duration<double>(now - w.last_seen).count() * 10) / 10},
+           {"states_held", w.held.size()}};
+    if (w.job >= 0) {
+      const Job& job = jobs_.at(w.job);
+      json studies = json::array();
+      for (int64_t id : job.studies)
+        if (auto it = studies_.find(id); it != studies_.end())
+          studies.push_back(it->second.spec.name);
+      j["job"] = {{"studies", studies},
+                  {"trial", trials_.count(job.rep) ? trials_.at(job.rep).number : -1},
+                  {"from", job.wire.from},
+                  {"to", job.wire.to},
+                  {"step", std::max(job.progress_step, job.wire.from)}};
+    }
+    out.push_back(j);
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,7 +609,10 @@ void Master::poll(int timeout_ms) {
   check_workers();
   // Work becomes ready or a worker free only through some events (schedule_changed_ says which
   // happened): otherwise there is nothing to recompute.
-  if (schedule_changed_) dispatch();
+  if (schedule_changed_) {
+    abandon_orphan_jobs();
+    dispatch();
+  }
   schedule_changed_ = false;
   double spent = thread_cpu_seconds() - started;
   int64_t trials = 0;
@@ -581,7 +655,8 @@ void Master::log_event(std::optional<int64_t> study, const std::string& kind, co
 void Master::handle(const std::string& peer, const json& m) {
   const std::string type = m["type"];
   if (type == "hello") return on_hello(peer, m);
-  if (type == "submit" || type == "status") return on_client(peer, m);
+  if (type == "submit" || type == "status" || type == "cancel" || type == "workers")
+    return on_client(peer, m);
   auto it = workers_.find(peer);
   if (it == workers_.end()) {
     protocol::router_send(socket_, peer, protocol::make("reset"));  // a stranger: say hello first
@@ -600,6 +675,8 @@ void Master::handle(const std::string& peer, const json& m) {
     on_done(w, m);
   } else if (type == "failed") {
     on_failed(w, m);
+  } else if (type == "abandoned") {
+    on_abandoned(w, m);
   } else {
     throw protocol::ProtocolError("message.type: unknown type \"" + type + "\"");
   }
@@ -644,6 +721,13 @@ void Master::on_client(const std::string& peer, const json& m) {
       if (!studies_.count(id)) throw std::invalid_argument("no study " + std::to_string(id));
       reply["summary"] = summary(id).to_json();
       reply["running"] = study_running(id);
+    } else if (type == "cancel") {
+      if (!m.contains("study")) throw std::invalid_argument("cancel.study: missing");
+      int64_t id = find_study(m["study"]);
+      cancel(id);
+      reply["summary"] = summary(id).to_json();
+    } else if (type == "workers") {
+      reply["workers"] = workers_json();
     }
     reply["ok"] = true;
   } catch (const std::exception& e) {
@@ -813,10 +897,7 @@ void Master::on_failed(Worker& w, const json& m) {
     storage_failures_[stage].workers.insert(w.peer);
   }
   // Steps trained after its last snapshot are lost, and trained again: they count as executed.
-  for (int64_t sid : job.studies)
-    if (studies_.count(sid))
-      studies_.at(sid).steps_executed +=
-          std::max<int64_t>(0, job.progress_step - job.reported_step);
+  count_lost_steps(job);
   jobs_.erase(job_id);
   w.job = -1;
   schedule_changed_ = true;
@@ -886,15 +967,47 @@ void Master::check_workers() {
     if (it->second.job >= 0) {
       // The steps it trained after its last snapshot are lost and will be trained again: they
       // count as executed (the heartbeats said how far it got).
-      Job& job = jobs_.at(it->second.job);
-      for (int64_t sid : job.studies)
-        if (studies_.count(sid))
-          studies_.at(sid).steps_executed +=
-              std::max<int64_t>(0, job.progress_step - job.reported_step);
+      count_lost_steps(jobs_.at(it->second.job));
       jobs_.erase(it->second.job);
     }
     it = workers_.erase(it);
   }
+}
+
+void Master::count_lost_steps(const Job& job) {
+  for (int64_t sid : job.studies)
+    if (studies_.count(sid))
+      studies_.at(sid).steps_executed +=
+          std::max<int64_t>(0, job.progress_step - job.reported_step);
+}
+
+// A job that no running study needs any more (they were cancelled, or ended while it ran) is
+// abandoned: its worker stops at its next step and says "abandoned" (or, if it finished first,
+// "done"), and stays busy for the master until then.
+void Master::abandon_orphan_jobs() {
+  for (auto& [id, job] : jobs_) {
+    if (job.abandoned || std::any_of(job.studies.begin(), job.studies.end(),
+                                     [&](int64_t s) { return study_running(s); }))
+      continue;
+    job.abandoned = true;
+    json order = protocol::make("abandon");
+    order["job"] = id;
+    protocol::router_send(socket_, job.worker, order);
+    log_event(std::nullopt, "job_abandoned", {{"job", id}});
+  }
+}
+
+void Master::on_abandoned(Worker& w, const json& m) {
+  int64_t job_id = protocol::get_int(m, "job");
+  if (job_id != w.job || !jobs_.at(job_id).abandoned)
+    throw protocol::ProtocolError("abandoned.job: not a job this worker was told to abandon");
+  count_lost_steps(jobs_.at(job_id));
+  w.held.clear();
+  for (const json& id : m.value("held", json::array()))
+    if (id.is_number_integer()) w.held.insert(id.get<int64_t>());
+  jobs_.erase(job_id);
+  w.job = -1;
+  schedule_changed_ = true;
 }
 
 void Master::remove_unreported_checkpoints() {

@@ -94,6 +94,17 @@ class Master {
   // Starts a study; throws SpecError or std::invalid_argument (a duplicate name) and then
   // changes nothing.
   int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy);
+  // Ends a running study at a client's request: status "cancelled" (a `cancelled` event), its
+  // unfinished trials stopped where they are, and its checkpoints deleted unless another study
+  // shares them. Work under way for it alone finishes its stage on the worker and is dropped.
+  // Throws std::invalid_argument (no such study, or one that has ended) and then changes nothing.
+  void cancel(int64_t study);
+  // The id of a study known to this master by its id or its name (a JSON number or string);
+  // std::invalid_argument if there is none.
+  int64_t find_study(const json& id_or_name) const;
+  // The connected workers, for `hippo workers`: name, device, devices, threads, pid, seconds
+  // since it was last heard, the states it holds, and its job (studies, trial, steps) if busy.
+  json workers_json() const;
 
   // Handles the messages that arrive within timeout_ms, then dispatches work to idle workers.
   void poll(int timeout_ms);
@@ -131,6 +142,7 @@ class Master {
     std::set<int64_t> studies;  // whose trials need this work (executed steps are counted there)
     int64_t reported_step = 0;  // the latest step whose state the worker reported
     int64_t progress_step = 0;  // the latest step the worker said it reached
+    bool abandoned = false;     // no running study needs it; the worker was told to stop
   };
   struct Trial {
     TrialId id = -1;
@@ -186,8 +198,12 @@ class Master {
   void on_snapshot(Worker& w, const json& m);
   void on_done(Worker& w, const json& m);
   void on_failed(Worker& w, const json& m);
+  void on_abandoned(Worker& w, const json& m);
   void on_client(const std::string& peer, const json& m);
   void check_workers();
+  // The steps a job trained past its last reported state, lost: they count as executed.
+  void count_lost_steps(const Job& job);
+  void abandon_orphan_jobs();
   void dispatch();
   std::vector<Candidate> candidates();
   void send_job(Worker& w, const Candidate& c);

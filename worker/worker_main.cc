@@ -173,8 +173,9 @@ class Worker {
       if (type == "snapshot_at")  // its job ended before the order came: the master replays
         std::fprintf(stderr, "worker %s: snapshot_at refused: its job has ended\n",
                      options_.name.c_str());
+      // An "abandon" that comes after its job ended: the master has its "done" or "failed".
       if (type != "shutdown" && type != "reset" && type != "welcome" && type != "job" &&
-          type != "snapshot_at")
+          type != "snapshot_at" && type != "abandon")
         std::fprintf(stderr, "worker %s: refused a message of unknown type \"%s\"\n",
                      options_.name.c_str(), type.c_str());
     }
@@ -415,9 +416,12 @@ class Worker {
 
   void run_job(protocol::Job& job) {
     auto started = Clock::now();
+    abandon_ordered_ = false;
     if (is_external(job)) {
-      if (!run_external(job)) return;
-      send_done(job, started);
+      if (run_external(job))
+        send_done(job, started);
+      else
+        acknowledge_abandon(job);
       return;
     }
     Engine& engine = engine_for(job.run);
@@ -469,12 +473,23 @@ class Worker {
       announce_snapshots(false);
       return !stop && !g_stop;
     });
-    if (stop || g_stop) {  // abandoned: the master gives the work out again
+    if (stop || g_stop) {  // abandoned: the master gives the work out again, or needs it no more
       drop_snapshots();
+      acknowledge_abandon(job);
       return;
     }
     announce_snapshots(true);
     send_done(job, started);
+  }
+
+  // After a job stopped early: if the master ordered it, say that it has stopped (the master
+  // keeps this worker busy until then).
+  void acknowledge_abandon(const protocol::Job& job) {
+    if (!abandon_ordered_) return;
+    json m = protocol::make("abandoned");
+    m["job"] = job.id;
+    m["held"] = cache_.ids();
+    send(m);
   }
 
   void send_done(const protocol::Job& job, Clock::time_point started) {
@@ -576,6 +591,15 @@ class Worker {
           std::fprintf(stderr, "worker %s: snapshot_at refused: %s\n", options_.name.c_str(),
                        e.what());
         }
+      } else if (type == "abandon") {
+        // No running study needs this job any more (e.g. it was cancelled).
+        try {
+          if (protocol::get_int(m, "job") != job.id) continue;  // an order for an ended job
+          abandon_ordered_ = true;
+          stop = true;
+        } catch (const protocol::ProtocolError& e) {
+          std::fprintf(stderr, "worker %s: abandon refused: %s\n", options_.name.c_str(), e.what());
+        }
       } else if (type == "job") {
         std::fprintf(stderr, "worker %s: refused a job while busy\n", options_.name.c_str());
       } else if (type != "welcome" && type != "reset") {
@@ -591,6 +615,7 @@ class Worker {
   protocol::HandshakeWatch handshakes_;
   StateCache cache_;
   std::deque<PendingSnapshot> pending_snapshots_;  // the running job's, oldest first
+  bool abandon_ordered_ = false;  // the master said that the running job is needed no more
   bool awaiting_welcome_ = false;
   Clock::time_point hello_sent_;
   int64_t last_job_ = 0;          // the newest job since the welcome (job ids start at 1)

@@ -396,6 +396,91 @@ TEST_F(E2E, LostWorkerStageIsRequeued) {
   EXPECT_EQ(metrics_by_trial(a), metrics_by_trial(b));
 }
 
+// `hippo workers` shows who trains what; `hippo cancel` ends one of two running studies: its
+// trials stop, the work under way for it alone is abandoned at once (the workers are idle within
+// seconds, not at the end of their stages), its checkpoints go, and the other study runs on to
+// the same metrics as alone.
+TEST_F(E2E, CancelEndsOneStudyAndFreesItsWorkers) {
+  // Two trials of one stage each, 50 epochs of all of Fashion-MNIST: a minute of training.
+  json slow = {{"model", {{"hidden", {256, 128}}}},
+               {"data", {{"train_samples", 60000}}},
+               {"hyperparameters",
+                {{"lr",
+                  {{"schedule", nullptr},
+                   {"unit", nullptr},
+                   {"init", nullptr},
+                   {"every", nullptr},
+                   {"gamma", nullptr},
+                   {"grid", {0.1, 0.05}}}}}},
+               {"length", {{"epochs", 50}}}};
+  std::string long_study = spec("long", slow), short_study = spec("short", json::object());
+  Result alone = sh(hippo("alone.db") + "--format json run " + short_study + " --workers 1");
+  ASSERT_EQ(alone.status, 0) << alone.out;
+
+  std::string address = "ipc://" + path("master.sock");
+  std::string db = path("cluster.db"), checkpoints = path("ck");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", checkpoints});
+  for (const char* name : {"w0", "w1"})
+    spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", name});
+  std::string client = kHippo + " --master " + address + " --format json ";
+  ASSERT_EQ(sh(client + "submit " + long_study).status, 0);
+
+  // Both workers on the long study's first stages.
+  auto workers = [&] { return json::parse(sh(client + "workers").out); };
+  json list;
+  for (int i = 0; i < 500; ++i) {
+    list = workers();
+    if (list.size() == 2 && list[0].contains("job") && list[1].contains("job")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(list.size(), 2u) << list.dump();
+  for (const json& w : list) {
+    ASSERT_TRUE(w.contains("job")) << list.dump();
+    EXPECT_EQ(w["job"]["studies"], json::array({"long"}));
+    EXPECT_EQ(w["device"], "cpu");
+  }
+
+  Result cancelled = sh(client + "cancel long");
+  ASSERT_EQ(cancelled.status, 0) << cancelled.out;
+  EXPECT_EQ(last_json(cancelled.out)["status"], "cancelled");
+  // Abandoned at the next step: both idle within 3 s, long before a stage could end.
+  bool idle = false;
+  for (int i = 0; i < 150 && !idle; ++i) {
+    list = workers();
+    idle = std::none_of(list.begin(), list.end(), [](const json& w) { return w.contains("job"); });
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(idle) << list.dump();
+
+  // The other study runs to the end on the freed workers, with the metrics it has alone.
+  Result other = sh(client + "submit " + short_study + " --wait");
+  ASSERT_EQ(other.status, 0) << other.out;
+  EXPECT_EQ(last_json(other.out)["status"], "done");
+  json a = json::parse(sh(hippo("alone.db") + "--format json trials short").out);
+  json b = json::parse(sh(kHippo + " --db " + db + " --format json trials short").out);
+  EXPECT_EQ(metrics_by_trial(a), metrics_by_trial(b));
+
+  // The cancelled study: no trial left pending or running, nothing of it on disk.
+  json trials = json::parse(sh(kHippo + " --db " + db + " --format json trials long").out);
+  ASSERT_FALSE(trials.empty());
+  for (const json& t : trials) EXPECT_EQ(t["status"], "stopped") << t.dump();
+  json studies = json::parse(sh(kHippo + " --db " + db + " --format json studies").out);
+  for (const json& st : studies)
+    EXPECT_EQ(st["status"], st["name"] == "long" ? "cancelled" : "done") << st.dump();
+  EXPECT_TRUE(fs::is_empty(checkpoints));
+
+  // Cancelling again, or a study that does not exist, is bad input; so is no master.
+  Result again = sh(client + "cancel long 2>&1");
+  EXPECT_EQ(again.status, 2);
+  EXPECT_NE(again.out.find("has already ended: cancelled"), std::string::npos) << again.out;
+  Result unknown = sh(client + "cancel nosuch 2>&1");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.out.find("no study named nosuch"), std::string::npos) << unknown.out;
+  Result no_master = sh("env -u HIPPO_MASTER " + kHippo + " workers 2>&1");
+  EXPECT_EQ(no_master.status, 2);
+  EXPECT_NE(no_master.out.find("no master"), std::string::npos) << no_master.out;
+}
+
 // The example of INTERFACE.md, whole: 18 trials on all of Fashion-MNIST with two workers.
 TEST_F(E2E, InterfaceExampleSharesExactly) {
   std::string file = kExamples + "/fmnist-mlp-lr-decay.json";
