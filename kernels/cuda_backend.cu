@@ -13,17 +13,16 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/cuda_conv.cuh"
+#include "kernels/cuda_library.h"
 #include "kernels/cuda_ops.cuh"
 #include "kernels/cuda_transformer.cuh"
 #include "kernels/kernels.h"
@@ -37,10 +36,9 @@ namespace {
 // own slot, so a training step's two uploads (inputs, labels) do not wait for the step before.
 constexpr int64_t kStagingBytes = 4 << 20;
 constexpr int kStagingSlots = 2;
-// cuBLAS is loaded (dlopen) when the first CUDA backend is made, not linked: its libraries take
-// ~0.15 s and ~200 MB of memory to load, which every CPU-only process (workers, tests, the
-// master) would otherwise pay. These are the entry points the backend uses, by their exported
-// names (cublas_v2.h maps cublasSgemm to cublasSgemm_v2, and so on).
+// cuBLAS is loaded (cuda_library.h) when the first CUDA backend is made. These are the entry
+// points the backend uses, by their exported names (cublas_v2.h maps cublasSgemm to
+// cublasSgemm_v2, and so on).
 struct Cublas {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasDestroy_v2) destroy;
@@ -61,17 +59,8 @@ struct Cublas {
 // Loads the cuBLAS of the major version hippo was built with, once per process.
 const Cublas& cublas() {
   static const Cublas api = [] {
-    const std::string library = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr)
-      throw std::runtime_error("cannot load " + library +
-                               " (cuBLAS, for the CUDA backend): " + dlerror());
-    auto load = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
-      if (fn == nullptr)
-        throw std::runtime_error(library + " has no " + name + " (a cuBLAS older than " +
-                                 std::to_string(CUBLAS_VER_MAJOR) + ".x?)");
-    };
+    const cuda::RuntimeLibrary library("cublas", CUBLAS_VER_MAJOR, "cuBLAS, for the CUDA backend");
+    auto load = [&](auto& fn, const char* name) { library.load(fn, name); };
     Cublas c{};
     load(c.create, "cublasCreate_v2");
     load(c.destroy, "cublasDestroy_v2");
@@ -83,7 +72,7 @@ const Cublas& cublas() {
     load(c.gemm_ex, "cublasGemmEx");
     load(c.status_name, "cublasGetStatusName");
     load(c.status_string, "cublasGetStatusString");
-    return c;  // the library stays loaded for the life of the process
+    return c;
   }();
   return api;
 }

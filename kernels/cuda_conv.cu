@@ -1,22 +1,21 @@
 // Convolutions through cuDNN's convolution API (cuda_conv.cuh says what and why).
 #include <cuda_bf16.h>
 #include <cudnn.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/cuda_conv.cuh"
+#include "kernels/cuda_library.h"
 #include "kernels/cuda_ops.cuh"
 
 namespace hippo::kernels::cuda {
 namespace {
 
-// The cuDNN entry points used here, loaded from the library of the major version hippo was
-// built with (as cuBLAS in cuda_backend.cu: CPU-only processes never pay for loading it).
+// The cuDNN entry points used here, from the library of the major version hippo was built with
+// (cuda_library.h).
 struct Cudnn {
   decltype(&cudnnCreate) create;
   decltype(&cudnnDestroy) destroy;
@@ -45,17 +44,8 @@ struct Cudnn {
 
 const Cudnn& cudnn() {
   static const Cudnn api = [] {
-    const std::string library = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
-    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr)
-      throw std::runtime_error("cannot load " + library +
-                               " (cuDNN, for convolutions on the GPU): " + dlerror());
-    auto load = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
-      if (fn == nullptr)
-        throw std::runtime_error(library + " has no " + name + " (a cuDNN older than " +
-                                 std::to_string(CUDNN_MAJOR) + ".x?)");
-    };
+    const RuntimeLibrary library("cudnn", CUDNN_MAJOR, "cuDNN, for convolutions on the GPU");
+    auto load = [&](auto& fn, const char* name) { library.load(fn, name); };
     Cudnn c{};
     load(c.create, "cudnnCreate");
     load(c.destroy, "cudnnDestroy");
@@ -80,7 +70,7 @@ const Cudnn& cudnn() {
     load(c.forward, "cudnnConvolutionForward");
     load(c.backward_data, "cudnnConvolutionBackwardData");
     load(c.backward_filter, "cudnnConvolutionBackwardFilter");
-    return c;  // the library stays loaded for the life of the process
+    return c;
   }();
   return api;
 }
