@@ -21,6 +21,7 @@ struct Cudnn {
   decltype(&cudnnDestroy) destroy;
   decltype(&cudnnSetStream) set_stream;
   decltype(&cudnnGetErrorString) error_string;
+  decltype(&cudnnGetCudartVersion) cudart_version;
   decltype(&cudnnCreateTensorDescriptor) create_tensor;
   decltype(&cudnnDestroyTensorDescriptor) destroy_tensor;
   decltype(&cudnnSetTensor4dDescriptor) set_tensor;
@@ -51,6 +52,14 @@ const Cudnn& cudnn() {
     load(c.destroy, "cudnnDestroy");
     load(c.set_stream, "cudnnSetStream");
     load(c.error_string, "cudnnGetErrorString");
+    load(c.cudart_version, "cudnnGetCudartVersion");
+    // A cuDNN built for another CUDA major version (e.g. one from a Python wheel found first on
+    // the library path) fails in obscure ways later: say so now.
+    if (c.cudart_version() / 1000 != CUDART_VERSION / 1000)
+      throw std::runtime_error("the libcudnn.so." + std::to_string(CUDNN_MAJOR) +
+                               " found is built for CUDA " +
+                               std::to_string(c.cudart_version() / 1000) + ", hippo for CUDA " +
+                               std::to_string(CUDART_VERSION / 1000) + " (check LD_LIBRARY_PATH)");
     load(c.create_tensor, "cudnnCreateTensorDescriptor");
     load(c.destroy_tensor, "cudnnDestroyTensorDescriptor");
     load(c.set_tensor, "cudnnSetTensor4dDescriptor");
@@ -93,14 +102,16 @@ std::string describe(const ConvShape& s, Precision p) {
          (p == Precision::kBf16 ? ", bf16" : ", fp32");
 }
 
-// The first of cuDNN's ranked algorithms that runs here, is deterministic and fits the limit.
+// The first of cuDNN's ranked (algorithm, math type) pairs that runs here, is deterministic, fits
+// the workspace limit and, in fp32, uses plain FMA arithmetic (no TF32).
 template <typename Perf>
-auto first_deterministic(const Perf* ranked, int count, const char* direction, const ConvShape& s,
+Perf first_deterministic(const Perf* ranked, int count, const char* direction, const ConvShape& s,
                          Precision p) {
   for (int i = 0; i < count; ++i)
     if (ranked[i].status == CUDNN_STATUS_SUCCESS && ranked[i].determinism == CUDNN_DETERMINISTIC &&
-        ranked[i].memory <= kMaxCudnnWorkspace)
-      return ranked[i].algo;
+        ranked[i].memory <= kMaxCudnnWorkspace &&
+        (p == Precision::kBf16 || ranked[i].mathType == CUDNN_FMA_MATH))
+      return ranked[i];
   throw std::runtime_error(std::string("cuDNN offers no deterministic ") + direction +
                            " convolution algorithm for " + describe(s, p));
 }
@@ -130,15 +141,19 @@ void from_nchw(cudaStream_t stream, Precision p, const void* src, float* dst, in
 
 }  // namespace
 
-// One shape's descriptors, algorithms and workspace layout (byte offsets).
+// One shape's descriptors, algorithms and workspace layout (byte offsets). Each direction has its
+// own convolution descriptor, set to the math type that cuDNN ranked its algorithm with (cuDNN
+// runs the algorithm under the descriptor's math type).
 struct CudnnConvolutions::Plan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;  // NCHW input and output
   cudnnFilterDescriptor_t w = nullptr;               // [Cout, Cin, k, k]
-  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionDescriptor_t forward_conv = nullptr, backward_data_conv = nullptr,
+                               backward_filter_conv = nullptr;
   cudnnConvolutionFwdAlgo_t forward{};
   cudnnConvolutionBwdDataAlgo_t backward_data{};
   cudnnConvolutionBwdFilterAlgo_t backward_filter{};
-  // x and dx NCHW copies, w and dw bf16 copies (bf16 only), y / dy NCHW copy, cuDNN's own.
+  // NCHW copies of x and dx, aligned copies of w and dw (bf16 in bf16), the NCHW y or dy, and
+  // cuDNN's own workspace.
   size_t x_at = 0, dx_at = 0, w_at = 0, dw_at = 0, y_at = 0, cudnn_at = 0, cudnn_bytes = 0;
   size_t total = 0;
 
@@ -146,13 +161,19 @@ struct CudnnConvolutions::Plan {
     if (x) cudnn().destroy_tensor(x);
     if (y) cudnn().destroy_tensor(y);
     if (w) cudnn().destroy_filter(w);
-    if (conv) cudnn().destroy_convolution(conv);
+    for (cudnnConvolutionDescriptor_t c : {forward_conv, backward_data_conv, backward_filter_conv})
+      if (c) cudnn().destroy_convolution(c);
   }
 };
 
 CudnnConvolutions::CudnnConvolutions(cudaStream_t stream) : stream_(stream) {
   HIPPO_CUDNN_CHECK(cudnn().create(&handle_));
-  HIPPO_CUDNN_CHECK(cudnn().set_stream(handle_, stream_));
+  try {
+    HIPPO_CUDNN_CHECK(cudnn().set_stream(handle_, stream_));
+  } catch (...) {
+    cudnn().destroy(handle_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
 }
 
 CudnnConvolutions::~CudnnConvolutions() {
@@ -172,47 +193,61 @@ const CudnnConvolutions::Plan& CudnnConvolutions::plan(const ConvShape& s, Preci
   HIPPO_CUDNN_CHECK(api.create_tensor(&plan->x));
   HIPPO_CUDNN_CHECK(api.create_tensor(&plan->y));
   HIPPO_CUDNN_CHECK(api.create_filter(&plan->w));
-  HIPPO_CUDNN_CHECK(api.create_convolution(&plan->conv));
   HIPPO_CUDNN_CHECK(
       api.set_tensor(plan->x, CUDNN_TENSOR_NCHW, type, s.batch, s.in_channels, s.height, s.width));
   HIPPO_CUDNN_CHECK(api.set_tensor(plan->y, CUDNN_TENSOR_NCHW, type, s.batch, s.out_channels,
                                    s.out_height(), s.out_width()));
   HIPPO_CUDNN_CHECK(api.set_filter(plan->w, type, CUDNN_TENSOR_NCHW, s.out_channels, s.in_channels,
                                    s.kernel, s.kernel));
-  // Cross-correlation (as the CPU backend's im2col product), fp32 accumulation in both precisions.
-  HIPPO_CUDNN_CHECK(api.set_convolution(plan->conv, s.pad, s.pad, 1, 1, 1, 1,
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  // fp32: FMA only (no TF32, which would round the operands to 10 bits); bf16: tensor cores.
-  HIPPO_CUDNN_CHECK(api.set_math_type(plan->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  // Cross-correlation (as the CPU backend's im2col product), fp32 accumulation in both
+  // precisions; ranked under FMA only in fp32 (no TF32, which would round the operands to 10
+  // bits), under tensor cores in bf16.
+  for (cudnnConvolutionDescriptor_t* conv :
+       {&plan->forward_conv, &plan->backward_data_conv, &plan->backward_filter_conv}) {
+    HIPPO_CUDNN_CHECK(api.create_convolution(conv));
+    HIPPO_CUDNN_CHECK(api.set_convolution(*conv, s.pad, s.pad, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                          CUDNN_DATA_FLOAT));
+    HIPPO_CUDNN_CHECK(api.set_math_type(*conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
 
   int count = 0;
   cudnnConvolutionFwdAlgoPerf_t forward[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  HIPPO_CUDNN_CHECK(api.rank_forward(handle_, plan->x, plan->w, plan->conv, plan->y,
+  HIPPO_CUDNN_CHECK(api.rank_forward(handle_, plan->x, plan->w, plan->forward_conv, plan->y,
                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, forward));
-  plan->forward = first_deterministic(forward, count, "forward", s, p);
+  const auto chosen_forward = first_deterministic(forward, count, "forward", s, p);
+  plan->forward = chosen_forward.algo;
+  HIPPO_CUDNN_CHECK(api.set_math_type(plan->forward_conv, chosen_forward.mathType));
+
   cudnnConvolutionBwdDataAlgoPerf_t backward_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  HIPPO_CUDNN_CHECK(api.rank_backward_data(handle_, plan->w, plan->y, plan->conv, plan->x,
-                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
+  HIPPO_CUDNN_CHECK(api.rank_backward_data(handle_, plan->w, plan->y, plan->backward_data_conv,
+                                           plan->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
                                            backward_data));
-  plan->backward_data = first_deterministic(backward_data, count, "backward-data", s, p);
+  const auto chosen_data = first_deterministic(backward_data, count, "backward-data", s, p);
+  plan->backward_data = chosen_data.algo;
+  HIPPO_CUDNN_CHECK(api.set_math_type(plan->backward_data_conv, chosen_data.mathType));
+
   cudnnConvolutionBwdFilterAlgoPerf_t backward_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  HIPPO_CUDNN_CHECK(api.rank_backward_filter(handle_, plan->x, plan->y, plan->conv, plan->w,
-                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-                                             backward_filter));
-  plan->backward_filter = first_deterministic(backward_filter, count, "backward-filter", s, p);
+  HIPPO_CUDNN_CHECK(api.rank_backward_filter(handle_, plan->x, plan->y, plan->backward_filter_conv,
+                                             plan->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                             &count, backward_filter));
+  const auto chosen_filter = first_deterministic(backward_filter, count, "backward-filter", s, p);
+  plan->backward_filter = chosen_filter.algo;
+  HIPPO_CUDNN_CHECK(api.set_math_type(plan->backward_filter_conv, chosen_filter.mathType));
 
   size_t forward_bytes = 0, backward_data_bytes = 0, backward_filter_bytes = 0;
-  HIPPO_CUDNN_CHECK(api.forward_workspace(handle_, plan->x, plan->w, plan->conv, plan->y,
+  HIPPO_CUDNN_CHECK(api.forward_workspace(handle_, plan->x, plan->w, plan->forward_conv, plan->y,
                                           plan->forward, &forward_bytes));
-  HIPPO_CUDNN_CHECK(api.backward_data_workspace(handle_, plan->w, plan->y, plan->conv, plan->x,
-                                                plan->backward_data, &backward_data_bytes));
-  HIPPO_CUDNN_CHECK(api.backward_filter_workspace(handle_, plan->x, plan->y, plan->conv, plan->w,
+  HIPPO_CUDNN_CHECK(api.backward_data_workspace(handle_, plan->w, plan->y, plan->backward_data_conv,
+                                                plan->x, plan->backward_data,
+                                                &backward_data_bytes));
+  HIPPO_CUDNN_CHECK(api.backward_filter_workspace(handle_, plan->x, plan->y,
+                                                  plan->backward_filter_conv, plan->w,
                                                   plan->backward_filter, &backward_filter_bytes));
 
   const size_t element = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
   const size_t x_bytes = aligned(element * s.in_channels * s.batch * s.height * s.width);
   const size_t y_bytes = aligned(element * s.out_channels * s.col_cols());
-  const size_t w_bytes = bf16 ? aligned(element * s.out_channels * s.col_rows()) : 0;
+  const size_t w_bytes = aligned(element * s.out_channels * s.col_rows());
   plan->dx_at = plan->x_at + x_bytes;
   plan->w_at = plan->dx_at + x_bytes;
   plan->dw_at = plan->w_at + w_bytes;
@@ -227,21 +262,43 @@ size_t CudnnConvolutions::workspace_bytes(const ConvShape& s, Precision p) {
   return plan(s, p).total;
 }
 
+namespace {
+
+// w[Cout, Cin, k, k] copied into the workspace (256-byte aligned, whatever the offset of the layer
+// in its parameter buffer), rounded to bf16 in bf16.
+void weights_operand(cudaStream_t stream, Precision p, const float* w, void* dst, int64_t n) {
+  if (p == Precision::kBf16) {
+    convert(stream, w, static_cast<__nv_bfloat16*>(dst), n);
+    return;
+  }
+  HIPPO_CUDA_CHECK(cudaMemcpyAsync(dst, w, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream));
+}
+
+// A cuDNN failure while running, with the shape and the algorithm it ran.
+template <typename Run>
+void with_context(const ConvShape& s, Precision p, const char* direction, int algorithm, Run run) {
+  try {
+    run();
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string(e.what()) + " (" + direction + " convolution, " +
+                             describe(s, p) + ", algorithm " + std::to_string(algorithm) + ")");
+  }
+}
+
+}  // namespace
+
 void CudnnConvolutions::forward(const ConvShape& s, Precision p, const float* x, const float* w,
                                 float* y, void* workspace) {
   const Plan& plan = this->plan(s, p);
   char* ws = static_cast<char*>(workspace);
   const float one = 1, zero = 0;  // alpha and beta are float for float and bf16 data
   to_nchw(stream_, p, x, ws + plan.x_at, s.in_channels, s.batch, int64_t{s.height} * s.width);
-  const void* w_operand = w;
-  if (p == Precision::kBf16) {
-    convert(stream_, w, reinterpret_cast<__nv_bfloat16*>(ws + plan.w_at),
-            s.out_channels * s.col_rows());
-    w_operand = ws + plan.w_at;
-  }
-  HIPPO_CUDNN_CHECK(cudnn().forward(handle_, &one, plan.x, ws + plan.x_at, plan.w, w_operand,
-                                    plan.conv, plan.forward, ws + plan.cudnn_at, plan.cudnn_bytes,
-                                    &zero, plan.y, ws + plan.y_at));
+  weights_operand(stream_, p, w, ws + plan.w_at, s.out_channels * s.col_rows());
+  with_context(s, p, "forward", plan.forward, [&] {
+    HIPPO_CUDNN_CHECK(cudnn().forward(handle_, &one, plan.x, ws + plan.x_at, plan.w, ws + plan.w_at,
+                                      plan.forward_conv, plan.forward, ws + plan.cudnn_at,
+                                      plan.cudnn_bytes, &zero, plan.y, ws + plan.y_at));
+  });
   from_nchw(stream_, p, ws + plan.y_at, y, s.batch, s.out_channels,
             int64_t{s.out_height()} * s.out_width());
 }
@@ -251,28 +308,30 @@ void CudnnConvolutions::backward(const ConvShape& s, Precision p, const float* x
   const Plan& plan = this->plan(s, p);
   char* ws = static_cast<char*>(workspace);
   const float one = 1, zero = 0;
-  const bool bf16 = p == Precision::kBf16;
   const int64_t image = int64_t{s.height} * s.width, weights = s.out_channels * s.col_rows();
   to_nchw(stream_, p, dy, ws + plan.y_at, s.out_channels, s.batch,
           int64_t{s.out_height()} * s.out_width());
   to_nchw(stream_, p, x, ws + plan.x_at, s.in_channels, s.batch, image);
 
-  // dw, written by cuDNN in place (fp32) or as bf16 and widened.
-  void* dw_result = bf16 ? static_cast<void*>(ws + plan.dw_at) : dw;
-  HIPPO_CUDNN_CHECK(cudnn().backward_filter(
-      handle_, &one, plan.x, ws + plan.x_at, plan.y, ws + plan.y_at, plan.conv,
-      plan.backward_filter, ws + plan.cudnn_at, plan.cudnn_bytes, &zero, plan.w, dw_result));
-  if (bf16) convert(stream_, reinterpret_cast<const __nv_bfloat16*>(ws + plan.dw_at), dw, weights);
+  with_context(s, p, "backward-filter", plan.backward_filter, [&] {
+    HIPPO_CUDNN_CHECK(cudnn().backward_filter(handle_, &one, plan.x, ws + plan.x_at, plan.y,
+                                              ws + plan.y_at, plan.backward_filter_conv,
+                                              plan.backward_filter, ws + plan.cudnn_at,
+                                              plan.cudnn_bytes, &zero, plan.w, ws + plan.dw_at));
+  });
+  if (p == Precision::kBf16)
+    convert(stream_, reinterpret_cast<const __nv_bfloat16*>(ws + plan.dw_at), dw, weights);
+  else
+    HIPPO_CUDA_CHECK(cudaMemcpyAsync(dw, ws + plan.dw_at, sizeof(float) * weights,
+                                     cudaMemcpyDeviceToDevice, stream_));
   if (dx == nullptr) return;
 
-  const void* w_operand = w;
-  if (bf16) {
-    convert(stream_, w, reinterpret_cast<__nv_bfloat16*>(ws + plan.w_at), weights);
-    w_operand = ws + plan.w_at;
-  }
-  HIPPO_CUDNN_CHECK(cudnn().backward_data(handle_, &one, plan.w, w_operand, plan.y, ws + plan.y_at,
-                                          plan.conv, plan.backward_data, ws + plan.cudnn_at,
-                                          plan.cudnn_bytes, &zero, plan.x, ws + plan.dx_at));
+  weights_operand(stream_, p, w, ws + plan.w_at, weights);
+  with_context(s, p, "backward-data", plan.backward_data, [&] {
+    HIPPO_CUDNN_CHECK(cudnn().backward_data(
+        handle_, &one, plan.w, ws + plan.w_at, plan.y, ws + plan.y_at, plan.backward_data_conv,
+        plan.backward_data, ws + plan.cudnn_at, plan.cudnn_bytes, &zero, plan.x, ws + plan.dx_at));
+  });
   from_nchw(stream_, p, ws + plan.dx_at, dx, s.batch, s.in_channels, image);
 }
 

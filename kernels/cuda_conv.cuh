@@ -1,9 +1,10 @@
 // Convolutions through cuDNN, for CudaBackend (the conv2d_forward / conv2d_backward contract of
 // kernels.h, without the column scratch, which only the CPU backend uses).
 //
-// Layout: hippo's activations are CNHW; cuDNN runs on NCHW copies in the workspace, one transpose
-// kernel each way (cuDNN documents its deterministic backward algorithms for packed NCHW and NHWC
-// tensors only; CNHW would be a strided layout).
+// Layout: hippo's activations are CNHW; cuDNN runs on NCHW copies in the workspace (one transpose
+// kernel each way: cuDNN documents its deterministic backward algorithms for packed NCHW and NHWC
+// tensors only, and CNHW would be a strided layout), and on copies of the weights aligned to 256
+// bytes (a layer's weights start anywhere in the parameter buffer).
 //
 // Precision: fp32 runs with CUDNN_FMA_MATH (no TF32, as the cuBLAS products). bf16 runs on bf16
 // copies of x, w and dy on the tensor cores with fp32 accumulation, and its results (y, dx, dw)
@@ -12,8 +13,10 @@
 //
 // Determinism (DESIGN.md invariant 1): each direction's algorithm is the first of cuDNN's
 // heuristic ranking (a function of the shapes, the GPU and the library, never of timing) that
-// cuDNN reports deterministic, chosen once per shape and precision and kept for the life of the
-// object, so a trial's bits do not depend on how it was split into stages.
+// cuDNN reports deterministic (in fp32 also: FMA math, no TF32), run under the math type it was
+// ranked with, chosen once per shape and precision and kept for the life of the object, so a
+// trial's bits do not depend on how it was split into stages. They may differ between GPUs of one
+// architecture with other SM counts (as cuBLAS's): the GPU workers of a study share a GPU model.
 //
 // cuDNN is loaded (dlopen) when the first object is made, i.e. at a worker's first convolution:
 // processes that train MLPs or GPTs never need it.
