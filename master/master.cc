@@ -150,6 +150,28 @@ void Master::restore() {
     plan_.add_event(row.id, "resumed", json::object());
     studies_[row.id] = std::move(s);
   }
+  trials_to_close_ = true;  // the previous master may have died between a snapshot and its done
+}
+
+// A trial closes when the "done" of the job that trained its last stage comes. If its last state
+// was reported (a snapshot) but that "done" never came (the master restarted, or the worker was
+// lost, in between), nothing is left to train and nothing else would close it: this does.
+void Master::close_trained_trials() {
+  plan_.transaction([&] {
+    for (auto& [id, t] : trials_) {
+      auto study = studies_.find(t.study);
+      if (t.status != TrialStatus::kRunning || study == studies_.end() ||
+          study->second.status != StudyStatus::kRunning)
+        continue;
+      Study& s = study->second;
+      guarded(s, [&] {
+        maybe_close(t);
+        plan_.save_searcher_state(s.id, s.searcher->save());
+      });
+    }
+  });
+  trials_to_close_ = false;
+  schedule_changed_ = true;
 }
 
 void Master::resync() {
@@ -607,6 +629,13 @@ void Master::poll(int timeout_ms) {
   // Scheduling work is shared by the running studies, in proportion to their trials.
   double started = thread_cpu_seconds();
   check_workers();
+  if (trials_to_close_ && deferred_.empty()) {
+    try {
+      close_trained_trials();
+    } catch (const PlanBusy&) {
+      // the plan is locked by another process: the next poll tries again
+    }
+  }
   // Work becomes ready or a worker free only through some events (schedule_changed_ says which
   // happened): otherwise there is nothing to recompute.
   if (schedule_changed_) {
@@ -969,6 +998,7 @@ void Master::check_workers() {
       // count as executed (the heartbeats said how far it got).
       count_lost_steps(jobs_.at(it->second.job));
       jobs_.erase(it->second.job);
+      trials_to_close_ = true;
     }
     it = workers_.erase(it);
   }

@@ -204,6 +204,7 @@ class Master {
   // The steps a job trained past its last reported state, lost: they count as executed.
   void count_lost_steps(const Job& job);
   void abandon_orphan_jobs();
+  void close_trained_trials();
   void dispatch();
   std::vector<Candidate> candidates();
   void send_job(Worker& w, const Candidate& c);
@@ -270,6 +271,7 @@ class Master {
   Clock::time_point last_busy_;
   std::map<std::string, std::pair<double, int64_t>> step_cost_;  // root key -> (seconds, steps)
   bool schedule_changed_ = true;  // something arrived since the last dispatch
+  bool trials_to_close_ = false;  // close_trained_trials() is due (a restart, a lost worker)
   // Random per start of a master: state ids and file names of one start never meet another's
   // (a worker's cache is cleared at welcome; checkpoint files keep unique names).
   std::string incarnation_;

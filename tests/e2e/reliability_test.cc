@@ -264,3 +264,86 @@ TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
 }
 
 }  // namespace
+
+// The master dies after a job's last state was reported (metric and snapshot in the plan) and
+// before its "done": the restarted master has nothing left to train for that trial, and closes it
+// itself (before, the trial stayed "running" and the study never ended). The worker is a fake on
+// a real DEALER socket, so that the master can be killed exactly in that window.
+TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
+  // One trial of one stage (a constant learning rate).
+  std::string file = spec("one", {{"hyperparameters",
+                                   {{"lr",
+                                     {{"schedule", nullptr},
+                                      {"unit", nullptr},
+                                      {"init", nullptr},
+                                      {"every", nullptr},
+                                      {"gamma", nullptr},
+                                      {"grid", {0.1}}}}}}});
+  std::string address = "ipc://" + path("master.sock"), db = path("plan.db"), ck = path("ck");
+  std::vector<std::string> master = {kHippo,  "--db",          db, "master", "--bind",
+                                     address, "--checkpoints", ck};
+  pid_t first = spawn(master);
+
+  zmq::context_t context;
+  zmq::socket_t worker(context, zmq::socket_type::dealer);
+  worker.set(zmq::sockopt::linger, 0);
+  worker.set(zmq::sockopt::rcvtimeo, 10000);
+  worker.connect(address);
+  auto send = [&](json m) {
+    m["v"] = 1;
+    std::string body = m.dump();
+    worker.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
+    worker.send(zmq::buffer(body), zmq::send_flags::none);
+  };
+  auto receive = [&](const std::string& type) {  // the next message of that type, or null
+    for (int i = 0; i < 100; ++i) {
+      zmq::message_t delimiter, body;
+      if (!worker.recv(delimiter) || !worker.recv(body)) return json(nullptr);
+      json m = json::parse(body.to_string());
+      if (m["type"] == type) return m;
+    }
+    return json(nullptr);
+  };
+  send({{"type", "hello"},
+        {"name", "fake"},
+        {"device", "cpu"},
+        {"threads", 1},
+        {"pid", getpid()},
+        {"held", json::array()}});
+  ASSERT_FALSE(receive("welcome").is_null());
+  ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
+  json job = receive("job");
+  ASSERT_FALSE(job.is_null());
+
+  // The stage's evaluations and its last state, as a worker reports them (the checkpoint file
+  // exists: the restarted master forgets states whose file is missing), but no "done".
+  const int64_t to = job["to"];
+  const json order = job["snapshots"].back();
+  ASSERT_EQ(order["step"], to) << job.dump();
+  std::ofstream(ck + "/" + order["file"].get<std::string>()) << "a checkpoint";
+  for (const json& step : job["eval_steps"])
+    send({{"type", "metric"},
+          {"job", job["job"]},
+          {"step", step},
+          {"metrics", {{"accuracy", 0.5}, {"loss", 1.0}}}});
+  send({{"type", "snapshot"},
+        {"job", job["job"]},
+        {"step", to},
+        {"state", order["state"]},
+        {"file", order["file"]},
+        {"bytes", 12}});
+  bool recorded = false;
+  for (int i = 0; i < 500 && !recorded; ++i) {
+    recorded = sh("sqlite3 " + db + " \"SELECT count(*) FROM checkpoints\"").out == "1\n";
+    if (!recorded) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(recorded);
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+
+  spawn(master);
+  EXPECT_EQ(wait_for_end(db, 10), "done");
+  json t = trials(db, "one");
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0]["status"], "done");
+}
