@@ -409,7 +409,8 @@ class Worker {
       } catch (const CheckpointError&) {
         continue;  // nothing was left behind
       }
-      std::filesystem::remove(p.path);
+      std::error_code ec;  // best effort: nothing refers to the file
+      std::filesystem::remove(p.path, ec);
     }
     pending_snapshots_.clear();
   }
