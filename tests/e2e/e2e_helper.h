@@ -121,6 +121,18 @@ class E2ETest : public ::testing::Test {
     return file;
   }
 
+  // A patch for spec(): constant learning rates instead of the CI example's schedule, so that
+  // each trial is one stage from step 0.
+  static json constant_lr(const std::vector<double>& values) {
+    return {{"lr",
+             {{"schedule", nullptr},
+              {"unit", nullptr},
+              {"init", nullptr},
+              {"every", nullptr},
+              {"gamma", nullptr},
+              {"grid", values}}}};
+  }
+
   // Starts a process with its stderr in process-<pid>.log; `before_exec` runs in the child (e.g.
   // to set a resource limit). It is SIGKILLed at the end of the test if still running.
   pid_t spawn(const std::vector<std::string>& args,

@@ -404,14 +404,7 @@ TEST_F(E2E, CancelEndsOneStudyAndFreesItsWorkers) {
   // Two trials of one stage each, 50 epochs of all of Fashion-MNIST: a minute of training.
   json slow = {{"model", {{"hidden", {256, 128}}}},
                {"data", {{"train_samples", 60000}}},
-               {"hyperparameters",
-                {{"lr",
-                  {{"schedule", nullptr},
-                   {"unit", nullptr},
-                   {"init", nullptr},
-                   {"every", nullptr},
-                   {"gamma", nullptr},
-                   {"grid", {0.1, 0.05}}}}}},
+               {"hyperparameters", constant_lr({0.1, 0.05})},
                {"length", {{"epochs", 50}}}};
   std::string long_study = spec("long", slow), short_study = spec("short", json::object());
   Result alone = sh(hippo("alone.db") + "--format json run " + short_study + " --workers 1");

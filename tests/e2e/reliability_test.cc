@@ -271,14 +271,7 @@ TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
 // a real DEALER socket, so that the master can be killed exactly in that window.
 TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
   // One trial of one stage (a constant learning rate).
-  std::string file = spec("one", {{"hyperparameters",
-                                   {{"lr",
-                                     {{"schedule", nullptr},
-                                      {"unit", nullptr},
-                                      {"init", nullptr},
-                                      {"every", nullptr},
-                                      {"gamma", nullptr},
-                                      {"grid", {0.1}}}}}}});
+  std::string file = spec("one", {{"hyperparameters", constant_lr({0.1})}});
   std::string address = "ipc://" + path("master.sock"), db = path("plan.db"), ck = path("ck");
   std::vector<std::string> master = {kHippo,  "--db",          db, "master", "--bind",
                                      address, "--checkpoints", ck};
