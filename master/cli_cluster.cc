@@ -15,17 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-// A study named on the command line: its id as a number when it is all digits, else its name.
-json study_reference(const std::string& text) {
-  if (!text.empty() && text.size() <= 18 &&
-      text.find_first_not_of("0123456789") == std::string::npos)
-    return std::stoll(text);
-  return text;
-}
-
 int cancel(const std::string& study, const GlobalOptions& global) {
   json request = protocol::make("cancel");
-  request["study"] = study_reference(study);
+  request["study"] = study;  // a name or an id: the master resolves it (study_id_in)
   json summary = ask_master(global, request)["summary"];
   if (global.format == Format::kJson)
     std::printf("%s\n", summary.dump().c_str());

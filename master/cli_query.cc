@@ -29,8 +29,8 @@ SearchPlan open_existing(const std::string& path) {
 
 StudyRow find_study(SearchPlan& plan, const std::string& name_or_id) {
   if (auto s = plan.study_by_name(name_or_id)) return *s;
-  if (!name_or_id.empty() && name_or_id.find_first_not_of("0123456789") == std::string::npos)
-    if (auto s = plan.study(std::stoll(name_or_id.substr(0, 18))); s && !s->deleted_at) return *s;
+  if (std::optional<int64_t> id = study_id_in(name_or_id))
+    if (auto s = plan.study(*id); s && !s->deleted_at) return *s;
   throw BadInput("no study named " + name_or_id + " in " + plan.path());
 }
 

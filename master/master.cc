@@ -450,10 +450,11 @@ int64_t Master::find_study(const json& id_or_name) const {
   }
   if (!id_or_name.is_string())
     throw std::invalid_argument("study: expected an id or a name, got " + id_or_name.dump());
-  const std::string name = id_or_name.get<std::string>();
+  const std::string text = id_or_name.get<std::string>();
   for (const auto& [id, s] : studies_)
-    if (s.spec.name == name) return id;
-  throw std::invalid_argument("no study named " + name + " on this master");
+    if (s.spec.name == text) return id;
+  if (std::optional<int64_t> id = study_id_in(text); id && studies_.count(*id)) return *id;
+  throw std::invalid_argument("no study named " + text + " on this master");
 }
 
 json Master::workers_json() const {

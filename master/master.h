@@ -99,8 +99,8 @@ class Master {
   // shares them. Work under way for it alone finishes its stage on the worker and is dropped.
   // Throws std::invalid_argument (no such study, or one that has ended) and then changes nothing.
   void cancel(int64_t study);
-  // The id of a study known to this master by its id or its name (a JSON number or string);
-  // std::invalid_argument if there is none.
+  // The id of a study known to this master: a JSON number is an id, a string a name or an id
+  // (study_id_in, as the history queries read it); std::invalid_argument if there is none.
   int64_t find_study(const json& id_or_name) const;
   // The connected workers, for `hippo workers`: name, device, devices, threads, pid, seconds
   // since it was last heard, the states it holds, and its job (studies, trial, steps) if busy.

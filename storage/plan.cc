@@ -36,6 +36,12 @@ const char* const kTrialStatuses[] = {"pending", "running", "done", "stopped", "
 const char* to_string(Policy p) {
   return kPolicies[static_cast<int>(p)];
 }
+std::optional<int64_t> study_id_in(const std::string& text) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stoll(text);
+}
+
 const char* to_string(StudyStatus s) {
   return kStudyStatuses[static_cast<int>(s)];
 }

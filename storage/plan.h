@@ -53,6 +53,9 @@ const char* to_string(TrialStatus status);
 Policy parse_policy(const std::string& text);
 StudyStatus parse_study_status(const std::string& text);
 TrialStatus parse_trial_status(const std::string& text);
+// How users name a study: by its name, or by its id when the text is all digits (and no study
+// has it as a name). The id such a text stands for, if any.
+std::optional<int64_t> study_id_in(const std::string& text);
 
 struct StudyRow {
   int64_t id = 0;

@@ -23,12 +23,19 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// A TCP port on the loopback interface that nothing listens on right now.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+// The loopback interface's address with `port` (0: any free port).
+sockaddr_in loopback(int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  return a;
+}
+
+// A TCP port on the loopback interface that nothing listens on right now.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(0);
   socklen_t n = sizeof a;
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), n) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0)
@@ -37,13 +44,10 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// A TCP connection to the loopback interface's `port` (-1 and a test failure if refused).
+// A TCP connection to the loopback interface's `port` (a test failure if refused).
 int connect_loopback(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
+  sockaddr_in a = loopback(port);
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
     ADD_FAILURE() << "cannot connect to port " << port;
   return fd;
