@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "kernels/blas_env.h"
-#include "worker/engine.h"
-#include "worker/text_data.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/text_data.h"
 
 int main(int argc, char** argv) {
   hippo::kernels::use_native_blas_kernels(argv);

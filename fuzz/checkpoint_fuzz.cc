@@ -1,4 +1,4 @@
-// libFuzzer target: the checkpoint reader (worker/checkpoint.h) on arbitrary bytes. A
+// libFuzzer target: the checkpoint reader (worker/engine/checkpoint.h) on arbitrary bytes. A
 // CheckpointError is the documented answer to a bad checkpoint; anything else is a bug.
 //
 // A random file almost never passes the CRC-32 trailer, which would leave everything after it
@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "kernels/kernels.h"
-#include "worker/checkpoint.h"
+#include "worker/engine/checkpoint.h"
 
 namespace {
 

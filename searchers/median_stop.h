@@ -1,78 +1,16 @@
-// `median_stop` (Optuna's MedianPruner rule), and what it shares with the other population
-// searchers (pbt.h, tpe.h): a pool of trials, counter-based randomness and length options.
+// `median_stop` (Optuna's MedianPruner rule), a pool searcher (pool_searcher.h).
 //
-// A pool runs up to max_trials trials, each to the spec's length with the spec's evaluation steps,
-// keeping `parallel` of them in flight (default 2): when one ends (closed, stopped or failed) the
-// next one is created, and the pool finishes once every trial has ended. Pool searchers differ in
-// where a trial's params come from (propose) and in whether a validation stops it (should_stop).
-//
-// median_stop: trials are the grid points when the space has grid leaves (max_trials defaults to
-// their number), else seeded draws (max_trials required). At an evaluation step s after `grace`
-// (a length, default the first evaluation step), once at least `min_trials` (default 3) other
-// trials have a value at s, a trial whose value is worse than the median of theirs gets Stop. The
-// last step is never judged: the trial is trained by then, there is nothing left to save.
+// Trials are the grid points when the space has grid leaves (max_trials defaults to their
+// number), else seeded draws (max_trials required). At an evaluation step s after `grace` (a
+// length, default the first evaluation step), once at least `min_trials` (default 3) other trials
+// have a value at s, a trial whose value is worse than the median of theirs gets Stop. The last
+// step is never judged: the trial is trained by then, there is nothing left to save.
 #pragma once
-
-#include <cstdint>
-#include <map>
-#include <random>
-#include <vector>
 
 #include "searchers/searcher.h"
 
 namespace hippo {
 
 SearcherKind median_stop_searcher_kind();
-
-// Uniform numbers in [0, 1): the n-th call is a pure function of (seed, stream, n), so a searcher
-// only remembers which stream (e.g. the id of the trial being made) a decision used.
-class CounterRandom {
- public:
-  CounterRandom(uint64_t seed, uint64_t stream);
-  double next() { return double(engine_() >> 11) * 0x1.0p-53; }
-
- private:
-  std::mt19937_64 engine_;
-};
-
-class PoolSearcher : public Searcher {
- public:
-  std::vector<Operation> on_study_start() override { return fill(); }
-  std::vector<Operation> on_validation(RequestId trial, int64_t step, double value) override;
-  std::vector<Operation> on_trial_closed(RequestId trial) override;
-  std::vector<Operation> on_trial_failed(RequestId trial) override;
-  nlohmann::json save() const override;
-  void load(const nlohmann::json& state) override;
-
- protected:
-  enum class Status { kRunning, kClosed, kStopped, kFailed };
-  struct Trial {
-    Params params;
-    std::map<int64_t, double> values;  // step -> the metric
-    Status status = Status::kRunning;
-  };
-
-  // Reads `parallel` from the spec's searcher options.
-  PoolSearcher(const StudySpec& spec, uint64_t max_trials);
-  // The params of trial `index` (the trials before it are in trials()).
-  virtual Params propose(uint64_t index) = 0;
-  // Whether to stop the running trial now that its value at `step` is recorded.
-  virtual bool should_stop(RequestId trial, int64_t step) = 0;
-
-  // Whether metric value a is better than b (the spec's mode).
-  bool better(double a, double b) const { return spec_.searcher.maximize ? a > b : a < b; }
-
-  const StudySpec spec_;
-  std::vector<Trial> trials_;  // by id
-
- private:
-  Trial& at(RequestId trial);
-  std::vector<Operation> end(RequestId trial, Status status);
-  // Creates trials up to `parallel` in flight; Finish once all max_trials have ended.
-  std::vector<Operation> fill();
-
-  uint64_t max_trials_;
-  int64_t parallel_;
-};
 
 }  // namespace hippo

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "searchers/median_stop.h"
+#include "searchers/pool_searcher.h"
 
 namespace hippo {
 namespace {

@@ -18,7 +18,7 @@ using nlohmann::json;
 constexpr int64_t kMaxWidth = 1 << 20;            // layer widths and channels
 constexpr int64_t kMaxSteps = 1'000'000'000'000;  // lengths in steps
 constexpr int64_t kMaxEpochs = 1'000'000;
-constexpr int64_t kMaxContext = 4096, kMaxVocab = 1 << 20;  // gpt's limits (worker/gpt.h)
+constexpr int64_t kMaxContext = 4096, kMaxVocab = 1 << 20;  // gpt's limits (worker/engine/gpt.h)
 
 void check_sizes(const Field& list, size_t min_size) {
   for (size_t i = 0, n = list.items(min_size); i < n; ++i) list[i].integer(1, kMaxWidth);
@@ -63,7 +63,7 @@ json parse_model(const Field& f) {
 }
 
 // The sample counts of each data set's splits: Fashion-MNIST's images; for fortunes the windows
-// of context + 1 characters of worker/text_data.h's splits, (tokens - 1) / context (the worker
+// of context + 1 characters of worker/engine/text_data.h's splits, (tokens - 1) / context (the worker
 // refuses a corpus of other sizes; tests/searchers check that these agree with text_data.h).
 constexpr int64_t kFortunesTrainTokens = 588288, kFortunesEvalTokens = 68654;
 constexpr int64_t kFortunesVocab = 96;

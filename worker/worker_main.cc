@@ -26,7 +26,7 @@
 #include "kernels/blas_env.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 #include "worker/external_trainer.h"
 
 namespace hippo::worker {

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "tests/searchers/spec_helpers.h"
-#include "worker/text_data.h"
+#include "worker/engine/text_data.h"
 
 namespace hippo {
 namespace {
@@ -171,7 +171,7 @@ TEST(Spec, MissingFileNamesTheFile) {
 }
 
 // The gpt example: the model with every field, the fortunes windows of its context as the
-// sample counts (worker/text_data.h's), and micro-batches in the root key.
+// sample counts (worker/engine/text_data.h's), and micro-batches in the root key.
 TEST(Spec, GptExampleParses) {
   StudySpec s = load_spec(HIPPO_SOURCE_DIR "/examples/gpt-fortunes-pipeline.json");
   EXPECT_EQ(s.model, json({{"type", "gpt"},

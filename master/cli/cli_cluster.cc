@@ -1,0 +1,95 @@
+// Operating a running master: `hippo cancel STUDY` and `hippo workers`. Both need the master
+// (--master ADDR or $HIPPO_MASTER): a study is cancelled by the master that runs it, and only the
+// master knows its workers. Also ask_master, the one request/reply of every client command.
+#include <cstdio>
+#include <string>
+#include <zmq.hpp>
+
+#include "master/cli/cli.h"
+#include "master/cli/report.h"
+#include "protocol/message.h"
+#include "protocol/socket.h"
+
+namespace hippo::cli {
+namespace {
+
+using nlohmann::json;
+
+int cancel(const std::string& study, const GlobalOptions& global) {
+  json request = protocol::make("cancel");
+  request["study"] = study;  // a name or an id: the master resolves it (study_id_in)
+  json summary = ask_master(global, request)["summary"];
+  if (global.format == Format::kJson)
+    std::printf("%s\n", summary.dump().c_str());
+  else
+    std::printf("study %s cancelled: %lld trials, %lld steps executed\n",
+                summary.value("study", study).c_str(),
+                static_cast<long long>(summary.value("trials", int64_t{0})),
+                static_cast<long long>(summary.value("steps_executed", int64_t{0})));
+  return 0;
+}
+
+int workers(const GlobalOptions& global) {
+  json list = ask_master(global, protocol::make("workers"))["workers"];
+  if (global.format == Format::kJson) {
+    std::printf("%s\n", list.dump().c_str());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"name", "device", "threads", "pid", "last seen", "states", "working on"}};
+  for (const json& w : list) {
+    std::string work = "idle";
+    if (w.contains("job")) {
+      const json& job = w["job"];
+      std::string studies;
+      for (const json& s : job["studies"]) studies += (studies.empty() ? "" : ",") + cell(s);
+      work = (studies.empty() ? std::string("(ended study)") : studies) + " trial " +
+             cell(job["trial"]) + ", steps " + cell(job["from"]) + "-" + cell(job["to"]) + ", at " +
+             cell(job["step"]);
+    }
+    rows.push_back({cell(w["name"]), cell(w["device"]), cell(w["threads"]), cell(w["pid"]),
+                    cell(w["last_seen_s"]) + " s ago", cell(w["states_held"]), work});
+  }
+  if (global.format == Format::kCsv)
+    print_csv(rows);
+  else
+    print_table(rows);
+  return 0;
+}
+
+}  // namespace
+
+json ask_master(const GlobalOptions& global, const json& request) {
+  if (global.master.empty()) throw BadInput("no master: give --master ADDR or set HIPPO_MASTER");
+  protocol::ClientKeys keys = client_keys(global);
+  zmq::context_t context;
+  json reply;
+  try {
+    reply = protocol::request(context, global.master, request, 30000, keys);
+  } catch (const protocol::AuthError& e) {
+    throw BadInput(e.what());
+  } catch (const protocol::ProtocolError& e) {
+    throw RunFailed(e.what());
+  }
+  if (!reply.value("ok", false)) throw BadInput(reply.value("error", std::string("refused")));
+  return reply;
+}
+
+void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
+  {
+    CLI::App* cmd = app.add_subcommand("cancel", "end a running study on its master (--master)");
+    cmd->fallthrough();
+    auto study = std::make_shared<std::string>();
+    cmd->add_option("study", *study, "the study's name or id")->required();
+    cmd->callback([study, &global, action] {
+      *action = [study, &global] { return cancel(*study, global); };
+    });
+  }
+  {
+    CLI::App* cmd = app.add_subcommand("workers", "the workers connected to a master (--master)");
+    cmd->fallthrough();
+    cmd->callback([&global, action] { *action = [&global] { return workers(global); }; });
+  }
+}
+
+}  // namespace hippo::cli

@@ -1,0 +1,192 @@
+// `hippo pipeline-plan --stages P --microbatches M --schedule S [--chunks V]`: generates the
+// pipeline program, simulates it and prints a timeline per stage with the bubble and the peak
+// stash of each stage, so users can size a pipelined run before they start it. `--format json`
+// prints {"bubble_fraction", "peak_stash", "steps", ...} on one line; `--format csv` the steps.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "master/cli/cli.h"
+#include "master/cli/report.h"
+#include "pipeline/schedules.h"
+#include "pipeline/simulator.h"
+
+namespace hippo::cli {
+namespace {
+
+struct PlanOptions {
+  int stages = 0;
+  int microbatches = 0;
+  std::string schedule;
+  int chunks = 1;
+  bool chunks_given = false;
+  double forward_cost = 1;   // of a whole stage's forward of one micro-batch
+  double backward_cost = 2;  // of a whole stage's backward
+  double transfer_cost = 0;  // of each transfer (activation, gradient, lent stash)
+};
+
+pipeline::PipelineShape checked_shape(const PlanOptions& o) {
+  std::optional<pipeline::Schedule> schedule = pipeline::parse_schedule(o.schedule);
+  if (!schedule) {
+    throw BadInput("--schedule: unknown schedule \"" + o.schedule +
+                   "\" (known: " + pipeline::kScheduleNames + ")");
+  }
+  if (o.chunks_given && *schedule != pipeline::Schedule::kInterleaved)
+    throw BadInput("--chunks: only the interleaved schedule has chunks, the schedule is " +
+                   o.schedule);
+  pipeline::PipelineShape shape{o.stages, o.microbatches, *schedule, o.chunks};
+  if (std::string problem = pipeline::check_shape(shape); !problem.empty())
+    throw BadInput("--" + problem);
+  auto check_cost = [](const char* name, double value, bool zero_allowed) {
+    if (!std::isfinite(value) || value < 0 || (!zero_allowed && value == 0))
+      throw BadInput(std::string(name) + ": expected a " + (zero_allowed ? "" : "positive ") +
+                     "finite time, got " + cell(value));
+  };
+  check_cost("--forward-cost", o.forward_cost, false);
+  check_cost("--backward-cost", o.backward_cost, false);
+  check_cost("--transfer-cost", o.transfer_cost, true);
+  return shape;
+}
+
+// Forward and backward costs per chunk (a stage's divided by its chunks), transfers as given.
+pipeline::Costs costs_of(const PlanOptions& o, int chunks) {
+  using pipeline::Op;
+  pipeline::Costs costs =
+      pipeline::Costs::uniform(o.forward_cost / chunks, o.backward_cost / chunks);
+  for (Op receive : {Op::kRecvActivation, Op::kRecvGradient, Op::kHold, Op::kReload})
+    costs.by_op[static_cast<int>(receive)] = o.transfer_cost;
+  return costs;
+}
+
+// One character per column: a-z the forward of micro-batch 0-25 (then again from a), A-Z its
+// backward, 'o' the optimizer step, '~' a transfer, '.' idle. A column is the smallest compute
+// cost wide, or wider when that would take more than kMaxColumns.
+constexpr int kMaxColumns = 160;
+
+std::string timeline_row(const std::vector<pipeline::TimedInstruction>& steps, double width,
+                         int columns) {
+  using pipeline::Op;
+  std::string row(columns, '.');
+  for (const pipeline::TimedInstruction& step : steps) {
+    if (step.end <= step.start) continue;
+    char mark = '~';
+    if (step.instruction.op == Op::kForward) mark = char('a' + step.instruction.microbatch % 26);
+    if (step.instruction.op == Op::kBackward) mark = char('A' + step.instruction.microbatch % 26);
+    if (step.instruction.op == Op::kOptimizerStep) mark = 'o';
+    // Columns whose middle lies inside the step.
+    const int first = static_cast<int>(std::ceil(step.start / width - 0.5));
+    const int last = static_cast<int>(std::ceil(step.end / width - 0.5)) - 1;
+    for (int c = std::max(first, 0); c <= std::min(last, columns - 1); ++c) row[c] = mark;
+  }
+  return row;
+}
+
+void print_plan(const pipeline::Program& program, const pipeline::SimulationReport& report,
+                const PlanOptions& o) {
+  const int p = program.stages, m = program.microbatches, v = program.chunks;
+  std::printf("%s: %d stages, %d micro-batches", program.schedule.c_str(), p, m);
+  if (v > 1) std::printf(", %d chunks per stage", v);
+  std::printf("; a stage's forward takes %g, its backward %g, a transfer %g\n", o.forward_cost,
+              o.backward_cost, o.transfer_cost);
+  std::printf(
+      "makespan %g, bubble %.1f%% (1F1B theory with free transfers: (p-1)/(v*m+p-1) = "
+      "%.1f%%)\n\n",
+      report.makespan, 100 * report.bubble_fraction, 100.0 * (p - 1) / (v * m + p - 1));
+  const double smallest = std::min(o.forward_cost, o.backward_cost) / v;
+  const double width = std::max(smallest, report.makespan / kMaxColumns);
+  const int columns = std::max(1, static_cast<int>(std::ceil(report.makespan / width - 1e-9)));
+  std::vector<std::vector<std::string>> rows = {
+      {"stage", "timeline", "busy", "idle", "peak stash"}};
+  for (int s = 0; s < p; ++s) {
+    char busy[32], idle[32];
+    std::snprintf(busy, sizeof busy, "%g", report.busy[s]);
+    std::snprintf(idle, sizeof idle, "%g", report.makespan - report.busy[s]);
+    rows.push_back({std::to_string(s), timeline_row(report.timeline[s], width, columns), busy, idle,
+                    std::to_string(report.peak_stash[s])});
+  }
+  print_table(rows);
+  std::printf(
+      "\none column = %g time; a-z: forward of micro-batch 0-25 (mod 26), A-Z: its "
+      "backward, o: optimizer step, ~: transfer, .: idle\n",
+      width);
+  std::printf("peak stash: stashed micro-batch activations held at once (own and lent%s)\n",
+              v > 1 ? "; in chunk units, 1/v of a stage each" : "");
+}
+
+nlohmann::json steps_json(const pipeline::SimulationReport& report) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& steps : report.timeline) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const pipeline::TimedInstruction& step : steps) {
+      nlohmann::json item = {
+          {"op", pipeline::op_name(step.instruction.op)}, {"start", step.start}, {"end", step.end}};
+      if (step.instruction.microbatch >= 0) item["microbatch"] = step.instruction.microbatch;
+      if (step.instruction.op != pipeline::Op::kOptimizerStep)
+        item["chunk"] = step.instruction.chunk;
+      if (step.instruction.peer >= 0) item["peer"] = step.instruction.peer;
+      list.push_back(item);
+    }
+    stages.push_back(list);
+  }
+  return stages;
+}
+
+int pipeline_plan(const PlanOptions& o, Format format) {
+  const pipeline::PipelineShape shape = checked_shape(o);
+  const pipeline::Program program = pipeline::generate(shape);
+  const pipeline::SimulationReport report = pipeline::simulate(program, costs_of(o, shape.chunks));
+  if (!report.ok()) throw RunFailed("the generated program is broken:\n" + report.error_text());
+  if (format == Format::kJson) {
+    nlohmann::json out = {
+        {"schedule", program.schedule},         {"stages", program.stages},
+        {"microbatches", program.microbatches}, {"chunks", program.chunks},
+        {"makespan", report.makespan},          {"bubble_fraction", report.bubble_fraction},
+        {"peak_stash", report.peak_stash},      {"busy", report.busy},
+        {"steps", steps_json(report)}};
+    std::printf("%s\n", out.dump().c_str());
+  } else if (format == Format::kCsv) {
+    std::vector<std::vector<std::string>> rows = {
+        {"stage", "index", "op", "microbatch", "chunk", "peer", "start", "end"}};
+    for (int s = 0; s < program.stages; ++s) {
+      for (size_t i = 0; i < report.timeline[s].size(); ++i) {
+        const pipeline::TimedInstruction& step = report.timeline[s][i];
+        rows.push_back(
+            {std::to_string(s), std::to_string(i), pipeline::op_name(step.instruction.op),
+             std::to_string(step.instruction.microbatch), std::to_string(step.instruction.chunk),
+             std::to_string(step.instruction.peer), cell(step.start), cell(step.end)});
+      }
+    }
+    print_csv(rows);
+  } else {
+    print_plan(program, report, o);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* action) {
+  CLI::App* cmd = app.add_subcommand(
+      "pipeline-plan", "simulate a pipeline schedule: per-stage timeline, bubble, peak stash");
+  cmd->fallthrough();
+  auto o = std::make_shared<PlanOptions>();
+  cmd->add_option("--stages", o->stages, "pipeline stages (devices), P >= 1")->required();
+  cmd->add_option("--microbatches", o->microbatches, "micro-batches per optimizer step, M >= 1")
+      ->required();
+  cmd->add_option("--schedule", o->schedule, pipeline::kScheduleNames)->required();
+  CLI::Option* chunks = cmd->add_option("--chunks", o->chunks,
+                                        "model chunks per stage (interleaved only; default 1)");
+  cmd->add_option("--forward-cost", o->forward_cost, "time of a stage's forward (default 1)");
+  cmd->add_option("--backward-cost", o->backward_cost, "time of a stage's backward (default 2)");
+  cmd->add_option("--transfer-cost", o->transfer_cost, "time of one transfer (default 0)");
+  cmd->callback([o, chunks, &global, action] {
+    o->chunks_given = chunks->count() > 0;
+    *action = [o, &global] { return pipeline_plan(*o, global.format); };
+  });
+}
+
+}  // namespace hippo::cli

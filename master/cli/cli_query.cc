@@ -1,0 +1,267 @@
+// Study history: `hippo studies`, `trials`, `best`, `tree`, `export`. They read the search plan
+// file directly (WAL lets them read while a master writes), so they work with or without a
+// master running. A study is named by its name or its id.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "master/cli/cli.h"
+#include "master/cli/report.h"
+#include "searchers/spec.h"
+#include "storage/plan.h"
+
+namespace hippo::cli {
+namespace {
+
+using nlohmann::json;
+
+SearchPlan open_existing(const std::string& path) {
+  if (!std::filesystem::exists(path))
+    throw BadInput("no search plan at " + path + " (give --db FILE or set HIPPO_DB)");
+  try {
+    return SearchPlan::open(path);
+  } catch (const std::exception& e) {
+    throw BadInput(e.what());
+  }
+}
+
+StudyRow find_study(SearchPlan& plan, const std::string& name_or_id) {
+  if (auto s = plan.study_by_name(name_or_id)) return *s;
+  if (std::optional<int64_t> id = study_id_in(name_or_id))
+    if (auto s = plan.study(*id); s && !s->deleted_at) return *s;
+  throw BadInput("no study named " + name_or_id + " in " + plan.path());
+}
+
+struct StudyView {
+  StudyRow row;
+  std::string metric;
+  bool maximize = true;
+  std::vector<TrialRow> trials;
+  std::map<TrialId, std::vector<MetricRow>> metrics;
+};
+
+StudyView view(SearchPlan& plan, const StudyRow& row) {
+  StudyView v;
+  v.row = row;
+  const json& searcher = row.spec.value("searcher", json::object());
+  v.metric = searcher.value("metric", std::string("accuracy"));
+  v.maximize = searcher.value("mode", std::string("max")) != "min";
+  v.trials = plan.trials(row.id);
+  for (MetricRow& m : plan.study_metrics(row.id)) v.metrics[m.trial].push_back(std::move(m));
+  return v;
+}
+
+// The best (trial, metric row) of a study, if any trial has the metric.
+std::optional<std::pair<const TrialRow*, MetricRow>> best_of(const StudyView& v) {
+  std::optional<std::pair<const TrialRow*, MetricRow>> best;
+  for (const TrialRow& t : v.trials) {
+    auto it = v.metrics.find(t.id);
+    if (it == v.metrics.end()) continue;
+    for (const MetricRow& m : it->second) {
+      if (m.name != v.metric || std::isnan(m.value)) continue;
+      if (!best || (v.maximize ? m.value > best->second.value : m.value < best->second.value))
+        best = {{&t, m}};
+    }
+  }
+  return best;
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+json trial_json(const StudyView& v, const TrialRow& t) {
+  json metrics = json::array();
+  auto it = v.metrics.find(t.id);
+  if (it != v.metrics.end())
+    for (const MetricRow& m : it->second)
+      metrics.push_back({{"step", m.step}, {"name", m.name}, {"value", m.value}});
+  json j = {{"trial", t.number},
+            {"params", t.params},
+            {"status", to_string(t.status)},
+            {"length", t.length},
+            {"metrics", metrics}};
+  if (t.status == TrialStatus::kFailed) j["error"] = t.end_reason;
+  return j;
+}
+
+int studies(const GlobalOptions& global) {
+  SearchPlan plan = open_existing(global.db);
+  json out = json::array();
+  std::vector<std::vector<std::string>> rows = {
+      {"id", "name", "status", "policy", "trials", "metric", "best"}};
+  for (const StudyRow& row : plan.studies()) {
+    StudyView v = view(plan, row);
+    auto best = best_of(v);
+    out.push_back({{"id", row.id},
+                   {"name", row.name},
+                   {"status", to_string(row.status)},
+                   {"policy", to_string(row.policy)},
+                   {"trials", v.trials.size()},
+                   {"metric", v.metric},
+                   {"best", best ? json(best->second.value) : json(nullptr)}});
+    rows.push_back({std::to_string(row.id), row.name, to_string(row.status), to_string(row.policy),
+                    std::to_string(v.trials.size()), v.metric,
+                    best ? number_text(best->second.value) : "-"});
+  }
+  if (global.format == Format::kJson)
+    std::printf("%s\n", out.dump().c_str());
+  else if (global.format == Format::kCsv)
+    print_csv(rows);
+  else
+    print_table(rows);
+  return 0;
+}
+
+// One row per trial: number, status, length, every parameter, the last value of the metric.
+std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_metric) {
+  std::vector<std::string> params;
+  std::set<std::string> seen;
+  for (const TrialRow& t : v.trials)
+    for (const auto& [name, value] : t.params.items())
+      if (seen.insert(name).second) params.push_back(name);
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header = {"trial", "status", "length"};
+  header.insert(header.end(), params.begin(), params.end());
+  if (every_metric) {
+    header.insert(header.end(), {"step", "metric", "value"});
+  } else {
+    header.insert(header.end(), {"step", v.metric});
+  }
+  rows.push_back(header);
+  for (const TrialRow& t : v.trials) {
+    std::vector<std::string> row = {std::to_string(t.number), to_string(t.status),
+                                    std::to_string(t.length)};
+    for (const std::string& p : params)
+      row.push_back(t.params.contains(p) ? cell(t.params[p]) : "");
+    auto it = v.metrics.find(t.id);
+    std::vector<MetricRow> ms = it == v.metrics.end() ? std::vector<MetricRow>{} : it->second;
+    if (every_metric) {
+      if (ms.empty()) rows.push_back(row);
+      for (const MetricRow& m : ms) {
+        rows.push_back(row);
+        rows.back().insert(rows.back().end(),
+                           {std::to_string(m.step), m.name, number_text(m.value)});
+      }
+      continue;
+    }
+    const MetricRow* last = nullptr;
+    for (const MetricRow& m : ms)
+      if (m.name == v.metric) last = &m;
+    row.push_back(last ? std::to_string(last->step) : "-");
+    row.push_back(last ? number_text(last->value) : "-");
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+int trials(const std::string& name, const GlobalOptions& global, bool export_all) {
+  SearchPlan plan = open_existing(global.db);
+  StudyView v = view(plan, find_study(plan, name));
+  if (global.format == Format::kJson) {
+    json out = json::array();
+    for (const TrialRow& t : v.trials) out.push_back(trial_json(v, t));
+    std::printf("%s\n", out.dump().c_str());
+  } else if (global.format == Format::kCsv || export_all) {
+    print_csv(trial_rows(v, export_all));
+  } else {
+    print_table(trial_rows(v, false));
+  }
+  return 0;
+}
+
+int best(const std::string& name, const GlobalOptions& global) {
+  SearchPlan plan = open_existing(global.db);
+  StudyView v = view(plan, find_study(plan, name));
+  auto b = best_of(v);
+  if (!b) throw RunFailed("study " + v.row.name + " has no value of " + v.metric + " yet");
+  json out = {{"study", v.row.name}, {"trial", b->first->number}, {"params", b->first->params},
+              {"metric", v.metric},  {"value", b->second.value},  {"step", b->second.step}};
+  if (global.format == Format::kJson) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::vector<std::vector<std::string>> rows = {{"trial", "metric", "value", "step", "params"}};
+    rows.push_back({std::to_string(b->first->number), v.metric, number_text(b->second.value),
+                    std::to_string(b->second.step), b->first->params.dump()});
+    if (global.format == Format::kCsv)
+      print_csv(rows);
+    else
+      print_table(rows);
+  }
+  return 0;
+}
+
+int tree(const std::string& name, const GlobalOptions& global) {
+  SearchPlan plan = open_existing(global.db);
+  StudyRow row = find_study(plan, name);
+  StageTree t = plan.load_tree();
+  std::map<TrialId, int64_t> numbers;  // this study's trials -> their numbers
+  for (const TrialRow& tr : plan.trials(row.id)) numbers[tr.id] = tr.number;
+  std::set<StageId> on_paths;
+  for (const auto& [id, number] : numbers)
+    if (t.has_trial(id))
+      for (StageId s : t.path(id)) on_paths.insert(s);
+  if (global.format == Format::kJson) {
+    json out = json::array();
+    for (StageId id : on_paths) {
+      const Stage& s = t.stage(id);
+      json ending = json::array();
+      for (TrialId tr : t.trials_ending_in(id))
+        if (numbers.count(tr)) ending.push_back(numbers[tr]);
+      out.push_back({{"stage", id},
+                     {"parent", s.parent},
+                     {"start", s.start},
+                     {"end", s.end},
+                     {"trained_until", s.trained_until},
+                     {"trials_ending", ending}});
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("study %s: %zu stages\n", row.name.c_str(), on_paths.size());
+  print_tree(
+      t, [&](StageId id) { return on_paths.count(id) != 0; },
+      [&](TrialId id) {
+        auto it = numbers.find(id);
+        return it == numbers.end() ? std::string() : std::to_string(it->second);
+      },
+      true);
+  return 0;
+}
+
+}  // namespace
+
+void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
+  app.add_subcommand("studies", "list the studies of the search plan")
+      ->fallthrough()
+      ->callback([&global, action] { *action = [&global] { return studies(global); }; });
+  struct Named {
+    const char* name;
+    const char* help;
+    std::function<int(const std::string&, const GlobalOptions&)> run;
+  };
+  const Named commands[] = {
+      {"trials", "the trials of a study with their parameters and last metric",
+       [](const std::string& s, const GlobalOptions& g) { return trials(s, g, false); }},
+      {"best", "the best trial of a study", best},
+      {"tree", "the stage tree of a study, with trained progress", tree},
+      {"export", "every trial with parameters and all metrics (csv, or json)",
+       [](const std::string& s, const GlobalOptions& g) { return trials(s, g, true); }},
+  };
+  for (const Named& c : commands) {
+    CLI::App* cmd = app.add_subcommand(c.name, c.help);
+    cmd->fallthrough();
+    auto study = std::make_shared<std::string>();
+    cmd->add_option("study", *study, "study name or id")->required();
+    auto run = c.run;
+    cmd->callback([study, run, &global, action] {
+      *action = [study, run, &global] { return run(*study, global); };
+    });
+  }
+}
+
+}  // namespace hippo::cli

@@ -1,0 +1,383 @@
+// `hippo run` (embedded: a master in this process and N worker processes over ZeroMQ, exactly as
+// in a cluster), `hippo master` (a long-running master) and `hippo submit` (send a study to one).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "master/cli/cli.h"
+#include "master/master.h"
+#include "protocol/socket.h"
+
+extern char** environ;
+
+namespace hippo::cli {
+namespace {
+
+using master::Clock;
+using nlohmann::json;
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_signal(int) {
+  g_interrupted = 1;
+}
+
+struct Loaded {
+  StudySpec spec;
+  json spec_json;
+};
+
+Loaded load(const std::string& path) {
+  try {
+    Loaded l;
+    l.spec = load_spec(path);
+    std::ifstream in(path);
+    l.spec_json = json::parse(in);
+    return l;
+  } catch (const SpecError& e) {
+    throw BadInput(e.what());
+  }
+}
+
+Policy policy_of(const std::string& text) {
+  try {
+    return parse_policy(text);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string("--policy: ") + e.what());
+  }
+}
+
+SearchPlan open_plan(const std::string& path) {
+  try {
+    return SearchPlan::open(path);
+  } catch (const std::exception& e) {
+    throw BadInput(e.what());
+  }
+}
+
+void print_summary(const master::StudySummary& s, Format format) {
+  if (format == Format::kJson) {
+    std::printf("%s\n", s.to_json().dump().c_str());
+    return;
+  }
+  std::printf("study %s: %s\n", s.name.c_str(), s.status.c_str());
+  if (!s.error.empty()) std::printf("  error: %s\n", s.error.c_str());
+  std::printf("  trials               %lld\n", static_cast<long long>(s.trials));
+  std::printf("  steps trial-based    %lld\n", static_cast<long long>(s.steps_trial_based));
+  std::printf("  steps unique         %lld (%.2fx less)\n", static_cast<long long>(s.steps_unique),
+              s.steps_unique ? double(s.steps_trial_based) / double(s.steps_unique) : 0.0);
+  std::printf("  steps executed       %lld\n", static_cast<long long>(s.steps_executed));
+  std::printf("  critical path steps  %lld\n", static_cast<long long>(s.critical_path_steps));
+  std::printf("  wall time            %.2f s (makespan / lower bound %.2f)\n", s.wall_s,
+              s.makespan_ratio);
+  std::printf("  master per trial     %.3f ms\n", s.master_ms_per_trial);
+  if (s.has_best)
+    std::printf("  best                 trial %lld: %s = %.6g at step %lld, params %s\n",
+                static_cast<long long>(s.best_trial), s.metric.c_str(), s.best_value,
+                static_cast<long long>(s.best_step), s.best_params.dump().c_str());
+}
+
+void draw_progress(const master::Progress& p) {
+  double done = p.steps_unique ? double(p.steps_trained) / double(p.steps_unique) : 0;
+  int filled = static_cast<int>(done * 30);
+  double left = done > 0 ? p.elapsed_s * (1 - done) / done : 0;
+  std::fprintf(stderr, "\r[%s%s] trials %lld/%lld  steps %lld/%lld  %.1f s  ~%.0f s left ",
+               std::string(filled, '#').c_str(), std::string(30 - filled, '.').c_str(),
+               static_cast<long long>(p.trials_closed), static_cast<long long>(p.trials),
+               static_cast<long long>(p.steps_trained), static_cast<long long>(p.steps_unique),
+               p.elapsed_s, left);
+}
+
+std::string worker_binary() {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
+}
+
+// `devices`: the pipeline stages of the study (each a thread of the worker).
+pid_t spawn_worker(const std::string& address, const std::string& checkpoints, int index,
+                   bool allow_exec, int devices) {
+  std::string binary = worker_binary();
+  std::string name = "run-" + std::to_string(getpid()) + "-" + std::to_string(index);
+  std::vector<std::string> args = {binary,          "--master",  address,  "--threads", "1",
+                                   "--checkpoints", checkpoints, "--name", name};
+  args.insert(args.end(), {"--devices", "cpu:" + std::to_string(devices)});
+  if (allow_exec) args.push_back("--allow-exec");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
+    throw RunFailed("cannot start " + binary);
+  return pid;
+}
+
+int run(const std::string& path, int workers, const std::string& policy_text,
+        std::string checkpoints, bool allow_exec, const GlobalOptions& global) {
+  Policy policy = policy_of(policy_text);
+  Loaded l = load(path);
+  if (checkpoints.empty()) checkpoints = global.db + ".checkpoints";
+  std::string address = "ipc://" + (std::filesystem::temp_directory_path() /
+                                    ("hippo-run-" + std::to_string(getpid()) + ".sock"))
+                                       .string();
+  master::Options options;
+  options.bind = address;
+  options.checkpoints = checkpoints;
+  master::Master m(open_plan(global.db), options);
+  int64_t study = 0;
+  try {
+    study = m.submit(l.spec, l.spec_json, policy);
+  } catch (const SpecError& e) {
+    throw BadInput(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(e.what());
+  }
+
+  // Each worker is one process with one thread, so N workers use N cores without contention.
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  // The embedded master has no CURVE: keys meant for a cluster must not reach its workers.
+  unsetenv("HIPPO_MASTER_KEY");
+  unsetenv("HIPPO_KEY");
+  std::vector<pid_t> children;
+  for (int i = 0; i < workers; ++i)
+    children.push_back(spawn_worker(address, checkpoints, i, allow_exec, l.spec.pipeline.stages));
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  bool tty = isatty(STDERR_FILENO);
+  auto last_draw = Clock::now();
+  std::string failure;
+  while (m.study_running(study) && !g_interrupted) {
+    m.poll(20);
+    if (tty && Clock::now() - last_draw > std::chrono::milliseconds(200)) {
+      draw_progress(m.progress(study));
+      last_draw = Clock::now();
+    }
+    int alive = 0;
+    for (pid_t& pid : children) {
+      if (pid <= 0) continue;
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid)
+        pid = -1;
+      else
+        ++alive;
+    }
+    if (alive == 0) {
+      failure = "every worker process exited";
+      break;
+    }
+  }
+  if (tty) {
+    draw_progress(m.progress(study));
+    std::fprintf(stderr, "\n");
+  }
+  m.shutdown_workers();
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (pid_t pid : children) {
+    if (pid <= 0) continue;
+    while (waitpid(pid, nullptr, WNOHANG) == 0 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (Clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  m.remove_unreported_checkpoints();
+  std::filesystem::remove(address.substr(6));
+  master::StudySummary summary = m.summary(study);
+  if (g_interrupted) failure = "interrupted";
+  if (!failure.empty()) {
+    m.plan().set_study_status(study, StudyStatus::kFailed, failure);
+    summary.status = "failed";
+    summary.error = failure;
+  }
+  print_summary(summary, global.format);
+  return summary.status == "done" ? 0 : 1;
+}
+
+// Whether only this machine can reach `address`: ipc, inproc, or tcp on a loopback address.
+bool loopback_only(const std::string& address) {
+  for (const char* prefix :
+       {"ipc://", "inproc://", "tcp://127.", "tcp://localhost:", "tcp://[::1]:"})
+    if (address.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// `hippo master`'s authentication options.
+struct MasterAuth {
+  bool auth = false, insecure = false;
+  std::string key, authorized;
+};
+
+int serve(std::string bind, const std::string& checkpoints, double timeout_s,
+          int64_t snapshot_every, const MasterAuth& auth, const GlobalOptions& global) {
+  master::Options options;
+  size_t admitted = 0;
+  if (auth.auth) {
+    if (auth.key.empty() || auth.authorized.empty())
+      throw BadInput(
+          "--auth needs --key (this master's secret key file, from hippo keygen) and "
+          "--authorized (a directory of the .pub files of the workers and clients it admits)");
+    if (auth.insecure) throw BadInput("--insecure contradicts --auth");
+    try {
+      options.auth = protocol::ServerKeys{protocol::read_secret_key(auth.key), auth.authorized};
+      admitted = protocol::read_authorized_keys(auth.authorized).size();  // a bad file: now
+    } catch (const protocol::AuthError& e) {
+      throw BadInput(e.what());
+    }
+    if (bind.empty()) bind = "tcp://*:5555";
+  } else {
+    if (!auth.key.empty() || !auth.authorized.empty())
+      throw BadInput("--key and --authorized need --auth");
+    if (bind.empty()) bind = "tcp://127.0.0.1:5555";
+    if (!loopback_only(bind) && !auth.insecure)
+      throw BadInput("--bind " + bind +
+                     ": other machines can reach it, and without --auth anyone who does can "
+                     "submit studies; start the master with --auth (README, Security), or add "
+                     "--insecure to accept that");
+  }
+  options.bind = bind;
+  options.checkpoints = checkpoints.empty() ? global.db + ".checkpoints" : checkpoints;
+  options.worker_timeout_s = timeout_s;
+  options.snapshot_every = snapshot_every;
+  options.verbose = std::getenv("HIPPO_VERBOSE") != nullptr;
+  if (auth.auth)
+    std::fprintf(stderr,
+                 "master: CURVE authentication: admits the %zu keys of %s (read again at "
+                 "every connection)\n",
+                 admitted, auth.authorized.c_str());
+  else if (!loopback_only(bind))  // with --insecure
+    std::fprintf(stderr,
+                 "master: warning: %s is reachable from other machines WITHOUT authentication "
+                 "(--insecure): anyone who can reach this port can submit studies and run them on "
+                 "the workers\n",
+                 bind.c_str());
+  else
+    std::fprintf(stderr,
+                 "master: loopback only (no --auth): workers and clients must run on "
+                 "this machine\n");
+  master::Master m(open_plan(global.db), options);
+  std::fprintf(stderr, "master: listening on %s, search plan %s, checkpoints in %s\n", bind.c_str(),
+               global.db.c_str(), options.checkpoints.c_str());
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  while (!g_interrupted) m.poll(50);
+  std::fprintf(stderr, "master: stopping\n");
+  return 0;
+}
+
+int submit(const std::string& path, const std::string& policy_text, bool wait,
+           const GlobalOptions& global) {
+  Policy policy = policy_of(policy_text);
+  Loaded l = load(path);
+  json request = protocol::make("submit");
+  request["spec"] = l.spec_json;
+  request["policy"] = to_string(policy);
+  int64_t study = ask_master(global, request)["study"];
+  if (!wait) {
+    if (global.format == Format::kJson)
+      std::printf("%s\n", json{{"study", l.spec.name}, {"id", study}}.dump().c_str());
+    else
+      std::printf("submitted study %s (id %lld)\n", l.spec.name.c_str(),
+                  static_cast<long long>(study));
+    return 0;
+  }
+  while (true) {
+    json status = protocol::make("status");
+    status["study"] = study;
+    json r = ask_master(global, status);
+    if (!r["running"].get<bool>()) {
+      json s = r["summary"];
+      if (global.format == Format::kJson)
+        std::printf("%s\n", s.dump().c_str());
+      else
+        std::printf("%s\n", s.dump(2).c_str());
+      return s["status"] == "done" ? 0 : 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
+
+void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
+  {
+    CLI::App* cmd = app.add_subcommand("run", "run a study to the end with local worker processes");
+    cmd->fallthrough();
+    struct Args {
+      std::string spec, policy = "shared", checkpoints;
+      bool allow_exec = false;
+      int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    };
+    auto a = std::make_shared<Args>();
+    cmd->add_option("spec", a->spec, "study spec (JSON file)")->required();
+    cmd->add_option("--workers", a->workers, "worker processes (default: one per core)")
+        ->check(CLI::Range(1, 1024));
+    cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
+    cmd->add_option("--checkpoints", a->checkpoints,
+                    "checkpoint directory (default DB.checkpoints)");
+    cmd->add_flag("--allow-exec", a->allow_exec,
+                  "let the local workers run the spec's external trainer command");
+    cmd->callback([a, &global, action] {
+      *action = [a, &global] {
+        return run(a->spec, a->workers, a->policy, a->checkpoints, a->allow_exec, global);
+      };
+    });
+  }
+  {
+    CLI::App* cmd =
+        app.add_subcommand("master", "run a master that workers and clients connect to");
+    cmd->fallthrough();
+    struct Args {
+      std::string bind, checkpoints;
+      double timeout = 10;
+      int64_t snapshot_every = 0;
+      MasterAuth auth;
+    };
+    auto a = std::make_shared<Args>();
+    cmd->add_option("--bind", a->bind,
+                    "address to listen on (default tcp://127.0.0.1:5555; with --auth "
+                    "tcp://*:5555)");
+    cmd->add_flag("--auth", a->auth.auth,
+                  "admit only workers and clients whose public key is in --authorized (CURVE)");
+    cmd->add_option("--key", a->auth.key, "with --auth: this master's secret key file (keygen)");
+    cmd->add_option("--authorized", a->auth.authorized,
+                    "with --auth: directory of the admitted peers' public key files (*.pub)");
+    cmd->add_flag("--insecure", a->auth.insecure,
+                  "without --auth, allow a --bind that other machines can reach");
+    cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory, shared with workers");
+    cmd->add_option("--worker-timeout", a->timeout, "seconds of silence before a worker is lost")
+        ->check(CLI::Range(0.1, 3600.0));
+    cmd->add_option("--snapshot-every", a->snapshot_every, "also snapshot every N steps (0: off)")
+        ->check(CLI::Range(int64_t{0}, INT64_MAX));
+    cmd->callback([a, &global, action] {
+      *action = [a, &global] {
+        return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth, global);
+      };
+    });
+  }
+  {
+    CLI::App* cmd = app.add_subcommand("submit", "send a study to a running master");
+    cmd->fallthrough();
+    struct Args {
+      std::string spec, policy = "shared";
+      bool wait = false;
+    };
+    auto a = std::make_shared<Args>();
+    cmd->add_option("spec", a->spec, "study spec (JSON file)")->required();
+    cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
+    cmd->add_flag("--wait", a->wait, "wait for the study to end and print its summary");
+    cmd->callback([a, &global, action] {
+      *action = [a, &global] { return submit(a->spec, a->policy, a->wait, global); };
+    });
+  }
+}
+
+}  // namespace hippo::cli

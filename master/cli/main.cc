@@ -1,0 +1,78 @@
+// Entry point of the `hippo` binary: parses global options, dispatches to one subcommand.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <string>
+
+#include "master/cli/cli.h"
+
+int main(int argc, char** argv) {
+  using namespace hippo::cli;
+  // `hippo worker ...` is the hippo-worker binary beside this one: the master side never links
+  // the engine (DESIGN.md), and the user still has one command.
+  if (argc > 1 && std::string(argv[1]) == "worker") {
+    std::string worker =
+        (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
+    argv[1] = worker.data();
+    execv(worker.c_str(), argv + 1);
+    std::fprintf(stderr, "error: cannot run %s\n", worker.c_str());
+    return 1;
+  }
+  CLI::App app{"hippo: hyper-parameter optimization that trains shared work once"};
+  app.require_subcommand(1);
+  GlobalOptions global;
+  const char* env_db = std::getenv("HIPPO_DB");
+  const char* env_master = std::getenv("HIPPO_MASTER");
+  const char* env_master_key = std::getenv("HIPPO_MASTER_KEY");
+  const char* env_key = std::getenv("HIPPO_KEY");
+  global.db = env_db ? env_db : "hippo.db";
+  global.master = env_master ? env_master : "";
+  global.master_key = env_master_key ? env_master_key : "";
+  global.key = env_key ? env_key : "";
+  app.add_option("--db", global.db, "search plan file (default $HIPPO_DB, else ./hippo.db)");
+  app.add_option("--master", global.master, "master address (default $HIPPO_MASTER)");
+  app.add_option("--master-key", global.master_key,
+                 "public key file of a master with --auth (default $HIPPO_MASTER_KEY)");
+  app.add_option("--key", global.key,
+                 "your secret key file, for a master with --auth (default $HIPPO_KEY)");
+  app.add_option("--format", global.format, "output format: table, json or csv")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, Format>{
+              {"table", Format::kTable}, {"json", Format::kJson}, {"csv", Format::kCsv}},
+          CLI::ignore_case))
+      ->option_text("table|json|csv");
+
+  Action action;
+  add_preview_command(app, global, &action);
+  add_run_commands(app, global, &action);
+  add_query_commands(app, global, &action);
+  add_pipeline_command(app, global, &action);
+  add_key_commands(app, global, &action);
+  add_cluster_commands(app, global, &action);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    return action();
+  } catch (const BadInput& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const RunFailed& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

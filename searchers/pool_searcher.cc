@@ -1,0 +1,109 @@
+#include "searchers/pool_searcher.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "searchers/basic.h"
+
+namespace hippo {
+namespace {
+
+const char* const kStatusNames[] = {"running", "closed", "stopped", "failed"};
+
+}  // namespace
+
+CounterRandom::CounterRandom(uint64_t seed, uint64_t stream) {
+  std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(stream), uint32_t(stream >> 32)};
+  engine_.seed(seq);
+}
+
+PoolSearcher::PoolSearcher(const StudySpec& spec, uint64_t max_trials)
+    : spec_(spec), max_trials_(max_trials) {
+  Field options(spec.searcher.options, "searcher");
+  parallel_ = options.has("parallel") ? options["parallel"].integer(1, 1'000'000) : 2;
+}
+
+std::vector<Operation> PoolSearcher::on_validation(RequestId trial, int64_t step, double value) {
+  Trial& t = at(trial);
+  if (t.status != Status::kRunning) return {};
+  t.values[step] = value;
+  if (!should_stop(trial, step)) return {};
+  std::vector<Operation> ops = {Stop{trial}};
+  for (Operation& op : end(trial, Status::kStopped)) ops.push_back(std::move(op));
+  return ops;
+}
+
+std::vector<Operation> PoolSearcher::on_trial_closed(RequestId trial) {
+  return end(trial, Status::kClosed);
+}
+
+std::vector<Operation> PoolSearcher::on_trial_failed(RequestId trial) {
+  return end(trial, Status::kFailed);
+}
+
+PoolSearcher::Trial& PoolSearcher::at(RequestId trial) {
+  if (trial < 0 || static_cast<size_t>(trial) >= trials_.size())
+    throw std::invalid_argument(spec_.searcher.name + " searcher: no trial " +
+                                std::to_string(trial));
+  return trials_[trial];
+}
+
+std::vector<Operation> PoolSearcher::end(RequestId trial, Status status) {
+  Trial& t = at(trial);
+  if (t.status != Status::kRunning) return {};
+  t.status = status;
+  return fill();
+}
+
+std::vector<Operation> PoolSearcher::fill() {
+  int64_t running = std::count_if(trials_.begin(), trials_.end(),
+                                  [](const Trial& t) { return t.status == Status::kRunning; });
+  std::vector<Operation> ops;
+  for (; running < parallel_ && trials_.size() < max_trials_; ++running) {
+    RequestId id = static_cast<RequestId>(trials_.size());
+    Params params = propose(trials_.size());
+    ops.emplace_back(Create{id, params, std::nullopt});
+    ops.emplace_back(Train{id, spec_.length_steps(params), spec_.eval_steps(params)});
+    trials_.push_back({std::move(params), {}, Status::kRunning});
+  }
+  if (running == 0) ops.emplace_back(Finish{});
+  return ops;
+}
+
+nlohmann::json PoolSearcher::save() const {
+  nlohmann::json trials = nlohmann::json::array();
+  for (const Trial& t : trials_) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const auto& [step, value] : t.values) values.push_back({step, value});
+    trials.push_back({{"params", t.params},
+                      {"values", values},
+                      {"status", kStatusNames[static_cast<int>(t.status)]}});
+  }
+  return {{"trials", trials}};
+}
+
+void PoolSearcher::load(const nlohmann::json& state) {
+  Field f(state, "state");
+  f.check_keys({"trials"});
+  Field list = f["trials"];
+  std::vector<Trial> trials(list.items(0));
+  if (trials.size() > max_trials_) list.fail("more than max_trials trials");
+  for (size_t i = 0; i < trials.size(); ++i) {
+    Field t = list[i];
+    t.check_keys({"params", "values", "status"});
+    if (!t["params"].is_object()) t["params"].fail("expected an object");
+    trials[i].params = t["params"].json();
+    Field values = t["values"];
+    for (size_t j = 0, n = values.items(0); j < n; ++j) {
+      if (values[j].items(2) != 2) values[j].fail("expected [step, value]");
+      trials[i].values[values[j][0].integer(0, INT64_MAX)] = values[j][1].number();
+    }
+    const std::string& status = t["status"].text();
+    auto it = std::find(std::begin(kStatusNames), std::end(kStatusNames), status);
+    if (it == std::end(kStatusNames)) t["status"].fail("unknown status " + brief(status));
+    trials[i].status = static_cast<Status>(it - std::begin(kStatusNames));
+  }
+  trials_ = std::move(trials);
+}
+
+}  // namespace hippo

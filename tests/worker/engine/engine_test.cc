@@ -1,0 +1,246 @@
+// Exactness of the engine (DESIGN.md invariant 1) on small runs of every model: training 0 -> N in
+// one call equals any split at k through a copy (fork), a checkpoint, or a fresh process with
+// another thread count, bit for bit; forked children equal the trials trained alone. Plus the
+// settings and state checks.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/worker/engine/recipe.h"
+#include "worker/engine/rng.h"
+#include "worker/engine/step_settings.h"
+
+namespace hippo::worker {
+namespace {
+
+using testing::recipe_fixed;
+using testing::recipe_hp;
+using testing::small_config;
+
+constexpr int64_t kSteps = 12;
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("hippo_engine_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+TrainState train_alone(Engine& engine, const Hyperparams& hp, const nlohmann::json& fixed,
+                       int64_t to) {
+  TrainState s = engine.initial_state();
+  engine.train(s, to, hp, fixed, {});
+  return s;
+}
+
+void expect_same_metrics(const Metrics& a, const Metrics& b) {
+  EXPECT_EQ(a.accuracy, b.accuracy);
+  EXPECT_EQ(a.loss, b.loss);
+}
+
+struct Case {
+  std::string model, optimizer;
+};
+
+class ExactnessTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ExactnessTest, SplitRunsEqualOneRun) {
+  const auto [model, optimizer] = GetParam();
+  Engine engine(small_config(model), 1);
+  const Hyperparams hp = recipe_hp(0.05);
+  const nlohmann::json fixed = recipe_fixed(optimizer);
+  const TrainState whole = train_alone(engine, hp, fixed, kSteps);
+  EXPECT_EQ(whole.step, kSteps);
+  EXPECT_EQ(whole.optimizer, optimizer);
+  const Metrics whole_metrics = engine.evaluate(whole);
+  EXPECT_GT(whole_metrics.loss, 0);
+
+  for (int64_t k : {1, 5, 7, 11}) {
+    SCOPED_TRACE("split at " + std::to_string(k));
+    TrainState head = train_alone(engine, hp, fixed, k);
+    // In memory: a fork is a copy.
+    TrainState copy = head;
+    engine.train(copy, kSteps, hp, fixed, {});
+    EXPECT_TRUE(copy == whole);
+    // Through a checkpoint, in another engine of the same config.
+    const std::string path = temp_path("split.ckpt");
+    save_checkpoint(path, head, engine.config_hash());
+    Engine other(small_config(model), 2);
+    TrainState loaded = load_checkpoint(path, other.config_hash(), other.backend());
+    EXPECT_TRUE(loaded == head);
+    other.train(loaded, kSteps, hp, fixed, {});
+    EXPECT_TRUE(loaded == whole);
+    expect_same_metrics(other.evaluate(loaded), whole_metrics);
+    std::filesystem::remove(path);
+  }
+}
+
+// 0 -> k here, k -> N in a fresh process with 2 threads (this one uses 1).
+TEST_P(ExactnessTest, FreshProcessContinuesBitForBit) {
+  const auto [model, optimizer] = GetParam();
+  Engine engine(small_config(model), 1);
+  const TrainState whole = train_alone(engine, recipe_hp(0.05), recipe_fixed(optimizer), kSteps);
+  const Metrics whole_metrics = engine.evaluate(whole);
+  for (int64_t k : {3, 8}) {
+    SCOPED_TRACE("split at " + std::to_string(k));
+    const std::string in = temp_path("in.ckpt"), out = temp_path("out.ckpt");
+    save_checkpoint(in, train_alone(engine, recipe_hp(0.05), recipe_fixed(optimizer), k),
+                    engine.config_hash());
+    const std::string command = std::string(ENGINE_HELPER) + " " + model + " " + optimizer +
+                                " 0.05 2 " + in + " " + std::to_string(kSteps) + " " + out + " > " +
+                                out + ".json";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    EXPECT_TRUE(load_checkpoint(out, engine.config_hash(), engine.backend()) == whole);
+    std::ifstream metrics(out + ".json");
+    const nlohmann::json m = nlohmann::json::parse(metrics);
+    EXPECT_EQ(m["accuracy"].get<double>(), whole_metrics.accuracy);
+    EXPECT_EQ(m["loss"].get<double>(), whole_metrics.loss);
+    for (const std::string& p : {in, out, out + ".json"}) std::filesystem::remove(p);
+  }
+}
+
+// A parent trained to k and forked into two children with different learning rates from k on
+// equals each child's trial trained alone from step 0.
+TEST_P(ExactnessTest, ForkedChildrenEqualTrialsTrainedAlone) {
+  const auto [model, optimizer] = GetParam();
+  Engine engine(small_config(model), 2);
+  const nlohmann::json fixed = recipe_fixed(optimizer);
+  for (int64_t k : {2, 6}) {
+    SCOPED_TRACE("fork at " + std::to_string(k));
+    auto trial = [&](double late_lr) {
+      return Hyperparams{{"lr", piecewise({{0, 0.05}, {k, late_lr}})},
+                         {"batch_size", Sequence::constant(32)}};
+    };
+    TrainState parent = train_alone(engine, trial(0.02), fixed, k);
+    TrainState a = parent, b = parent;
+    engine.train(a, kSteps, trial(0.02), fixed, {});
+    engine.train(b, kSteps, trial(0.1), fixed, {});
+    EXPECT_TRUE(a == train_alone(engine, trial(0.02), fixed, kSteps));
+    EXPECT_TRUE(b == train_alone(engine, trial(0.1), fixed, kSteps));
+    EXPECT_FALSE(a.params == b.params);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ExactnessTest,
+                         ::testing::Values(Case{"mlp", "sgd"}, Case{"cnn", "sgd"},
+                                           Case{"mlp", "adam"}, Case{"mlp", "adamw"},
+                                           Case{"cnn", "adamw"}, Case{"gpt", "sgd"},
+                                           Case{"gpt", "adamw"}),
+                         [](const auto& info) {
+                           return info.param.model + "_" + info.param.optimizer;
+                         });
+
+TEST(EngineTest, AfterStepSeesEveryStepAndCanStop) {
+  Engine engine(small_config("mlp"), 1);
+  TrainState s = engine.initial_state();
+  std::vector<int64_t> seen;
+  engine.train(s, 10, recipe_hp(0.05), recipe_fixed("sgd"), [&](const TrainState& st) {
+    seen.push_back(st.step);
+    return st.step < 4;
+  });
+  EXPECT_EQ(seen, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(s.step, 4);
+  EXPECT_EQ(s.data_position, 4 * 24);
+}
+
+TEST(EngineTest, InitializationDependsOnSeedOnly) {
+  Engine a(small_config("cnn", 1), 1), b(small_config("cnn", 1), 2), c(small_config("cnn", 2), 1);
+  EXPECT_TRUE(a.initial_state() == b.initial_state());
+  EXPECT_FALSE(a.initial_state() == c.initial_state());
+  EXPECT_EQ(a.config_hash(), b.config_hash());
+  EXPECT_NE(a.config_hash(), c.config_hash());
+  RunConfig moved = small_config("cnn", 1);
+  moved.data_dir = "/usr/share/datasets/fashion-mnist/";
+  EXPECT_EQ(Engine(moved, 1).config_hash(), a.config_hash());
+  // PyTorch's default bound: 1/sqrt(fan_in), fan_in = 1*3*3 for the first convolution.
+  const TrainState s = a.initial_state();
+  EXPECT_EQ(a.param_count(), int64_t(s.params.size()));
+  const std::vector<float> params = s.params.to_host(40);
+  for (float p : params) EXPECT_LE(std::abs(p), 1.0f / 3.0f);
+}
+
+TEST(EngineTest, RefusesBadConfigs) {
+  RunConfig c = small_config("mlp");
+  c.model = {{"type", "rnn"}};
+  EXPECT_THROW(Engine(c, 1), std::invalid_argument);
+  c.model = {{"type", "mlp"}, {"hidden", {32, 0}}};
+  EXPECT_THROW(Engine(c, 1), std::invalid_argument);
+  c = small_config("mlp");
+  c.train_samples = 60001;
+  EXPECT_THROW(Engine(c, 1), std::invalid_argument);
+  c = small_config("mlp");
+  c.data = "cifar10";
+  EXPECT_THROW(Engine(c, 1), std::invalid_argument);
+  c = small_config("mlp");
+  c.data_dir = "/nonexistent";
+  EXPECT_THROW(Engine(c, 1), std::runtime_error);
+  EXPECT_THROW(Engine(small_config("mlp"), 0), std::invalid_argument);
+}
+
+TEST(EngineTest, RefusesBadSettingsAndStates) {
+  Engine engine(small_config("mlp"), 1);
+  auto train = [&](TrainState s, const Hyperparams& hp, const nlohmann::json& fixed) {
+    engine.train(s, 3, hp, fixed, {});
+  };
+  const TrainState init = engine.initial_state();
+  const nlohmann::json sgd = recipe_fixed("sgd");
+  EXPECT_THROW(train(init, {{"lr", Sequence::constant(0.1)}}, sgd), std::invalid_argument);
+  EXPECT_THROW(train(init, recipe_hp(0.1), {{"dropout", 0.5}}), std::invalid_argument);
+  EXPECT_THROW(train(init, recipe_hp(0.1), {{"precision", "bf16"}}), std::invalid_argument);
+  EXPECT_THROW(train(init, recipe_hp(0.1), {{"optimizer", "lbfgs"}}), std::invalid_argument);
+  EXPECT_THROW(
+      train(init, {{"lr", Sequence::constant(0.1)}, {"batch_size", Sequence::constant(12.5)}}, sgd),
+      std::invalid_argument);
+  EXPECT_THROW(
+      train(init, {{"lr", Sequence::constant(0.1)}, {"batch_size", Sequence::constant(201)}}, sgd),
+      std::invalid_argument);
+  EXPECT_THROW(train(init, recipe_hp(-0.1), sgd), std::invalid_argument);
+
+  TrainState trained = init;
+  engine.train(trained, 2, recipe_hp(0.05), sgd, {});
+  EXPECT_THROW(train(trained, recipe_hp(0.05), recipe_fixed("adam")), std::invalid_argument);
+  TrainState wrong = trained;
+  const std::vector<float> fewer = trained.params.to_host(engine.param_count() - 1);
+  wrong.params = kernels::Buffer<float>::from_host(engine.backend(), fewer.data(), fewer.size());
+  EXPECT_THROW(train(wrong, recipe_hp(0.05), sgd), std::invalid_argument);
+  EXPECT_THROW(engine.evaluate(wrong), std::invalid_argument);
+  wrong = trained;
+  wrong.opt_state = {};
+  EXPECT_THROW(train(wrong, recipe_hp(0.05), sgd), std::invalid_argument);
+}
+
+TEST(StepSettingsTest, SequenceOverFixedOverDefault) {
+  const Hyperparams hp = {{"lr", multistep(0.1, {10}, 0.5)},
+                          {"optimizer", Sequence::text("adamw")}};
+  const nlohmann::json fixed = {{"lr", 7.0}, {"batch_size", 64}, {"nesterov", true}};
+  StepSettings s = settings_at(hp, fixed, 9);
+  EXPECT_EQ(s.lr, 0.1);
+  EXPECT_EQ(settings_at(hp, fixed, 10).lr, 0.05);
+  EXPECT_EQ(s.batch_size, 64);
+  EXPECT_EQ(s.optimizer, "adamw");
+  EXPECT_TRUE(s.nesterov);
+  EXPECT_EQ(s.momentum, 0.0);
+  EXPECT_EQ(s.beta2, 0.999);
+  EXPECT_EQ(s.precision, "fp32");
+  EXPECT_NO_THROW(check_settings(hp, fixed));
+  EXPECT_THROW(check_settings({{"momentum", Sequence::text("high")}}, fixed),
+               std::invalid_argument);
+  EXPECT_THROW(check_settings(hp, {{"batch_size", "64"}}), std::invalid_argument);
+  EXPECT_THROW(check_settings(hp, nlohmann::json::array()), std::invalid_argument);
+}
+
+TEST(RngTest, PhiloxKnownAnswers) {
+  // Random123's known-answer vectors for philox4x32-10 (counter and key all zeros / all ones).
+  EXPECT_EQ(random_u64(0, RngPurpose{0}, 0, 0), 0x6627e8d5e169c58dull);
+  EXPECT_EQ(random_u64(~0ull, RngPurpose{0xffffffff}, 0xffffffff, ~0ull), 0x408f276d41c83b0eull);
+  const float u = random_uniform(3, RngPurpose::kInit, 0, 5);
+  EXPECT_GE(u, 0.0f);
+  EXPECT_LT(u, 1.0f);
+  EXPECT_NE(random_u64(3, RngPurpose::kInit, 0, 5), random_u64(3, RngPurpose::kShuffle, 0, 5));
+}
+
+}  // namespace
+}  // namespace hippo::worker

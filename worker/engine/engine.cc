@@ -1,0 +1,142 @@
+#include "worker/engine/engine.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "worker/engine/network.h"
+#include "worker/engine/step_settings.h"
+
+namespace hippo::worker {
+namespace {
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+int64_t opt_state_size(const std::string& optimizer, int64_t params) {
+  if (optimizer.empty()) return 0;
+  return optimizer == "sgd" ? params : 2 * params;
+}
+
+}  // namespace
+
+Engine::Engine(const RunConfig& config, int threads, const std::string& device)
+    : config_(config),
+      config_hash_(
+          fnv1a("hippo-engine/1|" + config.model.dump() + "|" + config.data + "|" +
+                std::to_string(config.train_samples) + "|" + std::to_string(config.eval_samples) +
+                "|" + std::to_string(config.seed) +
+                (config.microbatches == 1 ? "" : "|m" + std::to_string(config.microbatches)))),
+      backend_(kernels::make_backend(device, threads)),
+      network_(make_network(config, backend_)),
+      order_(config.train_samples, config.seed),
+      grads_(backend_, network_->grad_count()) {
+  if (config.microbatches < 1)
+    throw std::invalid_argument("microbatches: " + std::to_string(config.microbatches) +
+                                " is not >= 1");
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::param_count() const {
+  return network_->param_count();
+}
+
+TrainState Engine::initial_state() const {
+  std::vector<float> params(param_count());
+  network_->init(config_.seed, params.data());
+  TrainState s;
+  s.params = kernels::Buffer<float>::from_host(backend_, params.data(), param_count());
+  return s;
+}
+
+bool Engine::in_my_memory(const kernels::Buffer<float>& b) const {
+  return b.backend() && std::string(b.backend()->name()) == backend_->name();
+}
+
+void Engine::check_state(const TrainState& s) const {
+  if (s.params.size() != param_count() || !in_my_memory(s.params))
+    throw std::invalid_argument(
+        "state has " + std::to_string(s.params.size()) + " parameters, the model has " +
+        std::to_string(param_count()) +
+        (s.params.size() == param_count() ? " (but they are in another backend's memory)" : ""));
+  if (s.step < 0 || (s.step > 0 && s.optimizer.empty()))
+    throw std::invalid_argument("state at step " + std::to_string(s.step) +
+                                " has no optimizer state");
+  if (!s.optimizer.empty() && s.optimizer != "sgd" && s.optimizer != "adam" &&
+      s.optimizer != "adamw")
+    throw std::invalid_argument("state has an unknown optimizer \"" + s.optimizer + "\"");
+  if (s.opt_state.size() != opt_state_size(s.optimizer, param_count()) ||
+      (!s.opt_state.empty() && !in_my_memory(s.opt_state)))
+    throw std::invalid_argument("state's optimizer state has " +
+                                std::to_string(s.opt_state.size()) + " values, expected " +
+                                std::to_string(opt_state_size(s.optimizer, param_count())) +
+                                " for optimizer \"" + s.optimizer + "\"");
+}
+
+void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohmann::json& fixed,
+                   const std::function<bool(const TrainState&)>& after_step) {
+  check_settings(hp, fixed);
+  check_state(s);
+  const kernels::Backend& be = *backend_;
+  const int64_t nparams = param_count();
+  while (s.step < to) {
+    const StepSettings st = settings_at(hp, fixed, s.step);
+    if (st.batch_size % config_.microbatches != 0)
+      throw std::invalid_argument("setting batch_size: " + std::to_string(st.batch_size) +
+                                  " at step " + std::to_string(s.step) + " is not a multiple of " +
+                                  std::to_string(config_.microbatches) + " micro-batches");
+    // bf16: the products' operands in bf16, everything else fp32 (the CPU backend refuses it).
+    be.set_precision(st.precision == "bf16" ? kernels::Precision::kBf16
+                                            : kernels::Precision::kFp32);
+    if (s.optimizer.empty()) {
+      s.optimizer = st.optimizer;
+      s.opt_state = kernels::Buffer<float>(backend_, opt_state_size(st.optimizer, nparams));
+    } else if (s.optimizer != st.optimizer) {
+      throw std::invalid_argument("setting optimizer: step " + std::to_string(s.step) +
+                                  " asks for " + st.optimizer + " but the state was trained with " +
+                                  s.optimizer + "; the optimizer cannot change during training");
+    }
+    if (st.batch_size > config_.train_samples)
+      throw std::invalid_argument("setting batch_size: " + std::to_string(st.batch_size) +
+                                  " at step " + std::to_string(s.step) + " exceeds train_samples " +
+                                  std::to_string(config_.train_samples));
+    const int batch = static_cast<int>(st.batch_size);
+    indices_.resize(batch);
+    const int64_t next_position = order_.take(s.data_position, batch, indices_.data());
+    network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
+                        grads_.data());
+
+    if (s.optimizer == "sgd") {
+      be.sgd_update(s.params.data(), grads_.data(), s.opt_state.data(), nparams,
+                    kernels::SgdParams{.lr = float(st.lr),
+                                       .momentum = float(st.momentum),
+                                       .weight_decay = float(st.weight_decay),
+                                       .nesterov = st.nesterov});
+    } else {
+      be.adam_update(s.params.data(), grads_.data(), s.opt_state.data(),
+                     s.opt_state.data() + nparams, nparams,
+                     kernels::AdamParams{.lr = float(st.lr),
+                                         .beta1 = float(st.beta1),
+                                         .beta2 = float(st.beta2),
+                                         .eps = float(st.eps),
+                                         .weight_decay = float(st.weight_decay),
+                                         .decoupled = s.optimizer == "adamw",
+                                         .t = s.step + 1});
+    }
+    s.data_position = next_position;
+    ++s.step;
+    if (after_step && !after_step(s)) break;
+  }
+}
+
+Metrics Engine::evaluate(const TrainState& s) {
+  check_state(s);
+  backend_->set_precision(kernels::Precision::kFp32);  // metrics do not depend on the training's
+  return network_->evaluate(s.params.data());
+}
+
+}  // namespace hippo::worker

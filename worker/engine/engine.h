@@ -1,0 +1,105 @@
+// The training engine: trains the built-in models (network.h: mlp and cnn on Fashion-MNIST, gpt on
+// fortunes, pipelined or not) step by step, with every setting's value read from its sequence at
+// each step, and evaluates them.
+//
+// Determinism (DESIGN.md invariant 1): a TrainState trained to step N is the same, bit for bit,
+// however the steps [0, N) were split into train() calls, checkpoints, forks, processes, thread
+// counts and pipeline stages. Each step depends only on the state and the settings' values at that
+// step; randomness comes from the counter-based generator (rng.h); every kernel computes each
+// output from one thread in a fixed order (kernels.h).
+//
+//   Engine engine(config, threads);
+//   TrainState s = engine.initial_state();
+//   engine.train(s, 1000, hp, fixed, [&](const TrainState& st) { return true; });
+//   Metrics m = engine.evaluate(s);
+//   save_checkpoint(path, s, engine.config_hash());
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "stagetree/sequence.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/data.h"
+#include "worker/engine/train_state.h"
+
+namespace hippo::worker {
+
+// Everything a root key covers (besides the fixed settings, which train() takes).
+struct RunConfig {
+  nlohmann::json model;  // {"type":"mlp","hidden":[256,128]},
+                         // {"type":"cnn","channels":[32,64],"fc":[128]} or
+                         // {"type":"gpt","layers":2,"heads":4,"dim":128,"context":64,"vocab":96}
+  std::string data = "fashion-mnist";                   // or "fortunes" (gpt)
+  int64_t train_samples = 60000, eval_samples = 10000;  // prefixes of the train / eval sets
+  uint64_t seed = 0;
+  // Micro-batches per optimizer step (network.h); 1 is the plain step. Other values change the
+  // sums, so they are hashed (1 is not, so that older hashes stay valid).
+  int microbatches = 1;
+  // Pipelined training of a gpt over CPU threads (pipelined_engine.h): stages (1: none), the
+  // schedule ("gpipe", "1f1b", "interleaved", "bpipe") and model chunks per stage. They do not
+  // change the results, so they are not hashed.
+  int pipeline_stages = 1;
+  std::string pipeline_schedule = "1f1b";
+  int pipeline_chunks = 1;
+  // Where, not what (not hashed); empty: the data set's own place (/usr/share/datasets/
+  // fashion-mnist, /usr/share/games/fortunes).
+  std::string data_dir;
+};
+
+struct Metrics {
+  double accuracy = 0;  // fraction of the evaluation prefix classified correctly (gpt: tokens)
+  double loss = 0;      // mean cross-entropy over the evaluation prefix (gpt: nats per token)
+};
+
+class Network;  // network.h
+
+class Engine {
+ public:
+  // Loads the data (once per process) and builds the model; throws std::invalid_argument naming
+  // the bad field of the config, std::runtime_error when the data cannot be read. `threads` is
+  // the number of threads of this engine's kernels (and of OpenBLAS, which is process-wide).
+  // `device` is "cpu" or "cuda:N" (kernels::make_backend: a device that is not there fails here).
+  Engine(const RunConfig& config, int threads, const std::string& device = "cpu");
+  ~Engine();
+
+  // Step 0: parameters initialized from the seed, no optimizer state yet.
+  TrainState initial_state() const;
+
+  // Trains s from s.step up to step `to` (exclusive end). Each setting's value at each step comes
+  // from hp (name -> sequence) if present, else from fixed (name -> JSON value), else the default
+  // of stagetree/settings.h. after_step(s) runs after every step (may be empty); returning false
+  // stops early. Throws std::invalid_argument for bad settings or a state of another model, and
+  // when the optimizer differs from the one that made s.opt_state.
+  void train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohmann::json& fixed,
+             const std::function<bool(const TrainState&)>& after_step);
+
+  // Accuracy and mean loss on the evaluation prefix (in fixed batches, summed in a fixed order).
+  Metrics evaluate(const TrainState& s);
+
+  // Of the model spec, data name, sample counts and seed: a checkpoint of another config is
+  // refused.
+  uint64_t config_hash() const { return config_hash_; }
+  int64_t param_count() const;
+  const std::shared_ptr<const kernels::Backend>& backend() const { return backend_; }
+
+ private:
+  void check_state(const TrainState& s) const;
+  // Whether b lies in memory this engine's backend can use.
+  bool in_my_memory(const kernels::Buffer<float>& b) const;
+
+  RunConfig config_;
+  uint64_t config_hash_;
+  std::shared_ptr<const kernels::Backend> backend_;
+  std::unique_ptr<Network> network_;  // the model and its data
+  SampleOrder order_;
+  kernels::Buffer<float> grads_;  // [network's grad_count], like the parameters
+  std::vector<int32_t> indices_;  // host memory: the step's sample indices
+};
+
+}  // namespace hippo::worker

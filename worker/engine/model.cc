@@ -1,0 +1,185 @@
+#include "worker/engine/model.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "worker/engine/rng.h"
+
+namespace hippo::worker {
+namespace {
+
+using kernels::Backend;
+
+// y[B, out] = x[B, in] W[out, in]^T + b[out], optionally followed by ReLU. params: W, then b.
+class Linear final : public Layer {
+ public:
+  Linear(int in, int out, bool relu) : in_(in), out_(out), relu_(relu) {}
+  int64_t param_count() const override { return int64_t{out_} * in_ + out_; }
+  int64_t in_size() const override { return in_; }
+  int64_t out_size() const override { return out_; }
+  float init_bound() const override { return 1.0f / std::sqrt(static_cast<float>(in_)); }
+
+  void forward(const Backend& be, int batch, const float* p, const float* x, float* y,
+               float*) const override {
+    be.gemm(false, true, batch, out_, in_, 1.0f, x, p, 0.0f, y);
+    be.bias_forward(y, p + int64_t{out_} * in_, batch, out_, 1);
+    if (relu_) be.relu_forward(y, y, int64_t{batch} * out_);
+  }
+
+  void backward(const Backend& be, int batch, const float* p, const float* x, const float* y,
+                float* dy, float* dx, float* dp, float*) const override {
+    if (relu_) be.relu_backward(y, dy, dy, int64_t{batch} * out_);
+    be.gemm(true, false, out_, in_, batch, 1.0f, dy, x, 0.0f, dp);  // dW[out, in] = dy^T x
+    be.bias_backward(dy, dp + int64_t{out_} * in_, batch, out_, 1);
+    if (dx) be.gemm(false, false, batch, in_, out_, 1.0f, dy, p, 0.0f, dx);  // dx = dy W
+  }
+
+ private:
+  int in_, out_;
+  bool relu_;
+};
+
+// conv3x3 (pad 1) + ReLU + maxpool 2 on CNHW activations: x[Cin, B, H, W] -> y[Cout, B, H/2, W/2].
+// params: W[Cout, Cin, 3, 3], then b[Cout]. Computed as y = relu(maxpool(conv(x)) + b), which is
+// the same function (max commutes with adding a per-channel constant and with ReLU) with the bias
+// and ReLU on a quarter of the values. Scratch: col[Cin*9, B*H*W] and the convolution z[Cout, B,
+// H, W] (kept for backward), then dz[Cout, B, H, W] and dcol[Cin*9, B*H*W] (backward only).
+class ConvBlock final : public Layer {
+ public:
+  ConvBlock(int in, int out, int h, int w) : in_(in), out_(out), h_(h), w_(w) {}
+  int64_t param_count() const override { return int64_t{out_} * in_ * 9 + out_; }
+  int64_t in_size() const override { return int64_t{in_} * h_ * w_; }
+  int64_t out_size() const override { return int64_t{out_} * (h_ / 2) * (w_ / 2); }
+  float init_bound() const override { return 1.0f / std::sqrt(static_cast<float>(in_ * 9)); }
+  int64_t scratch_size(int batch) const override {
+    const kernels::ConvShape s = shape(batch);
+    return 2 * s.col_rows() * s.col_cols() + 2 * int64_t{out_} * s.col_cols();
+  }
+
+  void forward(const Backend& be, int batch, const float* p, const float* x, float* y,
+               float* scratch) const override {
+    const kernels::ConvShape s = shape(batch);
+    float* col = scratch;
+    float* z = col + s.col_rows() * s.col_cols();
+    be.conv2d_forward(s, x, p, nullptr, col, z);
+    be.maxpool_forward(z, y, int64_t{out_} * batch, h_, w_, 2);
+    be.bias_forward(y, p + s.col_rows() * out_, 1, out_, int64_t{batch} * (h_ / 2) * (w_ / 2));
+    be.relu_forward(y, y, out_size() * batch);
+  }
+
+  void backward(const Backend& be, int batch, const float* p, const float* x, const float* y,
+                float* dy, float* dx, float* dp, float* scratch) const override {
+    const kernels::ConvShape s = shape(batch);
+    const int64_t ncol = s.col_rows() * s.col_cols(), n = int64_t{out_} * s.col_cols();
+    const float* col = scratch;
+    const float* z = col + ncol;
+    float* dz = scratch + ncol + n;
+    float* dcol = dz + n;
+    be.relu_backward(y, dy, dy, out_size() * batch);
+    be.bias_backward(dy, dp + s.col_rows() * out_, 1, out_, int64_t{batch} * (h_ / 2) * (w_ / 2));
+    be.maxpool_backward(z, dy, dz, int64_t{out_} * batch, h_, w_, 2);
+    be.conv2d_backward(s, x, col, p, dz, dcol, dx, dp, nullptr);
+  }
+
+ private:
+  kernels::ConvShape shape(int batch) const {
+    return {.batch = batch,
+            .in_channels = in_,
+            .out_channels = out_,
+            .height = h_,
+            .width = w_,
+            .kernel = 3,
+            .pad = 1};
+  }
+  int in_, out_, h_, w_;
+};
+
+// x[C, B, HW] (CNHW) -> y[B, C*HW], the layout Linear reads. No parameters.
+class Flatten final : public Layer {
+ public:
+  Flatten(int c, int64_t hw) : c_(c), hw_(hw) {}
+  int64_t param_count() const override { return 0; }
+  int64_t in_size() const override { return c_ * hw_; }
+  int64_t out_size() const override { return c_ * hw_; }
+
+  void forward(const Backend& be, int batch, const float*, const float* x, float* y,
+               float*) const override {
+    be.swap_outer_axes(x, y, c_, batch, hw_);
+  }
+  void backward(const Backend& be, int batch, const float*, const float*, const float*, float* dy,
+                float* dx, float*, float*) const override {
+    if (dx) be.swap_outer_axes(dy, dx, batch, c_, hw_);
+  }
+
+ private:
+  int64_t c_, hw_;
+};
+
+// The positive integers of spec[field] (an array, possibly empty).
+std::vector<int> widths(const nlohmann::json& spec, const char* field) {
+  if (!spec.contains(field))
+    throw std::invalid_argument(std::string("model.") + field + ": missing");
+  const nlohmann::json& list = spec[field];
+  if (!list.is_array())
+    throw std::invalid_argument(std::string("model.") + field + ": expected an array of widths");
+  std::vector<int> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_number_integer() || list[i].get<int64_t>() < 1 ||
+        list[i].get<int64_t>() > (1 << 16))
+      throw std::invalid_argument(std::string("model.") + field + "[" + std::to_string(i) +
+                                  "]: expected an integer in [1, 65536], got " + list[i].dump());
+    out.push_back(list[i].get<int>());
+  }
+  return out;
+}
+
+}  // namespace
+
+Model::Model(const nlohmann::json& spec, int in_channels, int height, int width, int classes)
+    : classes_(classes) {
+  if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string())
+    throw std::invalid_argument("model.type: missing (expected \"mlp\" or \"cnn\")");
+  const std::string type = spec["type"];
+  int64_t features = int64_t{in_channels} * height * width;
+  if (type == "mlp") {
+    for (int w : widths(spec, "hidden")) {
+      layers_.push_back(std::make_unique<Linear>(static_cast<int>(features), w, true));
+      features = w;
+    }
+  } else if (type == "cnn") {
+    int c = in_channels, h = height, w = width;
+    for (int out : widths(spec, "channels")) {
+      if (h < 2 || w < 2)
+        throw std::invalid_argument("model.channels: too many conv blocks for a " +
+                                    std::to_string(height) + "x" + std::to_string(width) +
+                                    " image (each halves the size)");
+      layers_.push_back(std::make_unique<ConvBlock>(c, out, h, w));
+      c = out;
+      h /= 2;
+      w /= 2;
+    }
+    layers_.push_back(std::make_unique<Flatten>(c, int64_t{h} * w));
+    features = int64_t{c} * h * w;
+    for (int out : widths(spec, "fc")) {
+      layers_.push_back(std::make_unique<Linear>(static_cast<int>(features), out, true));
+      features = out;
+    }
+  } else {
+    throw std::invalid_argument("model.type: unknown model \"" + type + "\" (expected mlp or cnn)");
+  }
+  layers_.push_back(std::make_unique<Linear>(static_cast<int>(features), classes, false));
+  param_offsets_.push_back(0);
+  for (const auto& layer : layers_)
+    param_offsets_.push_back(param_offsets_.back() + layer->param_count());
+}
+
+void Model::init(uint64_t seed, float* params) const {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const float bound = layers_[l]->init_bound();
+    for (int64_t i = param_offsets_[l]; i < param_offsets_[l + 1]; ++i)
+      params[i] = bound * (2.0f * random_uniform(seed, RngPurpose::kInit, 0, i) - 1.0f);
+  }
+}
+
+}  // namespace hippo::worker

@@ -1,0 +1,50 @@
+// What the engine trains: a model together with its data set. The engine owns the step loop (the
+// settings at each step, the data position, the optimizer, the state); a Network turns one step's
+// training samples into the gradient of their mean loss, and evaluates parameters.
+//
+//   mlp, cnn on fashion-mnist   image_network.cc (model.h's layers)
+//   gpt on fortunes             gpt_network.cc (gpt.h's blocks; pipelined over CPU threads when
+//                               the config asks for pipeline stages: pipelined_engine.h)
+//
+// Micro-batches: a step of B samples in M micro-batches of B / M computes each micro-batch's
+// gradient of (its summed loss / B) and adds them in ascending micro-batch order. M = 1 is the
+// plain step; another M gives other bits (other sums), so it is part of the run config's hash.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/kernels.h"
+#include "worker/engine/engine.h"
+
+namespace hippo::worker {
+
+class Network {
+ public:
+  virtual ~Network() = default;
+  virtual int64_t param_count() const = 0;
+  // The gradient buffer's size: param_count(), or more where the network keeps partial sums there
+  // (gpt's share of a tied weight); gradients() leaves the true gradient in its first
+  // param_count() values.
+  virtual int64_t grad_count() const { return param_count(); }
+  // params[param_count()] (host memory) at initialization for `seed`.
+  virtual void init(uint64_t seed, float* params) const = 0;
+  // grads (overwritten, backend memory) = the gradient of the mean loss over the training samples
+  // indices[batch], in `microbatches` micro-batches (which divide batch: the engine checks it).
+  virtual void gradients(const float* params, const int32_t* indices, int batch, int microbatches,
+                         float* grads) = 0;
+  // Metrics on the evaluation prefix, read in order in fixed batches and summed in a fixed order.
+  virtual Metrics evaluate(const float* params) = 0;
+};
+
+// The network of config.model and config.data (loads the data once per process); throws
+// std::invalid_argument naming the bad field, std::runtime_error when the data cannot be read.
+std::unique_ptr<Network> make_network(const RunConfig& config,
+                                      std::shared_ptr<const kernels::Backend> backend);
+// The two kinds that make_network picks from by model type.
+std::unique_ptr<Network> make_image_network(const RunConfig& config,
+                                            std::shared_ptr<const kernels::Backend> backend);
+std::unique_ptr<Network> make_gpt_network(const RunConfig& config,
+                                          std::shared_ptr<const kernels::Backend> backend);
+
+}  // namespace hippo::worker
