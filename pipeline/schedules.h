@@ -23,36 +23,10 @@
 // parameters equal, bit for bit, to the same trial trained on one device (DESIGN.md invariant 1).
 #pragma once
 
-#include <optional>
-#include <string>
-#include <string_view>
-
 #include "pipeline/program.h"
+#include "pipeline/shape.h"
 
 namespace hippo::pipeline {
-
-enum class Schedule { kGPipe, kOneFOneB, kInterleaved, kBPipe };
-
-// "gpipe", "1f1b", "interleaved", "bpipe"
-const char* schedule_name(Schedule schedule);
-std::optional<Schedule> parse_schedule(std::string_view name);
-constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved, bpipe";
-
-struct PipelineShape {
-  int stages = 1;        // p >= 1
-  int microbatches = 1;  // m >= 1 (interleaved: a multiple of p)
-  Schedule schedule = Schedule::kOneFOneB;
-  int chunks = 1;  // v >= 1; more than 1 only for interleaved (and then p >= 2)
-};
-
-// Limits that keep programs and timelines a sensible size.
-constexpr int kMaxStages = 256;
-constexpr int kMaxMicrobatches = 4096;
-constexpr int kMaxChunks = 64;
-
-// Empty when `shape` can be generated, else what is wrong, naming the field, e.g.
-// "microbatches: interleaved needs a multiple of stages (6), got 8".
-std::string check_shape(const PipelineShape& shape);
 
 // The program for `shape`; throws std::invalid_argument with check_shape's message if invalid.
 Program generate(const PipelineShape& shape);
