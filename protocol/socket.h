@@ -8,7 +8,7 @@
 #include <zmq.hpp>
 
 #include "protocol/auth.h"
-#include "protocol/message.h"
+#include "protocol/wire.h"
 
 namespace hippo::protocol {
 

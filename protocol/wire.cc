@@ -1,4 +1,4 @@
-#include "protocol/message.h"
+#include "protocol/wire.h"
 
 #include <algorithm>
 
@@ -48,7 +48,7 @@ json parse(std::string_view body) {
   return m;
 }
 
-json make(std::string_view type) {
+json envelope(const char* type) {
   return json{{"v", kVersion}, {"type", type}};
 }
 
@@ -88,6 +88,12 @@ const json& get_object(const json& m, const char* field) {
   return f;
 }
 
+const json& get_array(const json& m, const char* field) {
+  const json& f = get_field(m, field);
+  if (!f.is_array()) throw ProtocolError(where(m, field) + ": expected an array");
+  return f;
+}
+
 bool is_valid_file_name(std::string_view name) {
   if (name.empty() || name.size() > 200 || name.front() == '.') return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -104,103 +110,32 @@ std::string get_file_name(const json& m, const char* field) {
   return name;
 }
 
-json to_json(const RunSpec& r) {
-  return json{{"model", r.model},
-              {"data", r.data},
-              {"train_samples", r.train_samples},
-              {"eval_samples", r.eval_samples},
-              {"seed", r.seed},
-              {"fixed", r.fixed},
-              {"pipeline",
-               {{"stages", r.pipeline_stages},
-                {"microbatches", r.microbatches},
-                {"schedule", r.pipeline_schedule},
-                {"chunks", r.pipeline_chunks}}}};
+bool get_bool(const json& m, const char* field, bool absent) {
+  if (!m.is_object() || !m.contains(field)) return absent;
+  const json& f = m[field];
+  if (!f.is_boolean()) throw ProtocolError(where(m, field) + ": expected a boolean");
+  return f.get<bool>();
 }
 
-RunSpec run_spec_from_json(const json& j) {
-  RunSpec r;
-  r.model = get_object(j, "model");
-  r.data = get_string(j, "data", 64);
-  r.train_samples = get_int(j, "train_samples", 1);
-  r.eval_samples = get_int(j, "eval_samples", 1);
-  r.seed = static_cast<uint64_t>(get_int(j, "seed"));
-  r.fixed = get_object(j, "fixed");
-  if (j.contains("pipeline")) {
-    json p = get_object(j, "pipeline");
-    p["type"] = "job.run.pipeline";
-    r.pipeline_stages = static_cast<int>(get_int(p, "stages", 1, 256));
-    r.microbatches = static_cast<int>(get_int(p, "microbatches", 1, 4096));
-    r.pipeline_schedule = get_string(p, "schedule", 32);
-    r.pipeline_chunks = static_cast<int>(get_int(p, "chunks", 1, 64));
+std::vector<int64_t> get_int_list(const json& m, const char* field, size_t max_items, int64_t min,
+                                  int64_t max) {
+  const json& f = get_field(m, field);
+  if (!f.is_array()) throw ProtocolError(where(m, field) + ": expected an array");
+  if (f.size() > max_items)
+    throw ProtocolError(where(m, field) + ": more than " + std::to_string(max_items) + " items");
+  std::vector<int64_t> out;
+  out.reserve(f.size());
+  for (const json& e : f) {
+    if (!e.is_number_integer() ||
+        (e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+      throw ProtocolError(where(m, field) + ": expected integers");
+    int64_t v = e.get<int64_t>();
+    if (v < min || v > max)
+      throw ProtocolError(where(m, field) + ": " + std::to_string(v) + " is outside [" +
+                          std::to_string(min) + ", " + std::to_string(max) + "]");
+    out.push_back(v);
   }
-  return r;
-}
-
-json to_json(const Job& job) {
-  json m = make("job");
-  m["job"] = job.id;
-  m["run"] = to_json(job.run);
-  m["hyperparameters"] = hippo::to_json(job.hyperparams);
-  m["from"] = job.from;
-  m["to"] = job.to;
-  m["parent_state"] = job.parent_state;
-  m["parent_file"] = job.parent_file;
-  m["eval_steps"] = job.eval_steps;
-  json snaps = json::array();
-  for (const SnapshotOrder& s : job.snapshots)
-    snaps.push_back({{"step", s.step}, {"state", s.state}, {"file", s.file}});
-  m["snapshots"] = snaps;
-  return m;
-}
-
-Job job_from_json(const json& m) {
-  Job job;
-  job.id = get_int(m, "job");
-  {
-    json run = get_object(m, "run");
-    run["type"] = "job.run";
-    job.run = run_spec_from_json(run);
-  }
-  try {
-    job.hyperparams = hyperparams_from_json(get_object(m, "hyperparameters"));
-  } catch (const std::invalid_argument& e) {
-    throw ProtocolError(std::string("job.hyperparameters: ") + e.what());
-  }
-  job.from = get_int(m, "from");
-  job.to = get_int(m, "to", job.from);
-  job.parent_state = get_int(m, "parent_state", -1);
-  if (job.parent_state < 0 && job.from != 0)
-    throw ProtocolError("job.parent_state: a job that starts after step 0 needs a parent state");
-  job.parent_file = get_string(m, "parent_file", 200);
-  if (!job.parent_file.empty() && !is_valid_file_name(job.parent_file))
-    throw ProtocolError("job.parent_file: \"" + job.parent_file + "\" is not a plain file name");
-  const json& evals = get_field(m, "eval_steps");
-  if (!evals.is_array()) throw ProtocolError("job.eval_steps: expected an array");
-  for (const json& e : evals) {
-    if (!e.is_number_integer()) throw ProtocolError("job.eval_steps: expected integers");
-    int64_t step = e.get<int64_t>();
-    if (step < job.from || step > job.to ||
-        (!job.eval_steps.empty() && step <= job.eval_steps.back()))
-      throw ProtocolError("job.eval_steps: steps must be increasing and inside [from, to]");
-    job.eval_steps.push_back(step);
-  }
-  const json& snaps = get_field(m, "snapshots");
-  if (!snaps.is_array()) throw ProtocolError("job.snapshots: expected an array");
-  for (json s : snaps) {
-    if (!s.is_object()) throw ProtocolError("job.snapshots: expected objects");
-    s["type"] = "job.snapshots";
-    SnapshotOrder order;
-    order.step = get_int(s, "step", job.from + 1, job.to);
-    order.state = get_int(s, "state");
-    order.file = get_string(s, "file", 200);
-    if (!order.file.empty() && !is_valid_file_name(order.file))
-      throw ProtocolError("job.snapshots.file: \"" + order.file + "\" is not a plain file name");
-    if (!job.snapshots.empty() && order.step <= job.snapshots.back().step)
-      throw ProtocolError("job.snapshots: steps must be increasing");
-    job.snapshots.push_back(order);
-  }
-  return job;
+  return out;
 }
 
 }  // namespace hippo::protocol

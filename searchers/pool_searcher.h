@@ -52,7 +52,7 @@ class PoolSearcher : public Searcher {
   virtual bool should_stop(RequestId trial, int64_t step) = 0;
 
   // Whether metric value a is better than b (the spec's mode).
-  bool better(double a, double b) const { return spec_.searcher.maximize ? a > b : a < b; }
+  bool better(double a, double b) const { return hippo::better(a, b, spec_.searcher.maximize); }
 
   const StudySpec spec_;
   std::vector<Trial> trials_;  // by id

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "pipeline/schedules.h"
+#include "pipeline/shape.h"
 #include "searchers/searcher.h"
 #include "stagetree/settings.h"
 
@@ -63,8 +63,8 @@ json parse_model(const Field& f) {
 }
 
 // The sample counts of each data set's splits: Fashion-MNIST's images; for fortunes the windows
-// of context + 1 characters of worker/engine/text_data.h's splits, (tokens - 1) / context (the worker
-// refuses a corpus of other sizes; tests/searchers check that these agree with text_data.h).
+// of context + 1 characters of worker/engine/text_data.h's splits, (tokens - 1) / context (the
+// worker refuses a corpus of other sizes; tests/searchers check that these agree with text_data.h).
 constexpr int64_t kFortunesTrainTokens = 588288, kFortunesEvalTokens = 68654;
 constexpr int64_t kFortunesVocab = 96;
 
@@ -98,6 +98,20 @@ DataSpec parse_data(const Field& f, const Field& model) {
   return d;
 }
 
+Objective parse_objective(const Field& f, bool builtin_model) {
+  Objective o;
+  o.metric = f["metric"].text();
+  if (builtin_model && o.metric != "accuracy" && o.metric != "loss")
+    f["metric"].fail("expected \"accuracy\" or \"loss\" for a built-in model, got " +
+                     brief(f["metric"].json()));
+  if (!builtin_model && o.metric.empty()) f["metric"].fail("expected a metric name");
+  const std::string& mode = f["mode"].text();
+  if (mode != "max" && mode != "min")
+    f["mode"].fail("expected \"max\" or \"min\", got " + brief(f["mode"].json()));
+  o.maximize = mode == "max";
+  return o;
+}
+
 SearcherSpec parse_searcher(const Field& f, bool builtin_model) {
   SearcherSpec s;
   s.name = f["name"].text();
@@ -105,15 +119,9 @@ SearcherSpec parse_searcher(const Field& f, bool builtin_model) {
   std::vector<std::string_view> keys = {"name", "metric", "mode", "max_trials"};
   keys.insert(keys.end(), own.begin(), own.end());
   f.check_keys(keys);
-  s.metric = f["metric"].text();
-  if (builtin_model && s.metric != "accuracy" && s.metric != "loss")
-    f["metric"].fail("expected \"accuracy\" or \"loss\" for a built-in model, got " +
-                     brief(f["metric"].json()));
-  if (!builtin_model && s.metric.empty()) f["metric"].fail("expected a metric name");
-  const std::string& mode = f["mode"].text();
-  if (mode != "max" && mode != "min")
-    f["mode"].fail("expected \"max\" or \"min\", got " + brief(f["mode"].json()));
-  s.maximize = mode == "max";
+  Objective objective = parse_objective(f, builtin_model);
+  s.metric = objective.metric;
+  s.maximize = objective.maximize;
   if (f.has("max_trials")) s.max_trials = f["max_trials"].integer(1, 1'000'000'000);
   for (const std::string& key : own)
     if (f.has(key)) s.options[key] = f.json()[key];
@@ -244,6 +252,12 @@ std::vector<int64_t> StudySpec::eval_steps(const Params& params) const {
 
 Hyperparams StudySpec::hyperparams(const Params& params) const {
   return space.instantiate(params, steps_per_epoch(params));
+}
+
+Objective objective_of(const json& spec) {
+  Field root(spec, "");
+  bool builtin = !(root["model"]["type"].json() == "external");
+  return parse_objective(root["searcher"], builtin);
 }
 
 StudySpec parse_spec(const json& spec) {

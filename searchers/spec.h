@@ -82,6 +82,20 @@ struct StudySpec {
   Hyperparams hyperparams(const Params& params) const;
 };
 
+// Whether metric value a is better than b for a study that maximizes (or minimizes) it.
+inline bool better(double a, double b, bool maximize) {
+  return maximize ? a > b : a < b;
+}
+
+// The metric a study optimizes and its direction, read from a spec's searcher.metric and
+// searcher.mode exactly as parse_spec reads them (a stored spec's, for the history queries);
+// SpecError naming the field.
+struct Objective {
+  std::string metric;
+  bool maximize = true;
+};
+Objective objective_of(const nlohmann::json& spec);
+
 // A length: {"steps": N} or {"epochs": E} (the spec's length and evaluation interval, and the
 // length options of searchers).
 Span parse_span(const Field& f);

@@ -22,6 +22,7 @@ struct GlobalOptions {
   std::string master_key;  // --master-key, else $HIPPO_MASTER_KEY
   std::string key;         // --key, else $HIPPO_KEY
   Format format = Format::kTable;
+  std::string log_level = "info";  // --log-level, else $HIPPO_LOG_LEVEL (protocol/log.h)
 };
 
 // Thrown by a subcommand for bad input: main prints "error: <what>" and exits 2.
@@ -52,9 +53,9 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
 
 // The CURVE keys of --master-key and --key (none when neither is given); BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);
-// Sends one request to the master of --master and returns its reply. BadInput when no master is
-// given, our keys are refused, or the master refuses the request (its error); RunFailed when the
-// master does not answer.
+// Sends one request to the master of --master and returns the fields of its reply. BadInput when no
+// master is given, our keys are refused, or the master refuses the request (its error); RunFailed
+// when the master does not answer.
 nlohmann::json ask_master(const GlobalOptions& global, const nlohmann::json& request);
 
 }  // namespace hippo::cli

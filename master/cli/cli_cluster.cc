@@ -16,9 +16,8 @@ namespace {
 using nlohmann::json;
 
 int cancel(const std::string& study, const GlobalOptions& global) {
-  json request = protocol::make("cancel");
-  request["study"] = study;  // a name or an id: the master resolves it (study_id_in)
-  json summary = ask_master(global, request)["summary"];
+  // A name or an id: the master resolves it (study_id_in).
+  json summary = ask_master(global, protocol::Cancel{.study = study}.to_json())["summary"];
   if (global.format == Format::kJson)
     std::printf("%s\n", summary.dump().c_str());
   else
@@ -30,7 +29,7 @@ int cancel(const std::string& study, const GlobalOptions& global) {
 }
 
 int workers(const GlobalOptions& global) {
-  json list = ask_master(global, protocol::make("workers"))["workers"];
+  json list = ask_master(global, protocol::ListWorkers{}.to_json())["workers"];
   if (global.format == Format::kJson) {
     std::printf("%s\n", list.dump().c_str());
     return 0;
@@ -63,16 +62,17 @@ json ask_master(const GlobalOptions& global, const json& request) {
   if (global.master.empty()) throw BadInput("no master: give --master ADDR or set HIPPO_MASTER");
   protocol::ClientKeys keys = client_keys(global);
   zmq::context_t context;
-  json reply;
+  protocol::Reply reply;
   try {
-    reply = protocol::request(context, global.master, request, 30000, keys);
+    reply =
+        protocol::Reply::from_json(protocol::request(context, global.master, request, 30000, keys));
   } catch (const protocol::AuthError& e) {
     throw BadInput(e.what());
   } catch (const protocol::ProtocolError& e) {
     throw RunFailed(e.what());
   }
-  if (!reply.value("ok", false)) throw BadInput(reply.value("error", std::string("refused")));
-  return reply;
+  if (!reply.ok) throw BadInput(reply.error);
+  return reply.fields;
 }
 
 void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* action) {

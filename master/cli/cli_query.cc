@@ -9,6 +9,7 @@
 
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
+#include "master/reports.h"
 #include "searchers/spec.h"
 #include "storage/plan.h"
 
@@ -37,35 +38,34 @@ StudyRow find_study(SearchPlan& plan, const std::string& name_or_id) {
 struct StudyView {
   StudyRow row;
   std::string metric;
-  bool maximize = true;
+  Objective objective;
   std::vector<TrialRow> trials;
+  std::vector<MetricRow> all_metrics;  // by (trial, step, name)
   std::map<TrialId, std::vector<MetricRow>> metrics;
 };
 
 StudyView view(SearchPlan& plan, const StudyRow& row) {
   StudyView v;
   v.row = row;
-  const json& searcher = row.spec.value("searcher", json::object());
-  v.metric = searcher.value("metric", std::string("accuracy"));
-  v.maximize = searcher.value("mode", std::string("max")) != "min";
+  try {
+    v.objective = objective_of(row.spec);  // the stored spec was checked when it was submitted
+  } catch (const SpecError& e) {
+    throw RunFailed("study " + row.name + ": its stored spec is unreadable: " + e.what());
+  }
+  v.metric = v.objective.metric;
   v.trials = plan.trials(row.id);
-  for (MetricRow& m : plan.study_metrics(row.id)) v.metrics[m.trial].push_back(std::move(m));
+  v.all_metrics = plan.study_metrics(row.id);
+  for (const MetricRow& m : v.all_metrics) v.metrics[m.trial].push_back(m);
   return v;
 }
 
-// The best (trial, metric row) of a study, if any trial has the metric.
+// The best (trial, metric row) of a study, if any trial has the metric (master/reports.h).
 std::optional<std::pair<const TrialRow*, MetricRow>> best_of(const StudyView& v) {
-  std::optional<std::pair<const TrialRow*, MetricRow>> best;
-  for (const TrialRow& t : v.trials) {
-    auto it = v.metrics.find(t.id);
-    if (it == v.metrics.end()) continue;
-    for (const MetricRow& m : it->second) {
-      if (m.name != v.metric || std::isnan(m.value)) continue;
-      if (!best || (v.maximize ? m.value > best->second.value : m.value < best->second.value))
-        best = {{&t, m}};
-    }
-  }
-  return best;
+  std::optional<MetricRow> best = master::best_metric(v.all_metrics, v.objective);
+  if (!best) return std::nullopt;
+  for (const TrialRow& t : v.trials)
+    if (t.id == best->trial) return std::make_pair(&t, *best);
+  return std::nullopt;
 }
 
 std::string number_text(double v) {

@@ -15,6 +15,8 @@
 
 #include "master/cli/cli.h"
 #include "master/master.h"
+#include "protocol/log.h"
+#include "protocol/message.h"
 #include "protocol/socket.h"
 
 extern char** environ;
@@ -191,13 +193,9 @@ int run(const std::string& path, int workers, const std::string& policy_text,
   }
   m.remove_unreported_checkpoints();
   std::filesystem::remove(address.substr(6));
-  master::StudySummary summary = m.summary(study);
   if (g_interrupted) failure = "interrupted";
-  if (!failure.empty()) {
-    m.plan().set_study_status(study, StudyStatus::kFailed, failure);
-    summary.status = "failed";
-    summary.error = failure;
-  }
+  if (!failure.empty() && m.study_running(study)) m.fail_study(study, failure);
+  master::StudySummary summary = m.summary(study);
   print_summary(summary, global.format);
   return summary.status == "done" ? 0 : 1;
 }
@@ -247,29 +245,23 @@ int serve(std::string bind, const std::string& checkpoints, double timeout_s,
   options.checkpoints = checkpoints.empty() ? global.db + ".checkpoints" : checkpoints;
   options.worker_timeout_s = timeout_s;
   options.snapshot_every = snapshot_every;
-  options.verbose = std::getenv("HIPPO_VERBOSE") != nullptr;
   if (auth.auth)
-    std::fprintf(stderr,
-                 "master: CURVE authentication: admits the %zu keys of %s (read again at "
-                 "every connection)\n",
-                 admitted, auth.authorized.c_str());
+    spdlog::info("CURVE authentication: admits the {} keys of {} (read again at every connection)",
+                 admitted, auth.authorized);
   else if (!loopback_only(bind))  // with --insecure
-    std::fprintf(stderr,
-                 "master: warning: %s is reachable from other machines WITHOUT authentication "
-                 "(--insecure): anyone who can reach this port can submit studies and run them on "
-                 "the workers\n",
-                 bind.c_str());
+    spdlog::warn(
+        "{} is reachable from other machines WITHOUT authentication (--insecure): anyone who can "
+        "reach this port can submit studies and run them on the workers",
+        bind);
   else
-    std::fprintf(stderr,
-                 "master: loopback only (no --auth): workers and clients must run on "
-                 "this machine\n");
+    spdlog::info("loopback only (no --auth): workers and clients must run on this machine");
   master::Master m(open_plan(global.db), options);
-  std::fprintf(stderr, "master: listening on %s, search plan %s, checkpoints in %s\n", bind.c_str(),
-               global.db.c_str(), options.checkpoints.c_str());
+  spdlog::info("listening on {}, search plan {}, checkpoints in {}", bind, global.db,
+               options.checkpoints);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!g_interrupted) m.poll(50);
-  std::fprintf(stderr, "master: stopping\n");
+  spdlog::info("stopping");
   return 0;
 }
 
@@ -277,10 +269,8 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
            const GlobalOptions& global) {
   Policy policy = policy_of(policy_text);
   Loaded l = load(path);
-  json request = protocol::make("submit");
-  request["spec"] = l.spec_json;
-  request["policy"] = to_string(policy);
-  int64_t study = ask_master(global, request)["study"];
+  protocol::Submit request{.spec = l.spec_json, .policy = to_string(policy)};
+  int64_t study = ask_master(global, request.to_json())["study"];
   if (!wait) {
     if (global.format == Format::kJson)
       std::printf("%s\n", json{{"study", l.spec.name}, {"id", study}}.dump().c_str());
@@ -290,9 +280,7 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
     return 0;
   }
   while (true) {
-    json status = protocol::make("status");
-    status["study"] = study;
-    json r = ask_master(global, status);
+    json r = ask_master(global, protocol::Status{.study = study}.to_json());
     if (!r["running"].get<bool>()) {
       json s = r["summary"];
       if (global.format == Format::kJson)

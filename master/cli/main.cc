@@ -8,6 +8,7 @@
 #include <string>
 
 #include "master/cli/cli.h"
+#include "protocol/log.h"
 
 int main(int argc, char** argv) {
   using namespace hippo::cli;
@@ -28,10 +29,12 @@ int main(int argc, char** argv) {
   const char* env_master = std::getenv("HIPPO_MASTER");
   const char* env_master_key = std::getenv("HIPPO_MASTER_KEY");
   const char* env_key = std::getenv("HIPPO_KEY");
+  const char* env_log_level = std::getenv("HIPPO_LOG_LEVEL");
   global.db = env_db ? env_db : "hippo.db";
   global.master = env_master ? env_master : "";
   global.master_key = env_master_key ? env_master_key : "";
   global.key = env_key ? env_key : "";
+  if (env_log_level) global.log_level = env_log_level;
   app.add_option("--db", global.db, "search plan file (default $HIPPO_DB, else ./hippo.db)");
   app.add_option("--master", global.master, "master address (default $HIPPO_MASTER)");
   app.add_option("--master-key", global.master_key,
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
               {"table", Format::kTable}, {"json", Format::kJson}, {"csv", Format::kCsv}},
           CLI::ignore_case))
       ->option_text("table|json|csv");
+  app.add_option("--log-level", global.log_level,
+                 std::string("what the master logs on stderr: ") + hippo::logging::kLevels +
+                     " (default info, or $HIPPO_LOG_LEVEL)");
 
   Action action;
   add_preview_command(app, global, &action);
@@ -61,6 +67,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    // The log's component is the subcommand: "master" for a master, "run" for an embedded one.
+    hippo::logging::setup(app.get_subcommands().front()->get_name(), global.log_level);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: --log-level: %s\n", e.what());
     return 2;
   }
   try {

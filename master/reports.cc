@@ -1,0 +1,132 @@
+#include "master/reports.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace hippo::master {
+
+std::optional<MetricRow> best_metric(const std::vector<MetricRow>& metrics,
+                                     const Objective& objective) {
+  std::optional<MetricRow> best;
+  for (const MetricRow& m : metrics) {
+    if (m.name != objective.metric || std::isnan(m.value)) continue;
+    if (!best || better(m.value, best->value, objective.maximize)) best = m;
+  }
+  return best;
+}
+
+json StudySummary::to_json() const {
+  json j{{"study", name},
+         {"status", status},
+         {"trials", trials},
+         {"steps_trial_based", steps_trial_based},
+         {"steps_unique", steps_unique},
+         {"steps_executed", steps_executed},
+         {"critical_path_steps", critical_path_steps},
+         {"wall_s", std::round(wall_s * 1000) / 1000},
+         {"makespan_ratio", std::round(makespan_ratio * 1000) / 1000},
+         {"master_ms_per_trial", std::round(master_ms_per_trial * 1000) / 1000}};
+  if (!error.empty()) j["error"] = error;
+  if (has_best)
+    j["best"] = {{"trial", best_trial},
+                 {"params", best_params},
+                 {"metric", metric},
+                 {"value", best_value},
+                 {"step", best_step}};
+  return j;
+}
+
+Progress progress(const StudyDriver& driver, const StageTree& tree, int64_t study) {
+  Progress p;
+  const TrackedStudy& s = driver.studies().at(study);
+  std::map<StageId, int64_t> needed;  // stage -> the end this study needs of it
+  for (const auto& [req, tid] : s.trials) {
+    const TrackedTrial& t = *driver.trial(tid);
+    ++p.trials;
+    if (t.status != TrialStatus::kPending && t.status != TrialStatus::kRunning) ++p.trials_closed;
+    if (!t.in_tree) continue;
+    int64_t need = t.needed_length();
+    for (StageId id : tree.path(tid)) {
+      if (tree.stage(id).start >= need) break;
+      int64_t end = std::min(tree.stage(id).end, need);
+      needed[id] = std::max(needed[id], end);
+    }
+  }
+  for (const auto& [id, end] : needed) {
+    const Stage& x = tree.stage(id);
+    p.steps_unique += end - x.start;
+    p.steps_trained += std::max<int64_t>(0, std::min(end, x.trained_until) - x.start);
+  }
+  p.elapsed_s = seconds_since(s.started);
+  return p;
+}
+
+StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchPlan& plan,
+                       int64_t study, int64_t workers) {
+  const TrackedStudy& s = driver.studies().at(study);
+  StudySummary out;
+  out.study = s.id;
+  out.name = s.spec.name;
+  out.status = to_string(s.status);
+  out.error = s.error;
+  out.metric = s.spec.searcher.metric;
+  Progress p = progress(driver, tree, study);
+  out.trials = p.trials;
+  out.steps_unique = p.steps_unique;
+  out.steps_executed = s.steps_executed;
+  for (const auto& [req, tid] : s.trials) {
+    const int64_t needed = driver.trial(tid)->needed_length();
+    out.steps_trial_based += needed;
+    out.critical_path_steps = std::max(out.critical_path_steps, needed);
+  }
+  auto end = s.status == StudyStatus::kRunning ? Clock::now() : s.ended;
+  out.wall_s = std::chrono::duration<double>(end - s.started).count();
+  // Lower bounds of the makespan, in seconds: the critical path, and the work spread over all
+  // workers, each at the measured time per step of this study's root key.
+  double per_step = s.steps_executed > 0 ? s.busy_worker_s / s.steps_executed : 0;
+  double spread = std::max<double>(1, static_cast<double>(workers));
+  double bound = per_step * std::max<double>(out.critical_path_steps, out.steps_unique / spread);
+  out.makespan_ratio = bound > 0 ? out.wall_s / bound : 0;
+  out.master_ms_per_trial = p.trials > 0 ? 1000 * s.master_s / p.trials : 0;
+  if (std::optional<MetricRow> best = best_metric(
+          plan.study_metrics(study), {s.spec.searcher.metric, s.spec.searcher.maximize})) {
+    const TrackedTrial& t = *driver.trial(best->trial);
+    out.has_best = true;
+    out.best_trial = t.number;
+    out.best_params = t.params;
+    out.best_value = best->value;
+    out.best_step = best->step;
+  }
+  return out;
+}
+
+json workers_json(const WorkerPool& pool, const StudyDriver& driver) {
+  json out = json::array();
+  for (const auto& [peer, w] : pool.workers()) {
+    json j{{"name", w.hello.name},
+           {"device", w.hello.device},
+           {"devices", w.hello.devices},
+           {"threads", w.hello.threads},
+           {"pid", w.hello.pid},
+           {"last_seen_s", std::round(seconds_since(w.last_seen) * 10) / 10},
+           {"states_held", w.held.size()}};
+    if (w.job >= 0) {
+      const RunningJob& job = pool.jobs().at(w.job);
+      json studies = json::array();
+      for (int64_t id : job.studies)
+        if (auto it = driver.studies().find(id); it != driver.studies().end())
+          studies.push_back(it->second.spec.name);
+      const TrackedTrial* trial = driver.trial(job.representative);
+      j["job"] = {{"studies", studies},
+                  {"trial", trial ? trial->number : -1},
+                  {"from", job.order.from},
+                  {"to", job.order.to},
+                  {"step", std::max(job.progress_step, job.order.from)}};
+    }
+    out.push_back(j);
+  }
+  return out;
+}
+
+}  // namespace hippo::master

@@ -1,0 +1,60 @@
+// What the master tells people: a study's summary (INTERFACE.md's JSON line of `run` and
+// `submit --wait`), its progress (the bar of `hippo run`), the workers list (`hippo workers`),
+// and the best trial, the one rule that the history queries (master/cli/) use too.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "master/study_driver.h"
+#include "master/worker_pool.h"
+#include "searchers/spec.h"
+#include "storage/plan.h"
+
+namespace hippo::master {
+
+// The best value of the objective's metric among `metrics` (NaN never wins; of equal values the
+// first row wins), or nullopt when no row has it.
+std::optional<MetricRow> best_metric(const std::vector<MetricRow>& metrics,
+                                     const Objective& objective);
+
+struct StudySummary {
+  int64_t study = 0;
+  std::string name;
+  std::string status;
+  std::string error;
+  int64_t trials = 0;
+  int64_t steps_trial_based = 0;
+  int64_t steps_unique = 0;
+  int64_t steps_executed = 0;
+  int64_t critical_path_steps = 0;
+  double wall_s = 0;
+  double makespan_ratio = 0;  // makespan / max(critical path, work / workers), in time
+  bool has_best = false;
+  int64_t best_trial = 0;  // number within the study
+  json best_params;
+  std::string metric;
+  double best_value = 0;
+  int64_t best_step = 0;
+  double master_ms_per_trial = 0;  // the master's own CPU time (events, bookkeeping) per trial
+  json to_json() const;
+};
+
+struct Progress {
+  int64_t trials = 0, trials_closed = 0;
+  int64_t steps_unique = 0, steps_trained = 0;  // of this study's part of the tree
+  double elapsed_s = 0;
+};
+
+Progress progress(const StudyDriver& driver, const StageTree& tree, int64_t study);
+// `workers`: how many workers the makespan's lower bound spreads the work over.
+StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchPlan& plan,
+                       int64_t study, int64_t workers);
+// For `hippo workers`: name, device, devices, threads, pid, seconds since it was last heard, the
+// states it holds, and its job (studies, trial, steps) if busy.
+json workers_json(const WorkerPool& pool, const StudyDriver& driver);
+
+}  // namespace hippo::master

@@ -1,0 +1,49 @@
+// A job as the master tracks it while a worker runs it: the order that was sent, whose work it
+// is, and how far the worker got.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "protocol/message.h"
+#include "searchers/spec.h"
+#include "stagetree/tree.h"
+
+namespace hippo::master {
+
+struct RunningJob {
+  protocol::Job order;          // as sent (its snapshots grow with each SnapshotAt)
+  std::string worker;           // the peer that runs it
+  TrialId representative = -1;  // the trial whose path it trains
+  std::set<int64_t> studies;    // whose trials need this work (executed steps are counted there)
+  int64_t reported_step = 0;    // the latest step whose state the worker reported
+  int64_t progress_step = 0;    // the latest step the worker said it reached
+  bool abandoned = false;       // no running study needs it; the worker was told to stop
+};
+
+// The stage that holds step `from` of `trial`'s path, the first one a job starting there trains;
+// for an evaluation-only job at the trial's last step, the stage that made that state. A job's
+// failure is this stage's.
+inline StageId first_stage(const StageTree& tree, TrialId trial, int64_t from) {
+  return tree.stage_at(trial, std::min(from + 1, tree.trial(trial).length));
+}
+
+// What a worker must know of a study to build its engine (every field of its root key).
+inline protocol::RunSpec run_spec(const StudySpec& spec) {
+  protocol::RunSpec run;
+  run.model = spec.model;
+  run.data = spec.data.name;
+  run.train_samples = spec.data.train_samples;
+  run.eval_samples = spec.data.eval_samples;
+  run.seed = spec.seed;
+  run.fixed = spec.fixed;
+  run.microbatches = spec.pipeline.microbatches;
+  run.pipeline_stages = spec.pipeline.stages;
+  run.pipeline_schedule = spec.pipeline.schedule;
+  run.pipeline_chunks = spec.pipeline.chunks;
+  return run;
+}
+
+}  // namespace hippo::master

@@ -1,0 +1,190 @@
+#include "master/scheduler.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace hippo::master {
+namespace {
+
+// The steps of pending evaluations in [from, to] (from itself only when include_from) that some
+// trial through the same stage as `trial` at that step waits for.
+std::vector<int64_t> evals_between(const SchedulerInput& in, TrialId trial, int64_t from,
+                                   int64_t to, bool include_from) {
+  std::vector<int64_t> out;
+  for (auto it = in.pending_evaluations.lower_bound(from);
+       it != in.pending_evaluations.end() && it->first <= to; ++it) {
+    if (it->first == from && !include_from) continue;
+    StageId at = in.tree.stage_at(trial, it->first);
+    for (TrialId t : it->second)
+      if (in.tree.stage_at(t, it->first) == at) {
+        out.push_back(it->first);
+        break;
+      }
+  }
+  return out;
+}
+
+// Builds the list: stage work and the rebuilds they need, then evaluations.
+class WorkList {
+ public:
+  explicit WorkList(const SchedulerInput& in) : in_(in) {
+    // What running jobs will produce: the stages they train and the states they will report.
+    for (const auto& [id, job] : in.jobs) {
+      for (StageId s : in.tree.path(job.representative)) {
+        const Stage& x = in.tree.stage(s);
+        if (x.end > job.order.from && x.start < job.order.to) claimed_.insert(s);
+      }
+      for (const auto& order : job.order.snapshots)
+        coming_.insert(state_key(in.tree, job.representative, order.step));
+      for (int64_t e : job.order.eval_steps)
+        coming_.insert(state_key(in.tree, job.representative, e));
+    }
+  }
+
+  void add_stage_work() {
+    std::unordered_map<StageId, double> priorities = in_.tree.priorities(in_.cost_per_step);
+    for (const auto& [id, priority] : priorities) {
+      if (claimed_.count(id) || in_.failed_stages.count(id)) continue;
+      const Stage& x = in_.tree.stage(id);
+      if (x.parent != kNoStage && in_.failed_stages.count(x.parent)) continue;
+      auto need = in_.needed_ends.find(id);
+      if (need == in_.needed_ends.end() || need->second <= x.trained_until) continue;
+      const int64_t t = x.trained_until;
+      WorkItem w;
+      w.priority = priority;
+      w.representative = x.representative;
+      w.from = t;
+      w.to = need->second;
+      w.stage = id;
+      if (t > 0) {
+        StateKey parent{t == x.start ? x.parent : x.id, t};
+        std::optional<int64_t> state = in_.states.state_at(parent);
+        if (!state) {
+          // Rebuilt only if its stage was trained past it (else that stage's own work makes it).
+          if (in_.tree.stage(parent.first).trained_until >= t)
+            rebuild(x.representative, parent, priority);
+          continue;
+        }
+        w.parent_state = *state;
+      }
+      w.evals = evals_between(in_, w.representative, t, w.to, t == 0 || t > x.start);
+      out_.push_back(w);
+    }
+  }
+
+  // Evaluations of states that were trained before anyone asked for them.
+  void add_evaluations() {
+    const double priority = 1e300;  // cheap, and a searcher waits for it
+    for (const auto& [step, waiting] : in_.pending_evaluations) {
+      for (TrialId trial : waiting) {
+        StateKey key = state_key(in_.tree, trial, step);
+        const Stage& x = in_.tree.stage(key.first);
+        bool trained_past = x.trained_until > step || (x.trained_until == step && step == x.end);
+        if (!trained_past || coming_.count(key) || planned_.count(key)) continue;
+        if (step == 0) {
+          planned_.insert(key);
+          out_.push_back({priority, trial, 0, 0, -1, {0}, kNoStage});
+        } else if (std::optional<int64_t> state = in_.states.state_at(key)) {
+          planned_.insert(key);
+          out_.push_back({priority, trial, step, step, *state, {step}, kNoStage});
+        } else {
+          rebuild(trial, key, priority);
+        }
+      }
+    }
+  }
+
+  std::vector<WorkItem> sorted() {
+    std::sort(out_.begin(), out_.end(), [](const WorkItem& a, const WorkItem& b) {
+      return std::tie(b.priority, a.representative, a.from) <
+             std::tie(a.priority, b.representative, b.from);
+    });
+    return std::move(out_);
+  }
+
+ private:
+  // A replay that makes the state `target` on `trial`'s path from the nearest earlier state. Work
+  // that several stages wait for gets the highest of their priorities.
+  void rebuild(TrialId trial, const StateKey& target, double priority) {
+    if (coming_.count(target)) return;
+    if (auto it = replays_.find(target); it != replays_.end()) {
+      out_[it->second].priority = std::max(out_[it->second].priority, priority);
+      return;
+    }
+    if (!planned_.insert(target).second) return;
+    replays_[target] = out_.size();
+    auto [state, step] = in_.states.nearest_before(in_.tree, trial, target.second);
+    WorkItem w;
+    w.priority = priority;
+    w.representative = trial;
+    w.from = step;
+    w.to = target.second;
+    w.parent_state = state;
+    w.evals = evals_between(in_, trial, step, target.second, step == 0);
+    out_.push_back(w);
+  }
+
+  const SchedulerInput& in_;
+  std::set<StageId> claimed_;
+  std::set<StateKey> coming_;
+  std::set<StateKey> planned_;          // states that an item already rebuilds or evaluates
+  std::map<StateKey, size_t> replays_;  // state -> the item of out_ that rebuilds it
+  std::vector<WorkItem> out_;
+};
+
+}  // namespace
+
+std::vector<WorkItem> ready_work(const SchedulerInput& in) {
+  WorkList list(in);
+  list.add_stage_work();
+  list.add_evaluations();
+  return list.sorted();
+}
+
+std::vector<Assignment> assign(
+    const std::vector<WorkItem>& work, std::vector<IdleWorker> idle,
+    const std::function<bool(const WorkItem&, const IdleWorker&)>& usable) {
+  std::vector<Assignment> out;
+  for (const WorkItem& w : work) {
+    if (idle.empty()) break;
+    auto chosen = std::find_if(idle.begin(), idle.end(), [&](const IdleWorker& i) {
+      return usable(w, i) && i.held->count(w.parent_state) != 0;
+    });
+    if (chosen == idle.end())
+      chosen =
+          std::find_if(idle.begin(), idle.end(), [&](const IdleWorker& i) { return usable(w, i); });
+    if (chosen == idle.end()) continue;
+    out.push_back({w, chosen->peer});
+    idle.erase(chosen);
+  }
+  return out;
+}
+
+std::vector<int64_t> snapshot_steps(const StageTree& tree, const WorkItem& work, int64_t every) {
+  std::set<int64_t> steps;
+  if (work.to > work.from) steps.insert(work.to);
+  if (work.stage != kNoStage)
+    for (TrialId t : tree.trials_ending_in(work.stage)) {
+      int64_t length = tree.trial(t).length;
+      if (length > work.from && length < work.to) steps.insert(length);
+    }
+  if (every > 0)
+    for (int64_t s = (work.from / every + 1) * every; s < work.to; s += every) steps.insert(s);
+  return {steps.begin(), steps.end()};
+}
+
+std::vector<int64_t> jobs_to_snapshot_at_split(const Split& split, const StageTree& tree,
+                                               const StateRegistry& states,
+                                               const std::map<int64_t, RunningJob>& jobs) {
+  std::vector<int64_t> out;
+  if (states.state_at({split.stage, split.at})) return out;
+  for (const auto& [id, job] : jobs) {
+    const protocol::Job& o = job.order;
+    if (o.from >= split.at || o.to <= split.at || job.progress_step >= split.at) continue;
+    if (state_key(tree, job.representative, split.at) != StateKey{split.stage, split.at}) continue;
+    out.push_back(id);
+  }
+  return out;
+}
+
+}  // namespace hippo::master

@@ -1,0 +1,86 @@
+// The scheduler (DESIGN.md, "Scheduling"): pure functions from the master's state to work, with
+// no I/O, so that tests drive them with hand-built trees.
+//
+// Work is every stage with steps that some trial still needs; a stage is ready when the state at
+// its trained_until exists (a checkpoint, or in a worker's memory). Ready work is ordered by its
+// critical-path priority (StageTree::priorities with the measured time per step of its root key);
+// an idle worker takes the highest, and a worker that holds the parent state in memory is
+// preferred. A state that should exist but does not (a split inside a finished stage, a snapshot
+// the worker was asked for too late, a lost checkpoint) is rebuilt by a replay from the nearest
+// earlier state on the same path. Evaluations of states trained before anyone asked for them are
+// work of their own, ahead of everything else (cheap, and a searcher waits for them).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "master/running_job.h"
+#include "master/state_registry.h"
+#include "stagetree/tree.h"
+
+namespace hippo::master {
+
+// A unit of work for one worker: train `representative`'s path over [from, to) starting from
+// `parent_state` (-1: a fresh model, from == 0) and evaluate after each of `evals`. from == to is
+// an evaluation only.
+struct WorkItem {
+  double priority = 0;
+  TrialId representative = -1;
+  int64_t from = 0, to = 0;
+  int64_t parent_state = -1;
+  std::vector<int64_t> evals;
+  StageId stage = kNoStage;  // the stage whose pending steps this trains (kNoStage: a replay or
+                             // an evaluation), for snapshots where trials end inside it
+  bool operator==(const WorkItem&) const = default;
+};
+
+// What the scheduler reads. Every reference outlives the call.
+struct SchedulerInput {
+  const StageTree& tree;
+  const StateRegistry& states;
+  const std::map<int64_t, RunningJob>& jobs;  // running, by id
+  // Evaluation step -> the trials waiting for their metric at that step.
+  const std::map<int64_t, std::set<TrialId>>& pending_evaluations;
+  // Stage -> the end up to which some trial of a running study needs it (StudyDriver).
+  const std::unordered_map<StageId, int64_t>& needed_ends;
+  const std::set<StageId>& failed_stages;  // never scheduled again, nor anything below them
+  std::function<double(const std::string& root_key)> cost_per_step;
+};
+
+// Every unit of work that can start now, highest priority first. Ties go to the older trial and
+// the earlier step, so that the same plan gives the same order of work (and of results, which
+// adaptive searchers depend on) in every run.
+std::vector<WorkItem> ready_work(const SchedulerInput& in);
+
+struct IdleWorker {
+  std::string peer;
+  int64_t devices = 1;            // pipeline stages it can run
+  const std::set<int64_t>* held;  // state ids in its memory
+};
+struct Assignment {
+  WorkItem work;
+  std::string peer;
+};
+// Hands work to idle workers in the order given: each item to the first idle worker for which
+// usable(item, worker) holds, preferring one that holds the item's parent state in memory (a fork
+// without reading a file). Items no idle worker can take are skipped.
+std::vector<Assignment> assign(
+    const std::vector<WorkItem>& work, std::vector<IdleWorker> idle,
+    const std::function<bool(const WorkItem&, const IdleWorker&)>& usable);
+
+// The steps at which a job for `work` snapshots: its end, where trials end inside its stage (a
+// searcher may extend them from there), and every `every` steps (0: never), ascending.
+std::vector<int64_t> snapshot_steps(const StageTree& tree, const WorkItem& work, int64_t every);
+
+// A trial split `split.stage` at `split.at` while it trains: the running jobs that will pass
+// through that point on that stage and must snapshot there (none if the state exists already).
+std::vector<int64_t> jobs_to_snapshot_at_split(const Split& split, const StageTree& tree,
+                                               const StateRegistry& states,
+                                               const std::map<int64_t, RunningJob>& jobs);
+
+}  // namespace hippo::master

@@ -1,0 +1,103 @@
+#include "master/state_registry.h"
+
+#include <climits>
+
+#include "master/checkpoint_files.h"
+
+namespace hippo::master {
+namespace {
+
+// Moves the entries of `index` above the split point to the upper stage; on_move(value) for each.
+template <typename Map, typename OnMove>
+void move_above(Map& index, const Split& split, OnMove on_move) {
+  auto first = index.upper_bound(StateKey{split.stage, split.at});
+  auto last = index.lower_bound(StateKey{split.stage + 1, INT64_MIN});
+  std::vector<std::pair<StateKey, typename Map::mapped_type>> moved(first, last);
+  index.erase(first, last);
+  for (auto& [key, value] : moved) {
+    on_move(value);
+    index[{split.upper, key.second}] = std::move(value);
+  }
+}
+
+}  // namespace
+
+StateRegistry::StateRegistry(std::string incarnation) : incarnation_(std::move(incarnation)) {}
+
+protocol::SnapshotOrder StateRegistry::new_snapshot_order(int64_t step) {
+  int64_t state = next_state_++;
+  return {step, state, checkpoint_file_name(incarnation_, state)};
+}
+
+int64_t StateRegistry::add_restored(const StateInfo& info) {
+  int64_t id = next_state_++;
+  add(id, info);
+  return id;
+}
+
+void StateRegistry::add(int64_t id, const StateInfo& info) {
+  states_[id] = info;
+  index_[{info.stage, info.step}] = id;
+}
+
+std::optional<int64_t> StateRegistry::state_at(const StateKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::pair<int64_t, int64_t> StateRegistry::nearest_before(const StageTree& tree, TrialId trial,
+                                                          int64_t step) const {
+  std::vector<StageId> path = tree.path(trial);
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    const Stage& x = tree.stage(*it);
+    if (x.start >= step) continue;
+    auto found = index_.lower_bound(StateKey{x.id, step});
+    if (found != index_.begin() && std::prev(found)->first.first == x.id)
+      return {std::prev(found)->second, std::prev(found)->first.second};
+  }
+  return {-1, 0};
+}
+
+void StateRegistry::cache_metrics(const StateKey& key, const nlohmann::json& metrics) {
+  metrics_[key] = metrics;
+}
+
+const nlohmann::json* StateRegistry::cached_metrics(const StateKey& key) const {
+  auto it = metrics_.find(key);
+  return it == metrics_.end() ? nullptr : &it->second;
+}
+
+void StateRegistry::on_split(const Split& split) {
+  move_above(index_, split, [&](int64_t id) { states_[id].stage = split.upper; });
+  move_above(metrics_, split, [](const nlohmann::json&) {});
+}
+
+StateInfo StateRegistry::forget(int64_t id) {
+  StateInfo info = states_.at(id);
+  index_.erase({info.stage, info.step});
+  states_.erase(id);
+  return info;
+}
+
+std::vector<StateInfo> StateRegistry::forget_unreachable(const std::set<StageId>& reachable) {
+  std::vector<StateInfo> out;
+  for (auto it = index_.begin(); it != index_.end();) {
+    if (reachable.count(it->first.first)) {
+      ++it;
+      continue;
+    }
+    out.push_back(states_.at(it->second));
+    states_.erase(it->second);
+    it = index_.erase(it);
+  }
+  return out;
+}
+
+std::set<std::string> StateRegistry::files() const {
+  std::set<std::string> out;
+  for (const auto& [id, info] : states_) out.insert(info.file);
+  return out;
+}
+
+}  // namespace hippo::master

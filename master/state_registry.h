@@ -1,0 +1,82 @@
+// The training states the master knows of: where each lives (a checkpoint file, and the workers
+// that hold it in memory are the worker pool's business), the metrics measured on them, and how
+// they move when the tree splits. No I/O: the caller writes the plan rows and removes the files
+// of what this forgets.
+//
+// States are named by (stage, step): the state after `step` steps of the trials through `stage`,
+// start < step <= end (step 0 is a fresh model and needs no name). When a stage splits at d, the
+// states above d move to the upper part, exactly as the search plan's checkpoints do. State ids
+// are the master's, numbered from 1 per start of a master.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "protocol/message.h"
+#include "stagetree/tree.h"
+
+namespace hippo::master {
+
+using StateKey = std::pair<StageId, int64_t>;  // (stage, step)
+
+// The name of the state after `step` steps of `trial`'s path.
+inline StateKey state_key(const StageTree& tree, TrialId trial, int64_t step) {
+  return {tree.stage_at(trial, step), step};
+}
+
+struct StateInfo {
+  StageId stage = kNoStage;
+  int64_t step = 0;
+  std::string file;             // "" for a state kept in a worker's memory only
+  int64_t checkpoint_row = -1;  // its row in the plan's checkpoints, if it has one
+};
+
+class StateRegistry {
+ public:
+  explicit StateRegistry(std::string incarnation);
+
+  // A new state id, and the order that makes a worker snapshot it after `step` steps (with a
+  // file named by checkpoint_files.h).
+  protocol::SnapshotOrder new_snapshot_order(int64_t step);
+  // A state made outside this master start (a checkpoint restored from the plan): a new id.
+  int64_t add_restored(const StateInfo& info);
+  // A state a worker reported under the id of its order.
+  void add(int64_t id, const StateInfo& info);
+
+  std::optional<int64_t> state_at(const StateKey& key) const;
+  bool has(int64_t id) const { return states_.count(id) != 0; }
+  const StateInfo& info(int64_t id) const { return states_.at(id); }
+  // The nearest state before `step` on `trial`'s path: its id (-1: a fresh model) and its step.
+  std::pair<int64_t, int64_t> nearest_before(const StageTree& tree, TrialId trial,
+                                             int64_t step) const;
+
+  // The metrics measured on a state, whichever trial asked for them.
+  void cache_metrics(const StateKey& key, const nlohmann::json& metrics);
+  const nlohmann::json* cached_metrics(const StateKey& key) const;
+
+  // The tree split `split.stage` at `split.at`: states and metrics above it move to the upper part.
+  void on_split(const Split& split);
+  // Forgets a state (its checkpoint is lost); returns what it was.
+  StateInfo forget(int64_t id);
+  // Forgets every state of a stage not in `reachable`; returns them.
+  std::vector<StateInfo> forget_unreachable(const std::set<StageId>& reachable);
+  // Every file of a known state.
+  std::set<std::string> files() const;
+
+  const std::string& incarnation() const { return incarnation_; }
+
+ private:
+  std::string incarnation_;
+  int64_t next_state_ = 1;
+  std::map<int64_t, StateInfo> states_;         // by id
+  std::map<StateKey, int64_t> index_;           // key -> id
+  std::map<StateKey, nlohmann::json> metrics_;  // key -> {"accuracy": .., "loss": ..}
+};
+
+}  // namespace hippo::master

@@ -1,0 +1,542 @@
+#include "master/study_driver.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include "master/checkpoint_files.h"
+#include "protocol/log.h"
+
+namespace hippo::master {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// CPU time of this thread: the master's own cost, without the time it waits for a core while
+// the workers on the same machine keep them busy.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The value of the study's metric among a worker's metrics, or nullopt.
+std::optional<double> metric_value(const json& metrics, const std::string& name) {
+  auto it = metrics.find(name);
+  if (it == metrics.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+bool is_open(TrialStatus status) {
+  return status == TrialStatus::kPending || status == TrialStatus::kRunning;
+}
+
+}  // namespace
+
+StudyDriver::StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states,
+                         std::string checkpoint_dir,
+                         std::function<void(const Change&)> on_tree_change)
+    : plan_(plan),
+      tree_(tree),
+      states_(states),
+      checkpoint_dir_(std::move(checkpoint_dir)),
+      on_tree_change_(std::move(on_tree_change)) {}
+
+// ---------------------------------------------------------------------------------------------
+// Restoring, and staying in line with the plan.
+
+void StudyDriver::restore() {
+  next_trial_ = plan_.next_trial_id();
+  for (const StudyRow& row : plan_.studies()) {
+    // Metrics of every study feed the cache, so a new study reuses evaluations of shared states.
+    std::map<std::pair<TrialId, int64_t>, json> by_state;
+    for (const MetricRow& m : plan_.study_metrics(row.id))
+      by_state[{m.trial, m.step}][m.name] = m.value;
+    for (const auto& [ts, metrics] : by_state)
+      if (tree_.has_trial(ts.first) && tree_.trial(ts.first).length >= ts.second)
+        states_.cache_metrics(state_key(tree_, ts.first, ts.second), metrics);
+    if (row.status != StudyStatus::kRunning) continue;
+
+    TrackedStudy s;
+    s.id = row.id;
+    s.policy = row.policy;
+    s.started = Clock::now();
+    try {
+      s.spec = parse_spec(row.spec);
+      s.searcher = make_searcher(s.spec);
+      s.searcher->load(row.searcher_state);
+    } catch (const std::exception& e) {
+      plan_.set_study_status(row.id, StudyStatus::kFailed,
+                             std::string("cannot resume after a restart: ") + e.what());
+      continue;
+    }
+    for (const TrialRow& tr : plan_.trials(row.id)) {
+      TrackedTrial t;
+      t.id = tr.id;
+      t.study = row.id;
+      t.number = tr.number;
+      t.request = tr.number - 1;
+      t.params = tr.params;
+      t.length = tr.length;
+      t.in_tree = tree_.has_trial(tr.id);
+      t.status = tr.status;
+      if (t.status == TrialStatus::kFailed) t.error = tr.end_reason;
+      if (t.status == TrialStatus::kStopped) t.stopped_at = trained_length(t);
+      if (is_open(t.status)) {
+        std::set<int64_t> have;
+        for (const MetricRow& m : plan_.metrics(tr.id))
+          if (m.name == s.spec.searcher.metric) have.insert(m.step);
+        for (int64_t step : plan_.eval_requests(tr.id))
+          if (!have.count(step)) {
+            t.pending_evals.insert(step);
+            pending_[step].insert(t.id);
+          }
+      }
+      s.trials[t.request] = t.id;
+      trials_[t.id] = std::move(t);
+    }
+    plan_.add_event(row.id, "resumed", json::object());
+    studies_[row.id] = std::move(s);
+  }
+}
+
+void StudyDriver::resync() {
+  tree_ = plan_.load_tree();
+  for (auto it = trials_.begin(); it != trials_.end();) {
+    std::optional<TrialRow> row = plan_.trial(it->first);
+    if (!row) {
+      for (int64_t step : it->second.pending_evals) pending_[step].erase(it->first);
+      it = trials_.erase(it);
+      continue;
+    }
+    it->second.length = row->length;
+    it->second.in_tree = tree_.has_trial(it->first);
+    ++it;
+  }
+  for (auto& [id, s] : studies_)
+    for (auto it = s.trials.begin(); it != s.trials.end();)
+      it = trials_.count(it->second) ? std::next(it) : s.trials.erase(it);
+}
+
+void StudyDriver::study_transaction(TrackedStudy& s, const std::function<void()>& fn) {
+  double started = thread_cpu_seconds();
+  try {
+    plan_.transaction(fn);
+  } catch (const PlanBusy&) {
+    throw;  // the plan is locked (fn has not begun): the caller retries, the study is fine
+  } catch (const std::exception& e) {
+    resync();
+    plan_.transaction([&] { finish(s, StudyStatus::kFailed, e.what()); });
+  }
+  s.master_s += thread_cpu_seconds() - started;
+}
+
+bool StudyDriver::take_schedule_change() {
+  bool changed = schedule_changed_;
+  schedule_changed_ = false;
+  return changed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Studies.
+
+int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy policy) {
+  double started = thread_cpu_seconds();
+  int64_t id = 0;
+  try {
+    plan_.transaction([&] {
+      id = plan_.create_study(spec.name, spec_json, policy);
+      TrackedStudy s;
+      s.id = id;
+      s.spec = spec;
+      s.searcher = make_searcher(spec);
+      s.policy = policy;
+      s.started = Clock::now();
+      TrackedStudy& study = studies_[id] = std::move(s);
+      try {
+        apply(study, study.searcher->on_study_start());
+        plan_.save_searcher_state(id, study.searcher->save());
+        plan_.add_event(id, "submitted", {{"policy", to_string(policy)}});
+      } catch (...) {
+        studies_.erase(id);
+        throw;
+      }
+    });
+  } catch (...) {
+    resync();
+    throw;
+  }
+  studies_[id].master_s += thread_cpu_seconds() - started;
+  schedule_changed_ = true;
+  return id;
+}
+
+void StudyDriver::cancel(int64_t id) {
+  TrackedStudy& s = studies_.at(id);
+  if (s.status != StudyStatus::kRunning)
+    throw std::invalid_argument("study " + s.spec.name + " (id " + std::to_string(id) +
+                                ") has already ended: " + to_string(s.status));
+  try {
+    plan_.transaction([&] {
+      for (const auto& [request, trial] : s.trials) {
+        TrackedTrial& t = trials_.at(trial);
+        if (is_open(t.status)) stop(t, "the study was cancelled");
+      }
+      finish(s, StudyStatus::kCancelled, "cancelled by a client");
+    });
+  } catch (...) {
+    resync();
+    throw;
+  }
+  spdlog::info("study {} cancelled", s.spec.name);
+  schedule_changed_ = true;
+}
+
+void StudyDriver::fail(int64_t id, const std::string& error) {
+  TrackedStudy& s = studies_.at(id);
+  plan_.transaction([&] { finish(s, StudyStatus::kFailed, error); });
+}
+
+int64_t StudyDriver::find(const json& id_or_name) const {
+  if (id_or_name.is_number_integer()) {
+    int64_t id = id_or_name.get<int64_t>();
+    if (studies_.count(id)) return id;
+    throw std::invalid_argument("no study " + std::to_string(id) + " on this master");
+  }
+  if (!id_or_name.is_string())
+    throw std::invalid_argument("study: expected an id or a name, got " + id_or_name.dump());
+  const std::string text = id_or_name.get<std::string>();
+  for (const auto& [id, s] : studies_)
+    if (s.spec.name == text) return id;
+  if (std::optional<int64_t> id = study_id_in(text); id && studies_.count(*id)) return *id;
+  throw std::invalid_argument("no study named " + text + " on this master");
+}
+
+bool StudyDriver::running(int64_t study) const {
+  auto it = studies_.find(study);
+  return it != studies_.end() && it->second.status == StudyStatus::kRunning;
+}
+
+const TrackedTrial* StudyDriver::trial(TrialId id) const {
+  auto it = trials_.find(id);
+  return it == trials_.end() ? nullptr : &it->second;
+}
+
+void StudyDriver::finish(TrackedStudy& s, StudyStatus status, std::string error) {
+  if (s.status != StudyStatus::kRunning) return;
+  // A study whose every trial failed has failed, for the reason its first trial gives.
+  if (status == StudyStatus::kDone && !s.trials.empty() &&
+      std::all_of(s.trials.begin(), s.trials.end(), [&](const auto& rt) {
+        return trials_.at(rt.second).status == TrialStatus::kFailed;
+      })) {
+    status = StudyStatus::kFailed;
+    error = "every trial failed; the first: " + trials_.at(s.trials.begin()->second).error;
+  }
+  s.status = status;
+  s.error = error;
+  s.ended = Clock::now();
+  plan_.set_study_status(s.id, status, error);
+  schedule_changed_ = true;  // its work under way may be abandoned
+  plan_.add_event(s.id, status == StudyStatus::kDone ? "finished" : to_string(status),
+                  {{"error", error}});
+  collect_checkpoints();
+  if (status == StudyStatus::kFailed) spdlog::error("study {} failed: {}", s.spec.name, error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Searcher operations.
+
+void StudyDriver::apply(TrackedStudy& s, const std::vector<Operation>& ops) {
+  for (const Operation& op : ops) {
+    if (s.status != StudyStatus::kRunning) return;
+    if (const Create* c = std::get_if<Create>(&op)) {
+      if (s.trials.count(c->trial))
+        throw std::runtime_error("searcher created trial " + std::to_string(c->trial) + " twice");
+      if (c->trial != static_cast<RequestId>(s.trials.size()))
+        throw std::runtime_error("searcher trial ids must be 0, 1, 2, ... in creation order");
+      // The trial enters the plan and the tree with its first Train (a stored trial has work).
+      if (c->fork && !s.trials.count(c->fork->donor))
+        throw std::runtime_error("searcher forked trial " + std::to_string(c->trial) +
+                                 " from unknown trial " + std::to_string(c->fork->donor));
+      TrackedTrial t;
+      t.id = next_trial_++;
+      t.study = s.id;
+      t.request = c->trial;
+      t.params = c->params;
+      t.fork = c->fork;
+      s.trials[c->trial] = t.id;
+      trials_[t.id] = std::move(t);
+    } else if (const Train* tr = std::get_if<Train>(&op)) {
+      auto it = s.trials.find(tr->trial);
+      if (it == s.trials.end())
+        throw std::runtime_error("searcher trained unknown trial " + std::to_string(tr->trial));
+      place_trial(s, trials_.at(it->second), tr->length, tr->eval_steps);
+    } else if (const Stop* st = std::get_if<Stop>(&op)) {
+      auto it = s.trials.find(st->trial);
+      if (it != s.trials.end()) stop(trials_.at(it->second), "stopped by the searcher");
+    } else if (std::holds_alternative<Finish>(op)) {
+      finish(s, StudyStatus::kDone, "");
+    }
+  }
+}
+
+void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
+                              const std::vector<int64_t>& evals) {
+  if (length > t.length) {
+    Change change;
+    if (!t.in_tree) {
+      TrialRow row;
+      row.id = t.id;
+      row.study_id = s.id;
+      // Trial-based: a root key of its own, so that no trial shares a stage with another.
+      row.root_key = s.policy == Policy::kTrialBased
+                         ? s.spec.root_key + "/trial-" + std::to_string(t.id)
+                         : s.spec.root_key;
+      row.params = t.params;
+      row.hyperparams = s.spec.hyperparams(t.params);
+      if (t.fork) {
+        // The donor's history up to the fork step, the trial's own values after it.
+        const TrackedTrial& donor = trials_.at(s.trials.at(t.fork->donor));
+        if (!donor.in_tree)
+          throw std::runtime_error("searcher forked from trial " + std::to_string(t.fork->donor) +
+                                   ", which has never been trained");
+        const Hyperparams& history = tree_.trial(donor.id).hyperparams;
+        for (auto& [name, seq] : row.hyperparams) {
+          try {
+            seq = splice(history.at(name), seq, t.fork->step);
+          } catch (const std::invalid_argument& e) {
+            throw std::runtime_error("fork of trial " + std::to_string(t.request) + " at step " +
+                                     std::to_string(t.fork->step) + ": " + name + ": " + e.what());
+          }
+        }
+      }
+      row.length = length;
+      row.status = TrialStatus::kRunning;
+      t.number = plan_.add_trial(row);
+      change = tree_.add_trial(t.id, row.root_key, row.hyperparams, length);
+      t.in_tree = true;
+    } else {
+      change = tree_.extend_trial(t.id, length);
+      plan_.set_trial_length(t.id, length);
+    }
+    t.length = length;
+    schedule_changed_ = true;
+    plan_.save_change(tree_, change);
+    on_tree_change_(change);
+  }
+  plan_.add_eval_requests(t.id, evals);
+  t.status = TrialStatus::kRunning;
+  plan_.set_trial_status(t.id, t.status);
+  for (int64_t step : evals) {
+    if (const json* cached = states_.cached_metrics(state_key(tree_, t.id, step))) {
+      record_metric(t, step, *cached);  // evaluated already, for another trial
+    } else {
+      t.pending_evals.insert(step);
+      pending_[step].insert(t.id);
+    }
+  }
+}
+
+void StudyDriver::stop(TrackedTrial& t, const std::string& reason) {
+  forget_pending(t);
+  t.stopped_at = trained_length(t);
+  t.status = TrialStatus::kStopped;
+  plan_.set_trial_status(t.id, t.status, reason);
+}
+
+void StudyDriver::forget_pending(TrackedTrial& t) {
+  for (int64_t step : t.pending_evals) pending_[step].erase(t.id);
+  t.pending_evals.clear();
+}
+
+// Stores the metric for the trial and lets its searcher react, in the caller's transaction.
+void StudyDriver::record_metric(TrackedTrial& t, int64_t step, const json& metrics) {
+  for (const auto& [name, value] : metrics.items())
+    plan_.add_metric({t.id, step, name, value.get<double>()});
+  t.pending_evals.erase(step);
+  pending_[step].erase(t.id);
+  TrackedStudy& s = studies_.at(t.study);
+  if (s.status != StudyStatus::kRunning) return;
+  if (std::optional<double> v = metric_value(metrics, s.spec.searcher.metric))
+    apply(s, s.searcher->on_validation(t.request, step, *v));
+  maybe_close(t);
+}
+
+void StudyDriver::maybe_close(TrackedTrial& t) {
+  if (t.status != TrialStatus::kRunning || !t.pending_evals.empty() || !trial_trained(t)) return;
+  t.status = TrialStatus::kDone;
+  plan_.set_trial_status(t.id, t.status, "trained to its length");
+  TrackedStudy& s = studies_.at(t.study);
+  if (s.status == StudyStatus::kRunning) apply(s, s.searcher->on_trial_closed(t.request));
+}
+
+bool StudyDriver::trial_trained(const TrackedTrial& t) const {
+  if (!t.in_tree) return false;
+  return tree_.stage(tree_.stage_at(t.id, t.length)).trained_until >= t.length;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What workers report.
+
+void StudyDriver::record_metrics(const StateKey& key, const json& metrics) {
+  states_.cache_metrics(key, metrics);
+  const int64_t step = key.second;
+  std::vector<TrialId> waiting;
+  for (TrialId t : pending_[step])
+    if (tree_.stage_at(t, step) == key.first) waiting.push_back(t);
+  // One commit for every trial that waited for this state; each study's part is a savepoint of
+  // its own, so one failing searcher fails only its study.
+  plan_.transaction([&] {
+    for (TrialId id : waiting) {
+      auto it = trials_.find(id);
+      if (it == trials_.end()) continue;
+      TrackedTrial& t = it->second;
+      TrackedStudy& s = studies_.at(t.study);
+      study_transaction(s, [&] {
+        record_metric(t, step, metrics);
+        plan_.save_searcher_state(s.id, s.searcher->save());
+      });
+    }
+  });
+}
+
+void StudyDriver::close_trials_ending(TrialId trial, int64_t from, int64_t to) {
+  std::vector<TrialId> ending;
+  for (StageId id : tree_.path(trial)) {
+    const Stage& x = tree_.stage(id);
+    if (x.end <= from || x.start >= to) continue;
+    for (TrialId t : tree_.trials_ending_in(id)) ending.push_back(t);
+  }
+  for (TrialId id : ending) {
+    auto it = trials_.find(id);
+    if (it == trials_.end()) continue;
+    TrackedTrial& t = it->second;
+    TrackedStudy& s = studies_.at(t.study);
+    if (s.status != StudyStatus::kRunning) continue;
+    study_transaction(s, [&] {
+      maybe_close(t);
+      plan_.save_searcher_state(s.id, s.searcher->save());
+    });
+  }
+}
+
+// A trial closes when the "done" of the job that trained its last stage comes. If its last state
+// was reported (a snapshot) but that "done" never came (the master restarted, or the worker was
+// lost, in between), nothing is left to train and nothing else would close it: this does.
+void StudyDriver::close_trained_trials() {
+  plan_.transaction([&] {
+    for (auto& [id, t] : trials_) {
+      if (t.status != TrialStatus::kRunning || !running(t.study)) continue;
+      TrackedStudy& s = studies_.at(t.study);
+      study_transaction(s, [&] {
+        maybe_close(t);
+        plan_.save_searcher_state(s.id, s.searcher->save());
+      });
+    }
+  });
+  schedule_changed_ = true;
+}
+
+void StudyDriver::fail_trials_through(StageId stage, const std::string& error) {
+  failed_stages_.insert(stage);
+  std::vector<StageId> todo{stage};
+  std::vector<TrialId> failed;
+  while (!todo.empty()) {
+    StageId id = todo.back();
+    todo.pop_back();
+    for (TrialId t : tree_.trials_ending_in(id)) failed.push_back(t);
+    for (StageId c : tree_.stage(id).children) todo.push_back(c);
+  }
+  for (TrialId id : failed) {
+    auto it = trials_.find(id);
+    if (it == trials_.end() || it->second.status != TrialStatus::kRunning) continue;
+    TrackedTrial& t = it->second;
+    TrackedStudy& s = studies_.at(t.study);
+    forget_pending(t);
+    t.status = TrialStatus::kFailed;
+    t.error = error;
+    spdlog::error("trial {} of study {} failed: {}", t.number, s.spec.name, error);
+    study_transaction(s, [&] {
+      plan_.set_trial_status(t.id, t.status, error);
+      if (s.status != StudyStatus::kRunning) return;
+      apply(s, s.searcher->on_trial_failed(t.request));
+      plan_.save_searcher_state(s.id, s.searcher->save());
+    });
+  }
+}
+
+void StudyDriver::collect_checkpoints() {
+  std::set<StageId> reachable;
+  for (const auto& [id, t] : trials_) {
+    if (!t.in_tree || !running(t.study)) continue;
+    for (StageId s : tree_.path(id)) reachable.insert(s);
+  }
+  for (const StateInfo& info : states_.forget_unreachable(reachable)) {
+    if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
+    remove_checkpoint_file(checkpoint_dir_, info.file);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accounting and what the scheduler reads.
+
+void StudyDriver::count_executed(const std::set<int64_t>& studies, int64_t steps) {
+  for (int64_t id : studies)
+    if (auto it = studies_.find(id); it != studies_.end()) it->second.steps_executed += steps;
+}
+
+void StudyDriver::count_busy(const std::set<int64_t>& studies, double seconds) {
+  for (int64_t id : studies)
+    if (auto it = studies_.find(id); it != studies_.end()) it->second.busy_worker_s += seconds;
+}
+
+void StudyDriver::charge_master_time(double seconds) {
+  int64_t trials = 0;
+  for (const auto& [id, s] : studies_)
+    if (s.status == StudyStatus::kRunning) trials += static_cast<int64_t>(s.trials.size());
+  if (trials == 0) return;
+  for (auto& [id, s] : studies_)
+    if (s.status == StudyStatus::kRunning)
+      s.master_s += seconds * static_cast<double>(s.trials.size()) / static_cast<double>(trials);
+}
+
+int64_t StudyDriver::trained_length(const TrackedTrial& t) const {
+  if (!t.in_tree) return 0;
+  for (StageId id : tree_.path(t.id)) {
+    const Stage& x = tree_.stage(id);
+    if (x.trained_until < std::min(x.end, t.length)) return x.trained_until;
+  }
+  return t.length;
+}
+
+std::unordered_map<StageId, int64_t> StudyDriver::needed_ends() const {
+  std::unordered_map<StageId, int64_t> out;
+  for (const auto& [id, t] : trials_) {
+    // Work of a study that ended (done, failed, cancelled) is not trained any further.
+    if (!t.in_tree || t.status == TrialStatus::kFailed || !running(t.study)) continue;
+    int64_t need = t.needed_length();
+    for (StageId s : tree_.path(id)) {
+      const Stage& x = tree_.stage(s);
+      if (x.start >= need) break;
+      int64_t& end = out[s];
+      end = std::max(end, std::min(x.end, need));
+    }
+  }
+  return out;
+}
+
+std::set<int64_t> StudyDriver::studies_through(StageId stage) const {
+  std::set<int64_t> out;
+  std::vector<StageId> todo{stage};
+  while (!todo.empty()) {
+    StageId id = todo.back();
+    todo.pop_back();
+    for (TrialId t : tree_.trials_ending_in(id)) {
+      auto it = trials_.find(t);
+      if (it != trials_.end()) out.insert(it->second.study);
+    }
+    for (StageId c : tree_.stage(id).children) todo.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace hippo::master

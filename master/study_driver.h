@@ -1,0 +1,164 @@
+// The studies a master runs: their searchers, their trials, and the evaluations they wait for
+// (Determined's searcher.go plays this role). It turns searcher operations into trials in the
+// stage tree and rows in the search plan, turns metrics and trained stages into searcher events,
+// and ends trials and studies. Every transition is written to the plan in the caller's
+// transaction (or one of its own) before anything acts on it; a searcher that throws fails its
+// own study only (study_transaction).
+//
+// It never talks to workers: the master's front passes it what workers report, and reads from it
+// what the scheduler needs (needed_ends, pending_evaluations, failed_stages).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "master/state_registry.h"
+#include "searchers/searcher.h"
+#include "searchers/spec.h"
+#include "stagetree/tree.h"
+#include "storage/plan.h"
+
+namespace hippo::master {
+
+using nlohmann::json;
+
+// A trial as the master tracks it.
+struct TrackedTrial {
+  TrialId id = -1;
+  int64_t study = 0;
+  int64_t number = 0;     // within its study, from 1
+  RequestId request = 0;  // the searcher's id for it
+  json params;
+  bool in_tree = false;
+  int64_t length = 0;        // the length of its latest Train (its length in the tree)
+  int64_t stopped_at = -1;   // Stop: the step it had been trained to; it needs nothing beyond
+  std::optional<Fork> fork;  // from its Create: the donor (a request id) and the step
+  std::set<int64_t> pending_evals;
+  TrialStatus status = TrialStatus::kPending;
+  std::string error;  // why it failed
+
+  // The steps it still needs: its length, or where it was stopped.
+  int64_t needed_length() const { return stopped_at >= 0 ? std::min(stopped_at, length) : length; }
+};
+
+// A study as the master tracks it (running, or ended since this master started).
+struct TrackedStudy {
+  int64_t id = 0;
+  StudySpec spec;
+  std::unique_ptr<Searcher> searcher;
+  Policy policy = Policy::kShared;
+  std::map<RequestId, TrialId> trials;
+  StudyStatus status = StudyStatus::kRunning;
+  std::string error;
+  int64_t steps_executed = 0;
+  double busy_worker_s = 0;  // worker time spent on its jobs
+  double master_s = 0;       // CPU time the master spent on its events
+  std::chrono::steady_clock::time_point started, ended;
+};
+
+class StudyDriver {
+ public:
+  // on_tree_change sees every change of the tree (splits move states; a running job may have to
+  // snapshot at a split point). checkpoint_dir is where the files of collected states are removed.
+  StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states, std::string checkpoint_dir,
+              std::function<void(const Change&)> on_tree_change);
+
+  // Restores every study from the plan (after the tree and the states): metrics of every study
+  // feed the metric cache, running studies get their searchers and trials back.
+  void restore();
+
+  // Starts a study; throws SpecError or std::invalid_argument (a duplicate name) and then
+  // changes nothing.
+  int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy);
+  // Ends a running study at a client's request: status "cancelled", its unfinished trials stopped
+  // where they are, and its checkpoints collected. Throws std::invalid_argument (one that has
+  // ended) and then changes nothing.
+  void cancel(int64_t study);
+  // Fails a running study (e.g. `hippo run` interrupted), in a transaction of its own.
+  void fail(int64_t study, const std::string& error);
+  // The id of a study known to this master: a JSON number is an id, a string a name or an id
+  // (study_id_in); std::invalid_argument if there is none.
+  int64_t find(const json& id_or_name) const;
+
+  bool running(int64_t study) const;
+  const std::map<int64_t, TrackedStudy>& studies() const { return studies_; }
+  TrackedStudy& study(int64_t id) { return studies_.at(id); }
+  const TrackedTrial* trial(TrialId id) const;
+
+  // Metrics measured on the state `key`: every trial waiting for its metric at that state records
+  // them and its searcher reacts. One commit for all of them (a savepoint per study).
+  void record_metrics(const StateKey& key, const json& metrics);
+  // Closes the trials ending on `trial`'s path in [from, to] that are trained and evaluated
+  // (call inside a transaction).
+  void close_trials_ending(TrialId trial, int64_t from, int64_t to);
+  // Closes every running trial whose needed steps are trained and evaluated: after a restart or a
+  // lost worker, the "done" that would have closed it may never come.
+  void close_trained_trials();
+  // A stage failed in the engine (bad settings, a diverged model): retrying would fail again, so
+  // every trial through it fails and it is never scheduled again (call inside a transaction).
+  void fail_trials_through(StageId stage, const std::string& error);
+  // Deletes the checkpoints that no trial of a running study can reach any more (a trial of a
+  // running study may still be extended, so its whole path is reachable).
+  void collect_checkpoints();
+
+  // Accounting of the work done for studies.
+  void count_executed(const std::set<int64_t>& studies, int64_t steps);
+  void count_busy(const std::set<int64_t>& studies, double seconds);
+  // Spreads the master's own CPU time over the running studies, in proportion to their trials.
+  void charge_master_time(double seconds);
+
+  // For the scheduler: for every stage, the end up to which some trial of a running study needs it.
+  std::unordered_map<StageId, int64_t> needed_ends() const;
+  // Evaluation step -> the trials waiting for their metric there.
+  const std::map<int64_t, std::set<TrialId>>& pending_evaluations() const { return pending_; }
+  const std::set<StageId>& failed_stages() const { return failed_stages_; }
+  // The studies whose trials pass through the stage or below it.
+  std::set<int64_t> studies_through(StageId stage) const;
+  // How far the trial's path has been trained, from step 0 without a gap.
+  int64_t trained_length(const TrackedTrial& t) const;
+
+  // Whether something changed what can be scheduled since the last call (and resets it).
+  bool take_schedule_change();
+
+  // After a transaction failed: the tree and trials in memory may be ahead of the plan, so they
+  // are reloaded from it.
+  void resync();
+
+ private:
+  // Runs fn in a transaction; if it throws, the study fails with the message, and memory is
+  // brought back in line with the plan. The plan being locked (PlanBusy) is rethrown: the caller
+  // retries later, the study is fine.
+  void study_transaction(TrackedStudy& s, const std::function<void()>& fn);
+  // Carries out a searcher's operations (in the caller's transaction).
+  void apply(TrackedStudy& s, const std::vector<Operation>& ops);
+  void place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
+                   const std::vector<int64_t>& evals);
+  void record_metric(TrackedTrial& t, int64_t step, const json& metrics);
+  void stop(TrackedTrial& t, const std::string& reason);
+  void maybe_close(TrackedTrial& t);
+  void finish(TrackedStudy& s, StudyStatus status, std::string error);
+  bool trial_trained(const TrackedTrial& t) const;
+  void forget_pending(TrackedTrial& t);
+
+  SearchPlan& plan_;
+  StageTree& tree_;
+  StateRegistry& states_;
+  std::string checkpoint_dir_;
+  std::function<void(const Change&)> on_tree_change_;
+  std::map<int64_t, TrackedStudy> studies_;
+  std::map<TrialId, TrackedTrial> trials_;
+  std::map<int64_t, std::set<TrialId>> pending_;  // eval step -> trials waiting for it
+  std::set<StageId> failed_stages_;
+  TrialId next_trial_ = 0;
+  bool schedule_changed_ = true;
+};
+
+}  // namespace hippo::master

@@ -1,0 +1,263 @@
+// The messages between master, workers and clients: one struct per type, each with its encoder
+// (to_json: {"v": 1, "type": kType, ...fields}) and its decoder (from_json), which checks every
+// field and throws ProtocolError naming the first bad one ("metric.step: ..."). The decoders
+// check what a message can be on its own (types, ranges, plain file names, bounded lists); what
+// depends on the receiver's state (is this the worker's job?) is the receiver's check.
+//
+// Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned.
+// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown.
+// Client -> master: Submit, Status, Cancel, ListWorkers; master -> client: Reply.
+// AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "protocol/wire.h"
+#include "stagetree/sequence.h"
+
+namespace hippo::protocol {
+
+// Lists of state ids a worker holds (hello, done, failed, abandoned) are at most this long.
+inline constexpr size_t kMaxHeldStates = 4096;
+
+// ---------------------------------------------------------------------------------------------
+// Worker -> master.
+
+// A worker introduces itself (at start, and again when the master says reset).
+struct Hello {
+  static constexpr const char* kType = "hello";
+  std::string name, device;
+  int64_t threads = 1;
+  int64_t devices = 1;  // pipeline stages it can run at once (--devices); absent on the wire: 1
+  int64_t pid = 0;
+  std::vector<int64_t> held;  // state ids in its memory
+  bool operator==(const Hello&) const = default;
+  json to_json() const;
+  static Hello from_json(const json& m);
+};
+
+// Alive; while training, how far the running job got.
+struct Heartbeat {
+  static constexpr const char* kType = "heartbeat";
+  int64_t job = -1;  // -1: idle (no job or step on the wire)
+  int64_t step = 0;
+  bool operator==(const Heartbeat&) const = default;
+  json to_json() const;
+  static Heartbeat from_json(const json& m);
+};
+
+// The metrics of the state after `step` steps of the job's path.
+struct Metric {
+  static constexpr const char* kType = "metric";
+  int64_t job = 0;
+  int64_t step = 0;
+  json metrics = json::object();  // {name: number}; built-in models: accuracy, loss
+  bool operator==(const Metric&) const = default;
+  json to_json() const;
+  static Metric from_json(const json& m);
+};
+
+// A snapshot the master ordered exists (its file, if it has one, is written and durable).
+struct Snapshot {
+  static constexpr const char* kType = "snapshot";
+  int64_t job = 0, step = 0, state = 0;
+  std::string file;  // "" for a state kept in memory only
+  int64_t bytes = 0;
+  bool operator==(const Snapshot&) const = default;
+  json to_json() const;
+  static Snapshot from_json(const json& m);
+};
+
+// The job trained to its end.
+struct Done {
+  static constexpr const char* kType = "done";
+  int64_t job = 0, step = 0;
+  double busy_s = 0;  // time the job took on the worker
+  std::vector<int64_t> held;
+  bool operator==(const Done&) const = default;
+  json to_json() const;
+  static Done from_json(const json& m);
+};
+
+// The job failed. retry: on storage (a checkpoint could not be written), another worker may
+// succeed; lost_file: the parent checkpoint could not be read (missing or corrupt).
+struct Failed {
+  static constexpr const char* kType = "failed";
+  int64_t job = 0;  // -1: a job message that did not decode far enough to name its id
+  std::string error;
+  bool retry = false;
+  std::string lost_file;  // "" when none
+  std::vector<int64_t> held;
+  bool operator==(const Failed&) const = default;
+  json to_json() const;
+  static Failed from_json(const json& m);
+};
+
+// The worker stopped the job at the master's Abandon.
+struct Abandoned {
+  static constexpr const char* kType = "abandoned";
+  int64_t job = 0;
+  std::vector<int64_t> held;
+  bool operator==(const Abandoned&) const = default;
+  json to_json() const;
+  static Abandoned from_json(const json& m);
+};
+
+// ---------------------------------------------------------------------------------------------
+// Master -> worker.
+
+struct Welcome {
+  static constexpr const char* kType = "welcome";
+  std::string incarnation;  // random per start of a master ("" from an older master)
+  int64_t heartbeat_ms = 1000;
+  bool operator==(const Welcome&) const = default;
+  json to_json() const;
+  static Welcome from_json(const json& m);
+};
+
+// What a worker must know to build an engine: the fields of a root key.
+struct RunSpec {
+  json model;  // {"type": "mlp", ...} as in the study spec
+  std::string data;
+  int64_t train_samples = 0;
+  int64_t eval_samples = 0;
+  uint64_t seed = 0;
+  json fixed;  // the study's fixed settings
+  // The spec's "pipeline": micro-batches per optimizer step, and the pipeline stages (1: none),
+  // schedule and chunks per stage that run them. Optional on the wire (absent: 1, 1, 1f1b, 1).
+  int microbatches = 1;
+  int pipeline_stages = 1;
+  std::string pipeline_schedule = "1f1b";
+  int pipeline_chunks = 1;
+  bool operator==(const RunSpec&) const = default;
+};
+json to_json(const RunSpec& r);
+RunSpec run_spec_from_json(const json& j);
+
+// A snapshot the worker is asked to take: the state after `step` steps, kept in memory under
+// `state` and written to the checkpoint directory as `file` when `file` is not empty.
+struct SnapshotOrder {
+  int64_t step = 0;
+  int64_t state = 0;
+  std::string file;
+  bool operator==(const SnapshotOrder&) const = default;
+};
+
+// One unit of work: train the representative's sequences from step `from` (the state `parent`,
+// or a fresh model when from == 0 and parent < 0) to step `to`, evaluate after the listed steps,
+// snapshot where asked. from == to with one evaluation is an evaluation-only job.
+struct Job {
+  static constexpr const char* kType = "job";
+  int64_t id = 0;
+  RunSpec run;
+  Hyperparams hyperparams;
+  int64_t from = 0;
+  int64_t to = 0;
+  int64_t parent_state = -1;             // -1: fresh initialization (from must be 0)
+  std::string parent_file;               // checkpoint of parent_state, if one was written
+  std::vector<int64_t> eval_steps;       // sorted, unique, each in [from, to]
+  std::vector<SnapshotOrder> snapshots;  // sorted by step, each step in (from, to]
+  bool operator==(const Job&) const = default;
+  json to_json() const;
+  static Job from_json(const json& m);
+};
+
+// One more snapshot for the running job (a new trial splits its stage at `order.step`).
+struct SnapshotAt {
+  static constexpr const char* kType = "snapshot_at";
+  int64_t job = 0;
+  SnapshotOrder order;
+  bool operator==(const SnapshotAt&) const = default;
+  json to_json() const;
+  static SnapshotAt from_json(const json& m);
+};
+
+// No running study needs the job any more: stop at the next step and answer Abandoned.
+struct Abandon {
+  static constexpr const char* kType = "abandon";
+  int64_t job = 0;
+  bool operator==(const Abandon&) const = default;
+  json to_json() const;
+  static Abandon from_json(const json& m);
+};
+
+// The master does not know this peer (it restarted): say hello again.
+struct Reset {
+  static constexpr const char* kType = "reset";
+  bool operator==(const Reset&) const = default;
+  json to_json() const;
+  static Reset from_json(const json& m);
+};
+
+// Exit.
+struct Shutdown {
+  static constexpr const char* kType = "shutdown";
+  bool operator==(const Shutdown&) const = default;
+  json to_json() const;
+  static Shutdown from_json(const json& m);
+};
+
+// ---------------------------------------------------------------------------------------------
+// Client -> master, and the master's reply.
+
+struct Submit {
+  static constexpr const char* kType = "submit";
+  json spec;           // the study spec, checked by the master (searchers/spec.h)
+  std::string policy;  // "shared" or "trial-based"
+  bool operator==(const Submit&) const = default;
+  json to_json() const;
+  static Submit from_json(const json& m);
+};
+
+// The summary of a study, and whether it still runs.
+struct Status {
+  static constexpr const char* kType = "status";
+  int64_t study = 0;
+  bool operator==(const Status&) const = default;
+  json to_json() const;
+  static Status from_json(const json& m);
+};
+
+struct Cancel {
+  static constexpr const char* kType = "cancel";
+  json study;  // a name (string) or an id (number or all-digit string)
+  bool operator==(const Cancel&) const = default;
+  json to_json() const;
+  static Cancel from_json(const json& m);
+};
+
+// The connected workers and what each one trains.
+struct ListWorkers {
+  static constexpr const char* kType = "workers";
+  bool operator==(const ListWorkers&) const = default;
+  json to_json() const;
+  static ListWorkers from_json(const json& m);
+};
+
+// The answer to every client request: ok with the request's own fields (submit: study, name;
+// status: summary, running; cancel: summary; workers: workers), or the error that refused it.
+struct Reply {
+  static constexpr const char* kType = "reply";
+  bool ok = false;
+  std::string error;             // when !ok
+  json fields = json::object();  // when ok
+  bool operator==(const Reply&) const = default;
+  json to_json() const;
+  static Reply from_json(const json& m);
+};
+
+using AnyMessage =
+    std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, Welcome, Job,
+                 SnapshotAt, Abandon, Reset, Shutdown, Submit, Status, Cancel, ListWorkers, Reply>;
+
+// Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
+// bad field.
+AnyMessage decode(const json& m);
+
+// A message's type name, for logs.
+const char* type_of(const AnyMessage& message);
+
+}  // namespace hippo::protocol

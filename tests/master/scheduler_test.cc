@@ -1,0 +1,232 @@
+// The scheduler (master/scheduler.h) on hand-built trees, without sockets or processes: critical
+// path first, locality preferred, replay when a state is missing, evaluations of states trained
+// before anyone asked, and a split while a stage trains.
+#include "master/scheduler.h"
+
+#include <gtest/gtest.h>
+
+namespace hippo::master {
+namespace {
+
+// lr = 1 up to `diverge`, then `after`.
+Hyperparams lr_until(int64_t diverge, double after) {
+  return {{"lr", piecewise({{0, 1.0}, {diverge, after}})}};
+}
+
+// Every stage needed up to the lengths of all trials.
+std::unordered_map<StageId, int64_t> all_needed(const StageTree& tree) {
+  std::unordered_map<StageId, int64_t> out;
+  for (const auto& [id, t] : tree.trials())
+    for (StageId s : tree.path(id)) {
+      const Stage& x = tree.stage(s);
+      out[s] = std::max(out[s], std::min(x.end, t.length));
+    }
+  return out;
+}
+
+struct Fixture {
+  StageTree tree;
+  StateRegistry states{"test"};
+  std::map<int64_t, RunningJob> jobs;
+  std::map<int64_t, std::set<TrialId>> pending;
+  std::set<StageId> failed;
+  std::map<std::string, double> cost;
+
+  std::vector<WorkItem> work() {
+    std::unordered_map<StageId, int64_t> needed = all_needed(tree);
+    SchedulerInput in{tree, states, jobs, pending, needed, failed, [&](const std::string& root) {
+                        return cost.count(root) ? cost.at(root) : 1.0;
+                      }};
+    return ready_work(in);
+  }
+};
+
+// Two root keys: "r" has trials 0 (300 steps) and 1 (150) sharing [0, 100); "other" has trial 2
+// (120 steps). The critical path through r's top stage is 100 + 200 = 300 steps.
+Fixture two_roots() {
+  Fixture f;
+  f.tree.add_trial(0, "r", lr_until(100, 0.5), 300);
+  f.tree.add_trial(1, "r", lr_until(100, 0.25), 150);
+  f.tree.add_trial(2, "other", lr_until(1000, 1), 120);
+  return f;
+}
+
+TEST(Scheduler, CriticalPathFirst) {
+  Fixture f = two_roots();
+  std::vector<WorkItem> work = f.work();
+  // Only the top stages are ready (their children need the state at 100).
+  ASSERT_EQ(work.size(), 2u);
+  EXPECT_EQ(f.tree.trial(work[0].representative).root_key, "r");
+  EXPECT_EQ(work[0].from, 0);
+  EXPECT_EQ(work[0].to, 100);
+  EXPECT_DOUBLE_EQ(work[0].priority, 300);
+  EXPECT_EQ(work[1].representative, 2);
+  EXPECT_DOUBLE_EQ(work[1].priority, 120);
+
+  // Priorities are times: steps of a root key that cost 3 s each put its 120 steps first.
+  f.cost["other"] = 3;
+  work = f.work();
+  EXPECT_EQ(work[0].representative, 2);
+  EXPECT_DOUBLE_EQ(work[0].priority, 360);
+}
+
+TEST(Scheduler, WorkThatARunningJobClaimsIsNotGivenTwice) {
+  Fixture f = two_roots();
+  RunningJob job;
+  job.representative = 0;
+  job.order.from = 0;
+  job.order.to = 100;
+  f.jobs[1] = job;
+  std::vector<WorkItem> work = f.work();
+  ASSERT_EQ(work.size(), 1u);
+  EXPECT_EQ(work[0].representative, 2);
+}
+
+TEST(Scheduler, ChildrenForkFromTheParentStateAndPreferTheWorkerThatHoldsIt) {
+  Fixture f = two_roots();
+  StageId top = f.tree.stage_at(0, 100);
+  f.tree.mark_trained(top, 100);
+  f.states.add(7, {top, 100, "state-7.ckpt", -1});
+  std::vector<WorkItem> work = f.work();
+  // The longer child first (200 steps), then "other" (120), then the shorter child (50).
+  ASSERT_EQ(work.size(), 3u);
+  EXPECT_EQ(work[0].representative, 0);
+  EXPECT_EQ(work[0].parent_state, 7);
+  EXPECT_EQ(work[0].from, 100);
+  EXPECT_EQ(work[0].to, 300);
+  EXPECT_EQ(work[1].representative, 2);
+  EXPECT_EQ(work[2].representative, 1);
+  EXPECT_EQ(work[2].parent_state, 7);
+
+  std::set<int64_t> none, holds{7};
+  auto any = [](const WorkItem&, const IdleWorker&) { return true; };
+  std::vector<Assignment> a = assign(work, {{"a", 1, &none}, {"b", 1, &holds}}, any);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].work.representative, 0);
+  EXPECT_EQ(a[0].peer, "b");  // it holds state 7: a fork without reading a file
+  EXPECT_EQ(a[1].peer, "a");
+
+  // A worker that cannot take an item (too few devices, a stage that failed on its storage) is
+  // skipped, and an item that nobody can take waits.
+  auto not_b = [](const WorkItem&, const IdleWorker& w) { return w.peer != "b"; };
+  a = assign(work, {{"b", 1, &holds}, {"a", 1, &none}}, not_b);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].peer, "a");
+  EXPECT_EQ(a[0].work.representative, 0);
+}
+
+TEST(Scheduler, AMissingStateIsReplayedFromTheNearestEarlierOne) {
+  Fixture f = two_roots();
+  StageId top = f.tree.stage_at(0, 100);
+  f.tree.mark_trained(top, 100);  // trained, but the state at 100 was lost
+  f.states.add(3, {top, 40, "state-3.ckpt", -1});
+  f.pending[120].insert(1);  // trial 1 waits for an evaluation at 120, on its own child
+  std::vector<WorkItem> work = f.work();
+  ASSERT_EQ(work.size(), 2u);
+  // One replay rebuilds the state at 100 for both children (through either child's trial), with
+  // the highest priority of the stages that wait for it (the longer child: 200 steps).
+  EXPECT_EQ(f.tree.stage_at(work[0].representative, 100), top);
+  EXPECT_DOUBLE_EQ(work[0].priority, 200);
+  EXPECT_EQ(work[0].from, 40);
+  EXPECT_EQ(work[0].to, 100);
+  EXPECT_EQ(work[0].parent_state, 3);
+  EXPECT_EQ(work[0].stage, kNoStage);
+  EXPECT_TRUE(work[0].evals.empty());
+  EXPECT_EQ(work[1].representative, 2);
+
+  // With no earlier state at all, the replay starts from a fresh model.
+  f.states.forget(3);
+  work = f.work();
+  EXPECT_EQ(work[0].from, 0);
+  EXPECT_EQ(work[0].parent_state, -1);
+}
+
+TEST(Scheduler, EvaluationsOfStatesTrainedBeforeAnyoneAskedComeFirst) {
+  Fixture f = two_roots();
+  StageId top = f.tree.stage_at(0, 100);
+  f.tree.mark_trained(top, 100);
+  f.states.add(7, {top, 100, "state-7.ckpt", -1});
+  f.pending[100].insert(1);
+  std::vector<WorkItem> work = f.work();
+  ASSERT_FALSE(work.empty());
+  EXPECT_EQ(work[0], (WorkItem{1e300, 1, 100, 100, 7, {100}, kNoStage}));
+  // A pending evaluation inside a stage's range goes with that stage's work instead.
+  f.pending.clear();
+  f.pending[200].insert(0);
+  work = f.work();
+  EXPECT_EQ(work[0].representative, 0);
+  EXPECT_EQ(work[0].evals, std::vector<int64_t>{200});
+}
+
+TEST(Scheduler, NothingBelowAFailedStage) {
+  Fixture f = two_roots();
+  f.failed.insert(f.tree.stage_at(0, 100));
+  std::vector<WorkItem> work = f.work();
+  ASSERT_EQ(work.size(), 1u);
+  EXPECT_EQ(work[0].representative, 2);
+}
+
+TEST(Scheduler, ASplitWhileAStageTrainsOrdersASnapshotAtTheSplitPoint) {
+  Fixture f;
+  f.tree.add_trial(0, "r", lr_until(1000, 1), 300);
+  RunningJob job;
+  job.representative = 0;
+  job.order.from = 0;
+  job.order.to = 300;
+  job.progress_step = 20;
+  f.jobs[4] = job;
+  // A new trial diverges at 60, inside the stage the job trains.
+  Change change = f.tree.add_trial(1, "r", lr_until(60, 2), 200);
+  ASSERT_EQ(change.splits.size(), 1u);
+  EXPECT_EQ(change.splits[0].at, 60);
+  EXPECT_EQ(jobs_to_snapshot_at_split(change.splits[0], f.tree, f.states, f.jobs),
+            std::vector<int64_t>{4});
+  // Too late when the job is past the point (the state is then replayed), and not needed when
+  // the state exists.
+  f.jobs[4].progress_step = 60;
+  EXPECT_TRUE(jobs_to_snapshot_at_split(change.splits[0], f.tree, f.states, f.jobs).empty());
+  f.jobs[4].progress_step = 20;
+  f.states.add(9, {change.splits[0].stage, 60, "", -1});
+  EXPECT_TRUE(jobs_to_snapshot_at_split(change.splits[0], f.tree, f.states, f.jobs).empty());
+}
+
+TEST(Scheduler, SnapshotsAtTheEndAtTrialEndsAndEveryKSteps) {
+  StageTree tree;
+  tree.add_trial(0, "r", lr_until(1000, 1), 300);
+  tree.add_trial(1, "r", lr_until(1000, 1), 130);  // ends inside the same stage
+  WorkItem w{1, 0, 100, 300, 5, {}, tree.stage_at(0, 300)};
+  EXPECT_EQ(snapshot_steps(tree, w, 0), (std::vector<int64_t>{130, 300}));
+  EXPECT_EQ(snapshot_steps(tree, w, 80), (std::vector<int64_t>{130, 160, 240, 300}));
+  WorkItem evaluation{1, 0, 100, 100, 5, {100}, kNoStage};
+  EXPECT_TRUE(snapshot_steps(tree, evaluation, 0).empty());
+}
+
+TEST(StateRegistry, StatesAndMetricsAboveASplitMoveToTheUpperStage) {
+  StageTree tree;
+  tree.add_trial(0, "r", lr_until(1000, 1), 300);
+  StateRegistry states("abc");
+  StageId top = tree.stage_at(0, 300);
+  protocol::SnapshotOrder order = states.new_snapshot_order(200);
+  EXPECT_EQ(order.file, "state-abc-1.ckpt");
+  states.add(order.state, {top, 200, order.file, -1});
+  states.add(states.new_snapshot_order(50).state, {top, 50, "", -1});
+  states.cache_metrics({top, 200}, {{"accuracy", 0.5}});
+  Change change = tree.add_trial(1, "r", lr_until(100, 2), 150);
+  ASSERT_EQ(change.splits.size(), 1u);
+  states.on_split(change.splits[0]);
+  StageId upper = change.splits[0].upper;
+  EXPECT_EQ(states.state_at({upper, 200}), order.state);
+  EXPECT_EQ(states.info(order.state).stage, upper);
+  EXPECT_FALSE(states.state_at({top, 200}));
+  EXPECT_TRUE(states.state_at({top, 50}));
+  ASSERT_NE(states.cached_metrics({upper, 200}), nullptr);
+  EXPECT_EQ(states.nearest_before(tree, 0, 250), std::make_pair(order.state, int64_t{200}));
+  EXPECT_EQ(states.nearest_before(tree, 0, 200).second, 50);
+  // Collection keeps what is reachable.
+  std::vector<StateInfo> gone = states.forget_unreachable({top});
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].file, order.file);
+}
+
+}  // namespace
+}  // namespace hippo::master

@@ -1,0 +1,47 @@
+#include "worker/connection.h"
+
+#include "protocol/log.h"
+#include "protocol/socket.h"
+
+namespace hippo::worker {
+
+Connection::Connection(const Options& options)
+    : options_(options),
+      socket_(context_, zmq::socket_type::dealer),
+      handshakes_(context_, socket_, options.keys.enabled()) {
+  connect();
+}
+
+// Call with a fresh socket_ and handshakes_.
+void Connection::connect() {
+  protocol::configure(socket_);
+  protocol::secure_client(socket_, options_.keys);
+  // A stable identity lets a restarted master recognize this worker's reconnection.
+  socket_.set(zmq::sockopt::routing_id, options_.name);
+  socket_.connect(options_.master);
+}
+
+void Connection::reconnect() {
+  spdlog::warn("the connection to the master broke off; connecting again");
+  broken_ = false;
+  socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
+  handshakes_ = protocol::HandshakeWatch(context_, socket_, options_.keys.enabled());
+  connect();
+}
+
+void Connection::send(const protocol::json& message) {
+  if (!protocol::dealer_send(socket_, message)) broken_ = true;
+}
+
+std::optional<protocol::json> Connection::receive(int timeout_ms) {
+  std::optional<std::string> body = protocol::dealer_receive(socket_, timeout_ms);
+  if (!body) return std::nullopt;
+  try {
+    return protocol::parse(*body);
+  } catch (const protocol::ProtocolError& e) {
+    spdlog::warn("refused a message: {}", e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace hippo::worker

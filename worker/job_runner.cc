@@ -1,0 +1,126 @@
+#include "worker/job_runner.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "worker/engine/checkpoint.h"
+#include "worker/external_trainer.h"
+
+namespace hippo::worker {
+
+JobRunner::JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots)
+    : options_(options), cache_(cache), snapshots_(snapshots), engines_(options) {}
+
+bool JobRunner::run(const protocol::Job& job, const JobHost& host) {
+  job_ = job;
+  step_ = job.from;
+  next_snapshot_ = 0;
+  external_ = job.run.model.value("type", "") == "external";
+  return external_ ? run_external(host) : run_on_engine(host);
+}
+
+std::string JobRunner::add_snapshot(const protocol::SnapshotOrder& order) {
+  if (external_) return "an external trainer is running";
+  if (order.step <= step_ || order.step > job_.to)
+    return "snapshot_at.step: " + std::to_string(order.step) + " is outside [" +
+           std::to_string(step_ + 1) + ", " + std::to_string(job_.to) + "]";
+  auto pos = job_.snapshots.begin() + static_cast<std::ptrdiff_t>(next_snapshot_);
+  while (pos != job_.snapshots.end() && pos->step < order.step) ++pos;
+  if (pos == job_.snapshots.end() || pos->step != order.step) job_.snapshots.insert(pos, order);
+  return "";
+}
+
+bool JobRunner::run_on_engine(const JobHost& host) {
+  Engine& engine = engines_.engine_for(job_.run);
+  TrainState state;
+  if (job_.parent_state < 0) {
+    state = engine.initial_state();
+  } else if (const TrainState* held = cache_.find(job_.parent_state)) {
+    state = *held;  // fork in memory: one copy per buffer
+  } else if (!job_.parent_file.empty()) {
+    try {
+      state = load_checkpoint(snapshots_.path_of(job_.parent_file), engine.config_hash(),
+                              engine.backend());
+    } catch (const CheckpointError& e) {  // missing or corrupt: the master rebuilds it
+      throw StorageFailure(e.what(), job_.parent_file);
+    }
+  } else {
+    throw std::runtime_error("parent state " + std::to_string(job_.parent_state) +
+                             " is neither in memory nor in a checkpoint");
+  }
+  if (state.step != job_.from)
+    throw std::runtime_error("parent state is at step " + std::to_string(state.step) +
+                             ", the job starts at " + std::to_string(job_.from));
+
+  size_t next_eval = 0;
+  auto due_evals = [&](const TrainState& s) {
+    while (next_eval < job_.eval_steps.size() && job_.eval_steps[next_eval] == s.step) {
+      Metrics m = engine.evaluate(s);
+      host.metric({.job = job_.id,
+                   .step = s.step,
+                   .metrics = {{"accuracy", m.accuracy}, {"loss", m.loss}}});
+      ++next_eval;
+    }
+  };
+  due_evals(state);
+  bool stopped = false;
+  engine.train(state, job_.to, job_.hyperparams, job_.run.fixed, [&](const TrainState& s) {
+    step_ = s.step;
+    due_evals(s);
+    while (next_snapshot_ < job_.snapshots.size() &&
+           job_.snapshots[next_snapshot_].step <= s.step) {
+      if (job_.snapshots[next_snapshot_].step == s.step)
+        snapshots_.take(job_.id, s, job_.snapshots[next_snapshot_], engine.config_hash());
+      ++next_snapshot_;
+    }
+    stopped = !host.between_steps(s.step);
+    snapshots_.announce(false);
+    return !stopped;
+  });
+  if (stopped) {  // abandoned: the master gives the work out again, or needs it no more
+    snapshots_.drop();
+    return false;
+  }
+  snapshots_.announce(true);
+  return true;
+}
+
+// The stage on the study's own trainer command (external_trainer.h).
+bool JobRunner::run_external(const JobHost& host) {
+  if (!options_.allow_exec)
+    throw std::runtime_error("worker " + options_.name + " refused to run the external trainer " +
+                             job_.run.model["command"].dump() +
+                             ": it runs no commands it receives unless started with --allow-exec");
+  if (job_.parent_state >= 0) {
+    std::error_code ec;
+    if (job_.parent_file.empty() ||
+        !std::filesystem::is_regular_file(snapshots_.path_of(job_.parent_file), ec))
+      throw StorageFailure("the parent checkpoint " + job_.parent_file + " is missing",
+                           job_.parent_file);
+  }
+  TrainerHooks hooks;
+  hooks.tick_ms = options_.heartbeat_ms;
+  hooks.timeout_s = options_.trainer_timeout_s;
+  hooks.metrics = [&](int64_t step, const protocol::json& metrics) {
+    host.metric({.job = job_.id, .step = step, .metrics = metrics});
+  };
+  hooks.checkpoint = [&](int64_t step) {
+    for (const protocol::SnapshotOrder& order : job_.snapshots) {
+      if (order.step != step) continue;
+      std::error_code ec;
+      auto bytes = std::filesystem::file_size(snapshots_.path_of(order.file), ec);
+      snapshots_.announce_written({.job = job_.id,
+                                   .step = step,
+                                   .state = order.state,
+                                   .file = order.file,
+                                   .bytes = ec ? int64_t{0} : static_cast<int64_t>(bytes)});
+    }
+  };
+  hooks.tick = [&](int64_t step) {
+    step_ = step;
+    return host.between_steps(step);
+  };
+  return run_external_trainer(job_, options_.checkpoints, hooks);
+}
+
+}  // namespace hippo::worker

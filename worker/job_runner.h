@@ -1,0 +1,56 @@
+// Runs one job: loads or forks its parent state, trains its step range on the engine (or hands
+// the stage to the study's own trainer command, external_trainer.h), evaluates where asked and
+// snapshots where ordered. It knows nothing of sockets: what it reports goes through JobHost, and
+// between two steps it asks the host whether to go on (heartbeats and the master's orders are
+// the host's business).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "protocol/message.h"
+#include "worker/engine_cache.h"
+#include "worker/options.h"
+#include "worker/snapshot_writer.h"
+#include "worker/state_cache.h"
+
+namespace hippo::worker {
+
+struct JobHost {
+  std::function<void(const protocol::Metric&)> metric;
+  // Called after every step (the engine) or at every tick (an external trainer) with the step
+  // reached; false stops the job there.
+  std::function<bool(int64_t step)> between_steps;
+};
+
+class JobRunner {
+ public:
+  JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots);
+
+  // Runs the job: true when it reached its end (every evaluation reported and every snapshot
+  // announced), false when between_steps stopped it (its snapshots not yet announced are
+  // dropped). Throws StorageFailure (the disk) or another exception (the stage failed): the
+  // caller settles the snapshots and reports the failure.
+  bool run(const protocol::Job& job, const JobHost& host);
+
+  // A SnapshotAt for the running job (call from between_steps). Returns why it is refused, or ""
+  // once it is taken: too late (the job is past that step) or an external trainer (it got its
+  // checkpoints when it started); the master then replays that state itself.
+  std::string add_snapshot(const protocol::SnapshotOrder& order);
+
+ private:
+  bool run_on_engine(const JobHost& host);
+  bool run_external(const JobHost& host);
+
+  const Options& options_;
+  StateCache& cache_;
+  SnapshotWriter& snapshots_;
+  EngineCache engines_;
+  protocol::Job job_;         // the running job (its snapshots grow with SnapshotAt orders)
+  int64_t step_ = 0;          // the step it has reached
+  size_t next_snapshot_ = 0;  // the first of job_.snapshots not yet taken
+  bool external_ = false;
+};
+
+}  // namespace hippo::worker

@@ -1,0 +1,32 @@
+// How the operator started this worker (hippo-worker's flags; main.cc parses them).
+#pragma once
+
+#include <string>
+
+#include "protocol/auth.h"
+
+namespace hippo::worker {
+
+struct Options {
+  std::string master;
+  std::string device = "cpu";
+  int threads = 1;
+  std::string checkpoints = "checkpoints";
+  int cache_states = 4;
+  int heartbeat_ms = 1000;
+  std::string name;
+  protocol::ClientKeys keys;        // --master-key and --key: CURVE (protocol/auth.h)
+  bool allow_exec = false;          // run the commands of external-model jobs
+  double trainer_timeout_s = 3600;  // the longest an external trainer may go without a line
+  // --devices: the device group that runs the stages of a pipelined job ("cpu:N": N stage
+  // threads; "cuda:A-B": GPUs A..B); its size is the most pipeline stages this worker takes.
+  std::string devices = "cpu:1";
+  int device_count = 1;
+  bool cuda_devices = false;
+};
+
+// Parses --devices: "cpu:N" (1 <= N <= 256), "cuda:A" or "cuda:A-B" (A <= B). CUDA devices must be
+// present. Returns the problem, or "" and fills device_count and cuda_devices.
+std::string parse_devices(Options& o);
+
+}  // namespace hippo::worker

@@ -1,0 +1,213 @@
+#include "worker/worker.h"
+
+#include <unistd.h>
+
+#include <csignal>
+
+#include "protocol/log.h"
+
+namespace hippo::worker {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) {
+  g_stop = 1;
+}
+
+}  // namespace
+
+void install_stop_signals() {
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+}
+
+Worker::Worker(const Options& options)
+    : options_(options),
+      connection_(options_),
+      cache_(options_.cache_states),
+      snapshots_(options_.checkpoints, cache_,
+                 [this](const protocol::Snapshot& s) { connection_.send(s.to_json()); }),
+      runner_(options_, cache_, snapshots_) {}
+
+int Worker::run() {
+  hello();
+  while (!shutdown_ && !g_stop) {
+    if (connection_.broken()) {
+      connection_.reconnect();
+      hello();
+    }
+    std::optional<protocol::json> message = connection_.receive(options_.heartbeat_ms);
+    if (!message) {
+      // A master that refuses our handshakes stays silent: say why instead of waiting forever.
+      if (std::optional<std::string> why = connection_.handshake_failure()) {
+        spdlog::error("{}", *why);
+        return 2;
+      }
+      connection_.send(protocol::Heartbeat{}.to_json());
+      continue;
+    }
+    handle(*message);
+  }
+  return 0;
+}
+
+void Worker::hello() {
+  awaiting_welcome_ = true;
+  hello_sent_ = Clock::now();
+  protocol::Hello m;
+  m.name = options_.name;
+  m.device = options_.device;
+  m.threads = options_.threads;
+  m.devices = options_.device_count;
+  m.pid = static_cast<int64_t>(getpid());
+  m.held = cache_.ids();
+  connection_.send(m.to_json());
+}
+
+bool Worker::may_hello() const {
+  return !awaiting_welcome_ || Clock::now() - hello_sent_ > std::chrono::seconds(5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The master's messages.
+
+void Worker::handle(const protocol::json& m) {
+  const std::string type = m["type"];  // parse() checked that it is a string
+  if (type == protocol::Job::kType && running_job_ >= 0) {
+    spdlog::warn("refused a job while busy");
+    return;
+  }
+  protocol::AnyMessage message;
+  try {
+    message = protocol::decode(m);
+  } catch (const protocol::ProtocolError& e) {
+    if (type == protocol::Job::kType) {
+      // The master waits for this job's end: it learns that the job could not even be read.
+      const protocol::json& id = m.contains("job") ? m["job"] : protocol::json();
+      int64_t job = id.is_number_integer() && id.get<int64_t>() >= 0 ? id.get<int64_t>() : -1;
+      spdlog::error("job {} failed: {}", job, e.what());
+      fail(job, e.what(), false, "");
+    } else {
+      spdlog::warn("{} refused: {}", type, e.what());
+    }
+    return;
+  }
+  std::visit([this](const auto& order) { on(order); }, message);
+}
+
+void Worker::on(const protocol::Welcome& m) {
+  if (running_job_ >= 0) return;  // a second welcome (two hellos crossed): nothing new
+  // State ids are the master's: a master that (re)starts names states anew.
+  awaiting_welcome_ = false;
+  cache_.clear();
+  last_job_ = 0;
+  options_.heartbeat_ms = static_cast<int>(m.heartbeat_ms);
+}
+
+void Worker::on(const protocol::Job& m) {
+  // A master numbers its jobs upwards from its welcome: an old number is a replay, and running
+  // it again would report steps and snapshots that nobody asked for.
+  if (m.id <= last_job_) {
+    spdlog::warn("refused job {}: a replay (job {} came already)", m.id, last_job_);
+    return;
+  }
+  last_job_ = m.id;
+  execute(m);
+}
+
+void Worker::on(const protocol::SnapshotAt& m) {
+  if (running_job_ < 0) {  // its job ended before the order came: the master replays the state
+    spdlog::warn("snapshot_at refused: its job has ended");
+    return;
+  }
+  if (m.job != running_job_) return;  // an order for a job that has ended
+  if (std::string why = runner_.add_snapshot(m.order); !why.empty())
+    spdlog::warn("snapshot_at refused: {}", why);
+}
+
+void Worker::on(const protocol::Abandon& m) {
+  // No running study needs this job any more (e.g. it was cancelled). An order that comes after
+  // its job ended needs nothing: the master has its Done or Failed.
+  if (running_job_ < 0 || m.job != running_job_) return;
+  abandon_ordered_ = true;
+  stop_job_ = true;
+}
+
+void Worker::on(const protocol::Reset&) {
+  if (!may_hello()) return;
+  // The master restarted and does not know a running job: it is dropped.
+  stop_job_ = true;
+  hello();
+}
+
+void Worker::on(const protocol::Shutdown&) {
+  shutdown_ = true;
+  stop_job_ = true;
+}
+
+template <typename M>
+void Worker::on(const M&) {
+  spdlog::warn("refused a message of type {}: a master does not send it to workers", M::kType);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs.
+
+void Worker::execute(const protocol::Job& job) {
+  const auto started = Clock::now();
+  running_job_ = job.id;
+  stop_job_ = false;
+  abandon_ordered_ = false;
+  last_heartbeat_ = started;
+  JobHost host;
+  host.metric = [&](const protocol::Metric& m) { connection_.send(m.to_json()); };
+  host.between_steps = [&](int64_t step) { return between_steps(step); };
+  try {
+    if (runner_.run(job, host)) {
+      protocol::Done done;
+      done.job = job.id;
+      done.step = job.to;
+      done.busy_s = std::chrono::duration<double>(Clock::now() - started).count();
+      done.held = cache_.ids();
+      connection_.send(done.to_json());
+    } else if (abandon_ordered_) {
+      // The master keeps this worker busy until it hears that the job stopped.
+      connection_.send(protocol::Abandoned{.job = job.id, .held = cache_.ids()}.to_json());
+    }
+  } catch (const StorageFailure& e) {
+    snapshots_.settle();
+    fail(job.id, e.what(), true, e.lost_file);
+  } catch (const std::exception& e) {
+    spdlog::error("job {} failed: {}", job.id, e.what());
+    snapshots_.settle();
+    fail(job.id, e.what(), false, "");
+  }
+  running_job_ = -1;
+}
+
+void Worker::fail(int64_t job, const std::string& error, bool retry, const std::string& lost_file) {
+  protocol::Failed m;
+  m.job = job;
+  m.error = error;
+  m.retry = retry;
+  m.lost_file = lost_file;
+  m.held = cache_.ids();
+  connection_.send(m.to_json());
+}
+
+bool Worker::between_steps(int64_t step) {
+  if (Clock::now() - last_heartbeat_ >= std::chrono::milliseconds(options_.heartbeat_ms)) {
+    last_heartbeat_ = Clock::now();
+    connection_.send(protocol::Heartbeat{.job = running_job_, .step = step}.to_json());
+  }
+  if (connection_.broken()) stop_job_ = true;  // the master forgets the job when we reconnect
+  // Once the job stops, what follows (a welcome, a new job) is for the main loop.
+  while (!stop_job_) {
+    std::optional<protocol::json> message = connection_.receive(0);
+    if (!message) break;
+    handle(*message);
+  }
+  return !stop_job_ && !g_stop;
+}
+
+}  // namespace hippo::worker

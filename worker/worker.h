@@ -1,0 +1,77 @@
+// The worker process: says hello to its master, then reads its messages in one loop and handles
+// each one with one handler per type, whether it is idle or between two steps of a job
+// (handle()). Single-threaded: a job never races with its own orders, so nothing needs a lock.
+//
+//   master -> worker: Welcome (state ids start anew: the cache is cleared), Job (run it; a job
+//   number not above the last one since the welcome is a replay and is refused), SnapshotAt (one
+//   more snapshot for the running job), Abandon (stop the running job), Reset (the master
+//   restarted: drop the running job, say hello again), Shutdown (exit).
+//   worker -> master: Hello, Heartbeat, Metric, Snapshot (job_runner.h), Done, Failed, Abandoned.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "protocol/message.h"
+#include "worker/connection.h"
+#include "worker/job_runner.h"
+#include "worker/options.h"
+#include "worker/snapshot_writer.h"
+#include "worker/state_cache.h"
+
+namespace hippo::worker {
+
+// SIGTERM and SIGINT make the worker stop at the next step and exit.
+void install_stop_signals();
+
+class Worker {
+ public:
+  explicit Worker(const Options& options);
+  // Serves the master until it says shutdown (0) or a signal comes (0); 2 when the master refuses
+  // our handshake (the cause is logged).
+  int run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // Handles one message of the master (idle, or between two steps of the running job).
+  void handle(const protocol::json& m);
+  void on(const protocol::Welcome& m);
+  void on(const protocol::Job& m);
+  void on(const protocol::SnapshotAt& m);
+  void on(const protocol::Abandon& m);
+  void on(const protocol::Reset& m);
+  void on(const protocol::Shutdown& m);
+  template <typename M>
+  void on(const M& m);  // a type that a master does not send to workers: refused
+
+  // Says who we are. Until the welcome comes, further resets (answers to heartbeats that crossed
+  // the hello) are ignored, so that one restart makes one hello; a hello that got no welcome in
+  // 5 s is repeated (the master may have refused it).
+  void hello();
+  bool may_hello() const;
+
+  // Runs a job and reports how it ended: Done, Abandoned (when the master ordered it), or Failed.
+  void execute(const protocol::Job& job);
+  void fail(int64_t job, const std::string& error, bool retry, const std::string& lost_file);
+  // After each step of a job: a heartbeat when one is due, then the orders that came meanwhile.
+  // False when the job must stop (abandoned, the master restarted, the connection broke, a signal).
+  bool between_steps(int64_t step);
+
+  Options options_;
+  Connection connection_;
+  StateCache cache_;
+  SnapshotWriter snapshots_;
+  JobRunner runner_;
+  bool awaiting_welcome_ = false;
+  Clock::time_point hello_sent_;
+  Clock::time_point last_heartbeat_;
+  int64_t last_job_ = 0;          // the newest job since the welcome (job ids start at 1)
+  int64_t running_job_ = -1;      // the job being run, -1 when idle
+  bool stop_job_ = false;         // the running job stops at the next step
+  bool abandon_ordered_ = false;  // ... because the master said that it is needed no more
+  bool shutdown_ = false;
+};
+
+}  // namespace hippo::worker
