@@ -11,7 +11,7 @@
 namespace hippo {
 namespace {
 
-struct Trial {
+struct RandomTrial {
   Hyperparams hp;
   int64_t length;
 };
@@ -21,10 +21,10 @@ T pick(std::mt19937_64& rng, std::initializer_list<T> values) {
   return values.begin()[rng() % values.size()];
 }
 
-std::vector<Trial> make_trials(int n) {
+std::vector<RandomTrial> make_trials(int n) {
   const int64_t epoch = 468;  // Fashion-MNIST at batch 128
   std::mt19937_64 rng(42);
-  std::vector<Trial> out;
+  std::vector<RandomTrial> out;
   out.reserve(n);
   for (int i = 0; i < n; ++i) {
     int64_t epochs = pick<int64_t>(rng, {5, 10, 20, 30, 40});
@@ -71,11 +71,11 @@ std::vector<Trial> make_trials(int n) {
 }
 
 void BM_MergeTrials(benchmark::State& state) {
-  const std::vector<Trial> trials = make_trials(int(state.range(0)));
+  const std::vector<RandomTrial> trials = make_trials(int(state.range(0)));
   TreeCounts counts;
   for (auto _ : state) {
     state.PauseTiming();
-    std::vector<Trial> batch = trials;
+    std::vector<RandomTrial> batch = trials;
     auto tree = std::make_unique<StageTree>();
     state.ResumeTiming();
     for (size_t i = 0; i < batch.size(); ++i)

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <random>
 
@@ -12,13 +11,6 @@
 
 namespace hippo::master {
 namespace {
-
-// CPU time of this thread (the master's own cost per study, reports.h).
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 std::string random_incarnation() {
   std::random_device random;

@@ -1,23 +1,13 @@
 #include "master/study_driver.h"
 
 #include <algorithm>
-#include <ctime>
 
 #include "master/checkpoint_files.h"
+#include "protocol/clock.h"
 #include "protocol/log.h"
 
 namespace hippo::master {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// CPU time of this thread: the master's own cost, without the time it waits for a core while
-// the workers on the same machine keep them busy.
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // The value of the study's metric among a worker's metrics, or nullopt.
 std::optional<double> metric_value(const json& metrics, const std::string& name) {

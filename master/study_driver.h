@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "master/state_registry.h"
+#include "protocol/clock.h"
 #include "searchers/searcher.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
@@ -61,7 +62,7 @@ struct TrackedStudy {
   int64_t steps_executed = 0;
   double busy_worker_s = 0;  // worker time spent on its jobs
   double master_s = 0;       // CPU time the master spent on its events
-  std::chrono::steady_clock::time_point started, ended;
+  Clock::time_point started, ended;
 };
 
 class StudyDriver {

@@ -4,10 +4,6 @@
 
 namespace hippo::master {
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 ConnectedWorker& WorkerPool::join(const std::string& peer, const protocol::Hello& hello) {
   auto old = workers_.find(peer);
   if (old != workers_.end() && old->second.job >= 0) jobs_.erase(old->second.job);

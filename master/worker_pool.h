@@ -12,13 +12,10 @@
 #include <vector>
 
 #include "master/running_job.h"
+#include "protocol/clock.h"
 #include "protocol/message.h"
 
 namespace hippo::master {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t);
 
 struct ConnectedWorker {
   std::string peer;  // its ROUTER identity

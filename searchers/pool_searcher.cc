@@ -24,7 +24,7 @@ PoolSearcher::PoolSearcher(const StudySpec& spec, uint64_t max_trials)
 }
 
 std::vector<Operation> PoolSearcher::on_validation(RequestId trial, int64_t step, double value) {
-  Trial& t = at(trial);
+  PoolTrial& t = at(trial);
   if (t.status != Status::kRunning) return {};
   t.values[step] = value;
   if (!should_stop(trial, step)) return {};
@@ -41,7 +41,7 @@ std::vector<Operation> PoolSearcher::on_trial_failed(RequestId trial) {
   return end(trial, Status::kFailed);
 }
 
-PoolSearcher::Trial& PoolSearcher::at(RequestId trial) {
+PoolSearcher::PoolTrial& PoolSearcher::at(RequestId trial) {
   if (trial < 0 || static_cast<size_t>(trial) >= trials_.size())
     throw std::invalid_argument(spec_.searcher.name + " searcher: no trial " +
                                 std::to_string(trial));
@@ -49,7 +49,7 @@ PoolSearcher::Trial& PoolSearcher::at(RequestId trial) {
 }
 
 std::vector<Operation> PoolSearcher::end(RequestId trial, Status status) {
-  Trial& t = at(trial);
+  PoolTrial& t = at(trial);
   if (t.status != Status::kRunning) return {};
   t.status = status;
   return fill();
@@ -57,7 +57,7 @@ std::vector<Operation> PoolSearcher::end(RequestId trial, Status status) {
 
 std::vector<Operation> PoolSearcher::fill() {
   int64_t running = std::count_if(trials_.begin(), trials_.end(),
-                                  [](const Trial& t) { return t.status == Status::kRunning; });
+                                  [](const PoolTrial& t) { return t.status == Status::kRunning; });
   std::vector<Operation> ops;
   for (; running < parallel_ && trials_.size() < max_trials_; ++running) {
     RequestId id = static_cast<RequestId>(trials_.size());
@@ -72,7 +72,7 @@ std::vector<Operation> PoolSearcher::fill() {
 
 nlohmann::json PoolSearcher::save() const {
   nlohmann::json trials = nlohmann::json::array();
-  for (const Trial& t : trials_) {
+  for (const PoolTrial& t : trials_) {
     nlohmann::json values = nlohmann::json::array();
     for (const auto& [step, value] : t.values) values.push_back({step, value});
     trials.push_back({{"params", t.params},
@@ -86,7 +86,7 @@ void PoolSearcher::load(const nlohmann::json& state) {
   Field f(state, "state");
   f.check_keys({"trials"});
   Field list = f["trials"];
-  std::vector<Trial> trials(list.items(0));
+  std::vector<PoolTrial> trials(list.items(0));
   if (trials.size() > max_trials_) list.fail("more than max_trials trials");
   for (size_t i = 0; i < trials.size(); ++i) {
     Field t = list[i];

@@ -38,7 +38,7 @@ class PoolSearcher : public Searcher {
 
  protected:
   enum class Status { kRunning, kClosed, kStopped, kFailed };
-  struct Trial {
+  struct PoolTrial {
     Params params;
     std::map<int64_t, double> values;  // step -> the metric
     Status status = Status::kRunning;
@@ -55,10 +55,10 @@ class PoolSearcher : public Searcher {
   bool better(double a, double b) const { return hippo::better(a, b, spec_.searcher.maximize); }
 
   const StudySpec spec_;
-  std::vector<Trial> trials_;  // by id
+  std::vector<PoolTrial> trials_;  // by id
 
  private:
-  Trial& at(RequestId trial);
+  PoolTrial& at(RequestId trial);
   std::vector<Operation> end(RequestId trial, Status status);
   // Creates trials up to `parallel` in flight; Finish once all max_trials have ended.
   std::vector<Operation> fill();

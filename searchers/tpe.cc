@@ -112,10 +112,10 @@ class TpeSearcher : public PoolSearcher {
   Params propose(uint64_t index) override {
     if (index < n_startup_) return spec_.space.draw(spec_.seed, index, std::nullopt);
     // Closed trials, best first (the earlier trial first among equals).
-    std::vector<const Trial*> scored;
-    for (const Trial& t : trials_)
+    std::vector<const PoolTrial*> scored;
+    for (const PoolTrial& t : trials_)
       if (t.status == Status::kClosed && !t.values.empty()) scored.push_back(&t);
-    std::stable_sort(scored.begin(), scored.end(), [&](const Trial* a, const Trial* b) {
+    std::stable_sort(scored.begin(), scored.end(), [&](const PoolTrial* a, const PoolTrial* b) {
       return better(a->values.rbegin()->second, b->values.rbegin()->second);
     });
     size_t n_good = std::min(

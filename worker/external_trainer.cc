@@ -13,20 +13,15 @@
 #include <filesystem>
 #include <vector>
 
+#include "protocol/clock.h"
 #include "stagetree/sequence_json.h"
 
 namespace hippo::worker {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
 constexpr size_t kMaxLineBytes = 1 << 20;
 constexpr size_t kStderrTailBytes = 2000;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The running trainer: its process group and our ends of its stdin, stdout and stderr. The
 // destructor kills whatever is left of it, so no error path leaves a trainer behind.

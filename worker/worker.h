@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "protocol/clock.h"
 #include "protocol/message.h"
 #include "worker/connection.h"
 #include "worker/job_runner.h"
@@ -33,8 +34,6 @@ class Worker {
   int run();
 
  private:
-  using Clock = std::chrono::steady_clock;
-
   // Handles one message of the master (idle, or between two steps of the running job).
   void handle(const protocol::json& m);
   void on(const protocol::Welcome& m);

@@ -24,7 +24,7 @@ extern char** environ;
 namespace hippo::cli {
 namespace {
 
-using master::Clock;
+using hippo::Clock;
 using nlohmann::json;
 
 volatile std::sig_atomic_t g_interrupted = 0;
