@@ -36,6 +36,10 @@ bool better(double a, double b, bool maximize) {
   return maximize ? a > b : a < b;
 }
 
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 json StudySummary::to_json() const {
@@ -723,7 +727,11 @@ void Master::on_hello(const std::string& peer, const json& m) {
   w.pid = protocol::get_int(m, "pid");
   w.last_seen = Clock::now();
   auto old = workers_.find(peer);
-  if (old != workers_.end() && old->second.job >= 0) jobs_.erase(old->second.job);
+  if (old != workers_.end() && old->second.job >= 0) {
+    record_execution(jobs_.at(old->second.job), old->second, ExecutionOutcome::kLost,
+                     jobs_.at(old->second.job).progress_step);
+    jobs_.erase(old->second.job);
+  }
   workers_[peer] = w;
   schedule_changed_ = true;
   log_event(std::nullopt, "worker_joined", {{"name", w.name}, {"device", w.device}});
@@ -852,6 +860,7 @@ void Master::on_done(Worker& w, const json& m) {
   // has changed yet and the message is retried whole.
   plan_.transaction([&] {
     mark_progress(job, step);
+    record_execution(job, w, ExecutionOutcome::kDone, step);
     if (orphan) collect_checkpoints();
     // Trials whose last step this job trained (and that need no more evaluations) close now.
     std::vector<TrialId> ending;
@@ -926,6 +935,7 @@ void Master::on_failed(Worker& w, const json& m) {
     ++storage_failures_[stage].count;
     storage_failures_[stage].workers.insert(w.peer);
   }
+  record_execution(job, w, ExecutionOutcome::kFailed, job.progress_step, error);
   // Steps trained after its last snapshot are lost, and trained again: they count as executed.
   count_lost_steps(job);
   jobs_.erase(job_id);
@@ -997,11 +1007,38 @@ void Master::check_workers() {
     if (it->second.job >= 0) {
       // The steps it trained after its last snapshot are lost and will be trained again: they
       // count as executed (the heartbeats said how far it got).
-      count_lost_steps(jobs_.at(it->second.job));
+      const Job& job = jobs_.at(it->second.job);
+      record_execution(job, it->second, ExecutionOutcome::kLost, job.progress_step);
+      count_lost_steps(job);
       jobs_.erase(it->second.job);
       trials_to_close_ = true;
     }
     it = workers_.erase(it);
+  }
+}
+
+void Master::record_execution(const Job& job, const Worker& w, ExecutionOutcome outcome,
+                              int64_t reached, const std::string& error) {
+  ExecutionRow row;
+  const protocol::Job& wire = job.wire;
+  row.stage = tree_.stage_at(job.rep, wire.to > wire.from ? wire.from + 1 : wire.from);
+  row.trial = job.rep;
+  row.kind = job.kind;
+  row.from = wire.from;
+  row.to = wire.to;
+  row.reached = std::clamp(reached, wire.from, wire.to);
+  row.worker = w.name;
+  row.started_at = job.started_at;
+  row.ended_at = std::max(job.started_at, unix_seconds());
+  row.outcome = outcome;
+  row.error = error;
+  row.studies.assign(job.studies.begin(), job.studies.end());
+  try {
+    plan_.add_execution(row);
+  } catch (const std::exception& e) {
+    if (!options_.quiet)
+      std::fprintf(stderr, "master: execution of job %lld not recorded: %s\n",
+                   static_cast<long long>(wire.id), e.what());
   }
 }
 
@@ -1032,6 +1069,8 @@ void Master::on_abandoned(Worker& w, const json& m) {
   int64_t job_id = protocol::get_int(m, "job");
   if (job_id != w.job || !jobs_.at(job_id).abandoned)
     throw protocol::ProtocolError("abandoned.job: not a job this worker was told to abandon");
+  record_execution(jobs_.at(job_id), w, ExecutionOutcome::kAbandoned,
+                   jobs_.at(job_id).progress_step);
   count_lost_steps(jobs_.at(job_id));
   w.held.clear();
   for (const json& id : m.value("held", json::array()))
@@ -1232,6 +1271,10 @@ void Master::send_job(Worker& w, const Candidate& c) {
   job.rep = c.rep;
   job.reported_step = c.from;
   job.progress_step = c.from;
+  job.started_at = unix_seconds();
+  job.kind = c.from == c.to        ? ExecutionKind::kEvaluate
+             : c.stage == kNoStage ? ExecutionKind::kReplay
+                                   : ExecutionKind::kTrain;
   protocol::Job& wire = job.wire;
   wire.id = next_job_++;
   wire.run.model = study.spec.model;

@@ -143,6 +143,8 @@ class Master {
     int64_t reported_step = 0;  // the latest step whose state the worker reported
     int64_t progress_step = 0;  // the latest step the worker said it reached
     bool abandoned = false;     // no running study needs it; the worker was told to stop
+    double started_at = 0;      // unix seconds, for the plan's record of executions
+    ExecutionKind kind = ExecutionKind::kTrain;
   };
   struct Trial {
     TrialId id = -1;
@@ -203,6 +205,10 @@ class Master {
   void check_workers();
   // The steps a job trained past its last reported state, lost: they count as executed.
   void count_lost_steps(const Job& job);
+  // Adds the job's row to the plan's executions (the dashboard's timeline) as it ends; reached is
+  // clamped to its steps. A log, like events: a row that cannot be written is reported, not fatal.
+  void record_execution(const Job& job, const Worker& w, ExecutionOutcome outcome, int64_t reached,
+                        const std::string& error = "");
   void abandon_orphan_jobs();
   void close_trained_trials();
   void dispatch();
