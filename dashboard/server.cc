@@ -90,6 +90,8 @@ class DeadlineStream : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
+    // A request cut short gets our 431 or 408, not the 400 httplib would make of its half.
+    if (over_limit_ || timed_out_) return -1;
     if (!wait(POLLOUT, write_deadline())) return -1;
     ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
     if (n > 0) written_ += static_cast<size_t>(n);
@@ -214,6 +216,10 @@ class HardenedServer : public httplib::Server {
   explicit HardenedServer(const ServerOptions& o) : options_(o) {
     new_task_queue = [this] { return new BoundedPool(options_.threads, options_.queue); };
   }
+  // httplib listens with a backlog of 5: a burst of connections would overflow it, and the
+  // kernel would make the overflow wait seconds for a SYN-ACK resent. Listening again on the
+  // bound socket raises the backlog (our accepting thread never blocks: full means 503).
+  void deepen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
 
  private:
   bool process_and_close_socket(socket_t sock) override {
@@ -463,6 +469,7 @@ void Server::bind() {
   if (i.bound_port <= 0)
     throw std::runtime_error("cannot listen on " + i.options.host + ":" +
                              std::to_string(i.options.port) + " (in use, or not an address here)");
+  i.http.deepen_backlog();
 }
 
 int Server::port() const {

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -37,7 +38,9 @@ class DashboardProcess {
     pid_ = fork();
     if (pid_ == 0) {
       if (!freopen(log.c_str(), "w", stderr)) _exit(126);
-      std::vector<std::string> args = {kHippo, "--db", db, "dashboard", "--bind", "127.0.0.1:0"};
+      std::vector<std::string> args = {kHippo, "--db", db, "dashboard"};
+      if (std::find(extra.begin(), extra.end(), "--bind") == extra.end())
+        args.insert(args.end(), {"--bind", "127.0.0.1:0"});
       args.insert(args.end(), extra.begin(), extra.end());
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
@@ -46,7 +49,7 @@ class DashboardProcess {
       _exit(127);
     }
     // The dashboard says where it listens on its first line.
-    std::regex line("read-only at http://127\\.0\\.0\\.1:([0-9]+)/");
+    std::regex line("read-only at http://[^ ]+:([0-9]+)/");
     for (int i = 0; i < 300 && port_ == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       std::ifstream in(log);
