@@ -93,7 +93,7 @@ TEST_F(DashboardBrowser, StudiesPageListsEveryStudyWithWhatSharingSaved) {
 }
 
 TEST_F(DashboardBrowser, StudyPageDrawsACurvePerTrialAndTheTrialTable) {
-  for (const std::string name : {"grid", "asha"}) {
+  for (const std::string name : {"grid", "asha", "lr-decay"}) {
     Browser::Tab tab = load("/study/" + study_id(name), "study-" + name);
     json trials = cli("trials " + name);
     const std::string metric = plan_->runs[name]["best"]["metric"];
@@ -143,7 +143,7 @@ TEST_F(DashboardBrowser, StudyPageDrawsACurvePerTrialAndTheTrialTable) {
 }
 
 TEST_F(DashboardBrowser, TreePageDrawsABoxPerStageWithItsDetails) {
-  for (const std::string name : {"grid", "grid-trial-based", "asha"}) {
+  for (const std::string name : {"grid", "grid-trial-based", "asha", "lr-decay"}) {
     Browser::Tab tab = load("/study/" + study_id(name) + "/tree", "tree-" + name);
     json stages = cli("tree " + name);
     ASSERT_EQ(count(tab, "svg.tree g.stage"), static_cast<int64_t>(stages.size())) << name;
