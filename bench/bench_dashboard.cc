@@ -51,8 +51,9 @@ void make_plan(const std::string& file, int64_t trials) {
   StageTree tree;
   auto started = Clock::now();
   plan.transaction([&] {
-    nlohmann::json spec = {{"name", "big"},
-                           {"searcher", {{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}}}};
+    nlohmann::json spec = {
+        {"name", "big"},
+        {"searcher", {{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}}}};
     int64_t study = plan.create_study("big", spec, Policy::kShared);
     for (TrialId id = 0; id < trials; ++id) {
       double init = 0.01 * static_cast<double>(1 + id % 10);
@@ -132,8 +133,8 @@ struct Dashboard {
 // Seconds for one GET of the whole page (curl), and its size.
 std::pair<double, size_t> fetch(int port, const std::string& path) {
   auto start = Clock::now();
-  std::string command = "curl -s -o /dev/null -w '%{size_download}' http://127.0.0.1:" +
-                        std::to_string(port) + path;
+  std::string command =
+      "curl -s -o /dev/null -w '%{size_download}' http://127.0.0.1:" + std::to_string(port) + path;
   FILE* p = popen(command.c_str(), "r");
   char buf[64] = "";
   if (!fgets(buf, sizeof buf, p)) buf[0] = 0;
@@ -151,8 +152,8 @@ std::string spread(std::vector<double> v) {
 }
 
 void load(const std::string& db, int reps) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("bench-dashboard-" + std::to_string(getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("bench-dashboard-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto started = Clock::now();
   Dashboard dashboard(db, dir + "/dashboard.log");
@@ -167,9 +168,10 @@ void load(const std::string& db, int reps) {
       testing::Browser::Tab tab = browser.open();
       browser.navigate(tab, "http://127.0.0.1:" + std::to_string(dashboard.port) + path);
       // From the start of the navigation to the end of the load event, by the page's own clock.
-      double ms = browser.evaluate(tab,
-                                   "(() => { const n = performance.getEntriesByType('navigation')[0];"
-                                   " return n.loadEventEnd - n.startTime; })()");
+      double ms =
+          browser.evaluate(tab,
+                           "(() => { const n = performance.getEntriesByType('navigation')[0];"
+                           " return n.loadEventEnd - n.startTime; })()");
       if (!browser.errors(tab).empty())
         std::printf("  console error: %s\n", browser.errors(tab)[0].c_str());
       browser_load.push_back(ms / 1000);
@@ -187,7 +189,8 @@ void load(const std::string& db, int reps) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() < 2 || (args[0] != "make-plan" && args[0] != "load")) {
-    std::fprintf(stderr, "usage: bench_dashboard make-plan FILE [--trials N] | load FILE [--reps R]\n");
+    std::fprintf(stderr,
+                 "usage: bench_dashboard make-plan FILE [--trials N] | load FILE [--reps R]\n");
     return 2;
   }
   int64_t number = args[0] == "make-plan" ? 10000 : 5;

@@ -129,8 +129,9 @@ void axes(std::string& out, const Scale& x, const Scale& y, const std::string& x
          "\" y1=\"" + number(kHeight - kBottom) + "\" y2=\"" + number(kHeight - kBottom) + "\"/>";
   out += "<text class=\"label\" x=\"" + number((kLeft + kWidth - kRight) / 2) + "\" y=\"" +
          number(kHeight - 4) + "\" text-anchor=\"middle\">" + escape(x_label) + "</text>";
-  out += "<text class=\"label\" transform=\"translate(12," + number((kTop + kHeight - kBottom) / 2) +
-         ") rotate(-90)\" text-anchor=\"middle\">" + escape(y_label) + "</text></g>";
+  out += "<text class=\"label\" transform=\"translate(12," +
+         number((kTop + kHeight - kBottom) / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
+         escape(y_label) + "</text></g>";
 }
 
 std::string empty_svg(const std::string& cls, const std::string& message) {
@@ -188,14 +189,14 @@ struct ParamAxis {
   bool numeric = true;
   Scale scale;
   std::vector<std::string> categories;  // sorted, for non-numeric
-  std::optional<double> position(const nlohmann::json& params, double) const;
+  std::optional<double> position(const nlohmann::json& params) const;
 };
 
 std::string category_of(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
-std::optional<double> ParamAxis::position(const nlohmann::json& params, double) const {
+std::optional<double> ParamAxis::position(const nlohmann::json& params) const {
   if (!params.is_object() || !params.contains(name)) return std::nullopt;
   const nlohmann::json& v = params[name];
   if (numeric) return scale(v.get<double>());
@@ -234,8 +235,17 @@ std::vector<std::pair<double, std::string>> axis_labels(const ParamAxis& a) {
   if (a.numeric) {
     for (double v : ticks(a.scale, 4)) out.emplace_back(a.scale(v), number(v));
   } else {
-    for (const std::string& c : a.categories)
-      out.emplace_back(*a.position({{a.name, c}}, 0), c);
+    for (const std::string& c : a.categories) out.emplace_back(*a.position({{a.name, c}}), c);
+  }
+  return out;
+}
+
+// "1,2,3"
+std::string joined(const std::vector<int64_t>& numbers) {
+  std::string out;
+  for (int64_t n : numbers) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(n);
   }
   return out;
 }
@@ -253,12 +263,23 @@ std::string escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -301,7 +322,8 @@ std::string history_svg(const StudyView& study) {
   }
   dots(out, points, "stroke=\"#4878d0\"");
   out += "<path class=\"best-line\" d=\"" + line + "\"/>";
-  out += "<title>" + escape(study.metric) + ": each trial's best (dots), best so far (line)</title>";
+  out +=
+      "<title>" + escape(study.metric) + ": each trial's best (dots), best so far (line)</title>";
   return out + "</svg>";
 }
 
@@ -359,7 +381,9 @@ std::string parallel_svg(const StudyView& study) {
     return empty_svg("parallel", params.empty() ? "no parameters" : "no values yet");
   const double axes_n = static_cast<double>(params.size() + 1);
   const double left = 70, right = kWidth - 70, top = 28, bottom = kHeight - 20;
-  auto axis_x = [&](size_t i) { return left + (right - left) * static_cast<double>(i) / (axes_n - 1); };
+  auto axis_x = [&](size_t i) {
+    return left + (right - left) * static_cast<double>(i) / (axes_n - 1);
+  };
   std::vector<ParamAxis> axes_list;
   for (size_t i = 0; i < params.size(); ++i)
     axes_list.push_back(param_axis(study, params[i].first, params[i].second, bottom, top));
@@ -370,7 +394,7 @@ std::string parallel_svg(const StudyView& study) {
     if (!t.best) continue;
     std::string& d = lines[value_bin(*t.best, metric, study.maximize)];
     for (size_t i = 0; i < axes_list.size(); ++i) {
-      std::optional<double> py = axes_list[i].position(t.row.params, 0);
+      std::optional<double> py = axes_list[i].position(t.row.params);
       if (!py) continue;
       d += i == 0 ? "M" : "L";
       coord(d, axis_x(i));
@@ -427,8 +451,8 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
     for (const auto& [px, text] : axis_labels(a)) {
       svg += "<text x=\"";
       coord(svg, px);
-      svg += "\" y=\"" + number(height - bottom + 15) + "\" text-anchor=\"middle\">" + escape(text) +
-             "</text>";
+      svg += "\" y=\"" + number(height - bottom + 15) + "\" text-anchor=\"middle\">" +
+             escape(text) + "</text>";
     }
     svg += "<line class=\"axis\" x1=\"" + number(left) + "\" x2=\"" + number(left) + "\" y1=\"" +
            number(top) + "\" y2=\"" + number(height - bottom) + "\"/><line class=\"axis\" x1=\"" +
@@ -438,7 +462,7 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
            number(height - 3) + "\" text-anchor=\"middle\">" + escape(name) + "</text></g>";
     std::vector<std::pair<double, double>> points;
     for (const TrialView& t : study.trials) {
-      std::optional<double> px = a.position(t.row.params, 0);
+      std::optional<double> px = a.position(t.row.params);
       if (t.best && px) points.emplace_back(*px, y(*t.best));
     }
     dots(svg, points, "stroke=\"#4878d0\"");
@@ -474,8 +498,7 @@ std::string tree_svg(const StudyView& study) {
   std::string out = open_svg("tree", kWideWidth, height,
                              "data-stages=\"" + std::to_string(study.stages.size()) + "\"");
   out += "<g class=\"axes\">";
-  Scale xs = x;
-  for (double v : ticks(xs, 6)) {
+  for (double v : ticks(x, 6)) {
     out += "<line class=\"grid\" x1=\"";
     coord(out, x(v));
     out += "\" x2=\"";
@@ -502,10 +525,7 @@ std::string tree_svg(const StudyView& study) {
   const double box_h = std::max(2.0, row_h * 0.72);
   for (const StageView& s : study.stages) {
     const Stage& st = s.stage;
-    std::string trials, checkpoints;
-    for (int64_t t : s.trials_ending) trials += (trials.empty() ? "" : ",") + std::to_string(t);
-    for (int64_t c : s.checkpoints)
-      checkpoints += (checkpoints.empty() ? "" : ",") + std::to_string(c);
+    const std::string trials = joined(s.trials_ending), checkpoints = joined(s.checkpoints);
     double x0 = x(static_cast<double>(st.start)), x1 = x(static_cast<double>(st.end));
     double xt = x(static_cast<double>(std::clamp(st.trained_until, st.start, st.end)));
     double top = y(st.id) - box_h / 2;
@@ -513,8 +533,8 @@ std::string tree_svg(const StudyView& study) {
            "\" data-stage=\"" + std::to_string(st.id) + "\" data-state=\"" + to_string(s.state) +
            "\" data-start=\"" + std::to_string(st.start) + "\" data-end=\"" +
            std::to_string(st.end) + "\" data-trained=\"" + std::to_string(st.trained_until) +
-           "\" data-through=\"" + std::to_string(s.trials_through) + "\" data-trials=\"" +
-           trials + "\" data-checkpoints=\"" + checkpoints + "\" tabindex=\"0\">";
+           "\" data-through=\"" + std::to_string(s.trials_through) + "\" data-trials=\"" + trials +
+           "\" data-checkpoints=\"" + checkpoints + "\" tabindex=\"0\">";
     out += "<title>stage " + std::to_string(st.id) + " [" + std::to_string(st.start) + ", " +
            std::to_string(st.end) + "): " + to_string(s.state) + ", trained to " +
            std::to_string(st.trained_until) + "; " + std::to_string(s.trials_through) +
@@ -602,9 +622,8 @@ std::string timeline_svg(const StudyView& study) {
            std::to_string(static_cast<int>(std::lround(use * 100))) + "%</text>";
     for (const ExecutionRow* e : executions) {
       auto number_of = numbers.find(e->trial);
-      std::string trial = number_of == numbers.end()
-                              ? "a trial of another study"
-                              : "trial " + std::to_string(number_of->second);
+      std::string trial = number_of == numbers.end() ? "a trial of another study"
+                                                     : "trial " + std::to_string(number_of->second);
       double x0 = x(e->started_at - t0), x1 = x(e->ended_at - t0);
       bool on_path = e->kind != ExecutionKind::kEvaluate && critical.count(e->stage);
       out += "<rect class=\"execution " + std::string(to_string(e->kind)) + " " +
@@ -656,9 +675,9 @@ std::string compare_svg(const std::vector<const StudyView*>& studies) {
       d += first ? " " : "V";
       coord(d, y(*best));
     }
-    out += "<path class=\"study-line\" data-study=\"" + std::to_string(s->row.id) +
-           "\" stroke=\"" + colours[i++ % 8] + "\" d=\"" + d + "\"><title>" +
-           escape(s->row.name) + "</title></path>";
+    out += "<path class=\"study-line\" data-study=\"" + std::to_string(s->row.id) + "\" stroke=\"" +
+           colours[i++ % 8] + "\" d=\"" + d + "\"><title>" + escape(s->row.name) +
+           "</title></path>";
   }
   return out + "</svg>";
 }

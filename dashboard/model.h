@@ -29,13 +29,13 @@ enum class StageState { kTrained, kTraining, kPending, kPruned };
 const char* to_string(StageState state);
 
 struct StageView {
-  Stage stage;                          // as stored (its end is the largest any trial asked for)
-  int64_t needed_end = 0;               // the end that this study's trials need
+  Stage stage;             // as stored (its end is the largest any trial asked for)
+  int64_t needed_end = 0;  // the end that this study's trials need
   StageState state = StageState::kPending;
-  std::vector<int64_t> trials_ending;   // numbers of this study's trials ending in it
-  int64_t trials_through = 0;           // this study's trials that pass through it
-  std::vector<int64_t> checkpoints;     // steps with a checkpoint
-  bool on_critical_path = false;        // on the path of the study's longest trial
+  std::vector<int64_t> trials_ending;  // numbers of this study's trials ending in it
+  int64_t trials_through = 0;          // this study's trials that pass through it
+  std::vector<int64_t> checkpoints;    // steps with a checkpoint
+  bool on_critical_path = false;       // on the path of the study's longest trial
 };
 
 struct StudyView {

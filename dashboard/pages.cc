@@ -75,20 +75,20 @@ std::string summary(const StudyView& s) {
     best = number(s.best->value) + " (trial " + std::to_string(s.best->trial) + ", step " +
            std::to_string(s.best->step) + ")";
   double progress = s.steps_unique > 0 ? static_cast<double>(s.steps_trained) / s.steps_unique : 0;
-  std::string out = "<dl class=\"summary\" data-study=\"" + std::to_string(s.row.id) +
-                    "\" data-trials=\"" + std::to_string(s.trials.size()) +
-                    "\" data-closed=\"" + std::to_string(s.trials_closed) +
-                    "\" data-steps-trial-based=\"" + std::to_string(s.steps_trial_based) +
-                    "\" data-steps-unique=\"" + std::to_string(s.steps_unique) +
-                    "\" data-steps-trained=\"" + std::to_string(s.steps_trained) +
-                    "\" data-steps-executed=\"" + std::to_string(s.steps_executed) +
-                    "\" data-saving=\"" + fixed(s.saving(), 4) + "\">";
+  std::string out =
+      "<dl class=\"summary\" data-study=\"" + std::to_string(s.row.id) + "\" data-trials=\"" +
+      std::to_string(s.trials.size()) + "\" data-closed=\"" + std::to_string(s.trials_closed) +
+      "\" data-steps-trial-based=\"" + std::to_string(s.steps_trial_based) +
+      "\" data-steps-unique=\"" + std::to_string(s.steps_unique) + "\" data-steps-trained=\"" +
+      std::to_string(s.steps_trained) + "\" data-steps-executed=\"" +
+      std::to_string(s.steps_executed) + "\" data-saving=\"" + fixed(s.saving(), 4) + "\">";
   auto item = [&](const std::string& term, const std::string& value, const std::string& cls) {
     out += "<div class=\"" + cls + "\"><dt>" + term + "</dt><dd>" + value + "</dd></div>";
   };
-  item("status", "<span class=\"status " + std::string(to_string(s.row.status)) + "\">" +
-                     to_string(s.row.status) + "</span>" +
-                     (s.row.error.empty() ? "" : " " + escape(s.row.error)),
+  item("status",
+       "<span class=\"status " + std::string(to_string(s.row.status)) + "\">" +
+           to_string(s.row.status) + "</span>" +
+           (s.row.error.empty() ? "" : " " + escape(s.row.error)),
        "status-item");
   item("trials", std::to_string(s.trials_closed) + " closed of " + std::to_string(s.trials.size()),
        "trials");
@@ -97,8 +97,8 @@ std::string summary(const StudyView& s) {
        std::to_string(s.steps_trial_based) + " / " + std::to_string(s.steps_unique) + " / " +
            std::to_string(s.steps_executed),
        "steps");
-  item("saving", s.steps_unique > 0 ? "<span class=\"saving\">" + fixed(s.saving(), 2) + "×</span>"
-                                    : "-",
+  item("saving",
+       s.steps_unique > 0 ? "<span class=\"saving\">" + fixed(s.saving(), 2) + "×</span>" : "-",
        "saving-item");
   item("wall time", duration(s.wall_s), "wall");
   item("trained",
@@ -111,9 +111,10 @@ std::string summary(const StudyView& s) {
 std::string nav(const StudyView& s, const std::string& here) {
   std::string out = "<nav class=\"study-nav\">";
   const std::pair<const char*, std::string> links[] = {
-      {"study", study_link(s)}, {"stage tree", study_link(s, "/tree")},
-      {"timeline", study_link(s, "/timeline")}, {"report (one file)", "/report/" +
-                                                                        std::to_string(s.row.id)}};
+      {"study", study_link(s)},
+      {"stage tree", study_link(s, "/tree")},
+      {"timeline", study_link(s, "/timeline")},
+      {"report (one file)", "/report/" + std::to_string(s.row.id)}};
   for (const auto& [name, href] : links)
     out += here == name ? "<strong>" + std::string(name) + "</strong>"
                         : "<a href=\"" + href + "\">" + name + "</a>";
@@ -142,7 +143,7 @@ std::string trial_table(const StudyView& s) {
     for (const std::string& m : metric_names) {
       auto it = t.last.find(m);
       row.push_back(it == t.last.end() || std::isnan(it->second) ? nlohmann::json()
-                                                                  : nlohmann::json(it->second));
+                                                                 : nlohmann::json(it->second));
     }
     rows.push_back(std::move(row));
   }
@@ -207,9 +208,9 @@ std::string timeline_section(const StudyView& s) {
 
 std::string content_security_policy(bool live) {
   return "default-src 'none'; script-src 'sha256-" + hex_to_base64(kScriptSha256) +
-         "'; style-src 'sha256-" + hex_to_base64(kStyleSha256) +
-         "'; img-src data:; connect-src " + (live ? "'self'" : "'none'") +
-         "; base-uri 'none'; form-action " + (live ? "'self'" : "'none'");
+         "'; style-src 'sha256-" + hex_to_base64(kStyleSha256) + "'; img-src data:; connect-src " +
+         (live ? "'self'" : "'none'") + "; base-uri 'none'; form-action " +
+         (live ? "'self'" : "'none'");
 }
 
 Page studies_page(const PlanView& plan) {
@@ -221,7 +222,8 @@ Page studies_page(const PlanView& plan) {
     return p;
   }
   out +=
-      "<form action=\"/compare\" method=\"get\"><table class=\"studies\"><thead><tr><th>compare</th>"
+      "<form action=\"/compare\" method=\"get\"><table "
+      "class=\"studies\"><thead><tr><th>compare</th>"
       "<th>id</th><th>name</th><th>status</th><th>policy</th><th>trials</th><th>best</th>"
       "<th>steps trial-based</th><th>unique</th><th>executed</th><th>saving</th><th>wall "
       "time</th><th>trained</th></tr></thead><tbody>";
@@ -229,11 +231,13 @@ Page studies_page(const PlanView& plan) {
     const StudyView& s = *sp;
     double progress =
         s.steps_unique > 0 ? static_cast<double>(s.steps_trained) / s.steps_unique : 0;
-    out += "<tr class=\"study\" data-study=\"" + std::to_string(s.row.id) +
-           "\" data-saving=\"" + fixed(s.saving(), 4) + "\"><td><input type=\"checkbox\" "
-           "name=\"id\" value=\"" + std::to_string(s.row.id) + "\" aria-label=\"compare " +
-           escape(s.row.name) + "\"></td><td>" + std::to_string(s.row.id) + "</td><td><a href=\"" +
-           study_link(s) + "\">" + escape(s.row.name) + "</a></td><td><span class=\"status " +
+    out += "<tr class=\"study\" data-study=\"" + std::to_string(s.row.id) + "\" data-saving=\"" +
+           fixed(s.saving(), 4) +
+           "\"><td><input type=\"checkbox\" "
+           "name=\"id\" value=\"" +
+           std::to_string(s.row.id) + "\" aria-label=\"compare " + escape(s.row.name) +
+           "\"></td><td>" + std::to_string(s.row.id) + "</td><td><a href=\"" + study_link(s) +
+           "\">" + escape(s.row.name) + "</a></td><td><span class=\"status " +
            to_string(s.row.status) + "\">" + to_string(s.row.status) + "</span></td><td>" +
            to_string(s.row.policy) + "</td><td>" + std::to_string(s.trials_closed) + "/" +
            std::to_string(s.trials.size()) + "</td><td>" +
@@ -266,13 +270,13 @@ Page study_page(const StudyView& s) {
 
 Page tree_page(const StudyView& s) {
   return {"hippo: " + s.row.name + " stage tree", "<h1>Stage tree of " + escape(s.row.name) +
-                                                     "</h1>" + nav(s, "stage tree") + summary(s) +
-                                                     tree_section(s)};
+                                                      "</h1>" + nav(s, "stage tree") + summary(s) +
+                                                      tree_section(s)};
 }
 
 Page timeline_page(const StudyView& s) {
-  return {"hippo: " + s.row.name + " timeline", "<h1>Timeline of " + escape(s.row.name) +
-                                                    "</h1>" + nav(s, "timeline") + summary(s) +
+  return {"hippo: " + s.row.name + " timeline", "<h1>Timeline of " + escape(s.row.name) + "</h1>" +
+                                                    nav(s, "timeline") + summary(s) +
                                                     timeline_section(s)};
 }
 
@@ -298,13 +302,13 @@ std::string document(const Page& page, bool live, const std::string& version) {
 
 std::string report(const StudyView& s) {
   char when[64] = "";
-  std::time_t t = static_cast<std::time_t>(std::time(nullptr));
+  std::time_t t = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
   Page p{"hippo report: " + s.row.name, ""};
-  p.content = "<h1>Study " + escape(s.row.name) + "</h1><p class=\"note\">Report written " +
-              when + " by hippo from the search plan; this file needs no network.</p>" +
-              summary(s) + study_figures(s) + "<h2>Stage tree</h2>" + tree_section(s) +
-              "<h2>Timeline</h2>" + timeline_section(s) + trial_table(s);
+  p.content = "<h1>Study " + escape(s.row.name) + "</h1><p class=\"note\">Report written " + when +
+              " by hippo from the search plan; this file needs no network.</p>" + summary(s) +
+              study_figures(s) + "<h2>Stage tree</h2>" + tree_section(s) + "<h2>Timeline</h2>" +
+              timeline_section(s) + trial_table(s);
   return document(p, false, "report");
 }
 

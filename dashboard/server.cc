@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -394,8 +395,8 @@ struct Server::Impl {
     study_route(R"(/study/([^/]+)/timeline)", timeline_page);
     http.Get(R"(/report/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto s = study(*current(), req.matches[1]);
-      res.set_header("Content-Disposition",
-                     "attachment; filename=\"hippo-report-" + std::to_string(s->row.id) + ".html\"");
+      res.set_header("Content-Disposition", "attachment; filename=\"hippo-report-" +
+                                                std::to_string(s->row.id) + ".html\"");
       res.set_content(report(*s), "text/html; charset=utf-8");
     });
     // Errors thrown by routes: unknown studies 404, other bad requests 400, anything else 500.
@@ -415,34 +416,36 @@ struct Server::Impl {
         });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      fail(res, res.status, res.status == 404 ? "nothing at " + req.path.substr(0, 200)
-                                              : "status " + std::to_string(res.status));
+      fail(res, res.status,
+           res.status == 404 ? "nothing at " + req.path.substr(0, 200)
+                             : "status " + std::to_string(res.status));
     });
     const bool check_host = is_loopback(options.host);
-    http.set_pre_routing_handler([this, check_host](const httplib::Request& req,
-                                                    httplib::Response& res) {
-      if (req.method != "GET" && req.method != "HEAD") {
-        res.set_header("Allow", "GET, HEAD");
-        fail(res, 405, "the dashboard only reads: " + req.method.substr(0, 16) + " is refused");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      // A page elsewhere whose name resolves to 127.0.0.1 must not read the plan (DNS
-      // rebinding): on loopback, only loopback names are served.
-      if (check_host && req.has_header("Host")) {
-        std::string host = req.get_header_value("Host");
-        size_t colon = host.rfind(':');
-        if (colon != std::string::npos && host.find(']') == std::string::npos) {
-          host = host.substr(0, colon);
-        } else if (host.size() > 2 && host.front() == '[') {
-          host = host.substr(1, host.find(']') - 1);
-        }
-        if (!is_loopback(host)) {
-          fail(res, 421, "this dashboard answers to loopback names only, not " + host.substr(0, 64));
-          return httplib::Server::HandlerResponse::Handled;
-        }
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
+    http.set_pre_routing_handler(
+        [this, check_host](const httplib::Request& req, httplib::Response& res) {
+          if (req.method != "GET" && req.method != "HEAD") {
+            res.set_header("Allow", "GET, HEAD");
+            fail(res, 405, "the dashboard only reads: " + req.method.substr(0, 16) + " is refused");
+            return httplib::Server::HandlerResponse::Handled;
+          }
+          // A page elsewhere whose name resolves to 127.0.0.1 must not read the plan (DNS
+          // rebinding): on loopback, only loopback names are served.
+          if (check_host && req.has_header("Host")) {
+            std::string host = req.get_header_value("Host");
+            size_t colon = host.rfind(':');
+            if (colon != std::string::npos && host.find(']') == std::string::npos) {
+              host = host.substr(0, colon);
+            } else if (host.size() > 2 && host.front() == '[') {
+              host = host.substr(1, host.find(']') - 1);
+            }
+            if (!is_loopback(host)) {
+              fail(res, 421,
+                   "this dashboard answers to loopback names only, not " + host.substr(0, 64));
+              return httplib::Server::HandlerResponse::Handled;
+            }
+          }
+          return httplib::Server::HandlerResponse::Unhandled;
+        });
     http.set_payload_max_length(0);  // GET and HEAD only: no body
     http.set_default_headers({{"Content-Security-Policy", content_security_policy(true)},
                               {"X-Content-Type-Options", "nosniff"},

@@ -679,9 +679,8 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
     for (int64_t study : row.studies) {
       if (!exists("studies", study))
         throw std::invalid_argument(what + ": no study with id " + std::to_string(study));
-      Query(*this,
-            "INSERT OR IGNORE INTO execution_studies (execution_id, study_id) VALUES (?, ?)", id,
-            study)
+      Query(*this, "INSERT OR IGNORE INTO execution_studies (execution_id, study_id) VALUES (?, ?)",
+            id, study)
           .run();
     }
   });
@@ -691,9 +690,9 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
 std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
   std::vector<ExecutionRow> rows;
   if (schema_version() < kExecutionsVersion) return rows;  // a version-2 file, read only
-#define EXECUTION_COLUMNS                                                                     \
+#define EXECUTION_COLUMNS                                                                    \
   "e.id, e.stage_id, e.trial_id, e.kind, e.from_step, e.to_step, e.reached_step, e.worker, " \
-  "e.started_at, e.ended_at, e.outcome, e.error, "                                          \
+  "e.started_at, e.ended_at, e.outcome, e.error, "                                           \
   "(SELECT group_concat(study_id) FROM execution_studies WHERE execution_id = e.id)"
   auto q = study ? std::make_unique<Query>(*this,
                                            "SELECT " EXECUTION_COLUMNS
@@ -701,8 +700,8 @@ std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
                                            "e.id = s.execution_id WHERE s.study_id = ? "
                                            "ORDER BY e.started_at, e.id",
                                            *study)
-                 : std::make_unique<Query>(
-                       *this, "SELECT " EXECUTION_COLUMNS " FROM executions e ORDER BY started_at, id");
+                 : std::make_unique<Query>(*this, "SELECT " EXECUTION_COLUMNS
+                                                  " FROM executions e ORDER BY started_at, id");
 #undef EXECUTION_COLUMNS
   while (q->next()) {
     ExecutionRow r;

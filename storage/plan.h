@@ -122,7 +122,7 @@ struct ExecutionRow {
   std::string worker;   // the worker's name
   double started_at = 0, ended_at = 0;  // unix seconds
   ExecutionOutcome outcome = ExecutionOutcome::kDone;
-  std::string error;            // why it failed
+  std::string error;             // why it failed
   std::vector<int64_t> studies;  // the studies whose trials needed it, ascending
 };
 

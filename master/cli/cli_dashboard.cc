@@ -99,8 +99,8 @@ int report(const std::string& name, const std::string& out, const GlobalOptions&
   try {
     SearchPlan plan = SearchPlan::open_read_only(global.db);
     dashboard::PlanView view = dashboard::read_plan(
-        plan, std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-                  .count());
+        plan,
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     auto study = view.find(name);
     if (!study) throw BadInput("no study named " + name + " in " + global.db);
     html = dashboard::report(*study);
@@ -138,9 +138,8 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
                 "allow a --bind that is not loopback (anyone who reaches it reads the plan)");
   cmd->add_option("--refresh", args->refresh_s,
                   "re-read a changed plan at most every this many seconds (default 1)");
-  cmd->callback([args, &global, action] {
-    *action = [args, &global] { return dashboard(*args, global); };
-  });
+  cmd->callback(
+      [args, &global, action] { *action = [args, &global] { return dashboard(*args, global); }; });
 
   CLI::App* rep =
       app.add_subcommand("report", "one self-contained HTML file with a study's figures");

@@ -164,8 +164,7 @@ json Browser::call(const std::string& method, const json& params, const std::str
       keep_event(reply);
       continue;
     }
-    if (reply.contains("error"))
-      throw std::runtime_error(method + ": " + reply["error"].dump());
+    if (reply.contains("error")) throw std::runtime_error(method + ": " + reply["error"].dump());
     return reply.value("result", json::object());
   }
   throw std::runtime_error(method + ": no answer from chromium in 30 s");
@@ -229,16 +228,13 @@ bool Browser::wait_until(const Tab& tab, const std::string& expression,
 void Browser::screenshot(const Tab& tab, const std::string& png_path) {
   json metrics = call("Page.getLayoutMetrics", json::object(), tab.session);
   double height = metrics["cssContentSize"]["height"].get<double>();
-  json shot = call("Page.captureScreenshot",
-                   {{"format", "png"},
-                    {"captureBeyondViewport", true},
-                    {"clip",
-                     {{"x", 0},
-                      {"y", 0},
-                      {"width", 1280},
-                      {"height", std::min(height, 6000.0)},
-                      {"scale", 1}}}},
-                   tab.session);
+  json shot = call(
+      "Page.captureScreenshot",
+      {{"format", "png"},
+       {"captureBeyondViewport", true},
+       {"clip",
+        {{"x", 0}, {"y", 0}, {"width", 1280}, {"height", std::min(height, 6000.0)}, {"scale", 1}}}},
+      tab.session);
   std::ofstream(png_path, std::ios::binary) << base64_decode(shot["data"]);
 }
 

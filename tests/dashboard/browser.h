@@ -42,8 +42,7 @@ class Browser {
   // The value of a JavaScript expression in the tab (awaited if it is a promise).
   json evaluate(const Tab& tab, const std::string& expression);
   // Polls `expression` until it is true (up to `timeout`); false if it never was.
-  bool wait_until(const Tab& tab, const std::string& expression,
-                  std::chrono::milliseconds timeout);
+  bool wait_until(const Tab& tab, const std::string& expression, std::chrono::milliseconds timeout);
   // Writes a PNG of the whole page.
   void screenshot(const Tab& tab, const std::string& png_path);
   // Cuts the tab off the network (DevTools network emulation: every request fails).

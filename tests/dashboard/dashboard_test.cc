@@ -76,9 +76,9 @@ TEST_F(DashboardBrowser, StudiesPageListsEveryStudyWithWhatSharingSaved) {
   ASSERT_EQ(count(tab, "tr.study"), static_cast<int64_t>(studies.size()));
   for (const json& s : studies) {
     const std::string name = s["name"];
-    double shown = browser_->evaluate(
-        tab, "Number(document.querySelector('tr.study[data-study=\"" +
-                 std::to_string(s["id"].get<int64_t>()) + "\"]').dataset.saving)");
+    double shown = browser_->evaluate(tab, "Number(document.querySelector('tr.study[data-study=\"" +
+                                               std::to_string(s["id"].get<int64_t>()) +
+                                               "\"]').dataset.saving)");
     EXPECT_NEAR(shown, saving_of_run(name), 1e-4) << name;
   }
   // The trial-based run saves nothing; the grid shares its first epochs.
@@ -112,7 +112,8 @@ TEST_F(DashboardBrowser, StudyPageDrawsACurvePerTrialAndTheTrialTable) {
       numbers.insert(n.get<int64_t>());
     EXPECT_EQ(numbers.size(), trials.size());
     // The saving shown is the run's steps_trial_based / steps_unique, the steps its own.
-    json summary = browser_->evaluate(tab, "Object.assign({}, document.querySelector('dl.summary').dataset)");
+    json summary =
+        browser_->evaluate(tab, "Object.assign({}, document.querySelector('dl.summary').dataset)");
     EXPECT_NEAR(std::stod(summary["saving"].get<std::string>()), saving_of_run(name), 1e-4);
     EXPECT_EQ(std::stoll(summary["stepsTrialBased"].get<std::string>()),
               plan_->runs[name]["steps_trial_based"].get<int64_t>());
@@ -121,14 +122,16 @@ TEST_F(DashboardBrowser, StudyPageDrawsACurvePerTrialAndTheTrialTable) {
     EXPECT_EQ(std::stoll(summary["stepsExecuted"].get<std::string>()),
               plan_->runs[name]["steps_executed"].get<int64_t>());
     // The table: every trial, sortable and filterable.
-    EXPECT_EQ(browser_->evaluate(tab, "Number(document.querySelector('.trial-table').dataset.shown)")
-                  .get<int64_t>(),
-              static_cast<int64_t>(trials.size()));
+    EXPECT_EQ(
+        browser_->evaluate(tab, "Number(document.querySelector('.trial-table').dataset.shown)")
+            .get<int64_t>(),
+        static_cast<int64_t>(trials.size()));
     EXPECT_EQ(count(tab, "table.trials tr.trial"), std::min<int64_t>(50, trials.size()));
     browser_->evaluate(tab, "document.querySelector('table.trials th[data-column=\"0\"]').click()");
-    EXPECT_EQ(browser_->evaluate(tab, "document.querySelector('table.trials tr.trial').dataset.trial")
-                  .get<std::string>(),
-              std::to_string(trials.size()));  // descending by number now
+    EXPECT_EQ(
+        browser_->evaluate(tab, "document.querySelector('table.trials tr.trial').dataset.trial")
+            .get<std::string>(),
+        std::to_string(trials.size()));  // descending by number now
     browser_->evaluate(tab,
                        "(() => { const i = document.querySelector('.table-controls input');"
                        " i.value = 'trial=2'; i.dispatchEvent(new Event('input')); })()");
@@ -162,8 +165,11 @@ TEST_F(DashboardBrowser, TreePageDrawsABoxPerStageWithItsDetails) {
                   count(tab, "g.stage[data-state=\"pending\"]"),
               0);
     // A click shows the stage's details.
-    browser_->evaluate(tab, "document.querySelector('g.stage rect').dispatchEvent(new MouseEvent('click', {bubbles: true}))");
-    std::string details = browser_->evaluate(tab, "document.querySelector('.stage-details').textContent");
+    browser_->evaluate(tab,
+                       "document.querySelector('g.stage rect').dispatchEvent(new "
+                       "MouseEvent('click', {bubbles: true}))");
+    std::string details =
+        browser_->evaluate(tab, "document.querySelector('.stage-details').textContent");
     EXPECT_NE(details.find("trials through it"), std::string::npos) << details;
     EXPECT_TRUE(browser_->errors(tab).empty());
     browser_->close(tab);
@@ -183,8 +189,7 @@ TEST_F(DashboardBrowser, TimelineDrawsEveryExecutionOnItsWorkersLane) {
     SearchPlan plan = SearchPlan::open_read_only(plan_->db);
     std::vector<ExecutionRow> executions = plan.executions(plan.study_by_name(name)->id);
     ASSERT_FALSE(executions.empty());
-    EXPECT_EQ(count(tab, "svg.timeline rect.execution"),
-              static_cast<int64_t>(executions.size()));
+    EXPECT_EQ(count(tab, "svg.timeline rect.execution"), static_cast<int64_t>(executions.size()));
     std::set<std::string> workers;
     for (const ExecutionRow& e : executions) workers.insert(e.worker);
     EXPECT_EQ(count(tab, "svg.timeline g.lane"), static_cast<int64_t>(workers.size()));
@@ -197,8 +202,8 @@ TEST_F(DashboardBrowser, TimelineDrawsEveryExecutionOnItsWorkersLane) {
 }
 
 TEST_F(DashboardBrowser, ComparePageShowsStudiesSideBySide) {
-  Browser::Tab tab = load("/compare?id=" + study_id("grid") + "&id=" + study_id("grid-trial-based"),
-                          "compare");
+  Browser::Tab tab =
+      load("/compare?id=" + study_id("grid") + "&id=" + study_id("grid-trial-based"), "compare");
   EXPECT_EQ(count(tab, "section.compared dl.summary"), 2);
   EXPECT_EQ(count(tab, "svg.compare path.study-line"), 2);
   browser_->close(tab);
@@ -245,11 +250,10 @@ TEST_F(DashboardBrowser, APageOpenedWhileAStudyRunsShowsItsProgressGrowing) {
   fs::create_directories(running.dir);
   running.db = (running.dir / "plan.db").string();
   // About ten thousand steps: seconds of training on two workers.
-  std::string spec = running.spec(
-      "long.json", "long",
-      {{"data", {{"train_samples", 4096}, {"eval_samples", 256}}},
-       {"length", {{"epochs", 40}}},
-       {"eval", {{"every", {{"epochs", 2}}}}}});
+  std::string spec = running.spec("long.json", "long",
+                                  {{"data", {{"train_samples", 4096}, {"eval_samples", 256}}},
+                                   {"length", {{"epochs", 40}}},
+                                   {"eval", {{"every", {{"epochs", 2}}}}}});
   pid_t run = fork();
   if (run == 0) {
     if (!freopen((running.dir / "run.log").c_str(), "w", stderr)) _exit(126);
@@ -270,22 +274,26 @@ TEST_F(DashboardBrowser, APageOpenedWhileAStudyRunsShowsItsProgressGrowing) {
   Browser::Tab tab = browser_->open();
   browser_->navigate(tab, dashboard.url("/study/long"));
   browser_->evaluate(tab, "window.openedOnce = true");  // gone if the page were reloaded
-  double first = browser_->evaluate(tab, "Number(document.querySelector('progress.progress').value)");
-  std::string status = browser_->evaluate(tab, "document.querySelector('dl.summary .status').textContent");
+  double first =
+      browser_->evaluate(tab, "Number(document.querySelector('progress.progress').value)");
+  std::string status =
+      browser_->evaluate(tab, "document.querySelector('dl.summary .status').textContent");
   EXPECT_EQ(status, "running") << "the study ended before the page opened: make it longer";
   EXPECT_LT(first, 1.0);
   EXPECT_TRUE(browser_->wait_until(
       tab, "Number(document.querySelector('progress.progress').value) > " + std::to_string(first),
       std::chrono::seconds(30)))
       << "progress stayed at " << first;
-  double later = browser_->evaluate(tab, "Number(document.querySelector('progress.progress').value)");
+  double later =
+      browser_->evaluate(tab, "Number(document.querySelector('progress.progress').value)");
   browser_->screenshot(tab, std::string(HIPPO_SCREENSHOTS) + "/study-running.png");
   // To the end: the page shows the study done, without a reload.
   EXPECT_TRUE(browser_->wait_until(
       tab, "document.querySelector('dl.summary .status').textContent === 'done'",
       std::chrono::seconds(120)));
   EXPECT_EQ(browser_->evaluate(tab, "window.openedOnce"), true);
-  double last = browser_->evaluate(tab, "Number(document.querySelector('progress.progress').value)");
+  double last =
+      browser_->evaluate(tab, "Number(document.querySelector('progress.progress').value)");
   EXPECT_GT(later, first);
   EXPECT_DOUBLE_EQ(last, 1.0);
   EXPECT_TRUE(browser_->errors(tab).empty()) << browser_->errors(tab)[0];

@@ -86,7 +86,8 @@ Reply raw(int port, const std::string& request,
 }
 
 Reply get(int port, const std::string& target, const std::string& host = "127.0.0.1") {
-  return raw(port, "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n");
+  return raw(port,
+             "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n");
 }
 
 std::string file_bytes(const std::string& path) {
@@ -125,9 +126,9 @@ DashboardProcess* DashboardServer::dashboard_ = nullptr;
 std::string DashboardServer::before_;
 
 TEST_F(DashboardServer, ServesEveryPageAndTheReport) {
-  for (const std::string path : {"/", "/study/grid", "/study/1", "/study/1/tree",
-                                 "/study/1/timeline", "/compare?id=1&id=grid-trial-based",
-                                 "/report/grid"}) {
+  for (const std::string path :
+       {"/", "/study/grid", "/study/1", "/study/1/tree", "/study/1/timeline",
+        "/compare?id=1&id=grid-trial-based", "/report/grid"}) {
     Reply r = get(port(), path);
     EXPECT_EQ(r.status, 200) << path;
     EXPECT_NE(r.text.find("Content-Security-Policy: default-src 'none'"), std::string::npos);
@@ -142,8 +143,8 @@ TEST_F(DashboardServer, PathTraversalIsRefused) {
   for (const std::string target :
        {"/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
         "/study/..%2f..%2f..%2fetc%2fpasswd", "/study/1/../../../etc/passwd",
-        "/report/..%2F..%2Fetc%2Fpasswd", "//etc/passwd", "/..\\..\\etc\\passwd",
-        "/study/%00", "/static/../../../../etc/passwd", "/%c0%ae%c0%ae/etc/passwd"}) {
+        "/report/..%2F..%2Fetc%2Fpasswd", "//etc/passwd", "/..\\..\\etc\\passwd", "/study/%00",
+        "/static/../../../../etc/passwd", "/%c0%ae%c0%ae/etc/passwd"}) {
     Reply r = get(port(), target);
     EXPECT_GE(r.status, 400) << target;
     EXPECT_LT(r.status, 500) << target;
@@ -152,9 +153,9 @@ TEST_F(DashboardServer, PathTraversalIsRefused) {
 }
 
 TEST_F(DashboardServer, UnknownStudiesAndBadQueriesAre4xx) {
-  for (const std::string target : {"/study/999", "/study/no-such-study", "/study/999/tree",
-                                   "/study/999/timeline", "/report/nope", "/compare?id=999",
-                                   "/nothing/here"}) {
+  for (const std::string target :
+       {"/study/999", "/study/no-such-study", "/study/999/tree", "/study/999/timeline",
+        "/report/nope", "/compare?id=999", "/nothing/here"}) {
     Reply r = get(port(), target);
     EXPECT_EQ(r.status, 404) << target;
     EXPECT_NE(r.text.find("<p class=\"error\">"), std::string::npos) << target;
@@ -186,8 +187,9 @@ TEST_F(DashboardServer, HugeRequestsAre4xx) {
 
 TEST_F(DashboardServer, OnlyGetAndHeadFromLoopbackNames) {
   for (const std::string method : {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"}) {
-    Reply r = raw(port(), method + " / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n"
-                                   "Connection: close\r\n\r\nhello");
+    Reply r = raw(port(), method +
+                              " / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n"
+                              "Connection: close\r\n\r\nhello");
     EXPECT_EQ(r.status, 405) << method;
   }
   // A page elsewhere whose name resolves to 127.0.0.1 (DNS rebinding) is not served.
@@ -286,13 +288,13 @@ TEST(DashboardCommand, RefusesBadInvocationsWithExitStatus2) {
   EXPECT_EQ(status("report grid -o " + (plan.dir / "r.html").string()), 0);
   // A plan that is not a plan.
   std::ofstream(plan.dir / "text.db") << "not a database";
-  EXPECT_EQ(sh(kHippo + " --db " + (plan.dir / "text.db").string() +
-               " dashboard --bind 127.0.0.1:0 2>&1")
-                .status,
-            2);
+  EXPECT_EQ(
+      sh(kHippo + " --db " + (plan.dir / "text.db").string() + " dashboard --bind 127.0.0.1:0 2>&1")
+          .status,
+      2);
   // --expose says what it exposes (and binds no port that this test then talks to).
-  DashboardProcess exposed(plan.db, (plan.dir / "exposed.log").string(), {"--bind", "0.0.0.0:0",
-                                                                          "--expose"});
+  DashboardProcess exposed(plan.db, (plan.dir / "exposed.log").string(),
+                           {"--bind", "0.0.0.0:0", "--expose"});
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_NE(exposed.log().find("anyone who can reach"), std::string::npos) << exposed.log();
   EXPECT_EQ(exposed.stop(), 0);

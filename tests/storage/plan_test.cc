@@ -523,12 +523,12 @@ TEST_F(PlanTest, StoresExecutionsWithTheirStudies) {
   auto plan = SearchPlan::open(file_.string());
   int64_t s1 = study_with_trials(plan, "first", 2, 0);
   int64_t s2 = study_with_trials(plan, "second", 1, 2);
-  ExecutionRow done{0,      3,  0,     ExecutionKind::kTrain, 0, 10, 10, "w1", 100.0, 102.5,
-                    ExecutionOutcome::kDone, "", {s2, s1}};
-  ExecutionRow lost{0,    4,   1,     ExecutionKind::kReplay, 5, 10, 7, "w2", 101.0, 104.0,
-                    ExecutionOutcome::kLost, "", {s1}};
-  ExecutionRow failed{0,     4, 2, ExecutionKind::kEvaluate, 10, 10, 10, "w1", 103.0, 103.5,
-                      ExecutionOutcome::kFailed, "diverged", {s2}};
+  ExecutionRow done{0,    3,     0,     ExecutionKind::kTrain,   0,  10,      10,
+                    "w1", 100.0, 102.5, ExecutionOutcome::kDone, "", {s2, s1}};
+  ExecutionRow lost{0,    4,     1,     ExecutionKind::kReplay,  5,  10,  7,
+                    "w2", 101.0, 104.0, ExecutionOutcome::kLost, "", {s1}};
+  ExecutionRow failed{0,    4,     2,     ExecutionKind::kEvaluate,  10,         10,  10,
+                      "w1", 103.0, 103.5, ExecutionOutcome::kFailed, "diverged", {s2}};
   done.id = plan.add_execution(done);
   lost.id = plan.add_execution(lost);
   failed.id = plan.add_execution(failed);
