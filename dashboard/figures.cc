@@ -139,10 +139,17 @@ std::string empty_svg(const std::string& cls, const std::string& message) {
          "\" y=\"34\" text-anchor=\"middle\">" + escape(message) + "</text></svg>";
 }
 
-// Dots as one path of zero-length round-capped segments: one element for any number of points.
-void dots(std::string& out, const std::vector<std::pair<double, double>>& points,
+// Dots as one path of zero-length round-capped segments: one element for any number of points,
+// and one dot per half pixel (ten thousand trials on a few parameter values draw a few dozen).
+void dots(std::string& out, std::vector<std::pair<double, double>> points,
           const std::string& attributes) {
   if (points.empty()) return;
+  for (auto& [x, y] : points) {
+    x = std::round(x * 2) / 2;
+    y = std::round(y * 2) / 2;
+  }
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
   out += "<path class=\"dots\" " + attributes + " d=\"";
   for (const auto& [x, y] : points) {
     out += "M";
@@ -340,8 +347,8 @@ std::string curves_svg(const StudyView& study) {
   const size_t columns = static_cast<size_t>(kWidth - kLeft - kRight);
   for (const TrialView& t : study.trials) {
     if (t.curve.empty()) continue;
-    out += "<path class=\"curve\" data-trial=\"" + std::to_string(t.row.number) +
-           "\" data-points=\"" + std::to_string(t.curve.size()) + "\" stroke=\"" +
+    // No <title> per curve (ten thousand of them weigh): dashboard.js names the one hovered.
+    out += "<path class=\"curve\" data-trial=\"" + std::to_string(t.row.number) + "\" stroke=\"" +
            status_colour(t.row.status) + "\" d=\"";
     // At most two points (min and max) per pixel column, in step order, and always the last.
     const size_t n = t.curve.size();
@@ -368,8 +375,7 @@ std::string curves_svg(const StudyView& study) {
     } else if ((n - 1) % per_column != 0) {
       emit(t.curve.back());
     }
-    out += "\"><title>trial " + std::to_string(t.row.number) + " (" + to_string(t.row.status) +
-           ")</title></path>";
+    out += "\"/>";
   }
   return out + "</svg>";
 }
@@ -534,12 +540,7 @@ std::string tree_svg(const StudyView& study) {
            "\" data-start=\"" + std::to_string(st.start) + "\" data-end=\"" +
            std::to_string(st.end) + "\" data-trained=\"" + std::to_string(st.trained_until) +
            "\" data-through=\"" + std::to_string(s.trials_through) + "\" data-trials=\"" + trials +
-           "\" data-checkpoints=\"" + checkpoints + "\" tabindex=\"0\">";
-    out += "<title>stage " + std::to_string(st.id) + " [" + std::to_string(st.start) + ", " +
-           std::to_string(st.end) + "): " + to_string(s.state) + ", trained to " +
-           std::to_string(st.trained_until) + "; " + std::to_string(s.trials_through) +
-           " trials through it" + (trials.empty() ? "" : "; trials ending: " + trials) +
-           (checkpoints.empty() ? "" : "; checkpoints at " + checkpoints) + "</title>";
+           "\" data-checkpoints=\"" + checkpoints + "\">";
     out += "<rect x=\"";
     coord(out, x0);
     out += "\" y=\"";

@@ -1,8 +1,9 @@
 // The dashboard's figures as SVG text, drawn by our own code from a StudyView: no charting
 // library, no script needed to see them, the same bytes in the live pages and the one-file report.
 // Every element that stands for something in the plan carries it in data-* attributes (a curve
-// its trial, a tree box its stage, a timeline bar its execution), which the browser tests read,
-// and a <title> that the browser shows on hover. Text from the plan is escaped.
+// its trial, a tree box its stage, a timeline bar its execution), which the browser tests read
+// and dashboard.js shows on hover; timeline bars also have a <title>. Text from the plan is
+// escaped.
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <set>
 
@@ -119,6 +120,17 @@ std::string nav(const StudyView& s, const std::string& here) {
     out += here == name ? "<strong>" + std::string(name) + "</strong>"
                         : "<a href=\"" + href + "\">" + name + "</a>";
   return out + "</nav>";
+}
+
+// A value for the table: numbers to 6 significant digits (the table shows 4; full doubles would
+// make a large study's page a third heavier).
+nlohmann::json cell_value(const nlohmann::json& v) {
+  if (!v.is_number_float()) return v;
+  double d = v.get<double>();
+  if (!std::isfinite(d)) return nullptr;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", d);
+  return std::strtod(buf, nullptr);
 }
 
 // The trial table's rows as JSON for dashboard.js (sortable, filterable, paged).

@@ -250,6 +250,19 @@ class HardenedServer : public httplib::Server {
   ServerOptions options_;
 };
 
+// Sends `body` as it is. httplib 0.11 would compress a body set with set_content with brotli at
+// its slowest setting whenever the browser accepts it (seconds of CPU for a large study's page,
+// at every refresh); a body given by a content provider of known length goes out unencoded.
+void send(httplib::Response& res, std::string body, const char* type) {
+  auto shared = std::make_shared<const std::string>(std::move(body));
+  res.set_content_provider(shared->size(), type,
+                           [shared](size_t offset, size_t length, httplib::DataSink& sink) {
+                             return sink.write(shared->data() + offset, length);
+                           });
+}
+
+constexpr const char* kHtml = "text/html; charset=utf-8";
+
 std::string random_tag() {
   std::random_device random;
   char buf[17];
@@ -338,16 +351,15 @@ struct Server::Impl {
       if (pages_version == v->version && pages.size() < kMaxCachedPages) pages[key] = page;
     }
     if (req.get_header_value("X-Hippo-Part") == "content") {
-      res.set_content(page->content, "text/html; charset=utf-8");
+      send(res, page->content, kHtml);
     } else {
-      res.set_content(document(*page, true, tag), "text/html; charset=utf-8");
+      send(res, document(*page, true, tag), kHtml);
     }
   }
 
   static void fail(httplib::Response& res, int status, const std::string& message) {
     res.status = status;
-    res.set_content(document(error_page(status, message), true, "error"),
-                    "text/html; charset=utf-8");
+    send(res, document(error_page(status, message), true, "error"), kHtml);
   }
 
   // The study a URL names, or a 4xx.
@@ -397,7 +409,7 @@ struct Server::Impl {
       auto s = study(*current(), req.matches[1]);
       res.set_header("Content-Disposition", "attachment; filename=\"hippo-report-" +
                                                 std::to_string(s->row.id) + ".html\"");
-      res.set_content(report(*s), "text/html; charset=utf-8");
+      send(res, report(*s), kHtml);
     });
     // Errors thrown by routes: unknown studies 404, other bad requests 400, anything else 500.
     http.set_exception_handler(
@@ -414,8 +426,9 @@ struct Server::Impl {
             fail(res, 500, "unknown error");
           }
         });
+    // Called for every 4xx and 5xx: only those without a page of ours (unknown paths) get one.
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
+      if (!res.body.empty() || res.content_length_ > 0) return;
       fail(res, res.status,
            res.status == 404 ? "nothing at " + req.path.substr(0, 200)
                              : "status " + std::to_string(res.status));

@@ -122,24 +122,47 @@
     render();
   }
 
+  // A stage's details below the tree: while hovered, and the clicked one after.
   function initStages(svg) {
     const details = svg.closest('figure').parentNode.querySelector('.stage-details');
-    svg.addEventListener('click', function (e) {
-      const g = e.target.closest('.stage');
-      if (!g || !details) return;
-      svg.querySelectorAll('.stage.selected').forEach(function (s) { s.classList.remove('selected'); });
-      g.classList.add('selected');
+    if (!details) return;
+    function describe(g) {
       const d = g.dataset;
-      details.textContent = 'stage ' + d.stage + ': steps [' + d.start + ', ' + d.end + '), ' +
-        d.state + ', trained to ' + d.trained + '; ' + d.through + ' trials through it' +
+      return 'stage ' + d.stage + ': steps [' + d.start + ', ' + d.end + '), ' + d.state +
+        ', trained to ' + d.trained + '; ' + d.through + ' trials through it' +
         (d.trials ? '; trials ending here: ' + d.trials : '') +
         (d.checkpoints ? '; checkpoints at steps ' + d.checkpoints : '; no checkpoint');
+    }
+    let chosen = '';
+    svg.addEventListener('click', function (e) {
+      const g = e.target.closest('.stage');
+      if (!g) return;
+      svg.querySelectorAll('.stage.selected').forEach(function (s) { s.classList.remove('selected'); });
+      g.classList.add('selected');
+      details.textContent = chosen = describe(g);
     });
+    svg.addEventListener('mouseover', function (e) {
+      const g = e.target.closest('.stage');
+      if (g) details.textContent = describe(g);
+    });
+    svg.addEventListener('mouseleave', function () { details.textContent = chosen; });
+  }
+
+  // The trial under the pointer, named in the figure's caption.
+  function initCurves(svg) {
+    const caption = svg.closest('figure').querySelector('figcaption');
+    const title = caption.textContent;
+    svg.addEventListener('mouseover', function (e) {
+      const p = e.target.closest('.curve');
+      if (p) caption.textContent = title + ': trial ' + p.dataset.trial;
+    });
+    svg.addEventListener('mouseleave', function () { caption.textContent = title; });
   }
 
   function init() {
     main.querySelectorAll('.trial-table').forEach(initTable);
     main.querySelectorAll('svg.tree').forEach(initStages);
+    main.querySelectorAll('svg.curves').forEach(initCurves);
   }
 
   init();
