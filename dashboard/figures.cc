@@ -550,6 +550,20 @@ std::string tree_svg(const StudyView& study) {
     out += "\" height=\"";
     coord(out, box_h);
     out += "\" fill=\"" + std::string(state_colour(s.state)) + "\"/>";
+    // A stage trained as far as its trials are still wanted, the rest asked for and then not
+    // needed (its trials were stopped): that rest is drawn pruned.
+    if (s.state == StageState::kTrained && st.trained_until < st.end) {
+      double xn = x(static_cast<double>(std::max(s.needed_end, st.trained_until)));
+      out += "<rect class=\"pruned-part\" x=\"";
+      coord(out, xn);
+      out += "\" y=\"";
+      coord(out, top);
+      out += "\" width=\"";
+      coord(out, std::max(0.0, x1 - xn));
+      out += "\" height=\"";
+      coord(out, box_h);
+      out += "\" fill=\"" + std::string(state_colour(StageState::kPruned)) + "\"/>";
+    }
     if (xt > x0 && s.state != StageState::kTrained) {
       out += "<rect class=\"trained\" x=\"";
       coord(out, x0);
