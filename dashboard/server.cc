@@ -30,6 +30,7 @@ constexpr int kMaxRequestsPerConnection = 100;
 constexpr size_t kMaxNameLength = 256;  // a study's name or id in a URL
 constexpr size_t kMaxCompared = 16;
 constexpr size_t kMaxCachedPages = 256;
+constexpr int kWriteSeconds = 30;  // for a client to take a response (a large page, slowly)
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -45,12 +46,14 @@ int millis_until(Clock::time_point t) {
 // each read, so a client that sends a byte every few seconds would hold its thread for hours.)
 class DeadlineStream : public httplib::Stream {
  public:
-  DeadlineStream(int fd, double write_timeout_s) : fd_(fd), write_timeout_s_(write_timeout_s) {}
+  explicit DeadlineStream(int fd) : fd_(fd) {}
 
-  // A new request may start: its head gets `timeout_s` and kMaxHeadBytes from now.
+  // A new request may start: its head gets `timeout_s` and kMaxHeadBytes from now, and its
+  // response must be taken by the client within kWriteSeconds after that.
   void start_request(double timeout_s) {
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(timeout_s));
+    write_deadline_ = deadline_ + std::chrono::seconds(kWriteSeconds);
     received_ = 0;
     written_ = 0;
     timed_out_ = over_limit_ = false;
@@ -66,7 +69,7 @@ class DeadlineStream : public httplib::Stream {
   bool wrote() const { return written_ > 0; }
 
   bool is_readable() const override { return begin_ < end_ || wait(POLLIN, deadline_); }
-  bool is_writable() const override { return wait(POLLOUT, write_deadline()); }
+  bool is_writable() const override { return wait(POLLOUT, write_deadline_); }
 
   ssize_t read(char* ptr, size_t size) override {
     if (begin_ == end_) {
@@ -93,7 +96,7 @@ class DeadlineStream : public httplib::Stream {
   ssize_t write(const char* ptr, size_t size) override {
     // A request cut short gets our 431 or 408, not the 400 httplib would make of its half.
     if (over_limit_ || timed_out_) return -1;
-    if (!wait(POLLOUT, write_deadline())) return -1;
+    if (!wait(POLLOUT, write_deadline_)) return -1;
     ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
     if (n > 0) written_ += static_cast<size_t>(n);
     return n;
@@ -108,10 +111,6 @@ class DeadlineStream : public httplib::Stream {
   int socket() const override { return fd_; }
 
  private:
-  Clock::time_point write_deadline() const {
-    return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(write_timeout_s_));
-  }
   bool wait(short events, Clock::time_point until) const {
     pollfd p{fd_, events, 0};
     for (;;) {
@@ -140,8 +139,7 @@ class DeadlineStream : public httplib::Stream {
   }
 
   int fd_;
-  double write_timeout_s_;
-  Clock::time_point deadline_ = Clock::now();
+  Clock::time_point deadline_ = Clock::now(), write_deadline_ = Clock::now();
   size_t received_ = 0, written_ = 0;
   bool timed_out_ = false, over_limit_ = false;
   char buffer_[4096];
@@ -227,7 +225,7 @@ class HardenedServer : public httplib::Server {
     if (turning_away) {
       send_canned(sock, 503, "Service Unavailable");
     } else {
-      DeadlineStream stream(sock, options_.request_timeout_s);
+      DeadlineStream stream(sock);
       for (int left = kMaxRequestsPerConnection; left > 0; --left) {
         double wait = left == kMaxRequestsPerConnection ? options_.request_timeout_s
                                                         : options_.idle_timeout_s;

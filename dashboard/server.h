@@ -9,7 +9,8 @@
 //
 // Hostile clients. Only GET and HEAD of the known routes; anything else is a 4xx with a short
 // page. A request's head must arrive whole within `request_timeout_s` and within 64 KiB (431
-// otherwise), so a slow or endless client holds a thread for a bounded time; `threads` threads
+// otherwise) and its response be taken within 30 s more, so a slow or endless client holds a
+// thread for a bounded time; `threads` threads
 // serve connections, `queue` more wait, and beyond that a connection is answered 503 at once.
 // Bound to loopback, requests must name a loopback Host (DNS rebinding). Nothing is ever written.
 #pragma once

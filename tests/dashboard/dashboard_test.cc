@@ -249,10 +249,10 @@ TEST_F(DashboardBrowser, APageOpenedWhileAStudyRunsShowsItsProgressGrowing) {
   running.dir = plan_->dir / "running";
   fs::create_directories(running.dir);
   running.db = (running.dir / "plan.db").string();
-  // About ten thousand steps: seconds of training on two workers.
+  // About six thousand steps: seconds of training on two workers (a minute under ASan).
   std::string spec = running.spec("long.json", "long",
                                   {{"data", {{"train_samples", 4096}, {"eval_samples", 256}}},
-                                   {"length", {{"epochs", 40}}},
+                                   {"length", {{"epochs", 24}}},
                                    {"eval", {{"every", {{"epochs", 2}}}}}});
   pid_t run = fork();
   if (run == 0) {
@@ -290,7 +290,7 @@ TEST_F(DashboardBrowser, APageOpenedWhileAStudyRunsShowsItsProgressGrowing) {
   // To the end: the page shows the study done, without a reload.
   EXPECT_TRUE(browser_->wait_until(
       tab, "document.querySelector('dl.summary .status').textContent === 'done'",
-      std::chrono::seconds(120)));
+      std::chrono::seconds(300)));
   EXPECT_EQ(browser_->evaluate(tab, "window.openedOnce"), true);
   double last =
       browser_->evaluate(tab, "Number(document.querySelector('progress.progress').value)");

@@ -218,7 +218,7 @@ TEST_F(DashboardServer, SlowClientsAreCutAndDoNotStopOthers) {
   for (int i = 0; i < 10; ++i) {
     auto start = Clock::now();
     EXPECT_EQ(get(port(), "/study/1").status, 200);
-    EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));  // not the slow ones' 5 s
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // Each slow client is answered 408 once its request has taken 5 s.
@@ -228,7 +228,7 @@ TEST_F(DashboardServer, SlowClientsAreCutAndDoNotStopOthers) {
     EXPECT_EQ(r.status, 408);
     close(fd);
   }
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(8));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
   trickling = false;
   trickle.join();
 }
