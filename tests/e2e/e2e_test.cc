@@ -459,14 +459,14 @@ TEST_F(E2E, CancelEndsOneStudyAndFreesItsWorkers) {
   }
   EXPECT_TRUE(idle) << list.dump();
   // Their jobs are in the plan's executions as abandoned, for the cancelled study.
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 500; ++i) {
     int abandoned = 0;
     SearchPlan plan = SearchPlan::open_read_only(db);
     int64_t long_id = plan.study_by_name("long")->id;
     for (const ExecutionRow& e : plan.executions(long_id))
       abandoned += e.outcome == ExecutionOutcome::kAbandoned;
     if (abandoned == 2) break;
-    ASSERT_LT(i, 99) << "the abandoned jobs are not in the plan's executions";
+    ASSERT_LT(i, 499) << "the abandoned jobs are not in the plan's executions";
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
