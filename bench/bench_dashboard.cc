@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,13 +114,13 @@ struct Dashboard {
             nullptr);
       _exit(127);
     }
-    std::regex line("read-only at http://127\\.0\\.0\\.1:([0-9]+)/");
+    const std::string announced = "read-only at http://127.0.0.1:";
     for (int i = 0; i < 1200 && port == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       std::ifstream in(log);
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::smatch m;
-      if (std::regex_search(text, m, line)) port = std::stoi(m[1]);
+      size_t at = text.find(announced);
+      if (at != std::string::npos) port = std::atoi(text.c_str() + at + announced.size());
     }
   }
   ~Dashboard() {

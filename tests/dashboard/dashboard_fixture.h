@@ -13,7 +13,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +27,17 @@ using e2e::kHippo;
 using e2e::last_json;
 using e2e::sh;
 using nlohmann::json;
+
+// The port in the dashboard's "... read-only at http://HOST:PORT/" line in `log`, or 0.
+inline int announced_port(const std::string& log) {
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = text.find("read-only at http://");
+  size_t end = at == std::string::npos ? at : text.find("/ ", at + 20);
+  size_t colon = end == std::string::npos ? end : text.rfind(':', end);
+  if (colon == std::string::npos || colon < at) return 0;
+  return std::atoi(text.substr(colon + 1, end - colon - 1).c_str());
+}
 
 // A `hippo dashboard` process; stopped (SIGTERM, then waited for) when destroyed.
 class DashboardProcess {
@@ -49,13 +59,9 @@ class DashboardProcess {
       _exit(127);
     }
     // The dashboard says where it listens on its first line.
-    std::regex line("read-only at http://[^ ]+:([0-9]+)/");
     for (int i = 0; i < 300 && port_ == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      std::ifstream in(log);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::smatch m;
-      if (std::regex_search(text, m, line)) port_ = std::stoi(m[1]);
+      port_ = announced_port(log);
     }
   }
   ~DashboardProcess() { stop(); }
