@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,13 @@
 #include "kernels/blas_env.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/text_data.h"
+
+// CPU time of this process (all its threads), in seconds.
+double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 int main(int argc, char** argv) {
   hippo::kernels::use_native_blas_kernels(argv);
@@ -80,13 +88,19 @@ int main(int argc, char** argv) {
     engine.train(state, warmup, {}, fixed, {});
     finish();
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
     engine.train(state, warmup + steps, {}, fixed, {});
     finish();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    const double cpu_seconds = process_cpu_seconds() - cpu_start;
     const double samples_per_s = double(batch) * steps / elapsed.count();
-    nlohmann::json line = {{"model", model},         {"batch", batch},
-                           {"threads", threads},     {"device", device},
-                           {"precision", precision}, {"samples_per_s", samples_per_s}};
+    nlohmann::json line = {{"model", model},
+                           {"batch", batch},
+                           {"threads", threads},
+                           {"device", device},
+                           {"precision", precision},
+                           {"samples_per_s", samples_per_s},
+                           {"cpu_seconds", cpu_seconds}};
     if (model == "gpt") {
       line["shape"] = config.model;
       line["microbatches"] = config.microbatches;

@@ -1,7 +1,6 @@
-// The CPU backend: OpenBLAS sgemm for matrix products, simple loops (that the compiler
-// vectorizes) for everything else, split over a fixed-partition thread pool.
-#include <cblas.h>
-
+// The CPU backend: hippo's own matrix products (cpu_gemm.h: AVX-512, AVX2 or portable kernels,
+// picked from the CPU's features), convolutions as products over image chunks, and simple loops
+// (that the compiler vectorizes) for everything else, split over a fixed-partition thread pool.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu_gemm.h"
 #include "kernels/cpu_transformer.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
@@ -24,9 +24,9 @@ constexpr int64_t kGrain = 1 << 14;
 
 class CpuBackend final : public Backend {
  public:
-  // OpenBLAS runs single-threaded: its own threading gives different bits for different thread
-  // counts (it picks other kernels), so gemm splits products into blocks itself (see there).
-  explicit CpuBackend(int threads) : pool_(threads) { openblas_set_num_threads(1); }
+  CpuBackend(int threads, cpu::Isa isa) : isa_(isa), pool_(threads), work_(threads) {
+    for (int t = 0; t < threads; ++t) gemm_buffers_.push_back(std::make_unique<cpu::GemmBuffers>());
+  }
 
   const char* name() const override { return "cpu"; }
   int threads() const override { return pool_.threads(); }
@@ -53,65 +53,29 @@ class CpuBackend final : public Backend {
     if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
   }
 
-  // The product is cut into blocks by its shape alone (never by the thread count), and each block
-  // is one single-threaded sgemm, so the bits are the same for any number of threads:
-  //   - a large output is cut into blocks of rows or columns of c;
-  //   - a small output with a long k (weight gradients) is cut along k into partial products,
-  //     added up in block order.
+  // Every value of c is one chain of fused multiply-adds over k (cpu_gemm.h), whichever thread
+  // computes it: the bits do not depend on the thread count. alpha = 1, beta = 0 (every call of
+  // the engine) writes the chain; otherwise c = alpha * chain + beta * c.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) const override {
-    const double flops = 2.0 * m * n * k;
-    const int64_t outputs = int64_t{m} * n;
-    const int by_flops =
-        static_cast<int>(std::min<double>(kGemmMaxBlocks, flops / kGemmBlockFlops));
-    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-    const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    // Block i of `blocks` over [0, dim), on multiples of 16 (the kernels' vector width).
-    auto bounds = [](int dim, int blocks, int64_t i) {
-      auto at = [&](int64_t j) {
-        return j == blocks ? dim : static_cast<int>(dim * j / blocks / 16 * 16);
-      };
-      return std::pair{at(i), at(i + 1)};
-    };
-
-    const int k_blocks = balanced_blocks(std::min(by_flops, k / 256));
-    if (outputs < kGemmBlockOutputs && k_blocks >= 2) {
-      partial_.resize(static_cast<size_t>(k_blocks) * outputs);
-      pool_.parallel_for(k_blocks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const auto [lo, hi] = bounds(k, k_blocks, i);
-          cblas_sgemm(
-              CblasRowMajor, ta, tb, m, n, hi - lo, 1.0f, a + (trans_a ? int64_t{lo} * m : lo), lda,
-              b + (trans_b ? lo : int64_t{lo} * n), ldb, 0.0f, partial_.data() + i * outputs, n);
-        }
-      });
-      pool_.parallel_for(outputs, kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t j = begin; j < end; ++j) {
-          float sum = 0;
-          for (int i = 0; i < k_blocks; ++i) sum += partial_[i * outputs + j];
-          c[j] = alpha * sum + (beta == 0 ? 0.0f : beta * c[j]);
-        }
-      });
+    const cpu::View va = trans_a ? cpu::View{a, 1, m} : cpu::View{a, k, 1};
+    const cpu::View vb = trans_b ? cpu::View{b, 1, k} : cpu::View{b, n, 1};
+    if (alpha == 1 && beta == 0) {
+      product(m, n, k, va, vb, c, n, {});
       return;
     }
+    scaled_.resize(static_cast<size_t>(m) * n);
+    product(m, n, k, va, vb, scaled_.data(), n, {});
+    for (int64_t i = 0; i < int64_t{m} * n; ++i)
+      c[i] = alpha * scaled_[i] + (beta == 0 ? 0.0f : beta * c[i]);
+  }
 
-    const bool split_n = n >= m;
-    const int dim = split_n ? n : m;
-    const int blocks = balanced_blocks(
-        static_cast<int>(std::min<int64_t>({by_flops, outputs / kGemmBlockOutputs, dim / 16})));
-    pool_.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const auto [lo, hi] = bounds(dim, blocks, i);
-        if (split_n)
-          cblas_sgemm(CblasRowMajor, ta, tb, m, hi - lo, k, alpha, a, lda,
-                      b + (trans_b ? int64_t{lo} * k : lo), ldb, beta, c + lo, n);
-        else
-          cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, n, k, alpha,
-                      a + (trans_a ? lo : int64_t{lo} * k), lda, b, ldb, beta, c + int64_t{lo} * n,
-                      n);
-      }
-    });
+  // y[rows, out] = x[rows, in] w[out, in]^T + bias, then ReLU: the bias and ReLU are applied to
+  // each tile of y while it is in registers.
+  void linear_forward(const float* x, const float* w, const float* bias, float* y, int rows, int in,
+                      int out, bool relu) const override {
+    product(rows, out, in, cpu::View{x, in, 1}, cpu::View{w, 1, in}, y, out,
+            {.col_bias = bias, .relu = relu});
   }
 
   void bias_forward(float* y, const float* bias, int64_t outer, int64_t channels,
@@ -168,6 +132,47 @@ class CpuBackend final : public Backend {
                        });
   }
 
+  // relu_backward and bias_backward in one pass over dy, with bias_backward's order of sums.
+  void bias_relu_backward(const float* y, float* dy, float* dbias, int64_t outer, int64_t channels,
+                          int64_t inner) const override {
+    if (!y) return bias_backward(dy, dbias, outer, channels, inner);
+    if (inner == 1) {
+      pool_.parallel_for(channels, std::max<int64_t>(16, kGrain / outer),
+                         [&](int64_t begin, int64_t end) {
+                           std::fill(dbias + begin, dbias + end, 0.0f);
+                           for (int64_t o = 0; o < outer; ++o) {
+                             const float* yr = y + o * channels;
+                             float* row = dy + o * channels;
+#pragma GCC ivdep
+                             for (int64_t c = begin; c < end; ++c) {
+                               const float g = yr[c] > 0 ? row[c] : 0.0f;
+                               row[c] = g;
+                               dbias[c] += g;
+                             }
+                           }
+                         });
+      return;
+    }
+    pool_.parallel_for(channels, std::max<int64_t>(1, kGrain / (outer * inner)),
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t c = begin; c < end; ++c) {
+                           float total = 0;
+                           for (int64_t o = 0; o < outer; ++o) {
+                             const float* yr = y + (o * channels + c) * inner;
+                             float* row = dy + (o * channels + c) * inner;
+                             float s = 0;
+                             for (int64_t i = 0; i < inner; ++i) {
+                               const float g = yr[i] > 0 ? row[i] : 0.0f;
+                               row[i] = g;
+                               s += g;
+                             }
+                             total += s;
+                           }
+                           dbias[c] = total;
+                         }
+                       });
+  }
+
   void relu_forward(const float* x, float* y, int64_t n) const override {
     pool_.parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
 #pragma GCC ivdep  // in place (y == x, dx == dy) is fine: element i only
@@ -208,28 +213,72 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
-                      float* col, float* y) const override {
-    im2col(s, x, col);
-    const int64_t n = s.col_cols();
-    gemm(false, false, s.out_channels, static_cast<int>(n), static_cast<int>(s.col_rows()), 1.0f, w,
-         col, 0.0f, y);
-    if (bias) bias_forward(y, bias, 1, s.out_channels, n);
+  // No column matrix in the caller's memory: each thread builds the columns of a few images at a
+  // time in its own buffer (kept in cache) and multiplies them at once.
+  int64_t conv2d_scratch_size(const ConvShape&) const override {
+    return 0;
   }
 
-  // x is not read: col holds forward's im2col of it.
-  void conv2d_backward(const ConvShape& s, const float*, const float* col, const float* w,
-                       const float* dy, float* dcol, float* dx, float* dw,
-                       float* dbias) const override {
-    const int n = static_cast<int>(s.col_cols());
-    const int rows = static_cast<int>(s.col_rows());
-    if (dbias) bias_backward(dy, dbias, 1, s.out_channels, n);
-    // dw[Cout, rows] = dy[Cout, n] x col[rows, n]^T
-    gemm(false, true, s.out_channels, rows, n, 1.0f, dy, col, 0.0f, dw);
+  // y[Cout, B*Ho*Wo] = w[Cout, rows] x col[rows, B*Ho*Wo] (+ bias), one chunk of images per
+  // product, chunks spread over the threads.
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float*,
+                      float* y) const override {
+    const int64_t rows = s.col_rows(), plane = int64_t{s.out_height()} * s.out_width();
+    const int per = chunk_images(s, rows), chunks = (s.batch + per - 1) / per;
+    for_each_part(chunks, [&](int t, int first, int last) {
+      for (int chunk = first; chunk < last; ++chunk) {
+        const int b0 = chunk * per, nb = std::min(per, s.batch - b0);
+        const int64_t cols = nb * plane;
+        float* col = work(t, rows * cols);
+        im2col(s, x, b0, nb, 0, rows, col);
+        cpu::gemm(isa_, s.out_channels, static_cast<int>(cols), static_cast<int>(rows),
+                  cpu::View{w, rows, 1}, cpu::View{col, cols, 1}, y + b0 * plane, s.col_cols(),
+                  {.row_bias = bias}, *gemm_buffers_[t]);
+      }
+    });
+  }
+
+  // dw[Cout, rows] = dy[Cout, B*Ho*Wo] x col^T, summed over the image chunks in order (one chain
+  // per weight: the threads split the weights, by rows or by output channels, never the sum);
+  // dcol = w^T dy and dx = col2im(dcol) per chunk of images, chunks spread over the threads.
+  void conv2d_backward(const ConvShape& s, const float* x, const float*, const float* w,
+                       const float* dy, float*, float* dx, float* dw, float* dbias) const override {
+    const int64_t rows = s.col_rows(), plane = int64_t{s.out_height()} * s.out_width();
+    const int64_t total = s.col_cols();
+    const int per = chunk_images(s, rows), chunks = (s.batch + per - 1) / per;
+    if (dbias) bias_backward(dy, dbias, 1, s.out_channels, total);
+
+    // The weight gradient's parts: ranges of rows, 32 at a time (the widest register tile), when
+    // there are many, else ranges of output channels, 8 at a time.
+    const bool by_rows = rows >= 64;
+    const int span = by_rows ? static_cast<int>(rows) : s.out_channels, unit = by_rows ? 32 : 8;
+    const int parts = std::clamp(span / unit, 1, threads());
+    for_each_part(parts, [&](int t, int, int) {
+      const int lo = part_bound(span, parts, unit, t), hi = part_bound(span, parts, unit, t + 1);
+      const int r0 = by_rows ? lo : 0, r1 = by_rows ? hi : static_cast<int>(rows);
+      const int c0 = by_rows ? 0 : lo, c1 = by_rows ? s.out_channels : hi;
+      for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int b0 = chunk * per, nb = std::min(per, s.batch - b0);
+        const int64_t cols = nb * plane;
+        float* col = work(t, (r1 - r0) * cols);
+        im2col(s, x, b0, nb, r0, r1, col);
+        cpu::gemm(isa_, c1 - c0, r1 - r0, static_cast<int>(cols),
+                  cpu::View{dy + c0 * total + b0 * plane, total, 1}, cpu::View{col, 1, cols},
+                  dw + c0 * rows + r0, rows, {.accumulate = chunk > 0}, *gemm_buffers_[t]);
+      }
+    });
     if (dx == nullptr) return;
-    // dcol[rows, n] = w[Cout, rows]^T x dy[Cout, n]
-    gemm(true, false, rows, n, s.out_channels, 1.0f, w, dy, 0.0f, dcol);
-    col2im(s, dcol, dx);
+    for_each_part(chunks, [&](int t, int first, int last) {
+      for (int chunk = first; chunk < last; ++chunk) {
+        const int b0 = chunk * per, nb = std::min(per, s.batch - b0);
+        const int64_t cols = nb * plane;
+        float* dcol = work(t, rows * cols);
+        cpu::gemm(isa_, static_cast<int>(rows), static_cast<int>(cols), s.out_channels,
+                  cpu::View{w, 1, rows}, cpu::View{dy + b0 * plane, total, 1}, dcol, cols, {},
+                  *gemm_buffers_[t]);
+        col2im(s, dcol, b0, nb, dx);
+      }
+    });
   }
 
   void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
@@ -449,12 +498,10 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // A product is split into blocks of at least this many flops, at most kGemmMaxBlocks; along m
-  // or n only when its output has kGemmBlockOutputs values per block (smaller outputs are split
-  // along k, or not at all: cutting them repacks the operands once per block).
-  static constexpr double kGemmBlockFlops = 8e6;
-  static constexpr int kGemmMaxBlocks = 8;
-  static constexpr int64_t kGemmBlockOutputs = 1 << 16;
+  // A product is cut into parts for the threads only where each part has this much work.
+  static constexpr double kPartFlops = 4e6;
+  // A convolution's columns are built for this many floats at a time (1 MB: L2 keeps them).
+  static constexpr int64_t kChunkFloats = 1 << 18;
   static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
   // tanh as a rational function (Eigen's fast float tanh: odd degree-13 over even degree-6
@@ -487,14 +534,6 @@ class CpuBackend final : public Backend {
     return at;
   }
 
-  // The largest power of two <= blocks (1 if blocks < 1): a product cut into 2^j blocks keeps 2,
-  // 4 or 8 threads equally busy, where 3 blocks on 2 threads would leave one idle for a third.
-  static int balanced_blocks(int blocks) {
-    int p = 1;
-    while (2 * p <= blocks) p *= 2;
-    return p;
-  }
-
   static int64_t grain_planes(int64_t plane_size) {
     return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, plane_size));
   }
@@ -507,69 +546,134 @@ class CpuBackend final : public Backend {
                                     std::to_string(classes) + ")");
   }
 
-  // col[(c, ki, kj), (b, oy, ox)] = x[c, b, oy + ki - pad, ox + kj - pad], 0 outside the image.
-  void im2col(const ConvShape& s, const float* x, float* col) const {
+  // Runs fn(t, first, last) on pool thread t for each t < min(items, threads()), with
+  // [first, last) the thread's contiguous share of [0, items).
+  template <typename Fn>
+  void for_each_part(int items, const Fn& fn) const {
+    const int parts = std::min(items, threads());
+    pool_.parallel_for(parts, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        fn(static_cast<int>(t), static_cast<int>(items * t / parts),
+           static_cast<int>(items * (t + 1) / parts));
+    });
+  }
+
+  // Bound t of `parts` ranges over [0, span), on multiples of unit (except span itself).
+  static int part_bound(int span, int parts, int unit, int t) {
+    return t == parts ? span : span * t / parts / unit * unit;
+  }
+
+  // c[m, n] (rows ldc apart) = epilogue(a b), cut into parts for the threads: ranges of columns
+  // when n >= m (each part packs all of A, the smaller operand), else of rows.
+  void product(int m, int n, int k, cpu::View a, cpu::View b, float* c, int64_t ldc,
+               const cpu::Epilogue& e) const {
+    const bool by_cols = n >= m;
+    const int span = by_cols ? n : m, unit = by_cols ? 32 : 8;
+    const int parts = static_cast<int>(std::clamp<double>(
+        std::min<double>(2.0 * m * n * k / kPartFlops, span / unit), 1, threads()));
+    for_each_part(parts, [&](int t, int, int) {
+      const int lo = part_bound(span, parts, unit, t), hi = part_bound(span, parts, unit, t + 1);
+      cpu::Epilogue part = e;
+      if (by_cols) {
+        if (part.col_bias) part.col_bias += lo;
+        cpu::gemm(isa_, m, hi - lo, k, a, cpu::View{b.p + lo * b.cs, b.rs, b.cs}, c + lo, ldc, part,
+                  *gemm_buffers_[t]);
+      } else {
+        if (part.row_bias) part.row_bias += lo;
+        cpu::gemm(isa_, hi - lo, n, k, cpu::View{a.p + lo * a.rs, a.rs, a.cs}, b, c + lo * ldc, ldc,
+                  part, *gemm_buffers_[t]);
+      }
+    });
+  }
+
+  // Thread t's work buffer, at least n floats (grown only by a larger convolution).
+  float* work(int t, int64_t n) const {
+    std::vector<float>& w = work_[t];
+    if (static_cast<int64_t>(w.size()) < n) w.resize(static_cast<size_t>(n));
+    return w.data();
+  }
+
+  // Images per chunk of a convolution's columns (rows of them per position).
+  static int chunk_images(const ConvShape& s, int64_t rows) {
+    const int64_t per_image = rows * s.out_height() * s.out_width();
+    return static_cast<int>(
+        std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(1, per_image), 1, s.batch));
+  }
+
+  // Rows [r0, r1) of the columns of images [b0, b0 + nb):
+  //   col[r - r0, (b - b0, oy, ox)] = x[c, b, oy + ki - pad, ox + kj - pad] (0 outside the
+  //   image), where r = (c, ki, kj).
+  static void im2col(const ConvShape& s, const float* x, int b0, int nb, int r0, int r1,
+                     float* col) {
     const int h = s.height, w = s.width, k = s.kernel, ho = s.out_height(), wo = s.out_width();
-    const int64_t cols = s.col_cols();
-    pool_.parallel_for(s.col_rows(), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int c = static_cast<int>(r / (k * k)), ki = static_cast<int>(r / k % k),
-                  kj = static_cast<int>(r % k);
-        float* out = col + r * cols;
-        for (int b = 0; b < s.batch; ++b) {
-          const float* plane = x + (int64_t{c} * s.batch + b) * h * w;
-          for (int oy = 0; oy < ho; ++oy, out += wo) {
-            const int iy = oy + ki - s.pad;
-            if (iy < 0 || iy >= h) {
-              std::fill(out, out + wo, 0.0f);
-              continue;
-            }
-            const float* in = plane + int64_t{iy} * w;
-            // ox in [lo, hi) reads inside the row; outside it the padding is zero.
-            const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
-            std::fill(out, out + lo, 0.0f);
-            std::memcpy(out + lo, in + lo + kj - s.pad, sizeof(float) * (hi - lo));
-            std::fill(out + hi, out + wo, 0.0f);
+    const int64_t cols = int64_t{nb} * ho * wo;
+    for (int r = r0; r < r1; ++r) {
+      const int c = r / (k * k), ki = r / k % k, kj = r % k;
+      // ox in [lo, hi) reads inside the row; outside it the padding is zero.
+      const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
+      float* out = col + (r - r0) * cols;
+      for (int b = b0; b < b0 + nb; ++b) {
+        const float* plane = x + (int64_t{c} * s.batch + b) * h * w;
+        for (int oy = 0; oy < ho; ++oy, out += wo) {
+          const int iy = oy + ki - s.pad;
+          if (iy < 0 || iy >= h) {
+            std::fill(out, out + wo, 0.0f);
+            continue;
           }
+          const float* in = plane + int64_t{iy} * w;
+          std::fill(out, out + lo, 0.0f);
+          std::memcpy(out + lo, in + lo + kj - s.pad, sizeof(float) * (hi - lo));
+          std::fill(out + hi, out + wo, 0.0f);
         }
       }
-    });
+    }
   }
 
-  // dx[c, b, y, x] = sum over (ki, kj) of dcol[(c, ki, kj), (b, y - ki + pad, x - kj + pad)],
-  // one input channel per task, kernel offsets added in a fixed order.
-  void col2im(const ConvShape& s, const float* dcol, float* dx) const {
+  // dx[c, b, y, x] for images [b0, b0 + nb) = sum over (ki, kj), in order, of
+  // dcol[(c, ki, kj), (b - b0, y - ki + pad, x - kj + pad)].
+  static void col2im(const ConvShape& s, const float* dcol, int b0, int nb, float* dx) {
     const int h = s.height, w = s.width, k = s.kernel, ho = s.out_height(), wo = s.out_width();
-    const int64_t cols = s.col_cols();
-    pool_.parallel_for(s.in_channels, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        float* dplanes = dx + c * s.batch * h * w;
-        std::memset(dplanes, 0, sizeof(float) * s.batch * h * w);
-        for (int ki = 0; ki < k; ++ki)
-          for (int kj = 0; kj < k; ++kj) {
-            const float* in = dcol + ((c * k + ki) * k + kj) * cols;
-            const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
-            for (int b = 0; b < s.batch; ++b)
-              for (int oy = 0; oy < ho; ++oy) {
-                const int iy = oy + ki - s.pad;
-                if (iy < 0 || iy >= h) continue;
-                const float* src = in + (int64_t{b} * ho + oy) * wo;
-                float* dst = dplanes + (int64_t{b} * h + iy) * w + kj - s.pad;
-                for (int ox = lo; ox < hi; ++ox) dst[ox] += src[ox];
-              }
-          }
-      }
-    });
+    const int64_t cols = int64_t{nb} * ho * wo;
+    for (int c = 0; c < s.in_channels; ++c) {
+      float* dplanes = dx + (int64_t{c} * s.batch + b0) * h * w;
+      std::memset(dplanes, 0, sizeof(float) * nb * h * w);
+      for (int ki = 0; ki < k; ++ki)
+        for (int kj = 0; kj < k; ++kj) {
+          const float* in = dcol + ((int64_t{c} * k + ki) * k + kj) * cols;
+          const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
+          for (int b = 0; b < nb; ++b)
+            for (int oy = 0; oy < ho; ++oy) {
+              const int iy = oy + ki - s.pad;
+              if (iy < 0 || iy >= h) continue;
+              const float* src = in + (int64_t{b} * ho + oy) * wo;
+              float* dst = dplanes + (int64_t{b} * h + iy) * w + kj - s.pad;
+              for (int ox = lo; ox < hi; ++ox) dst[ox] += src[ox];
+            }
+        }
+    }
   }
 
+  cpu::Isa isa_;
   mutable ThreadPool pool_;
-  mutable std::vector<float> partial_;  // gemm's partial products when it splits k
+  std::vector<std::unique_ptr<cpu::GemmBuffers>> gemm_buffers_;  // one per thread
+  mutable std::vector<std::vector<float>> work_;                 // one per thread: columns
+  mutable std::vector<float> scaled_;  // gemm's product before alpha and beta
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, const std::string& isa) {
+  const cpu::Isa best = cpu::best_isa();
+  if (isa.empty()) return std::make_unique<CpuBackend>(threads, best);
+  for (cpu::Isa i : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512})
+    if (isa == cpu::isa_name(i)) {
+      if (i > best)
+        throw std::invalid_argument("cpu:" + isa + ": this CPU's best instruction set is " +
+                                    cpu::isa_name(best));
+      return std::make_unique<CpuBackend>(threads, i);
+    }
+  throw std::invalid_argument("cpu:" + isa +
+                              ": unknown instruction set (expected avx512, avx2 or portable)");
 }
 
 }  // namespace hippo::kernels

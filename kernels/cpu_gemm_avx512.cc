@@ -1,0 +1,35 @@
+// The CPU matrix product for AVX-512 (cpu_gemm_impl.h; this file is compiled with -mavx512f
+// -mfma). Register tile: 8 rows x 2 vectors of 16 floats (16 of the 32 vector registers hold C).
+#include <immintrin.h>
+
+#include "kernels/cpu_gemm_avx.h"
+#include "kernels/cpu_gemm_impl.h"
+
+namespace hippo::kernels::cpu {
+namespace {
+
+struct Avx512 {
+  using V = __m512;
+  static constexpr int kLanes = 16, kMr = 8, kNv = 2, kMrNarrow = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V broadcast(float x) { return _mm512_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  // max(v, 0) returns its second operand, 0, when v is NaN: as the scalar v > 0 ? v : 0. (The
+  // all-lanes maskz form: GCC 12 warns about _mm512_max_ps's undefined pass-through operand.)
+  static V relu(V v) { return _mm512_maskz_max_ps(0xFFFF, v, _mm512_setzero_ps()); }
+  static void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+    cpu::transpose8x8(src, lds, dst, ldd);
+  }
+};
+
+}  // namespace
+
+void gemm_avx512(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epilogue& e,
+                 GemmBuffers& buffers) {
+  impl::gemm<Avx512>(m, n, k, a, b, c, ldc, e, buffers);
+}
+
+}  // namespace hippo::kernels::cpu

@@ -1,0 +1,33 @@
+// The CPU matrix product in portable C++ (cpu_gemm_impl.h), for CPUs without AVX2: the same
+// chains of fused multiply-adds, one float at a time (std::fma; slow without FMA hardware).
+#include <cmath>
+
+#include "kernels/cpu_gemm_impl.h"
+
+namespace hippo::kernels::cpu {
+namespace {
+
+struct Portable {
+  using V = float;
+  static constexpr int kLanes = 1, kMr = 4, kNv = 4, kMrNarrow = 4;
+  static V zero() { return 0.0f; }
+  static V load(const float* p) { return *p; }
+  static void store(float* p, V v) { *p = v; }
+  static V broadcast(float x) { return x; }
+  static V fma(V a, V b, V c) { return std::fma(a, b, c); }
+  static V add(V a, V b) { return a + b; }
+  static V relu(V v) { return v > 0 ? v : 0.0f; }
+  static void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 8; ++c) dst[c * ldd + r] = src[r * lds + c];
+  }
+};
+
+}  // namespace
+
+void gemm_portable(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epilogue& e,
+                   GemmBuffers& buffers) {
+  impl::gemm<Portable>(m, n, k, a, b, c, ldc, e, buffers);
+}
+
+}  // namespace hippo::kernels::cpu
