@@ -1,0 +1,186 @@
+// hippo's CPU matrix product (kernels/cpu_gemm.h) on every instruction set this CPU runs: against a
+// double-precision reference, and bit for bit against the portable code (one fused multiply-add
+// chain per value whatever the vector width, tile or blocking), for shapes that exercise partial
+// tiles, narrow outputs, several slices of k and blocks of rows and columns, every operand
+// orientation and every epilogue. Then the CPU backends of each instruction set against each
+// other and across thread counts: products, fused layers and convolutions.
+#include "kernels/cpu_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "tests/kernels/random_vector.h"
+
+namespace hippo::kernels {
+namespace {
+
+using cpu::Isa;
+using test_data::random_vector;
+
+// The instruction sets this CPU can run, portable first.
+std::vector<Isa> runnable_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
+    if (isa <= cpu::best_isa()) out.push_back(isa);
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Shape {
+  int m, n, k;
+};
+
+TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
+  // Partial tiles everywhere; n <= 16 (the narrow tile); k over several slices (> kKc) and not a
+  // multiple of 8; m over several row blocks (> kMc), n over several column blocks (> kNc).
+  const Shape shapes[] = {{1, 1, 1},    {7, 5, 3},     {37, 29, 53},  {16, 10, 130},
+                          {8, 32, 600}, {200, 33, 17}, {9, 1100, 40}, {64, 96, 257}};
+  cpu::GemmBuffers buffers;
+  for (const Shape s : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (int epilogue = 0; epilogue < 4; ++epilogue) {
+          SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+                       " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) +
+                       " epilogue=" + std::to_string(epilogue));
+          const auto a = random_vector(size_t(s.m) * s.k, 1),
+                     b = random_vector(size_t(s.k) * s.n, 2);
+          const auto c0 = random_vector(size_t(s.m) * s.n, 3);
+          const auto row_bias = random_vector(s.m, 4), col_bias = random_vector(s.n, 5);
+          const cpu::View va = ta ? cpu::View{a.data(), 1, s.m} : cpu::View{a.data(), s.k, 1};
+          const cpu::View vb = tb ? cpu::View{b.data(), 1, s.k} : cpu::View{b.data(), s.n, 1};
+          // 0: plain; 1: accumulate; 2: row bias + ReLU; 3: accumulate, column bias + ReLU.
+          cpu::Epilogue e;
+          e.accumulate = epilogue % 2 == 1;
+          if (epilogue == 2) e.row_bias = row_bias.data();
+          if (epilogue == 3) e.col_bias = col_bias.data();
+          e.relu = epilogue >= 2;
+
+          std::vector<float> portable;
+          for (Isa isa : runnable_isas()) {
+            std::vector<float> c = c0;
+            cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), s.n, e, buffers);
+            if (isa == Isa::kPortable) {
+              portable = c;
+              for (int i = 0; i < s.m; ++i)
+                for (int j = 0; j < s.n; ++j) {
+                  double ref = e.accumulate ? c0[size_t(i) * s.n + j] : 0.0;
+                  for (int p = 0; p < s.k; ++p)
+                    ref += double{a[ta ? size_t(p) * s.m + i : size_t(i) * s.k + p]} *
+                           b[tb ? size_t(j) * s.k + p : size_t(p) * s.n + j];
+                  if (e.row_bias) ref += e.row_bias[i];
+                  if (e.col_bias) ref += e.col_bias[j];
+                  if (e.relu) ref = std::max(ref, 0.0);
+                  ASSERT_NEAR(c[size_t(i) * s.n + j], ref, 1e-5 * (s.k + 1)) << i << "," << j;
+                }
+            } else {
+              EXPECT_TRUE(same_bits(c, portable)) << cpu::isa_name(isa) << " differs from portable";
+            }
+          }
+        }
+}
+
+TEST(CpuGemmTest, EmptySumIsZeroOrKeepsC) {
+  cpu::GemmBuffers buffers;
+  const auto c0 = random_vector(6, 7);
+  for (Isa isa : runnable_isas()) {
+    std::vector<float> c = c0;
+    cpu::gemm(isa, 2, 3, 0, {nullptr, 0, 1}, {nullptr, 3, 1}, c.data(), 3, {}, buffers);
+    EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+    c = c0;
+    cpu::gemm(isa, 2, 3, 0, {nullptr, 0, 1}, {nullptr, 3, 1}, c.data(), 3, {.accumulate = true},
+              buffers);
+    EXPECT_EQ(c, c0);
+  }
+}
+
+TEST(CpuBackendIsaTest, NamesAreCheckedAndPicked) {
+  EXPECT_STREQ(make_backend("cpu:portable", 1)->name(), "cpu");
+  EXPECT_THROW(make_cpu_backend(1, "sse9"), std::invalid_argument);
+  EXPECT_THROW(make_backend("cpu:sse9", 1), std::invalid_argument);
+  if (cpu::best_isa() < Isa::kAvx512) {
+    EXPECT_THROW(make_backend("cpu:avx512", 1), std::invalid_argument);
+  }
+}
+
+// The convolution s, a linear layer and its gradients on every backend: the same bits.
+void expect_same_bits_everywhere(const ConvShape& s) {
+  const auto x = random_vector(size_t(s.in_channels) * s.batch * s.height * s.width, 10);
+  const auto w = random_vector(size_t(s.out_channels) * s.col_rows(), 11);
+  const auto bias = random_vector(s.out_channels, 12);
+  const auto dy = random_vector(size_t(s.out_channels) * s.col_cols(), 13);
+  const int rows = 50, in = 70, out = 40;
+  const auto fx = random_vector(size_t(rows) * in, 14), fw = random_vector(size_t(out) * in, 15);
+  const auto fb = random_vector(out, 16), fdy = random_vector(size_t(rows) * out, 17);
+  auto run = [&](const std::string& device, int threads) {
+    auto be = make_backend(device, threads);
+    std::vector<float> col(be->conv2d_scratch_size(s)), dcol(col.size());
+    std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(bias.size());
+    be->conv2d_forward(s, x.data(), w.data(), bias.data(), col.data(), y.data());
+    be->conv2d_backward(s, x.data(), col.data(), w.data(), dy.data(), dcol.data(), dx.data(),
+                        dw.data(), db.data());
+    std::vector<float> fy(size_t(rows) * out), g = fdy, fdb(out), fdw(fw.size()), fdx(fx.size());
+    be->linear_forward(fx.data(), fw.data(), fb.data(), fy.data(), rows, in, out, true);
+    be->bias_relu_backward(fy.data(), g.data(), fdb.data(), rows, out, 1);
+    be->gemm(true, false, out, in, rows, 1.0f, g.data(), fx.data(), 0.0f, fdw.data());
+    be->gemm(false, false, rows, in, out, 1.0f, g.data(), fw.data(), 0.0f, fdx.data());
+    return std::vector<std::vector<float>>{y, dx, dw, db, fy, g, fdb, fdw, fdx};
+  };
+  const auto reference = run("cpu:portable", 1);
+  for (Isa isa : runnable_isas())
+    for (int threads : {1, 3}) {
+      const std::string device = std::string("cpu:") + cpu::isa_name(isa);
+      const auto outputs = run(device, threads);
+      for (size_t i = 0; i < outputs.size(); ++i)
+        EXPECT_TRUE(same_bits(outputs[i], reference[i]))
+            << "output " << i << " on " << device << " with " << threads << " threads";
+    }
+}
+
+// Everything a model runs through the products, on each instruction set's backend and with 1 and 3
+// threads: the same bits everywhere. The convolutions: one whose weight gradient is split over the
+// threads by output channels, in one chunk of images; one split by rows, in several chunks.
+TEST(CpuBackendIsaTest, ProductsFusedLayersAndConvolutionsHaveTheSameBitsEverywhere) {
+  for (const ConvShape s :
+       {ConvShape{.batch = 6, .in_channels = 5, .out_channels = 20, .height = 9, .width = 11},
+        ConvShape{.batch = 8, .in_channels = 16, .out_channels = 20, .height = 28, .width = 28}})
+    expect_same_bits_everywhere(s);
+}
+
+// The fused layers give the values of the operations they stand for, bit for bit.
+TEST(CpuBackendIsaTest, FusedLayersEqualTheirParts) {
+  auto be = make_cpu_backend(2);
+  const int rows = 33, in = 45, out = 27;
+  const auto x = random_vector(size_t(rows) * in, 20), w = random_vector(size_t(out) * in, 21);
+  const auto b = random_vector(out, 22), dy = random_vector(size_t(rows) * out, 23);
+  for (bool relu : {false, true}) {
+    std::vector<float> fused(size_t(rows) * out), parts(fused.size());
+    be->linear_forward(x.data(), w.data(), b.data(), fused.data(), rows, in, out, relu);
+    be->gemm(false, true, rows, out, in, 1.0f, x.data(), w.data(), 0.0f, parts.data());
+    be->bias_forward(parts.data(), b.data(), rows, out, 1);
+    if (relu) be->relu_forward(parts.data(), parts.data(), int64_t{rows} * out);
+    EXPECT_TRUE(same_bits(fused, parts)) << "relu=" << relu;
+  }
+  const auto y = random_vector(size_t(rows) * out, 24);  // about half of it > 0
+  for (int64_t inner : {1, 7}) {
+    const int64_t outer = 3, channels = 11, n = outer * channels * inner;
+    std::vector<float> g_fused(dy.begin(), dy.begin() + n), g_parts = g_fused;
+    std::vector<float> db_fused(channels), db_parts(channels);
+    be->bias_relu_backward(y.data(), g_fused.data(), db_fused.data(), outer, channels, inner);
+    be->relu_backward(y.data(), g_parts.data(), g_parts.data(), n);
+    be->bias_backward(g_parts.data(), db_parts.data(), outer, channels, inner);
+    EXPECT_TRUE(same_bits(g_fused, g_parts)) << "inner=" << inner;
+    EXPECT_TRUE(same_bits(db_fused, db_parts)) << "inner=" << inner;
+  }
+}
+
+}  // namespace
+}  // namespace hippo::kernels
