@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu_conv.h"
 #include "kernels/cpu_gemm.h"
 #include "kernels/cpu_transformer.h"
 #include "kernels/kernels.h"
@@ -24,7 +25,8 @@ constexpr int64_t kGrain = 1 << 14;
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, cpu::Isa isa) : isa_(isa), pool_(threads), work_(threads) {
+  CpuBackend(int threads, cpu::Isa isa)
+      : isa_(isa), pool_(threads), work_(threads), accumulators_(threads) {
     for (int t = 0; t < threads; ++t) gemm_buffers_.push_back(std::make_unique<cpu::GemmBuffers>());
   }
 
@@ -213,72 +215,59 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // No column matrix in the caller's memory: each thread builds the columns of a few images at a
-  // time in its own buffer (kept in cache) and multiplies them at once.
+  // Direct convolutions (cpu_conv.h): no column matrix, no scratch in the caller's memory.
   int64_t conv2d_scratch_size(const ConvShape&) const override {
     return 0;
   }
 
-  // y[Cout, B*Ho*Wo] = w[Cout, rows] x col[rows, B*Ho*Wo] (+ bias), one chunk of images per
-  // product, chunks spread over the threads.
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float*,
                       float* y) const override {
-    const int64_t rows = s.col_rows(), plane = int64_t{s.out_height()} * s.out_width();
-    const int per = chunk_images(s, rows), chunks = (s.batch + per - 1) / per;
-    for_each_part(chunks, [&](int t, int first, int last) {
-      for (int chunk = first; chunk < last; ++chunk) {
-        const int b0 = chunk * per, nb = std::min(per, s.batch - b0);
-        const int64_t cols = nb * plane;
-        float* col = work(t, rows * cols);
-        im2col(s, x, b0, nb, 0, rows, col);
-        cpu::gemm(isa_, s.out_channels, static_cast<int>(cols), static_cast<int>(rows),
-                  cpu::View{w, rows, 1}, cpu::View{col, cols, 1}, y + b0 * plane, s.col_cols(),
-                  {.row_bias = bias}, *gemm_buffers_[t]);
-      }
-    });
+    packed_.resize(static_cast<size_t>(cpu::conv_packed_weights_size(s)));
+    cpu::conv_pack_weights(isa_, s, w, packed_.data());
+    convolve(s, x, packed_.data(), bias, y);
   }
 
-  // dw[Cout, rows] = dy[Cout, B*Ho*Wo] x col^T, summed over the image chunks in order (one chain
-  // per weight: the threads split the weights, by rows or by output channels, never the sum);
-  // dcol = w^T dy and dx = col2im(dcol) per chunk of images, chunks spread over the threads.
+  // dw: the threads split the weights by input channels; each sums its rows over the chunks of
+  // images in order (cpu::conv_weight_grad: one chain per weight over the positions, whatever
+  // the split). dx: the transposed convolution, a forward one of dy with the kernel flipped and
+  // the channels swapped (its own chains, over (co, ki, kj)).
   void conv2d_backward(const ConvShape& s, const float* x, const float*, const float* w,
                        const float* dy, float*, float* dx, float* dw, float* dbias) const override {
-    const int64_t rows = s.col_rows(), plane = int64_t{s.out_height()} * s.out_width();
-    const int64_t total = s.col_cols();
-    const int per = chunk_images(s, rows), chunks = (s.batch + per - 1) / per;
-    if (dbias) bias_backward(dy, dbias, 1, s.out_channels, total);
-
-    // The weight gradient's parts: ranges of rows, 32 at a time (the widest register tile), when
-    // there are many, else ranges of output channels, 8 at a time.
-    const bool by_rows = rows >= 64;
-    const int span = by_rows ? static_cast<int>(rows) : s.out_channels, unit = by_rows ? 32 : 8;
-    const int parts = std::clamp(span / unit, 1, threads());
+    if (dbias) bias_backward(dy, dbias, 1, s.out_channels, s.col_cols());
+    const int taps = s.kernel * s.kernel, per = chunk_images(s);
+    const int64_t rows = s.col_rows(), width = cpu::conv_acc_width(s);
+    const int parts = std::clamp(s.in_channels, 1, threads());
     for_each_part(parts, [&](int t, int, int) {
-      const int lo = part_bound(span, parts, unit, t), hi = part_bound(span, parts, unit, t + 1);
-      const int r0 = by_rows ? lo : 0, r1 = by_rows ? hi : static_cast<int>(rows);
-      const int c0 = by_rows ? 0 : lo, c1 = by_rows ? s.out_channels : hi;
-      for (int chunk = 0; chunk < chunks; ++chunk) {
-        const int b0 = chunk * per, nb = std::min(per, s.batch - b0);
-        const int64_t cols = nb * plane;
-        float* col = work(t, (r1 - r0) * cols);
-        im2col(s, x, b0, nb, r0, r1, col);
-        cpu::gemm(isa_, c1 - c0, r1 - r0, static_cast<int>(cols),
-                  cpu::View{dy + c0 * total + b0 * plane, total, 1}, cpu::View{col, 1, cols},
-                  dw + c0 * rows + r0, rows, {.accumulate = chunk > 0}, *gemm_buffers_[t]);
-      }
+      const int r0 = s.in_channels * t / parts * taps, r1 = s.in_channels * (t + 1) / parts * taps;
+      std::vector<float>& acc = accumulators_[t];
+      acc.assign(static_cast<size_t>((r1 - r0 + cpu::kConvAccSlackRows) * width), 0.0f);
+      float* buffer = work(t, cpu::conv_work_size(s, per));
+      for (int b0 = 0; b0 < s.batch; b0 += per)
+        cpu::conv_weight_grad(isa_, s, x, dy, acc.data(), r0, r1, b0, std::min(per, s.batch - b0),
+                              buffer);
+      for (int r = r0; r < r1; ++r)
+        for (int co = 0; co < s.out_channels; ++co) dw[co * rows + r] = acc[(r - r0) * width + co];
     });
     if (dx == nullptr) return;
-    for_each_part(chunks, [&](int t, int first, int last) {
-      for (int chunk = first; chunk < last; ++chunk) {
-        const int b0 = chunk * per, nb = std::min(per, s.batch - b0);
-        const int64_t cols = nb * plane;
-        float* dcol = work(t, rows * cols);
-        cpu::gemm(isa_, static_cast<int>(rows), static_cast<int>(cols), s.out_channels,
-                  cpu::View{w, 1, rows}, cpu::View{dy + b0 * plane, total, 1}, dcol, cols, {},
-                  *gemm_buffers_[t]);
-        col2im(s, dcol, b0, nb, dx);
-      }
-    });
+    const ConvShape t{.batch = s.batch,
+                      .in_channels = s.out_channels,
+                      .out_channels = s.in_channels,
+                      .height = s.out_height(),
+                      .width = s.out_width(),
+                      .kernel = s.kernel,
+                      .pad = s.kernel - 1 - s.pad};
+    // flipped[ci, (co, ki, kj)] = w[co, (ci, k-1-ki, k-1-kj)]
+    const int k = s.kernel;
+    flipped_.resize(static_cast<size_t>(t.col_rows() * t.out_channels));
+    for (int ci = 0; ci < s.in_channels; ++ci)
+      for (int co = 0; co < s.out_channels; ++co)
+        for (int ki = 0; ki < k; ++ki)
+          for (int kj = 0; kj < k; ++kj)
+            flipped_[ci * t.col_rows() + (co * k + ki) * k + kj] =
+                w[co * rows + (ci * k + k - 1 - ki) * k + k - 1 - kj];
+    packed_.resize(static_cast<size_t>(cpu::conv_packed_weights_size(t)));
+    cpu::conv_pack_weights(isa_, t, flipped_.data(), packed_.data());
+    convolve(t, dy, packed_.data(), nullptr, dx);
   }
 
   void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
@@ -500,8 +489,8 @@ class CpuBackend final : public Backend {
  private:
   // A product is cut into parts for the threads only where each part has this much work.
   static constexpr double kPartFlops = 4e6;
-  // A convolution's columns are built for this many floats at a time (1 MB: L2 keeps them).
-  static constexpr int64_t kChunkFloats = 1 << 18;
+  // A convolution works on chunks of images of about this many floats (256 KB: L2 keeps them).
+  static constexpr int64_t kChunkFloats = 1 << 16;
   static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
   // tanh as a rational function (Eigen's fast float tanh: odd degree-13 over even degree-6
@@ -593,70 +582,35 @@ class CpuBackend final : public Backend {
     return w.data();
   }
 
-  // Images per chunk of a convolution's columns (rows of them per position).
-  static int chunk_images(const ConvShape& s, int64_t rows) {
-    const int64_t per_image = rows * s.out_height() * s.out_width();
-    return static_cast<int>(
-        std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(1, per_image), 1, s.batch));
+  // Images per chunk of a convolution: its padded input and its output gradient (transposed for
+  // the weight gradient) near kChunkFloats.
+  static int chunk_images(const ConvShape& s) {
+    const int64_t per_image =
+        int64_t{s.in_channels} * (s.height + 2 * s.pad) * (s.width + 2 * s.pad) +
+        cpu::conv_acc_width(s) * s.out_height() * s.out_width();
+    return static_cast<int>(std::clamp<int64_t>(kChunkFloats / per_image, 1, s.batch));
   }
 
-  // Rows [r0, r1) of the columns of images [b0, b0 + nb):
-  //   col[r - r0, (b - b0, oy, ox)] = x[c, b, oy + ki - pad, ox + kj - pad] (0 outside the
-  //   image), where r = (c, ki, kj).
-  static void im2col(const ConvShape& s, const float* x, int b0, int nb, int r0, int r1,
-                     float* col) {
-    const int h = s.height, w = s.width, k = s.kernel, ho = s.out_height(), wo = s.out_width();
-    const int64_t cols = int64_t{nb} * ho * wo;
-    for (int r = r0; r < r1; ++r) {
-      const int c = r / (k * k), ki = r / k % k, kj = r % k;
-      // ox in [lo, hi) reads inside the row; outside it the padding is zero.
-      const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
-      float* out = col + (r - r0) * cols;
-      for (int b = b0; b < b0 + nb; ++b) {
-        const float* plane = x + (int64_t{c} * s.batch + b) * h * w;
-        for (int oy = 0; oy < ho; ++oy, out += wo) {
-          const int iy = oy + ki - s.pad;
-          if (iy < 0 || iy >= h) {
-            std::fill(out, out + wo, 0.0f);
-            continue;
-          }
-          const float* in = plane + int64_t{iy} * w;
-          std::fill(out, out + lo, 0.0f);
-          std::memcpy(out + lo, in + lo + kj - s.pad, sizeof(float) * (hi - lo));
-          std::fill(out + hi, out + wo, 0.0f);
-        }
+  // y = the convolution of x with the packed weights (+ bias), chunks of images spread over the
+  // threads.
+  void convolve(const ConvShape& s, const float* x, const float* packed, const float* bias,
+                float* y) const {
+    const int per = chunk_images(s), chunks = (s.batch + per - 1) / per;
+    for_each_part(chunks, [&](int t, int first, int last) {
+      float* buffer = work(t, cpu::conv_work_size(s, per));
+      for (int chunk = first; chunk < last; ++chunk) {
+        const int b0 = chunk * per;
+        cpu::conv_forward(isa_, s, x, packed, bias, y, b0, std::min(per, s.batch - b0), buffer);
       }
-    }
-  }
-
-  // dx[c, b, y, x] for images [b0, b0 + nb) = sum over (ki, kj), in order, of
-  // dcol[(c, ki, kj), (b - b0, y - ki + pad, x - kj + pad)].
-  static void col2im(const ConvShape& s, const float* dcol, int b0, int nb, float* dx) {
-    const int h = s.height, w = s.width, k = s.kernel, ho = s.out_height(), wo = s.out_width();
-    const int64_t cols = int64_t{nb} * ho * wo;
-    for (int c = 0; c < s.in_channels; ++c) {
-      float* dplanes = dx + (int64_t{c} * s.batch + b0) * h * w;
-      std::memset(dplanes, 0, sizeof(float) * nb * h * w);
-      for (int ki = 0; ki < k; ++ki)
-        for (int kj = 0; kj < k; ++kj) {
-          const float* in = dcol + ((int64_t{c} * k + ki) * k + kj) * cols;
-          const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
-          for (int b = 0; b < nb; ++b)
-            for (int oy = 0; oy < ho; ++oy) {
-              const int iy = oy + ki - s.pad;
-              if (iy < 0 || iy >= h) continue;
-              const float* src = in + (int64_t{b} * ho + oy) * wo;
-              float* dst = dplanes + (int64_t{b} * h + iy) * w + kj - s.pad;
-              for (int ox = lo; ox < hi; ++ox) dst[ox] += src[ox];
-            }
-        }
-    }
+    });
   }
 
   cpu::Isa isa_;
   mutable ThreadPool pool_;
   std::vector<std::unique_ptr<cpu::GemmBuffers>> gemm_buffers_;  // one per thread
-  mutable std::vector<std::vector<float>> work_;                 // one per thread: columns
+  mutable std::vector<std::vector<float>> work_;                 // one per thread: chunks of images
+  mutable std::vector<std::vector<float>> accumulators_;         // one per thread: weight gradients
+  mutable std::vector<float> packed_, flipped_;                  // a convolution's weights, packed
   mutable std::vector<float> scaled_;  // gemm's product before alpha and beta
 };
 

@@ -2,10 +2,10 @@
 // double-precision reference, and bit for bit against the portable code (one fused multiply-add
 // chain per value whatever the vector width, tile or blocking), for shapes that exercise partial
 // tiles, narrow outputs, several slices of k and blocks of rows and columns, every operand
-// orientation and every epilogue. Then the CPU backends of each instruction set against each
-// other and across thread counts: products, fused layers and convolutions.
-#include "kernels/cpu_gemm.h"
-
+// orientation and every epilogue. The direct convolutions (kernels/cpu_conv.h) against a direct
+// reference and bit for bit against the product of the weights and the im2col columns. Then the
+// CPU backends of each instruction set against each other and across thread counts: products,
+// fused layers and convolutions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_conv.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/kernels.h"
 #include "tests/kernels/random_vector.h"
 
@@ -99,6 +101,110 @@ TEST(CpuGemmTest, EmptySumIsZeroOrKeepsC) {
     cpu::gemm(isa, 2, 3, 0, {nullptr, 0, 1}, {nullptr, 3, 1}, c.data(), 3, {.accumulate = true},
               buffers);
     EXPECT_EQ(c, c0);
+  }
+}
+
+// col[(c, ki, kj), (b, oy, ox)] = x[c, b, oy + ki - pad, ox + kj - pad], 0 outside the image.
+std::vector<float> im2col(const ConvShape& s, const std::vector<float>& x) {
+  const int ho = s.out_height(), wo = s.out_width(), k = s.kernel;
+  std::vector<float> col(size_t(s.col_rows() * s.col_cols()));
+  for (int64_t r = 0; r < s.col_rows(); ++r)
+    for (int b = 0; b < s.batch; ++b)
+      for (int oy = 0; oy < ho; ++oy)
+        for (int ox = 0; ox < wo; ++ox) {
+          const int c = int(r / (k * k)), iy = oy + int(r / k % k) - s.pad,
+                    ix = ox + int(r % k) - s.pad;
+          const bool inside = iy >= 0 && iy < s.height && ix >= 0 && ix < s.width;
+          col[size_t(r * s.col_cols() + (int64_t{b} * ho + oy) * wo + ox)] =
+              inside ? x[size_t(((int64_t{c} * s.batch + b) * s.height + iy) * s.width + ix)] : 0;
+        }
+  return col;
+}
+
+// Shapes with partial tiles of positions and channels, 1x1, 5x5 and even kernels, no padding,
+// wide padding, and rows longer than a tile.
+TEST(CpuConvTest, DirectConvolutionsMatchTheReferenceAndTheProductWithColumnsBitForBit) {
+  const ConvShape shapes[] = {{.batch = 3,
+                               .in_channels = 2,
+                               .out_channels = 5,
+                               .height = 7,
+                               .width = 9,
+                               .kernel = 3,
+                               .pad = 1},
+                              {.batch = 2,
+                               .in_channels = 3,
+                               .out_channels = 33,
+                               .height = 5,
+                               .width = 17,
+                               .kernel = 1,
+                               .pad = 0},
+                              {.batch = 2,
+                               .in_channels = 4,
+                               .out_channels = 17,
+                               .height = 6,
+                               .width = 6,
+                               .kernel = 5,
+                               .pad = 2},
+                              {.batch = 2,
+                               .in_channels = 3,
+                               .out_channels = 8,
+                               .height = 8,
+                               .width = 30,
+                               .kernel = 3,
+                               .pad = 0},
+                              {.batch = 1,
+                               .in_channels = 2,
+                               .out_channels = 3,
+                               .height = 5,
+                               .width = 5,
+                               .kernel = 2,
+                               .pad = 3}};
+  cpu::GemmBuffers buffers;
+  for (const ConvShape& s : shapes) {
+    SCOPED_TRACE("Cin " + std::to_string(s.in_channels) + " Cout " +
+                 std::to_string(s.out_channels) + " " + std::to_string(s.height) + "x" +
+                 std::to_string(s.width) + " k " + std::to_string(s.kernel) + " pad " +
+                 std::to_string(s.pad));
+    const int64_t rows = s.col_rows(), cols = s.col_cols();
+    const auto x = random_vector(size_t(s.in_channels) * s.batch * s.height * s.width, 50);
+    const auto w = random_vector(size_t(s.out_channels * rows), 51);
+    const auto bias = random_vector(s.out_channels, 52);
+    const auto dy = random_vector(size_t(s.out_channels * cols), 53);
+    const auto col = im2col(s, x);
+    for (Isa isa : runnable_isas()) {
+      SCOPED_TRACE(cpu::isa_name(isa));
+      auto be = make_backend(std::string("cpu:") + cpu::isa_name(isa), 2);
+      std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(bias.size());
+      be->conv2d_forward(s, x.data(), w.data(), bias.data(), nullptr, y.data());
+      be->conv2d_backward(s, x.data(), nullptr, w.data(), dy.data(), nullptr, dx.data(), dw.data(),
+                          db.data());
+      // The same chains as the products with the columns.
+      std::vector<float> y_product(y.size()), dw_product(dw.size());
+      cpu::gemm(isa, s.out_channels, int(cols), int(rows), {w.data(), rows, 1},
+                {col.data(), cols, 1}, y_product.data(), cols, {.row_bias = bias.data()}, buffers);
+      cpu::gemm(isa, s.out_channels, int(rows), int(cols), {dy.data(), cols, 1},
+                {col.data(), 1, cols}, dw_product.data(), rows, {}, buffers);
+      EXPECT_TRUE(same_bits(y, y_product));
+      EXPECT_TRUE(same_bits(dw, dw_product));
+      // The input gradient against the direct sum.
+      const int ho = s.out_height(), wo = s.out_width(), k = s.kernel;
+      for (int c = 0; c < s.in_channels; ++c)
+        for (int b = 0; b < s.batch; ++b)
+          for (int iy = 0; iy < s.height; ++iy)
+            for (int ix = 0; ix < s.width; ++ix) {
+              double ref = 0;
+              for (int co = 0; co < s.out_channels; ++co)
+                for (int ki = 0; ki < k; ++ki)
+                  for (int kj = 0; kj < k; ++kj) {
+                    const int oy = iy + s.pad - ki, ox = ix + s.pad - kj;
+                    if (oy < 0 || oy >= ho || ox < 0 || ox >= wo) continue;
+                    ref += double{w[size_t(co * rows + (c * k + ki) * k + kj)]} *
+                           dy[size_t((int64_t{co} * s.batch + b) * ho * wo + oy * wo + ox)];
+                  }
+              ASSERT_NEAR(dx[size_t(((int64_t{c} * s.batch + b) * s.height + iy) * s.width + ix)],
+                          ref, 1e-4);
+            }
+    }
   }
 }
 

@@ -1,7 +1,9 @@
-// The CPU matrix product in portable C++ (cpu_gemm_impl.h), for CPUs without AVX2: the same
-// chains of fused multiply-adds, one float at a time (std::fma; slow without FMA hardware).
+// The CPU products and convolutions in portable C++ (cpu_gemm_impl.h, cpu_conv_impl.h), for CPUs
+// without AVX2: the same chains of fused multiply-adds, one float at a time (std::fma; slow without
+// FMA hardware).
 #include <cmath>
 
+#include "kernels/cpu_conv_impl.h"
 #include "kernels/cpu_gemm_impl.h"
 
 namespace hippo::kernels::cpu {
@@ -10,6 +12,7 @@ namespace {
 struct Portable {
   using V = float;
   static constexpr int kLanes = 1, kMr = 4, kNv = 4, kMrNarrow = 4;
+  static constexpr int kConvMr = 4, kConvNv = 4, kWgradMr = 4, kWgradNv = 4;
   static V zero() { return 0.0f; }
   static V load(const float* p) { return *p; }
   static void store(float* p, V v) { *p = v; }
@@ -28,6 +31,20 @@ struct Portable {
 void gemm_portable(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epilogue& e,
                    GemmBuffers& buffers) {
   impl::gemm<Portable>(m, n, k, a, b, c, ldc, e, buffers);
+}
+
+void conv_pack_weights_portable(const ConvShape& s, const float* w, float* packed) {
+  impl::Conv<Portable>::pack_weights(s, w, packed);
+}
+
+void conv_forward_portable(const ConvShape& s, const float* x, const float* packed,
+                           const float* bias, float* y, int b0, int nb, float* work) {
+  impl::Conv<Portable>::forward(s, x, packed, bias, y, b0, nb, work);
+}
+
+void conv_weight_grad_portable(const ConvShape& s, const float* x, const float* dy, float* acc,
+                               int r0, int r1, int b0, int nb, float* work) {
+  impl::Conv<Portable>::weight_grad(s, x, dy, acc, r0, r1, b0, nb, work);
 }
 
 }  // namespace hippo::kernels::cpu

@@ -1,4 +1,4 @@
-// What the AVX2 and AVX-512 matrix products share (cpu_gemm_avx2.cc, cpu_gemm_avx512.cc; both are
+// What the AVX2 and AVX-512 matrix products share (cpu_avx2.cc, cpu_avx512.cc; both are
 // compiled with AVX enabled).
 #pragma once
 

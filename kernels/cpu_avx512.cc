@@ -1,8 +1,11 @@
-// The CPU matrix product for AVX-512 (cpu_gemm_impl.h; this file is compiled with -mavx512f
-// -mfma). Register tile: 8 rows x 2 vectors of 16 floats (16 of the 32 vector registers hold C).
+// The CPU products and convolutions for AVX-512 (cpu_gemm_impl.h, cpu_conv_impl.h; this file is
+// compiled with -mavx512f -mfma). Register tiles (of the 32 vector registers): the product 8 rows x
+// 2 vectors of 16 floats (16 hold C), or 16 rows x 1 vector for narrow products; the convolution 14
+// positions x 32 channels (28), its weight gradient 9 rows x 32 channels (18).
 #include <immintrin.h>
 
-#include "kernels/cpu_gemm_avx.h"
+#include "kernels/cpu_avx.h"
+#include "kernels/cpu_conv_impl.h"
 #include "kernels/cpu_gemm_impl.h"
 
 namespace hippo::kernels::cpu {
@@ -11,6 +14,7 @@ namespace {
 struct Avx512 {
   using V = __m512;
   static constexpr int kLanes = 16, kMr = 8, kNv = 2, kMrNarrow = 16;
+  static constexpr int kConvMr = 14, kConvNv = 2, kWgradMr = 9, kWgradNv = 2;
   static V zero() { return _mm512_setzero_ps(); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
@@ -30,6 +34,20 @@ struct Avx512 {
 void gemm_avx512(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epilogue& e,
                  GemmBuffers& buffers) {
   impl::gemm<Avx512>(m, n, k, a, b, c, ldc, e, buffers);
+}
+
+void conv_pack_weights_avx512(const ConvShape& s, const float* w, float* packed) {
+  impl::Conv<Avx512>::pack_weights(s, w, packed);
+}
+
+void conv_forward_avx512(const ConvShape& s, const float* x, const float* packed, const float* bias,
+                         float* y, int b0, int nb, float* work) {
+  impl::Conv<Avx512>::forward(s, x, packed, bias, y, b0, nb, work);
+}
+
+void conv_weight_grad_avx512(const ConvShape& s, const float* x, const float* dy, float* acc,
+                             int r0, int r1, int b0, int nb, float* work) {
+  impl::Conv<Avx512>::weight_grad(s, x, dy, acc, r0, r1, b0, nb, work);
 }
 
 }  // namespace hippo::kernels::cpu
