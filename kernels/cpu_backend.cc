@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, int64_t bytes) const override {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
+  void* host_address(void* p) const override { return p; }
   void fill_zero(void* dst, int64_t bytes) const override {
     if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
   }
@@ -369,13 +370,18 @@ class CpuBackend final : public Backend {
       for (int64_t r = begin; r < end; ++r) {
         const float* z = logits + r * classes;
         const float m = *std::max_element(z, z + classes);
+        // Each exponential once: kept in dlogits' row (when there is one) for the gradient.
+        float* e = dlogits ? dlogits + r * classes : nullptr;
         float total = 0;
-        for (int j = 0; j < classes; ++j) total += std::exp(z[j] - m);
+        for (int j = 0; j < classes; ++j) {
+          const float v = std::exp(z[j] - m);
+          if (e) e[j] = v;
+          total += v;
+        }
         losses[r] = std::log(total) - (z[labels[r]] - m);
-        if (dlogits == nullptr) continue;
-        float* d = dlogits + r * classes;
-        for (int j = 0; j < classes; ++j) d[j] = grad_scale * (std::exp(z[j] - m) / total);
-        d[labels[r]] -= grad_scale;
+        if (e == nullptr) continue;
+        for (int j = 0; j < classes; ++j) e[j] = grad_scale * (e[j] / total);
+        e[labels[r]] -= grad_scale;
       }
     });
   }

@@ -13,11 +13,13 @@
 //   };                                          // dst[c * ldd + r] = src[r * lds + c], r, c < 8
 //
 // Structure (BLIS): for each block of kNc columns and slice of kKc values of p, B's slice is
-// packed into panels of kKc x NR (NR = kNv * kLanes, row after row); for each block of kMc rows,
-// A's slice into panels of kMr x kKc (column after column); the micro-kernel multiplies one A
-// panel by one B panel into a kMr x NR tile of C held in registers. Between slices, the tile goes
-// through C in memory (an fp32 store and load: the chain is unchanged). Edge tiles run in full on
-// zero-padded panels into a local tile, of which only the valid part is copied.
+// packed into panels of kKc x NR (NR = kNv * kLanes, row after row); the micro-kernel multiplies
+// kMr rows of A by one B panel into a kMr x NR tile of C held in registers, broadcasting A's
+// values. A is read in place when its rows or its columns are contiguous (packing it would only
+// copy it: the tiles of a block of kMc rows keep it in cache), else packed into panels of
+// kMr x kKc. Between slices, the tile goes through C in memory (an fp32 store and load: the chain
+// is unchanged). Edge tiles run in full on zero-padded panels into a local tile, of which only
+// the valid part is copied.
 #pragma once
 
 #include <algorithm>
@@ -93,11 +95,14 @@ struct Gemm {
     return v;
   }
 
-  // The kMr x NR tile t (rows ldt apart) += panel a x panel b over kc values of p; t starts from
-  // its contents when `load`, else from 0. With `last`, the epilogue's bias and ReLU follow, for
-  // the tile at rows i0.., columns j0.. of C.
-  static inline void tile(int kc, const float* a, const float* b, float* t, int64_t ldt, bool load,
-                          const Epilogue* last, int i0, int j0) {
+  // The kMr x NR tile t (rows ldt apart) += a x panel b over kc values of p; t starts from its
+  // contents when `load`, else from 0. With `last`, the epilogue's bias and ReLU follow, for the
+  // tile at rows i0.., columns j0.. of C. A's value (i, p) is a[i * lda + p] when kRowsOfA (A
+  // read in place, row-major), else a[p * lda + i] (a packed panel, lda = MR, or A stored
+  // transposed, read in place).
+  template <bool kRowsOfA>
+  static inline void tile(int kc, const float* a, int64_t lda, const float* b, float* t,
+                          int64_t ldt, bool load, const Epilogue* last, int i0, int j0) {
     V acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
@@ -109,7 +114,7 @@ struct Gemm {
       for (int v = 0; v < NV; ++v) bv[v] = I::load(b + p * NR + v * L);
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
-        const V av = I::broadcast(a[p * MR + i]);
+        const V av = I::broadcast(kRowsOfA ? a[i * lda + p] : a[p * lda + i]);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[i][v] = I::fma(av, bv[v], acc[i][v]);
       }
@@ -138,18 +143,20 @@ struct Gemm {
       for (int v = 0; v < NV; ++v) I::store(t + i * ldt + v * L, acc[i][v]);
   }
 
-  // A tile of C at (i0, j0) with mr x nr valid values: in place when whole, else through a local
+  // A tile of C at (i0, j0) with nr valid columns: in place when whole, else through a local
   // tile (the epilogue then runs on the valid values only, in scalar code).
-  static void edge_or_tile(int kc, const float* a, const float* b, float* c, int64_t ldc, bool load,
-                           const Epilogue* last, int i0, int j0, int mr, int nr) {
+  template <bool kRowsOfA>
+  static void edge_or_tile(int kc, const float* a, int64_t lda, const float* b, float* c,
+                           int64_t ldc, bool load, const Epilogue* last, int i0, int j0, int mr,
+                           int nr) {
     if (mr == MR && nr == NR) {
-      tile(kc, a, b, c, ldc, load, last, i0, j0);
+      tile<kRowsOfA>(kc, a, lda, b, c, ldc, load, last, i0, j0);
       return;
     }
     alignas(64) float t[MR * NR];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NR; ++j) t[i * NR + j] = load && i < mr && j < nr ? c[i * ldc + j] : 0;
-    tile(kc, a, b, t, NR, load, nullptr, 0, 0);
+    tile<kRowsOfA>(kc, a, lda, b, t, NR, load, nullptr, 0, 0);
     for (int i = 0; i < mr; ++i)
       for (int j = 0; j < nr; ++j)
         c[i * ldc + j] = last ? finish(t[i * NR + j], *last, i0 + i, j0 + j) : t[i * NR + j];
@@ -159,6 +166,9 @@ struct Gemm {
                   GemmBuffers& buffers) {
     float* pa = buffers.a();
     float* pb = buffers.b();
+    // A with contiguous rows or columns is read in place, except a last panel of fewer than MR
+    // rows (reading on would leave A), which is packed zero-padded; other A are packed.
+    const bool rows_of_a = a.cs == 1, in_place = a.cs == 1 || a.rs == 1;
     // Slices of p of equal length (a multiple of 8 except the last), at most kKc.
     const int slices = (k + kKc - 1) / kKc;
     const int kc_max = std::min(k, (k / slices + 7) / 8 * 8);
@@ -170,14 +180,25 @@ struct Gemm {
         const Epilogue* last = pc + kc == k ? &e : nullptr;
         for (int ic = 0; ic < m; ic += kMc) {
           const int mc = std::min(kMc, m - ic);
-          for (int ir = 0; ir < mc; ir += MR)
+          for (int ir = in_place ? mc / MR * MR : 0; ir < mc; ir += MR)
             pack_a(a, ic + ir, std::min(MR, mc - ir), pc, kc, pa + ir * kc);
           for (int jr = 0; jr < nc; jr += NR) {
             // Each B panel is packed just before its first use, while A's block waits in cache.
             if (ic == 0) pack_b(b, pc, kc, jc + jr, std::min(NR, nc - jr), pb + jr * kc);
-            for (int ir = 0; ir < mc; ir += MR)
-              edge_or_tile(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, load,
-                           last, ic + ir, jc + jr, std::min(MR, mc - ir), std::min(NR, nc - jr));
+            for (int ir = 0; ir < mc; ir += MR) {
+              const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
+              float* ct = c + (ic + ir) * ldc + jc + jr;
+              const float* bp = pb + jr * kc;
+              if (!in_place || mr < MR)
+                edge_or_tile<false>(kc, pa + ir * kc, MR, bp, ct, ldc, load, last, ic + ir, jc + jr,
+                                    mr, nr);
+              else if (rows_of_a)
+                edge_or_tile<true>(kc, a.p + (ic + ir) * a.rs + pc, a.rs, bp, ct, ldc, load, last,
+                                   ic + ir, jc + jr, mr, nr);
+              else
+                edge_or_tile<false>(kc, a.p + pc * a.cs + ic + ir, a.cs, bp, ct, ldc, load, last,
+                                    ic + ir, jc + jr, mr, nr);
+            }
           }
         }
       }

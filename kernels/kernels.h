@@ -80,6 +80,9 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, int64_t bytes) const = 0;
   virtual void copy(void* dst, const void* src, int64_t bytes) const = 0;
   virtual void fill_zero(void* dst, int64_t bytes) const = 0;
+  // p itself where this backend's memory is host memory (the CPU's: the host may write its inputs
+  // there directly), else null.
+  virtual void* host_address(void* /*p*/) const { return nullptr; }
 
   // c[m, n] = alpha * op(a) op(b) + beta * c, where op(a) is [m, k] and op(b) is [k, n];
   // a is stored [m, k] (or [k, m] when trans_a), b is stored [k, n] (or [n, k] when trans_b).
