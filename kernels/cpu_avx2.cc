@@ -7,6 +7,7 @@
 #include "kernels/cpu_avx.h"
 #include "kernels/cpu_conv_impl.h"
 #include "kernels/cpu_gemm_impl.h"
+#include "kernels/cpu_optimizer_impl.h"
 
 namespace hippo::kernels::cpu {
 namespace {
@@ -47,6 +48,16 @@ void conv_forward_avx2(const ConvShape& s, const float* x, const float* packed, 
 void conv_weight_grad_avx2(const ConvShape& s, const float* x, const float* dy, float* acc, int r0,
                            int r1, int b0, int nb, float* work) {
   impl::Conv<Avx2>::weight_grad(s, x, dy, acc, r0, r1, b0, nb, work);
+}
+
+void sgd_update_avx2(float* params, const float* grads, float* buf, int64_t n,
+                     const SgdParams& hp) {
+  impl::sgd_update(params, grads, buf, n, hp);
+}
+
+void adam_update_avx2(float* params, const float* grads, float* m, float* v, int64_t n,
+                      const AdamParams& hp, float step, float inv_sqrt_bc2) {
+  impl::adam_update(params, grads, m, v, n, hp, step, inv_sqrt_bc2);
 }
 
 }  // namespace hippo::kernels::cpu

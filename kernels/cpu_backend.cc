@@ -13,6 +13,7 @@
 
 #include "kernels/cpu_conv.h"
 #include "kernels/cpu_gemm.h"
+#include "kernels/cpu_optimizer.h"
 #include "kernels/cpu_transformer.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
@@ -417,26 +418,8 @@ class CpuBackend final : public Backend {
                   const SgdParams& hp) const override {
     if (hp.momentum != 0 && buf == nullptr)
       throw std::invalid_argument("sgd_update: momentum needs a buffer");
-    const float lr = hp.lr, mu = hp.momentum, wd = hp.weight_decay;
-    // One loop per variant, so that each is a straight vectorized loop.
     pool_.parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-      if (mu == 0) {
-#pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-      } else if (hp.nesterov) {
-#pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i) {
-          const float d = g[i] + wd * p[i];
-          buf[i] = mu * buf[i] + d;
-          p[i] -= lr * (d + mu * buf[i]);
-        }
-      } else {
-#pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i) {
-          buf[i] = mu * buf[i] + (g[i] + wd * p[i]);
-          p[i] -= lr * buf[i];
-        }
-      }
+      cpu::sgd_update(isa_, p + begin, g + begin, buf ? buf + begin : nullptr, end - begin, hp);
     });
   }
 
@@ -448,17 +431,8 @@ class CpuBackend final : public Backend {
     const float step = hp.lr / bc1;
     const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
     pool_.parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-#pragma GCC ivdep
-      for (int64_t i = begin; i < end; ++i) {
-        float grad = g[i];
-        if (hp.decoupled)
-          p[i] -= hp.lr * hp.weight_decay * p[i];
-        else
-          grad += hp.weight_decay * p[i];
-        m[i] = hp.beta1 * m[i] + (1.0f - hp.beta1) * grad;
-        v[i] = hp.beta2 * v[i] + (1.0f - hp.beta2) * grad * grad;
-        p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + hp.eps);
-      }
+      cpu::adam_update(isa_, p + begin, g + begin, m + begin, v + begin, end - begin, hp, step,
+                       inv_sqrt_bc2);
     });
   }
 

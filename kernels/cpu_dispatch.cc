@@ -5,6 +5,7 @@
 
 #include "kernels/cpu_conv.h"
 #include "kernels/cpu_gemm.h"
+#include "kernels/cpu_optimizer.h"
 
 namespace hippo::kernels::cpu {
 
@@ -113,6 +114,32 @@ void conv_weight_grad(Isa isa, const ConvShape& s, const float* x, const float* 
       break;
   }
   conv_weight_grad_portable(s, x, dy, acc, r0, r1, b0, nb, work);
+}
+
+void sgd_update(Isa isa, float* params, const float* grads, float* buf, int64_t n,
+                const SgdParams& hp) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return sgd_update_avx512(params, grads, buf, n, hp);
+    case Isa::kAvx2:
+      return sgd_update_avx2(params, grads, buf, n, hp);
+    case Isa::kPortable:
+      break;
+  }
+  sgd_update_portable(params, grads, buf, n, hp);
+}
+
+void adam_update(Isa isa, float* params, const float* grads, float* m, float* v, int64_t n,
+                 const AdamParams& hp, float step, float inv_sqrt_bc2) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return adam_update_avx512(params, grads, m, v, n, hp, step, inv_sqrt_bc2);
+    case Isa::kAvx2:
+      return adam_update_avx2(params, grads, m, v, n, hp, step, inv_sqrt_bc2);
+    case Isa::kPortable:
+      break;
+  }
+  adam_update_portable(params, grads, m, v, n, hp, step, inv_sqrt_bc2);
 }
 
 }  // namespace hippo::kernels::cpu

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu_conv_impl.h"
 #include "kernels/cpu_gemm_impl.h"
+#include "kernels/cpu_optimizer_impl.h"
 
 namespace hippo::kernels::cpu {
 namespace {
@@ -45,6 +46,16 @@ void conv_forward_portable(const ConvShape& s, const float* x, const float* pack
 void conv_weight_grad_portable(const ConvShape& s, const float* x, const float* dy, float* acc,
                                int r0, int r1, int b0, int nb, float* work) {
   impl::Conv<Portable>::weight_grad(s, x, dy, acc, r0, r1, b0, nb, work);
+}
+
+void sgd_update_portable(float* params, const float* grads, float* buf, int64_t n,
+                         const SgdParams& hp) {
+  impl::sgd_update(params, grads, buf, n, hp);
+}
+
+void adam_update_portable(float* params, const float* grads, float* m, float* v, int64_t n,
+                          const AdamParams& hp, float step, float inv_sqrt_bc2) {
+  impl::adam_update(params, grads, m, v, n, hp, step, inv_sqrt_bc2);
 }
 
 }  // namespace hippo::kernels::cpu
