@@ -77,6 +77,8 @@ struct Conv {
   static constexpr int WR = I::kWgradMr, WV = I::kWgradNv, WN = WV * L;
   static_assert(NR <= kMaxNr && WN <= kMaxNr && kMaxNr % NR == 0 && kMaxNr % WN == 0);
   static_assert(WR <= kConvAccSlackRows);
+  // Rows of packed weights (of NR floats) per slice of the forward sum: 40 KB at NR = 32.
+  static constexpr int64_t kSliceRows = 320;
 
   // packed[cb, r, j] = w[cb * NR + j, r], 0 past the last output channel.
   static void pack_weights(const ConvShape& s, const float* w, float* packed) {
@@ -90,14 +92,15 @@ struct Conv {
         }
   }
 
-  // The MR x NR tile t[i, j] = sum over r of a(r)[i] pw[r, j] (+ bias[j]), a(r) = row + off[r].
+  // The MR x NR tile t[i, j] (+)= sum over r of a(r)[i] pw[r, j] (+ bias[j]), a(r) = row + off[r]:
+  // from t's contents when `load`, else from 0.
   static inline void forward_tile(int64_t rows, const float* pw, const float* row,
-                                  const int64_t* off, const float* bias, float* t) {
+                                  const int64_t* off, bool load, const float* bias, float* t) {
     V acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = I::zero();
+      for (int v = 0; v < NV; ++v) acc[i][v] = load ? I::load(t + i * NR + v * L) : I::zero();
     for (int64_t r = 0; r < rows; ++r) {
       V bv[NV];
 #pragma GCC unroll 4
@@ -152,16 +155,34 @@ struct Conv {
     // Each plane of output positions x channels is staged, then transposed into y (from memory
     // the tiles left a while ago, rather than through a store and reload of each tile).
     float* staged = bias_block + blocks * NR;
+    // The sum over r in slices whose packed weights stay in the L1 cache (kSliceRows x NR floats)
+    // while every position of the plane uses them; between slices a tile goes through the staged
+    // plane (an exact fp32 store and load: the chain is unchanged).
+    const int64_t slices = (g.rows + kSliceRows - 1) / kSliceRows;
+    const int64_t slice_rows = (g.rows + slices - 1) / slices;
+    alignas(64) float edge[MR * NR];
     for (int b = 0; b < nb; ++b)
       for (int cb = 0; cb < blocks; ++cb) {
-        const float* pw = packed + cb * g.rows * NR;
         const float* pb = bias ? bias_block + cb * NR : nullptr;
-        // A run shorter than MR at the end of a row writes on into the next row's positions,
-        // which that row's tiles overwrite (and past the plane's end into MR rows of slack).
-        for (int oy = 0; oy < g.ho; ++oy)
-          for (int ox0 = 0; ox0 < g.wo; ox0 += MR)
-            forward_tile(g.rows, pw, xp + (int64_t{b} * g.hp + oy) * g.wp + ox0, off, pb,
-                         staged + (int64_t{oy} * g.wo + ox0) * NR);
+        for (int64_t r0 = 0; r0 < g.rows; r0 += slice_rows) {
+          const int64_t rows = std::min(slice_rows, g.rows - r0);
+          const float* pw = packed + (cb * g.rows + r0) * NR;
+          const bool load = r0 > 0, last = r0 + rows == g.rows;
+          for (int oy = 0; oy < g.ho; ++oy)
+            for (int ox0 = 0; ox0 < g.wo; ox0 += MR) {
+              const float* row = xp + (int64_t{b} * g.hp + oy) * g.wp + ox0;
+              float* t = staged + (int64_t{oy} * g.wo + ox0) * NR;
+              const int mr = std::min(MR, g.wo - ox0);
+              if (mr == MR) {
+                forward_tile(rows, pw, row, off + r0, load, last ? pb : nullptr, t);
+                continue;
+              }
+              // A run shorter than MR at a row's end: its tile through `edge`.
+              if (load) std::copy(t, t + mr * NR, edge);
+              forward_tile(rows, pw, row, off + r0, load, last ? pb : nullptr, edge);
+              std::copy(edge, edge + mr * NR, t);
+            }
+        }
         transpose(staged, NR, static_cast<int>(g.plane), std::min(NR, s.out_channels - cb * NR),
                   y + (int64_t{cb} * NR * s.batch + b0 + b) * g.plane, s.batch * g.plane);
       }

@@ -69,8 +69,8 @@ int64_t conv_packed_weights_size(const ConvShape& s) {
 
 int64_t conv_work_size(const ConvShape& s, int nb) {
   // cpu_conv_impl.h: the padded images with slack, the transposed output gradient, the offsets
-  // (int64, two floats each), the bias per block of channels, a staged plane of outputs (with
-  // slack rows), and alignment between them.
+  // (int64, two floats each), the bias per block of channels, a staged plane of outputs, and
+  // alignment between them.
   const int64_t padded =
       int64_t{s.in_channels} * nb * (s.height + 2 * s.pad) * (s.width + 2 * s.pad);
   const int64_t gradient = conv_acc_width(s) * nb * s.out_height() * s.out_width();
