@@ -41,14 +41,20 @@ void conv_pack_weights_avx512(const ConvShape& s, const float* w, float* packed)
   impl::Conv<Avx512>::pack_weights(s, w, packed);
 }
 
-void conv_forward_avx512(const ConvShape& s, const float* x, const float* packed, const float* bias,
-                         float* y, int b0, int nb, float* work) {
-  impl::Conv<Avx512>::forward(s, x, packed, bias, y, b0, nb, work);
+void conv_forward_avx512(const ConvShape& s, Chunk<const float> x, const float* packed,
+                         const float* bias, Chunk<float> y, int nb, float* work) {
+  impl::Conv<Avx512>::forward(s, x, packed, bias, y, nb, work);
 }
 
-void conv_weight_grad_avx512(const ConvShape& s, const float* x, const float* dy, float* acc,
-                             int r0, int r1, int b0, int nb, float* work) {
-  impl::Conv<Avx512>::weight_grad(s, x, dy, acc, r0, r1, b0, nb, work);
+void conv_pool_forward_avx512(const ConvShape& s, Chunk<const float> x, const float* packed,
+                              const float* bias, Chunk<float> y, Chunk<uint8_t> codes, int nb,
+                              float* work) {
+  impl::Conv<Avx512>::forward_pool(s, x, packed, bias, y, codes, nb, work);
+}
+
+void conv_weight_grad_avx512(const ConvShape& s, Chunk<const float> x, Chunk<const float> dy,
+                             float* acc, int r0, int r1, int nb, float* work) {
+  impl::Conv<Avx512>::weight_grad(s, x, dy, acc, r0, r1, nb, work);
 }
 
 void sgd_update_avx512(float* params, const float* grads, float* buf, int64_t n,

@@ -27,7 +27,7 @@ constexpr int64_t kGrain = 1 << 14;
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, cpu::Isa isa)
-      : isa_(isa), pool_(threads), work_(threads), accumulators_(threads) {
+      : isa_(isa), pool_(threads), work_(threads), accumulators_(threads), unpooled_(threads) {
     for (int t = 0; t < threads; ++t) gemm_buffers_.push_back(std::make_unique<cpu::GemmBuffers>());
   }
 
@@ -224,52 +224,56 @@ class CpuBackend final : public Backend {
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float*,
                       float* y) const override {
-    packed_.resize(static_cast<size_t>(cpu::conv_packed_weights_size(s)));
-    cpu::conv_pack_weights(isa_, s, w, packed_.data());
-    convolve(s, x, packed_.data(), bias, y);
+    convolve(s, x, pack(s, w), bias, y);
   }
 
-  // dw: the threads split the weights by input channels; each sums its rows over the chunks of
-  // images in order (cpu::conv_weight_grad: one chain per weight over the positions, whatever
-  // the split). dx: the transposed convolution, a forward one of dy with the kernel flipped and
-  // the channels swapped (its own chains, over (co, ki, kj)).
   void conv2d_backward(const ConvShape& s, const float* x, const float*, const float* w,
                        const float* dy, float*, float* dx, float* dw, float* dbias) const override {
     if (dbias) bias_backward(dy, dbias, 1, s.out_channels, s.col_cols());
-    const int taps = s.kernel * s.kernel, per = chunk_images(s);
-    const int64_t rows = s.col_rows(), width = cpu::conv_acc_width(s);
-    const int parts = std::clamp(s.in_channels, 1, threads());
-    for_each_part(parts, [&](int t, int, int) {
-      const int r0 = s.in_channels * t / parts * taps, r1 = s.in_channels * (t + 1) / parts * taps;
-      std::vector<float>& acc = accumulators_[t];
-      acc.assign(static_cast<size_t>((r1 - r0 + cpu::kConvAccSlackRows) * width), 0.0f);
+    convolution_gradients(
+        s, x, w,
+        [&](int, int b0, int) {
+          return cpu::Chunk<const float>{dy, s.batch, b0};
+        },
+        dx, dw);
+  }
+
+  // The cnn's block fused (cpu::conv_pool_forward): the convolution's output is pooled from the
+  // kernels' staged planes and never stored; the scratch keeps one byte per pooled output, the
+  // position of its window's first maximum. The backward unpools the output gradient into each
+  // chunk of images as the kernels need it (in cache) instead of the whole batch (in memory).
+  int64_t conv_block_scratch_size(const ConvShape& s) const override {
+    return (pooled_size(s) + 3) / 4;
+  }
+
+  void conv_block_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
+                          float* scratch, float* y) const override {
+    const float* packed = pack(s, w);
+    uint8_t* codes = reinterpret_cast<uint8_t*>(scratch);
+    const int per = chunk_images(s), chunks = (s.batch + per - 1) / per;
+    for_each_part(chunks, [&](int t, int first, int last) {
       float* buffer = work(t, cpu::conv_work_size(s, per));
-      for (int b0 = 0; b0 < s.batch; b0 += per)
-        cpu::conv_weight_grad(isa_, s, x, dy, acc.data(), r0, r1, b0, std::min(per, s.batch - b0),
-                              buffer);
-      for (int r = r0; r < r1; ++r)
-        for (int co = 0; co < s.out_channels; ++co) dw[co * rows + r] = acc[(r - r0) * width + co];
+      for (int b0 = first * per; b0 < std::min(last * per, s.batch); b0 += per)
+        cpu::conv_pool_forward(isa_, s, {x, s.batch, b0}, packed, bias, {y, s.batch, b0},
+                               {codes, s.batch, b0}, std::min(per, s.batch - b0), buffer);
     });
-    if (dx == nullptr) return;
-    const ConvShape t{.batch = s.batch,
-                      .in_channels = s.out_channels,
-                      .out_channels = s.in_channels,
-                      .height = s.out_height(),
-                      .width = s.out_width(),
-                      .kernel = s.kernel,
-                      .pad = s.kernel - 1 - s.pad};
-    // flipped[ci, (co, ki, kj)] = w[co, (ci, k-1-ki, k-1-kj)]
-    const int k = s.kernel;
-    flipped_.resize(static_cast<size_t>(t.col_rows() * t.out_channels));
-    for (int ci = 0; ci < s.in_channels; ++ci)
-      for (int co = 0; co < s.out_channels; ++co)
-        for (int ki = 0; ki < k; ++ki)
-          for (int kj = 0; kj < k; ++kj)
-            flipped_[ci * t.col_rows() + (co * k + ki) * k + kj] =
-                w[co * rows + (ci * k + k - 1 - ki) * k + k - 1 - kj];
-    packed_.resize(static_cast<size_t>(cpu::conv_packed_weights_size(t)));
-    cpu::conv_pack_weights(isa_, t, flipped_.data(), packed_.data());
-    convolve(t, dy, packed_.data(), nullptr, dx);
+  }
+
+  void conv_block_backward(const ConvShape& s, const float* x, const float* w, const float* y,
+                           float* dy, float* scratch, float* dx, float* dw,
+                           float* dbias) const override {
+    bias_relu_backward(y, dy, dbias, 1, s.out_channels, pooled_size(s) / s.out_channels);
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(scratch);
+    convolution_gradients(
+        s, x, w,
+        [&](int t, int b0, int nb) {
+          std::vector<float>& dz = unpooled_[t];
+          dz.resize(
+              static_cast<size_t>(int64_t{s.out_channels} * nb * s.out_height() * s.out_width()));
+          unpool(s, dy, codes, b0, nb, dz.data());
+          return cpu::Chunk<const float>{dz.data(), nb, 0};
+        },
+        dx, dw);
   }
 
   void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
@@ -571,6 +575,13 @@ class CpuBackend final : public Backend {
     return static_cast<int>(std::clamp<int64_t>(kChunkFloats / per_image, 1, s.batch));
   }
 
+  // w packed for the kernels (into a buffer of the backend's).
+  const float* pack(const ConvShape& s, const float* w) const {
+    packed_.resize(static_cast<size_t>(cpu::conv_packed_weights_size(s)));
+    cpu::conv_pack_weights(isa_, s, w, packed_.data());
+    return packed_.data();
+  }
+
   // y = the convolution of x with the packed weights (+ bias), chunks of images spread over the
   // threads.
   void convolve(const ConvShape& s, const float* x, const float* packed, const float* bias,
@@ -578,11 +589,89 @@ class CpuBackend final : public Backend {
     const int per = chunk_images(s), chunks = (s.batch + per - 1) / per;
     for_each_part(chunks, [&](int t, int first, int last) {
       float* buffer = work(t, cpu::conv_work_size(s, per));
-      for (int chunk = first; chunk < last; ++chunk) {
-        const int b0 = chunk * per;
-        cpu::conv_forward(isa_, s, x, packed, bias, y, b0, std::min(per, s.batch - b0), buffer);
+      for (int b0 = first * per; b0 < std::min(last * per, s.batch); b0 += per)
+        cpu::conv_forward(isa_, s, {x, s.batch, b0}, packed, bias, {y, s.batch, b0},
+                          std::min(per, s.batch - b0), buffer);
+    });
+  }
+
+  // The gradients of the convolution s with input x and weights w, from its output gradient:
+  // dy_chunk(t, b0, nb) gives images [b0, b0 + nb) of it as a chunk (thread t may build it in a
+  // buffer of its own). dw: the threads split the weights by input channels; each sums its rows
+  // over the chunks of images in order (cpu::conv_weight_grad: one chain per weight over the
+  // positions, whatever the split). dx, unless null: the transposed convolution, a forward one of
+  // the output gradient with the kernel flipped and the channels swapped (its own chains, over
+  // (co, ki, kj)), chunks of images spread over the threads.
+  template <typename DyChunk>
+  void convolution_gradients(const ConvShape& s, const float* x, const float* w,
+                             const DyChunk& dy_chunk, float* dx, float* dw) const {
+    const int taps = s.kernel * s.kernel, per = chunk_images(s);
+    const int64_t rows = s.col_rows(), width = cpu::conv_acc_width(s);
+    const int parts = std::clamp(s.in_channels, 1, threads());
+    for_each_part(parts, [&](int t, int, int) {
+      const int r0 = s.in_channels * t / parts * taps, r1 = s.in_channels * (t + 1) / parts * taps;
+      std::vector<float>& acc = accumulators_[t];
+      acc.assign(static_cast<size_t>((r1 - r0 + cpu::kConvAccSlackRows) * width), 0.0f);
+      float* buffer = work(t, cpu::conv_work_size(s, per));
+      for (int b0 = 0; b0 < s.batch; b0 += per) {
+        const int nb = std::min(per, s.batch - b0);
+        cpu::conv_weight_grad(isa_, s, {x, s.batch, b0}, dy_chunk(t, b0, nb), acc.data(), r0, r1,
+                              nb, buffer);
+      }
+      for (int r = r0; r < r1; ++r)
+        for (int co = 0; co < s.out_channels; ++co) dw[co * rows + r] = acc[(r - r0) * width + co];
+    });
+    if (dx == nullptr) return;
+    const ConvShape t{.batch = s.batch,
+                      .in_channels = s.out_channels,
+                      .out_channels = s.in_channels,
+                      .height = s.out_height(),
+                      .width = s.out_width(),
+                      .kernel = s.kernel,
+                      .pad = s.kernel - 1 - s.pad};
+    // flipped[ci, (co, ki, kj)] = w[co, (ci, k-1-ki, k-1-kj)]
+    const int k = s.kernel;
+    flipped_.resize(static_cast<size_t>(t.col_rows() * t.out_channels));
+    for (int ci = 0; ci < s.in_channels; ++ci)
+      for (int co = 0; co < s.out_channels; ++co)
+        for (int ki = 0; ki < k; ++ki)
+          for (int kj = 0; kj < k; ++kj)
+            flipped_[ci * t.col_rows() + (co * k + ki) * k + kj] =
+                w[co * rows + (ci * k + k - 1 - ki) * k + k - 1 - kj];
+    const float* packed = pack(t, flipped_.data());
+    const int per_t = chunk_images(t), chunks = (s.batch + per_t - 1) / per_t;
+    for_each_part(chunks, [&](int th, int first, int last) {
+      float* buffer = work(th, cpu::conv_work_size(t, per_t));
+      for (int b0 = first * per_t; b0 < std::min(last * per_t, s.batch); b0 += per_t) {
+        const int nb = std::min(per_t, s.batch - b0);
+        cpu::conv_forward(isa_, t, dy_chunk(th, b0, nb), packed, nullptr, {dx, s.batch, b0}, nb,
+                          buffer);
       }
     });
+  }
+
+  // Outputs of the cnn block's pooling (2 x 2, stride 2) of the convolution s: Cout x B x windows.
+  static int64_t pooled_size(const ConvShape& s) {
+    return int64_t{s.out_channels} * s.batch * (s.out_height() / 2) * (s.out_width() / 2);
+  }
+
+  // dz[co, b] for the nb images of a chunk (CNHW, batch nb) from the pooled output gradient
+  // dy[co, b0 + b] and the first-maximum codes: each window's gradient at its first maximum, 0
+  // elsewhere (and on a last odd row or column): maxpool_backward's routing.
+  static void unpool(const ConvShape& s, const float* dy, const uint8_t* codes, int b0, int nb,
+                     float* dz) {
+    const int ho = s.out_height(), wo = s.out_width(), hq = ho / 2, wq = wo / 2;
+    for (int co = 0; co < s.out_channels; ++co)
+      for (int b = 0; b < nb; ++b) {
+        float* plane = dz + (int64_t{co} * nb + b) * ho * wo;
+        std::fill(plane, plane + ho * wo, 0.0f);
+        const int64_t pooled = (int64_t{co} * s.batch + b0 + b) * hq * wq;
+        for (int py = 0; py < hq; ++py)
+          for (int px = 0; px < wq; ++px) {
+            const int q = py * wq + px, code = codes[pooled + q];
+            plane[(2 * py + code / 2) * wo + 2 * px + code % 2] = dy[pooled + q];
+          }
+      }
   }
 
   cpu::Isa isa_;
@@ -590,6 +679,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<cpu::GemmBuffers>> gemm_buffers_;  // one per thread
   mutable std::vector<std::vector<float>> work_;                 // one per thread: chunks of images
   mutable std::vector<std::vector<float>> accumulators_;         // one per thread: weight gradients
+  mutable std::vector<std::vector<float>> unpooled_;             // one per thread: a chunk's dz
   mutable std::vector<float> packed_, flipped_;                  // a convolution's weights, packed
   mutable std::vector<float> scaled_;  // gemm's product before alpha and beta
 };

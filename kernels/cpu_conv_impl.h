@@ -45,16 +45,16 @@ struct ConvGeometry {
   }
 };
 
-// xp[c - c0, b, :, :] for c in [c0, c1), b in [0, nb): image b0 + b of channel c of x, zero-padded
-// to hp x wp (a negative pad crops), followed by `slack` zeros.
-inline void pad_images(const ConvShape& s, const ConvGeometry& g, const float* x, int c0, int c1,
-                       int b0, int nb, float* xp, int slack) {
+// xp[c - c0, b, :, :] for c in [c0, c1), b in [0, nb): image b of the chunk x, channel c,
+// zero-padded to hp x wp (a negative pad crops), followed by `slack` zeros.
+inline void pad_images(const ConvGeometry& g, Chunk<const float> x, int c0, int c1, int nb,
+                       float* xp, int slack) {
   // Columns [lo, hi) of a padded row hold the image's columns lo - pad, ...
   const int lo = std::clamp(g.pad, 0, g.wp), hi = std::clamp(g.pad + g.w, lo, g.wp);
   float* dst = xp;
   for (int c = c0; c < c1; ++c)
-    for (int b = b0; b < b0 + nb; ++b) {
-      const float* src = x + (int64_t{c} * s.batch + b) * g.h * g.w;
+    for (int b = 0; b < nb; ++b) {
+      const float* src = x.at(c, b, int64_t{g.h} * g.w);
       for (int yy = 0; yy < g.hp; ++yy, dst += g.wp) {
         const int iy = yy - g.pad;
         if (iy < 0 || iy >= g.h) {
@@ -135,26 +135,82 @@ struct Conv {
       for (int i = j < cols8 ? rows8 : 0; i < rows; ++i) dst[j * ldd + i] = src[i * lds + j];
   }
 
-  static void forward(const ConvShape& s, const float* x, const float* packed, const float* bias,
-                      float* y, int b0, int nb, float* work) {
+  // y = the convolution of the chunk x (+ bias), from the packed weights.
+  static void forward(const ConvShape& s, Chunk<const float> x, const float* packed,
+                      const float* bias, Chunk<float> y, int nb, float* work) {
     const ConvGeometry g(s);
-    // work: xp (a run of MR positions at a row's end reads up to MR + k past it), then the
-    // offsets of the weight rows.
+    planes(s, g, x, packed, bias, nb, work, [&](int b, int cb, const float* staged, float*) {
+      transpose(staged, NR, static_cast<int>(g.plane), std::min(NR, s.out_channels - cb * NR),
+                y.at(cb * NR, b, g.plane), y.batch * g.plane);
+    });
+  }
+
+  // y = relu(maxpool(conv(x)) + bias) of the chunk x, with codes[co, b, q] (bytes, indexed as y)
+  // the position of the first maximum in window q (0..3, row-major): the convolution's planes
+  // are pooled from the staged plane, never stored.
+  static void forward_pool(const ConvShape& s, Chunk<const float> x, const float* packed,
+                           const float* bias, Chunk<float> y, Chunk<uint8_t> codes, int nb,
+                           float* work) {
+    const ConvGeometry g(s);
+    const int hq = g.ho / 2, wq = g.wo / 2, windows = hq * wq;
+    planes(s, g, x, packed, nullptr, nb, work,
+           [&](int b, int cb, const float* staged, float* spare) {
+             // spare: the pooled plane [windows, NR], then its codes [windows, NR].
+             float* pooled = spare;
+             uint8_t* code = reinterpret_cast<uint8_t*>(spare + int64_t{windows} * NR);
+             float block_bias[NR];
+             for (int j = 0; j < NR; ++j)
+               block_bias[j] = cb * NR + j < s.out_channels ? bias[cb * NR + j] : 0.0f;
+             for (int py = 0; py < hq; ++py)
+               for (int px = 0; px < wq; ++px) {
+                 const float* p00 = staged + (int64_t{2 * py} * g.wo + 2 * px) * NR;
+                 const float *p01 = p00 + NR, *p10 = p00 + g.wo * NR, *p11 = p10 + NR;
+                 const int64_t q = (int64_t{py} * wq + px) * NR;
+                 // As maxpool_forward and maxpool_backward (the first maximum), bias_forward and
+                 // relu_forward: the same values. Selects, not branches, so that it vectorizes.
+                 for (int j = 0; j < NR; ++j) {
+                   const float m = std::max(std::max(p00[j], p01[j]), std::max(p10[j], p11[j]));
+                   uint8_t first = 3;
+                   first = p10[j] == m ? 2 : first;
+                   first = p01[j] == m ? 1 : first;
+                   first = p00[j] == m ? 0 : first;
+                   code[q + j] = first;
+                   const float v = m + block_bias[j];
+                   pooled[q + j] = v > 0 ? v : 0.0f;
+                 }
+               }
+             const int channels = std::min(NR, s.out_channels - cb * NR);
+             transpose(pooled, NR, windows, channels, y.at(cb * NR, b, windows), y.batch * windows);
+             for (int j = 0; j < channels; ++j) {
+               uint8_t* dst = codes.at(cb * NR + j, b, windows);
+               for (int q = 0; q < windows; ++q) dst[q] = code[int64_t{q} * NR + j];
+             }
+           });
+  }
+
+  // Computes, for each image b of the chunk and block cb of output channels, the plane
+  // staged[position, j] = the convolution's output (+ bias) for channel cb * NR + j, and calls
+  // out(b, cb, staged, spare) (spare: plane * NR floats of scratch).
+  template <typename Out>
+  static void planes(const ConvShape& s, const ConvGeometry& g, Chunk<const float> x,
+                     const float* packed, const float* bias, int nb, float* work, const Out& out) {
+    // work: xp (a run of MR positions at a row's end reads up to MR + k past it), the offsets of
+    // the weight rows, the bias per block of channels, the staged plane and the spare one.
     const int slack = MR + g.k;
     const int64_t xp_size = int64_t{s.in_channels} * nb * g.hp * g.wp + slack;
     float* xp = work;
-    pad_images(s, g, x, 0, s.in_channels, b0, nb, xp, slack);
+    pad_images(g, x, 0, s.in_channels, nb, xp, slack);
     int64_t* off = reinterpret_cast<int64_t*>(xp + (xp_size + 15) / 16 * 16);
     for (int64_t r = 0; r < g.rows; ++r) off[r] = g.offset(r, 0, nb);
-
     // The bias per block of channels, 0 past the last channel.
     const int blocks = (s.out_channels + NR - 1) / NR;
     float* bias_block = reinterpret_cast<float*>(off + g.rows);
     for (int j = 0; j < blocks * NR; ++j)
       bias_block[j] = bias && j < s.out_channels ? bias[j] : 0.0f;
-    // Each plane of output positions x channels is staged, then transposed into y (from memory
-    // the tiles left a while ago, rather than through a store and reload of each tile).
+    // Each plane of output positions x channels is staged, then written out (from memory the
+    // tiles left a while ago, rather than through a store and reload of each tile).
     float* staged = bias_block + blocks * NR;
+    float* spare = staged + g.plane * NR;
     // The sum over r in slices whose packed weights stay in the L1 cache (kSliceRows x NR floats)
     // while every position of the plane uses them; between slices a tile goes through the staged
     // plane (an exact fp32 store and load: the chain is unchanged).
@@ -183,28 +239,27 @@ struct Conv {
               std::copy(edge, edge + mr * NR, t);
             }
         }
-        transpose(staged, NR, static_cast<int>(g.plane), std::min(NR, s.out_channels - cb * NR),
-                  y + (int64_t{cb} * NR * s.batch + b0 + b) * g.plane, s.batch * g.plane);
+        out(b, cb, staged, spare);
       }
   }
 
-  static void weight_grad(const ConvShape& s, const float* x, const float* dy, float* acc, int r0,
-                          int r1, int b0, int nb, float* work) {
+  static void weight_grad(const ConvShape& s, Chunk<const float> x, Chunk<const float> dy,
+                          float* acc, int r0, int r1, int nb, float* work) {
     const ConvGeometry g(s);
     const int taps = g.k * g.k;
     const int c0 = r0 / taps, c1 = (r1 - 1) / taps + 1;
     const int64_t width = conv_acc_width(s), positions = int64_t{nb} * g.plane;
-    // work: xp of channels [c0, c1), then dyt[cb, p, j] = dy[cb * WN + j, b0.., p] (the chunk's
+    // work: xp of channels [c0, c1), then dyt[cb, p, j] = dy[cb * WN + j, p] (the chunk's
     // positions p in order; 0 past the last channel), then the offsets of rows [r0, r1).
     const int64_t xp_size = int64_t{c1 - c0} * nb * g.hp * g.wp;
     float* xp = work;
-    pad_images(s, g, x, c0, c1, b0, nb, xp, 0);
+    pad_images(g, x, c0, c1, nb, xp, 0);
     float* dyt = xp + (xp_size + 15) / 16 * 16;
     const int blocks = (s.out_channels + WN - 1) / WN;
     for (int cb = 0; cb < blocks; ++cb) {
       const int channels = std::min(WN, s.out_channels - cb * WN);
       float* dst = dyt + cb * positions * WN;
-      transpose(dy + (int64_t{cb} * WN * s.batch + b0) * g.plane, s.batch * g.plane, channels,
+      transpose(dy.at(cb * WN, 0, g.plane), dy.batch * g.plane, channels,
                 static_cast<int>(positions), dst, WN);
       for (int64_t p = 0; p < positions; ++p)
         std::fill(dst + p * WN + channels, dst + (p + 1) * WN, 0.0f);

@@ -12,7 +12,9 @@ namespace hippo::kernels::cpu {
 Isa best_isa() {
   // libgcc's checks include the OS's support for the wider register state (XCR0).
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw"))
+    return Isa::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
   return Isa::kPortable;
 }
@@ -69,12 +71,12 @@ int64_t conv_packed_weights_size(const ConvShape& s) {
 
 int64_t conv_work_size(const ConvShape& s, int nb) {
   // cpu_conv_impl.h: the padded images with slack, the transposed output gradient, the offsets
-  // (int64, two floats each), the bias per block of channels, a staged plane of outputs, and
-  // alignment between them.
+  // (int64, two floats each), the bias per block of channels, the staged plane of outputs and a
+  // spare one, and alignment between them.
   const int64_t padded =
       int64_t{s.in_channels} * nb * (s.height + 2 * s.pad) * (s.width + 2 * s.pad);
   const int64_t gradient = conv_acc_width(s) * nb * s.out_height() * s.out_width();
-  const int64_t staged = (int64_t{s.out_height()} * s.out_width() + kMaxMr) * kMaxNr;
+  const int64_t staged = 2 * int64_t{s.out_height()} * s.out_width() * kMaxNr;
   return padded + kMaxMr + s.kernel + gradient + 2 * s.col_rows() + conv_acc_width(s) + staged + 64;
 }
 
@@ -90,30 +92,44 @@ void conv_pack_weights(Isa isa, const ConvShape& s, const float* w, float* packe
   conv_pack_weights_portable(s, w, packed);
 }
 
-void conv_forward(Isa isa, const ConvShape& s, const float* x, const float* packed,
-                  const float* bias, float* y, int b0, int nb, float* work) {
+void conv_forward(Isa isa, const ConvShape& s, Chunk<const float> x, const float* packed,
+                  const float* bias, Chunk<float> y, int nb, float* work) {
   switch (isa) {
     case Isa::kAvx512:
-      return conv_forward_avx512(s, x, packed, bias, y, b0, nb, work);
+      return conv_forward_avx512(s, x, packed, bias, y, nb, work);
     case Isa::kAvx2:
-      return conv_forward_avx2(s, x, packed, bias, y, b0, nb, work);
+      return conv_forward_avx2(s, x, packed, bias, y, nb, work);
     case Isa::kPortable:
       break;
   }
-  conv_forward_portable(s, x, packed, bias, y, b0, nb, work);
+  conv_forward_portable(s, x, packed, bias, y, nb, work);
 }
 
-void conv_weight_grad(Isa isa, const ConvShape& s, const float* x, const float* dy, float* acc,
-                      int r0, int r1, int b0, int nb, float* work) {
+void conv_pool_forward(Isa isa, const ConvShape& s, Chunk<const float> x, const float* packed,
+                       const float* bias, Chunk<float> y, Chunk<uint8_t> codes, int nb,
+                       float* work) {
   switch (isa) {
     case Isa::kAvx512:
-      return conv_weight_grad_avx512(s, x, dy, acc, r0, r1, b0, nb, work);
+      return conv_pool_forward_avx512(s, x, packed, bias, y, codes, nb, work);
     case Isa::kAvx2:
-      return conv_weight_grad_avx2(s, x, dy, acc, r0, r1, b0, nb, work);
+      return conv_pool_forward_avx2(s, x, packed, bias, y, codes, nb, work);
     case Isa::kPortable:
       break;
   }
-  conv_weight_grad_portable(s, x, dy, acc, r0, r1, b0, nb, work);
+  conv_pool_forward_portable(s, x, packed, bias, y, codes, nb, work);
+}
+
+void conv_weight_grad(Isa isa, const ConvShape& s, Chunk<const float> x, Chunk<const float> dy,
+                      float* acc, int r0, int r1, int nb, float* work) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return conv_weight_grad_avx512(s, x, dy, acc, r0, r1, nb, work);
+    case Isa::kAvx2:
+      return conv_weight_grad_avx2(s, x, dy, acc, r0, r1, nb, work);
+    case Isa::kPortable:
+      break;
+  }
+  conv_weight_grad_portable(s, x, dy, acc, r0, r1, nb, work);
 }
 
 void sgd_update(Isa isa, float* params, const float* grads, float* buf, int64_t n,

@@ -139,6 +139,41 @@ class Backend {
                                const float* dy, float* dcol, float* dx, float* dw,
                                float* dbias) const = 0;
 
+  // The cnn's convolution block, fused where a backend can: y[Cout, B, Ho/2, Wo/2] =
+  // relu(maxpool(conv(x, w)) + bias), with a 2 x 2 max pooling of stride 2 (a last odd row or
+  // column of the convolution dropped) and bias[Cout] (required): the same values as
+  // conv2d_forward (no bias), maxpool_forward (k = 2), bias_forward and relu_forward in turn.
+  // scratch[conv_block_scratch_size(s)] keeps, from forward to backward, what the backward needs:
+  // here the convolution's output and the columns (a backend may keep less: the CPU's keeps which
+  // window position was the first maximum).
+  virtual int64_t conv_block_scratch_size(const ConvShape& s) const {
+    return 2 * (int64_t{s.out_channels} * s.col_cols() + conv2d_scratch_size(s));
+  }
+  virtual void conv_block_forward(const ConvShape& s, const float* x, const float* w,
+                                  const float* bias, float* scratch, float* y) const {
+    float* z = scratch;  // [Cout, B, Ho, Wo], then col
+    const int64_t pooled = int64_t{s.batch} * (s.out_height() / 2) * (s.out_width() / 2);
+    conv2d_forward(s, x, w, nullptr, z + int64_t{s.out_channels} * s.col_cols(), z);
+    maxpool_forward(z, y, int64_t{s.out_channels} * s.batch, s.out_height(), s.out_width(), 2);
+    bias_forward(y, bias, 1, s.out_channels, pooled);
+    relu_forward(y, y, s.out_channels * pooled);
+  }
+  // From forward's x, y and scratch and dy[Cout, B, Ho/2, Wo/2] (overwritten: the gradient before
+  // the ReLU): dw and dbias (overwritten), and dx[Cin, B, H, W] unless dx is null. The same values
+  // as bias_relu_backward, maxpool_backward and conv2d_backward in turn.
+  virtual void conv_block_backward(const ConvShape& s, const float* x, const float* w,
+                                   const float* y, float* dy, float* scratch, float* dx, float* dw,
+                                   float* dbias) const {
+    const int64_t n = int64_t{s.out_channels} * s.col_cols(), ncol = conv2d_scratch_size(s);
+    float* z = scratch;  // z, col, then dz and dcol
+    float* dz = z + n + ncol;
+    bias_relu_backward(y, dy, dbias, 1, s.out_channels,
+                       int64_t{s.batch} * (s.out_height() / 2) * (s.out_width() / 2));
+    maxpool_backward(z, dy, dz, int64_t{s.out_channels} * s.batch, s.out_height(), s.out_width(),
+                     2);
+    conv2d_backward(s, x, z + n, w, dz, dz + n, dx, dw, nullptr);
+  }
+
   // Pooling over `planes` independent planes x[planes, H, W] with a k x k window and stride k;
   // y[planes, H/k, W/k] (a remainder row or column is dropped). Max pooling routes the gradient to
   // the first maximum of each window of x in row-major order; dx is overwritten.

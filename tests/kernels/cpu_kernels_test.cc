@@ -8,6 +8,7 @@
 // fused layers and convolutions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -295,6 +296,59 @@ TEST(CpuBackendIsaTest, OptimizerUpdatesHaveTheSameBitsEverywhere) {
         EXPECT_TRUE(same_bits(outputs[i], reference[i]))
             << "output " << i << " on " << device << " with " << threads << " threads";
     }
+}
+
+// The fused convolution block (conv_block_forward/backward) gives the values of its parts, bit for
+// bit, on every instruction set and thread count: an odd size (a dropped last row and column),
+// ties in the pooling windows (a zero image: the gradient goes to each window's first maximum),
+// and several chunks of images.
+TEST(CpuBackendIsaTest, ConvolutionBlockEqualsItsParts) {
+  for (const ConvShape s :
+       {ConvShape{.batch = 5, .in_channels = 3, .out_channels = 20, .height = 7, .width = 9},
+        ConvShape{.batch = 12, .in_channels = 8, .out_channels = 40, .height = 28, .width = 28}}) {
+    SCOPED_TRACE(std::to_string(s.height) + "x" + std::to_string(s.width));
+    // Image 1 is zero: its convolution is 0 everywhere, four-way ties in every window.
+    auto x = random_vector(size_t(s.in_channels) * s.batch * s.height * s.width, 70);
+    const int64_t image = int64_t{s.height} * s.width;
+    for (int c = 0; c < s.in_channels; ++c)
+      std::fill_n(x.begin() + (int64_t{c} * s.batch + 1) * image, image, 0.0f);
+    const auto w = random_vector(size_t(s.out_channels * s.col_rows()), 71);
+    const auto bias = random_vector(s.out_channels, 72);
+    const int64_t pooled =
+        int64_t{s.out_channels} * s.batch * (s.out_height() / 2) * (s.out_width() / 2);
+    const auto dy0 = random_vector(size_t(pooled), 73);
+    for (Isa isa : runnable_isas())
+      for (int threads : {1, 3}) {
+        const std::string device = std::string("cpu:") + cpu::isa_name(isa);
+        SCOPED_TRACE(device + " with " + std::to_string(threads) + " threads");
+        auto be = make_backend(device, threads);
+        std::vector<float> scratch(be->conv_block_scratch_size(s)), y(pooled), dy = dy0;
+        std::vector<float> dx(x.size()), dw(w.size()), db(bias.size());
+        be->conv_block_forward(s, x.data(), w.data(), bias.data(), scratch.data(), y.data());
+        be->conv_block_backward(s, x.data(), w.data(), y.data(), dy.data(), scratch.data(),
+                                dx.data(), dw.data(), db.data());
+        // The parts.
+        std::vector<float> z(size_t(s.out_channels * s.col_cols())), py(pooled), pdy = dy0;
+        std::vector<float> dz(z.size()), pdx(x.size()), pdw(w.size()), pdb(bias.size());
+        std::vector<float> col(be->conv2d_scratch_size(s)), dcol(col.size());
+        const int64_t planes = int64_t{s.out_channels} * s.batch;
+        be->conv2d_forward(s, x.data(), w.data(), nullptr, col.data(), z.data());
+        be->maxpool_forward(z.data(), py.data(), planes, s.out_height(), s.out_width(), 2);
+        be->bias_forward(py.data(), bias.data(), 1, s.out_channels, pooled / s.out_channels);
+        be->relu_forward(py.data(), py.data(), pooled);
+        be->bias_relu_backward(py.data(), pdy.data(), pdb.data(), 1, s.out_channels,
+                               pooled / s.out_channels);
+        be->maxpool_backward(z.data(), pdy.data(), dz.data(), planes, s.out_height(), s.out_width(),
+                             2);
+        be->conv2d_backward(s, x.data(), col.data(), w.data(), dz.data(), dcol.data(), pdx.data(),
+                            pdw.data(), nullptr);
+        EXPECT_TRUE(same_bits(y, py));
+        EXPECT_TRUE(same_bits(dy, pdy));
+        EXPECT_TRUE(same_bits(db, pdb));
+        EXPECT_TRUE(same_bits(dw, pdw));
+        EXPECT_TRUE(same_bits(dx, pdx));
+      }
+  }
 }
 
 // The fused layers give the values of the operations they stand for, bit for bit.
