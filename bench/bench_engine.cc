@@ -2,9 +2,13 @@
 // reference MLP (784-256-128-10) or CNN on Fashion-MNIST, or a gpt on fortunes (a sample is a
 // sequence of --context tokens; --stages > 1 pipelines it over that many CPU threads, each with
 // --threads kernel threads), and prints one JSON line
-//   {"model": "mlp", "batch": 128, "threads": 1, "device": "cpu", "precision": "fp32",
-//    "samples_per_s": 12345.6}
-// (gpt adds its shape, "microbatches", "stages", "schedule" and "tokens_per_s"). With
+//   {"model": "mlp", "batch": 128, "threads": 1, "device": "cpu", "isa": "avx512",
+//    "precision": "fp32", "samples_per_s": 12345.6, "cpu_seconds": 1.2,
+//    "product_flops_per_step": 1.289e8, "product_gflops": 12.4}
+// (cpu_seconds: CPU time of the timed steps, all threads; isa: the CPU kernels' instruction set,
+// --device cpu:avx2 etc. picks one; product_*: the matrix products' flops per step and their
+// rate, mlp and cnn only; gpt adds its shape, "microbatches", "stages", "schedule" and
+// "tokens_per_s"). With
 // --checkpoint-dir, it then saves the trained state there 5 times and adds the median times of
 // the part of a save that stalls training (the copy to host memory, encode_checkpoint) and of the
 // part a worker does in the background (the durable write, write_checkpoint_file), in ms.
@@ -13,18 +17,53 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/blas_env.h"
+#include "kernels/cpu_gemm.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/text_data.h"
 
+// Floating-point operations of the matrix products of one training step of the mlp or cnn of
+// `model` on 28 x 28 images, per sample: forward, weight gradients, and input gradients of every
+// layer but the first (biases, activations, pooling and the loss are not counted).
+double product_flops_per_sample(const nlohmann::json& model) {
+  double flops = 0;
+  bool first = true;
+  auto layer = [&](double macs) {  // forward, weight gradient, input gradient
+    flops += 2 * macs * (first ? 2 : 3);
+    first = false;
+  };
+  int64_t features = 28 * 28;
+  if (model["type"] == "cnn") {
+    int64_t channels = 1, side = 28;
+    for (int64_t out : model["channels"]) {
+      layer(double(side * side) * out * channels * 9);
+      channels = out;
+      side /= 2;
+    }
+    features = channels * side * side;
+  }
+  for (int64_t out : model[model["type"] == "cnn" ? "fc" : "hidden"]) {
+    layer(double(features) * out);
+    features = out;
+  }
+  layer(double(features) * 10);
+  return flops;
+}
+
+// CPU time of this process (all its threads), in seconds.
+double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 int main(int argc, char** argv) {
-  hippo::kernels::use_native_blas_kernels(argv);
   std::string model = "mlp", device = "cpu", precision = "fp32";
   int batch = 128, threads = 1, steps = 50, warmup = 5;
   int layers = 2, heads = 4, dim = 128, context = 64;  // gpt
@@ -38,7 +77,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 1024));
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1000000));
-  app.add_option("--device", device, "cpu or cuda:N");
+  app.add_option("--device", device, "cpu, cpu:avx512, cpu:avx2, cpu:portable or cuda:N");
   hippo::worker::RunConfig config;
   app.add_option("--microbatches", config.microbatches, "gpt: micro-batches per step")
       ->check(CLI::Range(1, 4096));
@@ -80,13 +119,27 @@ int main(int argc, char** argv) {
     engine.train(state, warmup, {}, fixed, {});
     finish();
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
     engine.train(state, warmup + steps, {}, fixed, {});
     finish();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    const double cpu_seconds = process_cpu_seconds() - cpu_start;
     const double samples_per_s = double(batch) * steps / elapsed.count();
-    nlohmann::json line = {{"model", model},         {"batch", batch},
-                           {"threads", threads},     {"device", device},
-                           {"precision", precision}, {"samples_per_s", samples_per_s}};
+    nlohmann::json line = {{"model", model},
+                           {"batch", batch},
+                           {"threads", threads},
+                           {"device", device},
+                           {"precision", precision},
+                           {"samples_per_s", samples_per_s},
+                           {"cpu_seconds", cpu_seconds}};
+    if (model != "gpt") {
+      line["product_flops_per_step"] = product_flops_per_sample(config.model) * batch;
+      line["product_gflops"] = product_flops_per_sample(config.model) * samples_per_s / 1e9;
+    }
+    if (device.rfind("cpu", 0) == 0)
+      line["isa"] = device.size() > 4
+                        ? device.substr(4)
+                        : hippo::kernels::cpu::isa_name(hippo::kernels::cpu::best_isa());
     if (model == "gpt") {
       line["shape"] = config.model;
       line["microbatches"] = config.microbatches;

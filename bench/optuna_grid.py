@@ -1,20 +1,38 @@
 #!/usr/bin/python3
-"""The anchor of bench/hpo_vs_optuna.sh: a study's trials trained one after another in PyTorch
-(CPU) under Optuna's grid sampler, with the same model, data, batch, optimizer and learning-rate
-schedule as the hippo spec. Supports the specs of the form of examples/fmnist-mlp-lr-decay.json
-(an MLP, SGD with momentum, a multistep lr per epoch over grids, a constant weight decay).
-Prints one JSON line: trials, wall_s, best accuracy, steps, per-trial overhead of Optuna."""
-import gzip, itertools, json, sys, time
+"""The anchor of bench/hpo_vs_optuna.sh: Optuna's distributed mode with PyTorch (CPU) training,
+the same model, data (standardized as hippo does), batch, optimizer and learning-rate schedule as
+the hippo spec. Supports specs of the form of examples/fmnist-mlp-lr-decay.json (an MLP, SGD with
+momentum, a multistep lr per epoch over grids, a constant weight decay).
+
+Several processes share one study in one storage (SQLite), as Optuna users parallelize on one
+machine. `--prepare` creates the study and enqueues every grid point once (Optuna's enqueue_trial);
+each `--worker` process then takes the next waiting point from the storage until none is left, so
+no point is trained twice (GridSampler alone may evaluate a point twice under distributed
+optimization, its documentation says). `--summary` prints the study's result and Optuna's own cost
+per trial (the same number of trials with an empty objective, in the same storage). Each mode
+prints one JSON line.
+
+  optuna_grid.py SPEC --storage sqlite:///s.db --prepare
+  optuna_grid.py SPEC --storage sqlite:///s.db --worker --threads 1   # N of these at once
+  optuna_grid.py SPEC --storage sqlite:///s.db --summary
+"""
+import argparse
+import gzip
+import itertools
+import json
+import time
+import warnings
 
 import numpy as np
 import optuna
-import torch
-from torch import nn
 
 DATA = "/usr/share/datasets/fashion-mnist"
+STUDY = "hpo_vs_optuna"
+MEAN, STD = 0.2860, 0.3530  # as hippo's data loader (worker/engine/image_network.cc)
 
 
 def idx(name):
+
     with gzip.open(f"{DATA}/{name}", "rb") as f:
         raw = f.read()
     dims = raw[3]
@@ -22,27 +40,50 @@ def idx(name):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def main():
-    spec = json.load(open(sys.argv[1]))
-    threads = int(sys.argv[2])
-    storage = sys.argv[3] if len(sys.argv) > 3 else None
+def images(name, n):
+    x = idx(name)[:n].reshape(n, -1).astype(np.float32) / 255.0
+    return (x - MEAN) / STD
+
+
+def grid_of(spec):
+    lr = spec["hyperparameters"]["lr"]
+    return {"init": lr["init"]["grid"], "milestone": lr["milestones"][0]["grid"],
+            "gamma": lr["gamma"]["grid"]}
+
+
+def prepare(spec, storage):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        optuna.delete_study(study_name=STUDY, storage=storage)
+    except KeyError:
+        pass
+    grid = grid_of(spec)
+    study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize",
+                                sampler=optuna.samplers.GridSampler(grid, seed=0))
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    for point in points:
+        study.enqueue_trial(point)
+    print(json.dumps({"enqueued": len(points)}))
+
+
+def worker(spec, storage, threads):
+    # PyTorch is imported only where it trains, so that --prepare and --summary start fast.
+    import torch
+    from torch import nn
     torch.set_num_threads(threads)
+    start = time.perf_counter()
     train_n = spec["data"].get("train_samples", 60000)
     eval_n = spec["data"].get("eval_samples", 10000)
-    x = torch.tensor(idx("train-images-idx3-ubyte.gz")[:train_n].reshape(train_n, -1) / 255.0,
-                     dtype=torch.float32)
+    x = torch.tensor(images("train-images-idx3-ubyte.gz", train_n))
     y = torch.tensor(idx("train-labels-idx1-ubyte.gz")[:train_n].astype(np.int64))
-    xe = torch.tensor(idx("t10k-images-idx3-ubyte.gz")[:eval_n].reshape(eval_n, -1) / 255.0,
-                      dtype=torch.float32)
+    xe = torch.tensor(images("t10k-images-idx3-ubyte.gz", eval_n))
     ye = torch.tensor(idx("t10k-labels-idx1-ubyte.gz")[:eval_n].astype(np.int64))
 
     fixed = spec["fixed"]
     batch = fixed["batch_size"]
     epochs = spec["length"]["epochs"]
     steps_per_epoch = train_n // batch
-    lr = spec["hyperparameters"]["lr"]
-    grid = {"init": lr["init"]["grid"], "milestone": lr["milestones"][0]["grid"],
-            "gamma": lr["gamma"]["grid"]}
+    grid = grid_of(spec)
     wd = spec["hyperparameters"].get("weight_decay", 0.0)
 
     def objective(trial):
@@ -75,25 +116,65 @@ def main():
         return acc
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", storage=storage,
-                                sampler=optuna.samplers.GridSampler(grid, seed=0))
-    trials = len(list(itertools.product(*grid.values())))
-    start = time.perf_counter()
-    study.optimize(objective, n_trials=trials)
-    wall = time.perf_counter() - start
+    study = optuna.load_study(study_name=STUDY, storage=storage,
+                              sampler=optuna.samplers.GridSampler(grid, seed=0))
+    waiting = (optuna.trial.TrialState.WAITING,)
+    done = 0
+    while study.get_trials(deepcopy=False, states=waiting):
+        trial = study.ask()
+        with warnings.catch_warnings():  # Trial.system_attrs is deprecated, not yet replaced
+            warnings.simplefilter("ignore", FutureWarning)
+            taken = "fixed_params" not in trial.system_attrs
+        if taken:  # another worker took the last point: this trial is not one of the grid
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            break
+        study.tell(trial, objective(trial))
+        done += 1
+    print(json.dumps({"trials": done, "threads": threads,
+                      "wall_s": round(time.perf_counter() - start, 3)}))
 
-    # Optuna's own cost per trial: the same number of trials with an empty objective.
-    empty = optuna.create_study(direction="maximize", storage=storage,
+
+def summary(spec, storage):
+    study = optuna.load_study(study_name=STUDY, storage=storage)
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    train_n = spec["data"].get("train_samples", 60000)
+    steps = len(complete) * spec["length"]["epochs"] * (train_n // spec["fixed"]["batch_size"])
+
+    # Optuna's own cost per trial: as many trials with an empty objective, in the same storage.
+    grid = grid_of(spec)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    empty = optuna.create_study(study_name=STUDY + "_empty", storage=storage,
+                                direction="maximize", load_if_exists=True,
                                 sampler=optuna.samplers.GridSampler(grid, seed=0))
     t0 = time.perf_counter()
     empty.optimize(lambda t: (t.suggest_categorical("init", grid["init"]),
                               t.suggest_categorical("milestone", grid["milestone"]),
                               t.suggest_categorical("gamma", grid["gamma"]), 0.0)[-1],
-                   n_trials=trials)
-    overhead_ms = 1000 * (time.perf_counter() - t0) / trials
-    print(json.dumps({"trials": trials, "wall_s": round(wall, 3), "threads": threads,
-                      "best": study.best_value, "steps": trials * epochs * steps_per_epoch,
+                   n_trials=len(complete))
+    overhead_ms = 1000 * (time.perf_counter() - t0) / max(1, len(complete))
+    print(json.dumps({"trials": len(complete), "best": study.best_value,
+                      "best_params": study.best_params, "steps": steps,
                       "optuna_ms_per_trial": round(overhead_ms, 3)}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("spec")
+    p.add_argument("--storage", required=True)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--prepare", action="store_true")
+    mode.add_argument("--worker", action="store_true")
+    mode.add_argument("--summary", action="store_true")
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args()
+    with open(a.spec) as f:
+        spec = json.load(f)
+    if a.prepare:
+        prepare(spec, a.storage)
+    elif a.worker:
+        worker(spec, a.storage, a.threads)
+    else:
+        summary(spec, a.storage)
 
 
 if __name__ == "__main__":

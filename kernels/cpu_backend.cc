@@ -1,7 +1,6 @@
-// The CPU backend: OpenBLAS sgemm for matrix products, simple loops (that the compiler
-// vectorizes) for everything else, split over a fixed-partition thread pool.
-#include <cblas.h>
-
+// The CPU backend: hippo's own matrix products (cpu_gemm.h: AVX-512, AVX2 or portable kernels,
+// picked from the CPU's features), convolutions as products over image chunks, and simple loops
+// (that the compiler vectorizes) for everything else, split over a fixed-partition thread pool.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu_conv.h"
+#include "kernels/cpu_gemm.h"
+#include "kernels/cpu_optimizer.h"
 #include "kernels/cpu_transformer.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
@@ -24,9 +26,10 @@ constexpr int64_t kGrain = 1 << 14;
 
 class CpuBackend final : public Backend {
  public:
-  // OpenBLAS runs single-threaded: its own threading gives different bits for different thread
-  // counts (it picks other kernels), so gemm splits products into blocks itself (see there).
-  explicit CpuBackend(int threads) : pool_(threads) { openblas_set_num_threads(1); }
+  CpuBackend(int threads, cpu::Isa isa)
+      : isa_(isa), pool_(threads), work_(threads), accumulators_(threads), unpooled_(threads) {
+    for (int t = 0; t < threads; ++t) gemm_buffers_.push_back(std::make_unique<cpu::GemmBuffers>());
+  }
 
   const char* name() const override { return "cpu"; }
   int threads() const override { return pool_.threads(); }
@@ -49,69 +52,34 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, int64_t bytes) const override {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
+  void* host_address(void* p) const override { return p; }
   void fill_zero(void* dst, int64_t bytes) const override {
     if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
   }
 
-  // The product is cut into blocks by its shape alone (never by the thread count), and each block
-  // is one single-threaded sgemm, so the bits are the same for any number of threads:
-  //   - a large output is cut into blocks of rows or columns of c;
-  //   - a small output with a long k (weight gradients) is cut along k into partial products,
-  //     added up in block order.
+  // Every value of c is one chain of fused multiply-adds over k (cpu_gemm.h), whichever thread
+  // computes it: the bits do not depend on the thread count. alpha = 1, beta = 0 (every call of
+  // the engine) writes the chain; otherwise c = alpha * chain + beta * c.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) const override {
-    const double flops = 2.0 * m * n * k;
-    const int64_t outputs = int64_t{m} * n;
-    const int by_flops =
-        static_cast<int>(std::min<double>(kGemmMaxBlocks, flops / kGemmBlockFlops));
-    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-    const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    // Block i of `blocks` over [0, dim), on multiples of 16 (the kernels' vector width).
-    auto bounds = [](int dim, int blocks, int64_t i) {
-      auto at = [&](int64_t j) {
-        return j == blocks ? dim : static_cast<int>(dim * j / blocks / 16 * 16);
-      };
-      return std::pair{at(i), at(i + 1)};
-    };
-
-    const int k_blocks = balanced_blocks(std::min(by_flops, k / 256));
-    if (outputs < kGemmBlockOutputs && k_blocks >= 2) {
-      partial_.resize(static_cast<size_t>(k_blocks) * outputs);
-      pool_.parallel_for(k_blocks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const auto [lo, hi] = bounds(k, k_blocks, i);
-          cblas_sgemm(
-              CblasRowMajor, ta, tb, m, n, hi - lo, 1.0f, a + (trans_a ? int64_t{lo} * m : lo), lda,
-              b + (trans_b ? lo : int64_t{lo} * n), ldb, 0.0f, partial_.data() + i * outputs, n);
-        }
-      });
-      pool_.parallel_for(outputs, kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t j = begin; j < end; ++j) {
-          float sum = 0;
-          for (int i = 0; i < k_blocks; ++i) sum += partial_[i * outputs + j];
-          c[j] = alpha * sum + (beta == 0 ? 0.0f : beta * c[j]);
-        }
-      });
+    const cpu::View va = trans_a ? cpu::View{a, 1, m} : cpu::View{a, k, 1};
+    const cpu::View vb = trans_b ? cpu::View{b, 1, k} : cpu::View{b, n, 1};
+    if (alpha == 1 && beta == 0) {
+      product(m, n, k, va, vb, c, n, {});
       return;
     }
+    scaled_.resize(static_cast<size_t>(m) * n);
+    product(m, n, k, va, vb, scaled_.data(), n, {});
+    for (int64_t i = 0; i < int64_t{m} * n; ++i)
+      c[i] = alpha * scaled_[i] + (beta == 0 ? 0.0f : beta * c[i]);
+  }
 
-    const bool split_n = n >= m;
-    const int dim = split_n ? n : m;
-    const int blocks = balanced_blocks(
-        static_cast<int>(std::min<int64_t>({by_flops, outputs / kGemmBlockOutputs, dim / 16})));
-    pool_.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const auto [lo, hi] = bounds(dim, blocks, i);
-        if (split_n)
-          cblas_sgemm(CblasRowMajor, ta, tb, m, hi - lo, k, alpha, a, lda,
-                      b + (trans_b ? int64_t{lo} * k : lo), ldb, beta, c + lo, n);
-        else
-          cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, n, k, alpha,
-                      a + (trans_a ? lo : int64_t{lo} * k), lda, b, ldb, beta, c + int64_t{lo} * n,
-                      n);
-      }
-    });
+  // y[rows, out] = x[rows, in] w[out, in]^T + bias, then ReLU: the bias and ReLU are applied to
+  // each tile of y while it is in registers.
+  void linear_forward(const float* x, const float* w, const float* bias, float* y, int rows, int in,
+                      int out, bool relu) const override {
+    product(rows, out, in, cpu::View{x, in, 1}, cpu::View{w, 1, in}, y, out,
+            {.col_bias = bias, .relu = relu});
   }
 
   void bias_forward(float* y, const float* bias, int64_t outer, int64_t channels,
@@ -168,6 +136,47 @@ class CpuBackend final : public Backend {
                        });
   }
 
+  // relu_backward and bias_backward in one pass over dy, with bias_backward's order of sums.
+  void bias_relu_backward(const float* y, float* dy, float* dbias, int64_t outer, int64_t channels,
+                          int64_t inner) const override {
+    if (!y) return bias_backward(dy, dbias, outer, channels, inner);
+    if (inner == 1) {
+      pool_.parallel_for(channels, std::max<int64_t>(16, kGrain / outer),
+                         [&](int64_t begin, int64_t end) {
+                           std::fill(dbias + begin, dbias + end, 0.0f);
+                           for (int64_t o = 0; o < outer; ++o) {
+                             const float* yr = y + o * channels;
+                             float* row = dy + o * channels;
+#pragma GCC ivdep
+                             for (int64_t c = begin; c < end; ++c) {
+                               const float g = yr[c] > 0 ? row[c] : 0.0f;
+                               row[c] = g;
+                               dbias[c] += g;
+                             }
+                           }
+                         });
+      return;
+    }
+    pool_.parallel_for(channels, std::max<int64_t>(1, kGrain / (outer * inner)),
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t c = begin; c < end; ++c) {
+                           float total = 0;
+                           for (int64_t o = 0; o < outer; ++o) {
+                             const float* yr = y + (o * channels + c) * inner;
+                             float* row = dy + (o * channels + c) * inner;
+                             float s = 0;
+                             for (int64_t i = 0; i < inner; ++i) {
+                               const float g = yr[i] > 0 ? row[i] : 0.0f;
+                               row[i] = g;
+                               s += g;
+                             }
+                             total += s;
+                           }
+                           dbias[c] = total;
+                         }
+                       });
+  }
+
   void relu_forward(const float* x, float* y, int64_t n) const override {
     pool_.parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
 #pragma GCC ivdep  // in place (y == x, dx == dy) is fine: element i only
@@ -208,28 +217,63 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
-                      float* col, float* y) const override {
-    im2col(s, x, col);
-    const int64_t n = s.col_cols();
-    gemm(false, false, s.out_channels, static_cast<int>(n), static_cast<int>(s.col_rows()), 1.0f, w,
-         col, 0.0f, y);
-    if (bias) bias_forward(y, bias, 1, s.out_channels, n);
+  // Direct convolutions (cpu_conv.h): no column matrix, no scratch in the caller's memory.
+  int64_t conv2d_scratch_size(const ConvShape&) const override {
+    return 0;
   }
 
-  // x is not read: col holds forward's im2col of it.
-  void conv2d_backward(const ConvShape& s, const float*, const float* col, const float* w,
-                       const float* dy, float* dcol, float* dx, float* dw,
-                       float* dbias) const override {
-    const int n = static_cast<int>(s.col_cols());
-    const int rows = static_cast<int>(s.col_rows());
-    if (dbias) bias_backward(dy, dbias, 1, s.out_channels, n);
-    // dw[Cout, rows] = dy[Cout, n] x col[rows, n]^T
-    gemm(false, true, s.out_channels, rows, n, 1.0f, dy, col, 0.0f, dw);
-    if (dx == nullptr) return;
-    // dcol[rows, n] = w[Cout, rows]^T x dy[Cout, n]
-    gemm(true, false, rows, n, s.out_channels, 1.0f, w, dy, 0.0f, dcol);
-    col2im(s, dcol, dx);
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float*,
+                      float* y) const override {
+    convolve(s, x, pack(s, w), bias, y);
+  }
+
+  void conv2d_backward(const ConvShape& s, const float* x, const float*, const float* w,
+                       const float* dy, float*, float* dx, float* dw, float* dbias) const override {
+    if (dbias) bias_backward(dy, dbias, 1, s.out_channels, s.col_cols());
+    convolution_gradients(
+        s, x, w,
+        [&](int, int b0, int) {
+          return cpu::Chunk<const float>{dy, s.batch, b0};
+        },
+        dx, dw);
+  }
+
+  // The cnn's block fused (cpu::conv_pool_forward): the convolution's output is pooled from the
+  // kernels' staged planes and never stored; the scratch keeps one byte per pooled output, the
+  // position of its window's first maximum. The backward unpools the output gradient into each
+  // chunk of images as the kernels need it (in cache) instead of the whole batch (in memory).
+  int64_t conv_block_scratch_size(const ConvShape& s) const override {
+    return (pooled_size(s) + 3) / 4;
+  }
+
+  void conv_block_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
+                          float* scratch, float* y) const override {
+    const float* packed = pack(s, w);
+    uint8_t* codes = reinterpret_cast<uint8_t*>(scratch);
+    const int per = chunk_images(s), chunks = (s.batch + per - 1) / per;
+    for_each_part(chunks, [&](int t, int first, int last) {
+      float* buffer = work(t, cpu::conv_work_size(s, per));
+      for (int b0 = first * per; b0 < std::min(last * per, s.batch); b0 += per)
+        cpu::conv_pool_forward(isa_, s, {x, s.batch, b0}, packed, bias, {y, s.batch, b0},
+                               {codes, s.batch, b0}, std::min(per, s.batch - b0), buffer);
+    });
+  }
+
+  void conv_block_backward(const ConvShape& s, const float* x, const float* w, const float* y,
+                           float* dy, float* scratch, float* dx, float* dw,
+                           float* dbias) const override {
+    bias_relu_backward(y, dy, dbias, 1, s.out_channels, pooled_size(s) / s.out_channels);
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(scratch);
+    convolution_gradients(
+        s, x, w,
+        [&](int t, int b0, int nb) {
+          std::vector<float>& dz = unpooled_[t];
+          dz.resize(
+              static_cast<size_t>(int64_t{s.out_channels} * nb * s.out_height() * s.out_width()));
+          unpool(s, dy, codes, b0, nb, dz.data());
+          return cpu::Chunk<const float>{dz.data(), nb, 0};
+        },
+        dx, dw);
   }
 
   void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
@@ -331,13 +375,18 @@ class CpuBackend final : public Backend {
       for (int64_t r = begin; r < end; ++r) {
         const float* z = logits + r * classes;
         const float m = *std::max_element(z, z + classes);
+        // Each exponential once: kept in dlogits' row (when there is one) for the gradient.
+        float* e = dlogits ? dlogits + r * classes : nullptr;
         float total = 0;
-        for (int j = 0; j < classes; ++j) total += std::exp(z[j] - m);
+        for (int j = 0; j < classes; ++j) {
+          const float v = std::exp(z[j] - m);
+          if (e) e[j] = v;
+          total += v;
+        }
         losses[r] = std::log(total) - (z[labels[r]] - m);
-        if (dlogits == nullptr) continue;
-        float* d = dlogits + r * classes;
-        for (int j = 0; j < classes; ++j) d[j] = grad_scale * (std::exp(z[j] - m) / total);
-        d[labels[r]] -= grad_scale;
+        if (e == nullptr) continue;
+        for (int j = 0; j < classes; ++j) e[j] = grad_scale * (e[j] / total);
+        e[labels[r]] -= grad_scale;
       }
     });
   }
@@ -373,26 +422,8 @@ class CpuBackend final : public Backend {
                   const SgdParams& hp) const override {
     if (hp.momentum != 0 && buf == nullptr)
       throw std::invalid_argument("sgd_update: momentum needs a buffer");
-    const float lr = hp.lr, mu = hp.momentum, wd = hp.weight_decay;
-    // One loop per variant, so that each is a straight vectorized loop.
     pool_.parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-      if (mu == 0) {
-#pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-      } else if (hp.nesterov) {
-#pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i) {
-          const float d = g[i] + wd * p[i];
-          buf[i] = mu * buf[i] + d;
-          p[i] -= lr * (d + mu * buf[i]);
-        }
-      } else {
-#pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i) {
-          buf[i] = mu * buf[i] + (g[i] + wd * p[i]);
-          p[i] -= lr * buf[i];
-        }
-      }
+      cpu::sgd_update(isa_, p + begin, g + begin, buf ? buf + begin : nullptr, end - begin, hp);
     });
   }
 
@@ -404,17 +435,8 @@ class CpuBackend final : public Backend {
     const float step = hp.lr / bc1;
     const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
     pool_.parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-#pragma GCC ivdep
-      for (int64_t i = begin; i < end; ++i) {
-        float grad = g[i];
-        if (hp.decoupled)
-          p[i] -= hp.lr * hp.weight_decay * p[i];
-        else
-          grad += hp.weight_decay * p[i];
-        m[i] = hp.beta1 * m[i] + (1.0f - hp.beta1) * grad;
-        v[i] = hp.beta2 * v[i] + (1.0f - hp.beta2) * grad * grad;
-        p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + hp.eps);
-      }
+      cpu::adam_update(isa_, p + begin, g + begin, m + begin, v + begin, end - begin, hp, step,
+                       inv_sqrt_bc2);
     });
   }
 
@@ -449,12 +471,10 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // A product is split into blocks of at least this many flops, at most kGemmMaxBlocks; along m
-  // or n only when its output has kGemmBlockOutputs values per block (smaller outputs are split
-  // along k, or not at all: cutting them repacks the operands once per block).
-  static constexpr double kGemmBlockFlops = 8e6;
-  static constexpr int kGemmMaxBlocks = 8;
-  static constexpr int64_t kGemmBlockOutputs = 1 << 16;
+  // A product is cut into parts for the threads only where each part has this much work.
+  static constexpr double kPartFlops = 4e6;
+  // A convolution works on chunks of images of about this many floats (256 KB: L2 keeps them).
+  static constexpr int64_t kChunkFloats = 1 << 16;
   static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
   // tanh as a rational function (Eigen's fast float tanh: odd degree-13 over even degree-6
@@ -487,14 +507,6 @@ class CpuBackend final : public Backend {
     return at;
   }
 
-  // The largest power of two <= blocks (1 if blocks < 1): a product cut into 2^j blocks keeps 2,
-  // 4 or 8 threads equally busy, where 3 blocks on 2 threads would leave one idle for a third.
-  static int balanced_blocks(int blocks) {
-    int p = 1;
-    while (2 * p <= blocks) p *= 2;
-    return p;
-  }
-
   static int64_t grain_planes(int64_t plane_size) {
     return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, plane_size));
   }
@@ -507,69 +519,185 @@ class CpuBackend final : public Backend {
                                     std::to_string(classes) + ")");
   }
 
-  // col[(c, ki, kj), (b, oy, ox)] = x[c, b, oy + ki - pad, ox + kj - pad], 0 outside the image.
-  void im2col(const ConvShape& s, const float* x, float* col) const {
-    const int h = s.height, w = s.width, k = s.kernel, ho = s.out_height(), wo = s.out_width();
-    const int64_t cols = s.col_cols();
-    pool_.parallel_for(s.col_rows(), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int c = static_cast<int>(r / (k * k)), ki = static_cast<int>(r / k % k),
-                  kj = static_cast<int>(r % k);
-        float* out = col + r * cols;
-        for (int b = 0; b < s.batch; ++b) {
-          const float* plane = x + (int64_t{c} * s.batch + b) * h * w;
-          for (int oy = 0; oy < ho; ++oy, out += wo) {
-            const int iy = oy + ki - s.pad;
-            if (iy < 0 || iy >= h) {
-              std::fill(out, out + wo, 0.0f);
-              continue;
-            }
-            const float* in = plane + int64_t{iy} * w;
-            // ox in [lo, hi) reads inside the row; outside it the padding is zero.
-            const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
-            std::fill(out, out + lo, 0.0f);
-            std::memcpy(out + lo, in + lo + kj - s.pad, sizeof(float) * (hi - lo));
-            std::fill(out + hi, out + wo, 0.0f);
-          }
-        }
+  // Runs fn(t, first, last) on pool thread t for each t < min(items, threads()), with
+  // [first, last) the thread's contiguous share of [0, items).
+  template <typename Fn>
+  void for_each_part(int items, const Fn& fn) const {
+    const int parts = std::min(items, threads());
+    pool_.parallel_for(parts, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        fn(static_cast<int>(t), static_cast<int>(items * t / parts),
+           static_cast<int>(items * (t + 1) / parts));
+    });
+  }
+
+  // Bound t of `parts` ranges over [0, span), on multiples of unit (except span itself).
+  static int part_bound(int span, int parts, int unit, int t) {
+    return t == parts ? span : span * t / parts / unit * unit;
+  }
+
+  // c[m, n] (rows ldc apart) = epilogue(a b), cut into parts for the threads: ranges of columns
+  // when n >= m (each part packs all of A, the smaller operand), else of rows.
+  void product(int m, int n, int k, cpu::View a, cpu::View b, float* c, int64_t ldc,
+               const cpu::Epilogue& e) const {
+    const bool by_cols = n >= m;
+    const int span = by_cols ? n : m, unit = by_cols ? 32 : 8;
+    const int parts = static_cast<int>(std::clamp<double>(
+        std::min<double>(2.0 * m * n * k / kPartFlops, span / unit), 1, threads()));
+    for_each_part(parts, [&](int t, int, int) {
+      const int lo = part_bound(span, parts, unit, t), hi = part_bound(span, parts, unit, t + 1);
+      cpu::Epilogue part = e;
+      if (by_cols) {
+        if (part.col_bias) part.col_bias += lo;
+        cpu::gemm(isa_, m, hi - lo, k, a, cpu::View{b.p + lo * b.cs, b.rs, b.cs}, c + lo, ldc, part,
+                  *gemm_buffers_[t]);
+      } else {
+        if (part.row_bias) part.row_bias += lo;
+        cpu::gemm(isa_, hi - lo, n, k, cpu::View{a.p + lo * a.rs, a.rs, a.cs}, b, c + lo * ldc, ldc,
+                  part, *gemm_buffers_[t]);
       }
     });
   }
 
-  // dx[c, b, y, x] = sum over (ki, kj) of dcol[(c, ki, kj), (b, y - ki + pad, x - kj + pad)],
-  // one input channel per task, kernel offsets added in a fixed order.
-  void col2im(const ConvShape& s, const float* dcol, float* dx) const {
-    const int h = s.height, w = s.width, k = s.kernel, ho = s.out_height(), wo = s.out_width();
-    const int64_t cols = s.col_cols();
-    pool_.parallel_for(s.in_channels, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        float* dplanes = dx + c * s.batch * h * w;
-        std::memset(dplanes, 0, sizeof(float) * s.batch * h * w);
+  // Thread t's work buffer, at least n floats (grown only by a larger convolution).
+  float* work(int t, int64_t n) const {
+    std::vector<float>& w = work_[t];
+    if (static_cast<int64_t>(w.size()) < n) w.resize(static_cast<size_t>(n));
+    return w.data();
+  }
+
+  // Images per chunk of a convolution: its padded input and its output gradient (transposed for
+  // the weight gradient) near kChunkFloats.
+  static int chunk_images(const ConvShape& s) {
+    const int64_t per_image =
+        int64_t{s.in_channels} * (s.height + 2 * s.pad) * (s.width + 2 * s.pad) +
+        cpu::conv_acc_width(s) * s.out_height() * s.out_width();
+    return static_cast<int>(std::clamp<int64_t>(kChunkFloats / per_image, 1, s.batch));
+  }
+
+  // w packed for the kernels (into a buffer of the backend's).
+  const float* pack(const ConvShape& s, const float* w) const {
+    packed_.resize(static_cast<size_t>(cpu::conv_packed_weights_size(s)));
+    cpu::conv_pack_weights(isa_, s, w, packed_.data());
+    return packed_.data();
+  }
+
+  // y = the convolution of x with the packed weights (+ bias), chunks of images spread over the
+  // threads.
+  void convolve(const ConvShape& s, const float* x, const float* packed, const float* bias,
+                float* y) const {
+    const int per = chunk_images(s), chunks = (s.batch + per - 1) / per;
+    for_each_part(chunks, [&](int t, int first, int last) {
+      float* buffer = work(t, cpu::conv_work_size(s, per));
+      for (int b0 = first * per; b0 < std::min(last * per, s.batch); b0 += per)
+        cpu::conv_forward(isa_, s, {x, s.batch, b0}, packed, bias, {y, s.batch, b0},
+                          std::min(per, s.batch - b0), buffer);
+    });
+  }
+
+  // The gradients of the convolution s with input x and weights w, from its output gradient:
+  // dy_chunk(t, b0, nb) gives images [b0, b0 + nb) of it as a chunk (thread t may build it in a
+  // buffer of its own). dw: the threads split the weights by input channels; each sums its rows
+  // over the chunks of images in order (cpu::conv_weight_grad: one chain per weight over the
+  // positions, whatever the split). dx, unless null: the transposed convolution, a forward one of
+  // the output gradient with the kernel flipped and the channels swapped (its own chains, over
+  // (co, ki, kj)), chunks of images spread over the threads.
+  template <typename DyChunk>
+  void convolution_gradients(const ConvShape& s, const float* x, const float* w,
+                             const DyChunk& dy_chunk, float* dx, float* dw) const {
+    const int taps = s.kernel * s.kernel, per = chunk_images(s);
+    const int64_t rows = s.col_rows(), width = cpu::conv_acc_width(s);
+    const int parts = std::clamp(s.in_channels, 1, threads());
+    for_each_part(parts, [&](int t, int, int) {
+      const int r0 = s.in_channels * t / parts * taps, r1 = s.in_channels * (t + 1) / parts * taps;
+      std::vector<float>& acc = accumulators_[t];
+      acc.assign(static_cast<size_t>((r1 - r0 + cpu::kConvAccSlackRows) * width), 0.0f);
+      float* buffer = work(t, cpu::conv_work_size(s, per));
+      for (int b0 = 0; b0 < s.batch; b0 += per) {
+        const int nb = std::min(per, s.batch - b0);
+        cpu::conv_weight_grad(isa_, s, {x, s.batch, b0}, dy_chunk(t, b0, nb), acc.data(), r0, r1,
+                              nb, buffer);
+      }
+      for (int r = r0; r < r1; ++r)
+        for (int co = 0; co < s.out_channels; ++co) dw[co * rows + r] = acc[(r - r0) * width + co];
+    });
+    if (dx == nullptr) return;
+    const ConvShape t{.batch = s.batch,
+                      .in_channels = s.out_channels,
+                      .out_channels = s.in_channels,
+                      .height = s.out_height(),
+                      .width = s.out_width(),
+                      .kernel = s.kernel,
+                      .pad = s.kernel - 1 - s.pad};
+    // flipped[ci, (co, ki, kj)] = w[co, (ci, k-1-ki, k-1-kj)]
+    const int k = s.kernel;
+    flipped_.resize(static_cast<size_t>(t.col_rows() * t.out_channels));
+    for (int ci = 0; ci < s.in_channels; ++ci)
+      for (int co = 0; co < s.out_channels; ++co)
         for (int ki = 0; ki < k; ++ki)
-          for (int kj = 0; kj < k; ++kj) {
-            const float* in = dcol + ((c * k + ki) * k + kj) * cols;
-            const int lo = std::clamp(s.pad - kj, 0, wo), hi = std::clamp(w + s.pad - kj, lo, wo);
-            for (int b = 0; b < s.batch; ++b)
-              for (int oy = 0; oy < ho; ++oy) {
-                const int iy = oy + ki - s.pad;
-                if (iy < 0 || iy >= h) continue;
-                const float* src = in + (int64_t{b} * ho + oy) * wo;
-                float* dst = dplanes + (int64_t{b} * h + iy) * w + kj - s.pad;
-                for (int ox = lo; ox < hi; ++ox) dst[ox] += src[ox];
-              }
-          }
+          for (int kj = 0; kj < k; ++kj)
+            flipped_[ci * t.col_rows() + (co * k + ki) * k + kj] =
+                w[co * rows + (ci * k + k - 1 - ki) * k + k - 1 - kj];
+    const float* packed = pack(t, flipped_.data());
+    const int per_t = chunk_images(t), chunks = (s.batch + per_t - 1) / per_t;
+    for_each_part(chunks, [&](int th, int first, int last) {
+      float* buffer = work(th, cpu::conv_work_size(t, per_t));
+      for (int b0 = first * per_t; b0 < std::min(last * per_t, s.batch); b0 += per_t) {
+        const int nb = std::min(per_t, s.batch - b0);
+        cpu::conv_forward(isa_, t, dy_chunk(th, b0, nb), packed, nullptr, {dx, s.batch, b0}, nb,
+                          buffer);
       }
     });
   }
 
+  // Outputs of the cnn block's pooling (2 x 2, stride 2) of the convolution s: Cout x B x windows.
+  static int64_t pooled_size(const ConvShape& s) {
+    return int64_t{s.out_channels} * s.batch * (s.out_height() / 2) * (s.out_width() / 2);
+  }
+
+  // dz[co, b] for the nb images of a chunk (CNHW, batch nb) from the pooled output gradient
+  // dy[co, b0 + b] and the first-maximum codes: each window's gradient at its first maximum, 0
+  // elsewhere (and on a last odd row or column): maxpool_backward's routing.
+  static void unpool(const ConvShape& s, const float* dy, const uint8_t* codes, int b0, int nb,
+                     float* dz) {
+    const int ho = s.out_height(), wo = s.out_width(), hq = ho / 2, wq = wo / 2;
+    for (int co = 0; co < s.out_channels; ++co)
+      for (int b = 0; b < nb; ++b) {
+        float* plane = dz + (int64_t{co} * nb + b) * ho * wo;
+        std::fill(plane, plane + ho * wo, 0.0f);
+        const int64_t pooled = (int64_t{co} * s.batch + b0 + b) * hq * wq;
+        for (int py = 0; py < hq; ++py)
+          for (int px = 0; px < wq; ++px) {
+            const int q = py * wq + px, code = codes[pooled + q];
+            plane[(2 * py + code / 2) * wo + 2 * px + code % 2] = dy[pooled + q];
+          }
+      }
+  }
+
+  cpu::Isa isa_;
   mutable ThreadPool pool_;
-  mutable std::vector<float> partial_;  // gemm's partial products when it splits k
+  std::vector<std::unique_ptr<cpu::GemmBuffers>> gemm_buffers_;  // one per thread
+  mutable std::vector<std::vector<float>> work_;                 // one per thread: chunks of images
+  mutable std::vector<std::vector<float>> accumulators_;         // one per thread: weight gradients
+  mutable std::vector<std::vector<float>> unpooled_;             // one per thread: a chunk's dz
+  mutable std::vector<float> packed_, flipped_;                  // a convolution's weights, packed
+  mutable std::vector<float> scaled_;  // gemm's product before alpha and beta
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, const std::string& isa) {
+  const cpu::Isa best = cpu::best_isa();
+  if (isa.empty()) return std::make_unique<CpuBackend>(threads, best);
+  for (cpu::Isa i : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512})
+    if (isa == cpu::isa_name(i)) {
+      if (i > best)
+        throw std::invalid_argument("cpu:" + isa + ": this CPU's best instruction set is " +
+                                    cpu::isa_name(best));
+      return std::make_unique<CpuBackend>(threads, i);
+    }
+  throw std::invalid_argument("cpu:" + isa +
+                              ": unknown instruction set (expected avx512, avx2 or portable)");
 }
 
 }  // namespace hippo::kernels

@@ -10,13 +10,17 @@ namespace hippo::kernels {
 
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
   if (device == "cpu") return make_cpu_backend(threads);
+  for (const char* isa : {"avx512", "avx2", "portable"})
+    if (device == std::string("cpu:") + isa) return make_cpu_backend(threads, isa);
   const std::string prefix = "cuda:";
   const std::string index =
       device.substr(0, prefix.size()) == prefix ? device.substr(prefix.size()) : std::string();
   if (index.empty() || index.size() > 4 ||
       index.find_first_not_of("0123456789") != std::string::npos)
-    throw std::invalid_argument("device \"" + device +
-                                "\": expected cpu or cuda:N (N = 0, 1, ... a CUDA device)");
+    throw std::invalid_argument(
+        "device \"" + device +
+        "\": expected cpu or cuda:N (N = 0, 1, ... a CUDA device), or cpu:avx512, "
+        "cpu:avx2, cpu:portable (the CPU kernels' instruction set)");
   return make_cuda_backend(std::stoi(index));
 }
 

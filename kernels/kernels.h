@@ -8,10 +8,10 @@
 //     matrix product (weights[Cout, Cin*k*k] x columns[Cin*k*k, B*Ho*Wo]) whose result is again
 //     CNHW, and bias, ReLU and pooling work on contiguous planes.
 //   - Determinism: every output element is computed by exactly one thread, in an order that does
-//     not depend on the thread count, so results are bit-identical for any thread count (matrix
-//     products too: the CPU backend cuts them into blocks by size alone and runs each block as
-//     one single-threaded BLAS call; the tests check it). Bits do depend on the BLAS kernels, so
-//     every process of one study must use the same machine type and OPENBLAS_CORETYPE.
+//     not depend on the thread count, so results are bit-identical for any thread count. On the
+//     CPU, matrix products and convolutions are hippo's own kernels (one fused multiply-add chain
+//     per output value), whose bits are also the same for each instruction set (AVX-512, AVX2,
+//     portable); the tests check both.
 //
 // Kernels depend on nothing else of hippo's.
 #pragma once
@@ -80,6 +80,9 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, int64_t bytes) const = 0;
   virtual void copy(void* dst, const void* src, int64_t bytes) const = 0;
   virtual void fill_zero(void* dst, int64_t bytes) const = 0;
+  // p itself where this backend's memory is host memory (the CPU's: the host may write its inputs
+  // there directly), else null.
+  virtual void* host_address(void* /*p*/) const { return nullptr; }
 
   // c[m, n] = alpha * op(a) op(b) + beta * c, where op(a) is [m, k] and op(b) is [k, n];
   // a is stored [m, k] (or [k, m] when trans_a), b is stored [k, n] (or [n, k] when trans_b).
@@ -93,6 +96,24 @@ class Backend {
   virtual void bias_backward(const float* dy, float* dbias, int64_t outer, int64_t channels,
                              int64_t inner) const = 0;
 
+  // A linear layer: y[rows, out] = x[rows, in] w[out, in]^T + bias[out], then ReLU if relu
+  // (y > 0 ? y : 0). The same values as gemm, bias_forward and relu_forward in turn (a backend
+  // may apply the bias and ReLU while y is in registers).
+  virtual void linear_forward(const float* x, const float* w, const float* bias, float* y, int rows,
+                              int in, int out, bool relu) const {
+    gemm(false, true, rows, out, in, 1.0f, x, w, 0.0f, y);
+    bias_forward(y, bias, rows, out, 1);
+    if (relu) relu_forward(y, y, int64_t{rows} * out);
+  }
+  // The gradient through a bias and, unless y is null, a ReLU before it: dy[outer, channels,
+  // inner] (in place) = dy where y > 0, else 0; then dbias[channels] as bias_backward of it. The
+  // same values as relu_backward and bias_backward in turn (a backend may do both in one pass).
+  virtual void bias_relu_backward(const float* y, float* dy, float* dbias, int64_t outer,
+                                  int64_t channels, int64_t inner) const {
+    if (y) relu_backward(y, dy, dy, outer * channels * inner);
+    bias_backward(dy, dbias, outer, channels, inner);
+  }
+
   // Elementwise activations over n values; y may alias x, and dx may alias dy.
   virtual void relu_forward(const float* x, float* y, int64_t n) const = 0;
   // dx = dy where y > 0, else 0 (y is the ReLU's output).
@@ -102,8 +123,12 @@ class Backend {
   virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) const = 0;
 
   // Convolution, CNHW. x[Cin, B, H, W], w[Cout, Cin, k, k], bias[Cout] -> y[Cout, B, Ho, Wo].
-  // col[Cin*k*k, B*Ho*Wo] is scratch that forward fills and backward reads (keep it between them):
-  // the CPU backend's im2col columns (the CUDA backend, on cuDNN, leaves it alone).
+  // col[conv2d_scratch_size(s)] is scratch that forward fills and backward reads (keep it between
+  // them); the CPU backend needs none (it builds columns in its own per-thread buffers), the CUDA
+  // backend, on cuDNN, asks for Cin*k*k x B*Ho*Wo floats and leaves them alone.
+  virtual int64_t conv2d_scratch_size(const ConvShape& s) const {
+    return s.col_rows() * s.col_cols();
+  }
   // bias may be null (no bias; a caller may add it later, e.g. after pooling, where it is cheaper).
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
                               float* col, float* y) const = 0;
@@ -113,6 +138,41 @@ class Backend {
   virtual void conv2d_backward(const ConvShape& s, const float* x, const float* col, const float* w,
                                const float* dy, float* dcol, float* dx, float* dw,
                                float* dbias) const = 0;
+
+  // The cnn's convolution block, fused where a backend can: y[Cout, B, Ho/2, Wo/2] =
+  // relu(maxpool(conv(x, w)) + bias), with a 2 x 2 max pooling of stride 2 (a last odd row or
+  // column of the convolution dropped) and bias[Cout] (required): the same values as
+  // conv2d_forward (no bias), maxpool_forward (k = 2), bias_forward and relu_forward in turn.
+  // scratch[conv_block_scratch_size(s)] keeps, from forward to backward, what the backward needs:
+  // here the convolution's output and the columns (a backend may keep less: the CPU's keeps which
+  // window position was the first maximum).
+  virtual int64_t conv_block_scratch_size(const ConvShape& s) const {
+    return 2 * (int64_t{s.out_channels} * s.col_cols() + conv2d_scratch_size(s));
+  }
+  virtual void conv_block_forward(const ConvShape& s, const float* x, const float* w,
+                                  const float* bias, float* scratch, float* y) const {
+    float* z = scratch;  // [Cout, B, Ho, Wo], then col
+    const int64_t pooled = int64_t{s.batch} * (s.out_height() / 2) * (s.out_width() / 2);
+    conv2d_forward(s, x, w, nullptr, z + int64_t{s.out_channels} * s.col_cols(), z);
+    maxpool_forward(z, y, int64_t{s.out_channels} * s.batch, s.out_height(), s.out_width(), 2);
+    bias_forward(y, bias, 1, s.out_channels, pooled);
+    relu_forward(y, y, s.out_channels * pooled);
+  }
+  // From forward's x, y and scratch and dy[Cout, B, Ho/2, Wo/2] (overwritten: the gradient before
+  // the ReLU): dw and dbias (overwritten), and dx[Cin, B, H, W] unless dx is null. The same values
+  // as bias_relu_backward, maxpool_backward and conv2d_backward in turn.
+  virtual void conv_block_backward(const ConvShape& s, const float* x, const float* w,
+                                   const float* y, float* dy, float* scratch, float* dx, float* dw,
+                                   float* dbias) const {
+    const int64_t n = int64_t{s.out_channels} * s.col_cols(), ncol = conv2d_scratch_size(s);
+    float* z = scratch;  // z, col, then dz and dcol
+    float* dz = z + n + ncol;
+    bias_relu_backward(y, dy, dbias, 1, s.out_channels,
+                       int64_t{s.batch} * (s.out_height() / 2) * (s.out_width() / 2));
+    maxpool_backward(z, dy, dz, int64_t{s.out_channels} * s.batch, s.out_height(), s.out_width(),
+                     2);
+    conv2d_backward(s, x, z + n, w, dz, dz + n, dx, dw, nullptr);
+  }
 
   // Pooling over `planes` independent planes x[planes, H, W] with a k x k window and stride k;
   // y[planes, H/k, W/k] (a remainder row or column is dropped). Max pooling routes the gradient to
@@ -212,9 +272,10 @@ class Backend {
                                   int NH) const = 0;
 };
 
-// The CPU backend: OpenBLAS for matrix products, plain loops split over `threads` threads.
-// Sets OpenBLAS's thread count, which is process-wide: one backend's thread count per process.
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+// The CPU backend: hippo's own matrix-product kernels for the instruction set `isa` ("avx512",
+// "avx2", "portable"; empty: the best this CPU supports), plain loops, split over `threads`
+// threads. Throws std::invalid_argument for an unknown instruction set or one this CPU lacks.
+std::unique_ptr<Backend> make_cpu_backend(int threads, const std::string& isa = "");
 
 // The CUDA backend on device `device` (cuda_backend.cu): cuBLAS products, CUDA kernels for the
 // rest, all on the device's default stream, deterministic (kernels/README.md). Its memory is
@@ -226,10 +287,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device);
 // driver is installed, or when there is no device. Never throws.
 int cuda_device_count();
 
-// The backend a device name asks for: "cpu" (with `threads` threads) or "cuda:N" (threads is
-// ignored). Fails at once with std::invalid_argument naming the problem: a malformed name, a
-// device that is not there ("cuda:1 requested, this machine has 0 CUDA devices") or a build
-// without CUDA.
+// The backend a device name asks for: "cpu" (with `threads` threads; "cpu:avx2" etc. names the
+// kernels' instruction set, see make_cpu_backend) or "cuda:N" (threads is ignored). Fails at once
+// with std::invalid_argument naming the problem: a malformed name, a device that is not there
+// ("cuda:1 requested, this machine has 0 CUDA devices") or a build without CUDA.
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
 
 }  // namespace hippo::kernels

@@ -88,13 +88,17 @@ std::shared_ptr<const Dataset> load_fashion_mnist(const std::string& dir,
   return slot;
 }
 
-std::vector<int32_t> permutation(int64_t n, uint64_t seed, int64_t epoch) {
-  std::vector<int32_t> p(n);
+void permute(int64_t n, uint64_t seed, int64_t epoch, int32_t* p) {
   for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(i);
   for (int64_t i = n - 1; i > 0; --i) {
     const uint64_t r = random_u64(seed, RngPurpose::kShuffle, static_cast<uint32_t>(epoch), i);
     std::swap(p[i], p[r % static_cast<uint64_t>(i + 1)]);
   }
+}
+
+std::vector<int32_t> permutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int32_t> p(n);
+  permute(n, seed, epoch, p.data());
   return p;
 }
 
@@ -114,8 +118,9 @@ int64_t next_position(int64_t n, int64_t position, int64_t batch) {
 int64_t SampleOrder::take(int64_t position, int64_t batch, int32_t* indices) {
   const int64_t next = next_position(n_, position, batch);
   const int64_t epoch = (next - batch) / n_, offset = (next - batch) % n_;
-  if (epoch != cached_epoch_) {
-    order_ = permutation(n_, seed_, epoch);
+  if (epoch != cached_epoch_) {  // in place: no allocation after the first epoch
+    order_.resize(n_);
+    permute(n_, seed_, epoch, order_.data());
     cached_epoch_ = epoch;
   }
   std::copy(order_.begin() + offset, order_.begin() + offset + batch, indices);

@@ -38,7 +38,8 @@ std::shared_ptr<const Dataset> load_fashion_mnist(const std::string& dir, const 
 int64_t next_position(int64_t n, int64_t position, int64_t batch);
 
 // A permutation of [0, n) that is a pure function of (n, seed, epoch) (Fisher-Yates driven by the
-// counter-based generator).
+// counter-based generator): into p[n], or as a new vector.
+void permute(int64_t n, uint64_t seed, int64_t epoch, int32_t* p);
 std::vector<int32_t> permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 // The training order of N samples under a seed, with the last epoch's permutation cached.

@@ -124,6 +124,7 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
     const int batch = static_cast<int>(st.batch_size);
     indices_.resize(batch);
     const int64_t next_position = order_.take(s.data_position, batch, indices_.data());
+    if (s.step + 1 < to) prefetch(hp, fixed, s.step + 1, next_position);
     network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
                         grads_.data());
 
@@ -148,6 +149,20 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
     ++s.step;
     if (after_step && !after_step(s)) break;
   }
+}
+
+void Engine::prefetch(const Hyperparams& hp, const nlohmann::json& fixed, int64_t step,
+                      int64_t position) {
+  int64_t batch = 0;
+  try {
+    batch = settings_at(hp, fixed, step).batch_size;
+  } catch (const std::invalid_argument&) {  // reported when that step runs
+    return;
+  }
+  if (batch < 1 || batch > config_.train_samples) return;
+  next_indices_.resize(static_cast<size_t>(batch));
+  order_.take(position, batch, next_indices_.data());
+  network_->prefetch(next_indices_.data(), static_cast<int>(batch));
 }
 
 Metrics Engine::evaluate(const TrainState& s) {

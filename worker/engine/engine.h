@@ -97,6 +97,9 @@ class Engine {
 
  private:
   void check_state(const TrainState& s) const;
+  // Tells the network which samples the step at `step` (data position `position`) will read, so
+  // that it can fetch them while this step trains; nothing when that step's settings are bad.
+  void prefetch(const Hyperparams& hp, const nlohmann::json& fixed, int64_t step, int64_t position);
   // Whether b lies in memory this engine's backend can use.
   bool in_my_memory(const kernels::Buffer<float>& b) const;
 
@@ -105,8 +108,8 @@ class Engine {
   std::shared_ptr<const kernels::Backend> backend_;
   std::unique_ptr<Network> network_;  // the model and its data
   SampleOrder order_;
-  kernels::Buffer<float> grads_;  // [network's grad_count], like the parameters
-  std::vector<int32_t> indices_;  // host memory: the step's sample indices
+  kernels::Buffer<float> grads_;                 // [network's grad_count], like the parameters
+  std::vector<int32_t> indices_, next_indices_;  // host memory: this step's and the next's samples
 };
 
 }  // namespace hippo::worker

@@ -74,6 +74,15 @@ class ImageNetwork final : public Network {
     }
   }
 
+  void prefetch(const int32_t* indices, int batch) const override {
+    const int64_t size = train_set_->image_size();
+    for (int b = 0; b < batch; ++b) {
+      const uint8_t* pixels = train_set_->pixels.data() + indices[b] * size;
+      for (int64_t i = 0; i < size; i += 64) __builtin_prefetch(pixels + i, 0, 2);
+      __builtin_prefetch(train_set_->labels.data() + indices[b], 0, 2);
+    }
+  }
+
   Metrics evaluate(const float* params) override {
     reserve(kEvalBatch);
     double loss = 0;
@@ -104,7 +113,7 @@ class ImageNetwork final : public Network {
     int64_t widest = model_.input_size();
     for (const auto& layer : layers) {
       act_offsets_.push_back(act_offsets_.back() + int64_t{batch} * layer->out_size());
-      scratch_offsets_.push_back(scratch_offsets_.back() + layer->scratch_size(batch));
+      scratch_offsets_.push_back(scratch_offsets_.back() + layer->scratch_size(*backend_, batch));
       widest = std::max(widest, layer->out_size());
     }
     activations_ = kernels::Buffer<float>(backend_, act_offsets_.back());
@@ -117,20 +126,23 @@ class ImageNetwork final : public Network {
     indices_.resize(batch);
   }
 
-  // Fills the input activations and labels_ with the given samples of `set`.
+  // Fills the input activations and labels_ with the given samples of `set`: in place where the
+  // backend's memory is the host's, else through host memory.
   void load_batch(const Dataset& set, const int32_t* indices, int batch) {
     // Pixels scaled to [0, 1], then standardized with the training set's mean and deviation (as
     // torchvision's usual Normalize((0.2860,), (0.3530,)) for Fashion-MNIST).
     constexpr float kMean = 0.2860f, kInvStd = 1.0f / 0.3530f;
     const int64_t size = set.image_size();
-    float* x = host_input_.data();  // [batch, rows * cols]
+    float* in_place = static_cast<float*>(backend_->host_address(activations_.data()));
+    float* x = in_place ? in_place : host_input_.data();  // [batch, rows * cols]
     for (int b = 0; b < batch; ++b) {
       const uint8_t* pixels = set.pixels.data() + indices[b] * size;
       for (int64_t i = 0; i < size; ++i)
         x[b * size + i] = (pixels[i] * (1.0f / 255.0f) - kMean) * kInvStd;
       host_labels_[b] = set.labels[indices[b]];
     }
-    backend_->copy_from_host(activations_.data(), x, batch * size * int64_t{sizeof(float)});
+    if (!in_place)
+      backend_->copy_from_host(activations_.data(), x, batch * size * int64_t{sizeof(float)});
     backend_->copy_from_host(labels_.data(), host_labels_.data(), batch * int64_t{sizeof(int32_t)});
   }
 

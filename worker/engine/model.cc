@@ -22,16 +22,13 @@ class Linear final : public Layer {
 
   void forward(const Backend& be, int batch, const float* p, const float* x, float* y,
                float*) const override {
-    be.gemm(false, true, batch, out_, in_, 1.0f, x, p, 0.0f, y);
-    be.bias_forward(y, p + int64_t{out_} * in_, batch, out_, 1);
-    if (relu_) be.relu_forward(y, y, int64_t{batch} * out_);
+    be.linear_forward(x, p, p + int64_t{out_} * in_, y, batch, in_, out_, relu_);
   }
 
   void backward(const Backend& be, int batch, const float* p, const float* x, const float* y,
                 float* dy, float* dx, float* dp, float*) const override {
-    if (relu_) be.relu_backward(y, dy, dy, int64_t{batch} * out_);
-    be.gemm(true, false, out_, in_, batch, 1.0f, dy, x, 0.0f, dp);  // dW[out, in] = dy^T x
-    be.bias_backward(dy, dp + int64_t{out_} * in_, batch, out_, 1);
+    be.bias_relu_backward(relu_ ? y : nullptr, dy, dp + int64_t{out_} * in_, batch, out_, 1);
+    be.gemm(true, false, out_, in_, batch, 1.0f, dy, x, 0.0f, dp);           // dW[out, in] = dy^T x
     if (dx) be.gemm(false, false, batch, in_, out_, 1.0f, dy, p, 0.0f, dx);  // dx = dy W
   }
 
@@ -43,8 +40,8 @@ class Linear final : public Layer {
 // conv3x3 (pad 1) + ReLU + maxpool 2 on CNHW activations: x[Cin, B, H, W] -> y[Cout, B, H/2, W/2].
 // params: W[Cout, Cin, 3, 3], then b[Cout]. Computed as y = relu(maxpool(conv(x)) + b), which is
 // the same function (max commutes with adding a per-channel constant and with ReLU) with the bias
-// and ReLU on a quarter of the values. Scratch: col[Cin*9, B*H*W] and the convolution z[Cout, B,
-// H, W] (kept for backward), then dz[Cout, B, H, W] and dcol[Cin*9, B*H*W] (backward only).
+// and ReLU on a quarter of the values: the backend's conv_block_forward/backward (fused on the
+// CPU), with their scratch kept from forward to backward.
 class ConvBlock final : public Layer {
  public:
   ConvBlock(int in, int out, int h, int w) : in_(in), out_(out), h_(h), w_(w) {}
@@ -52,34 +49,20 @@ class ConvBlock final : public Layer {
   int64_t in_size() const override { return int64_t{in_} * h_ * w_; }
   int64_t out_size() const override { return int64_t{out_} * (h_ / 2) * (w_ / 2); }
   float init_bound() const override { return 1.0f / std::sqrt(static_cast<float>(in_ * 9)); }
-  int64_t scratch_size(int batch) const override {
-    const kernels::ConvShape s = shape(batch);
-    return 2 * s.col_rows() * s.col_cols() + 2 * int64_t{out_} * s.col_cols();
+  int64_t scratch_size(const Backend& be, int batch) const override {
+    return be.conv_block_scratch_size(shape(batch));
   }
 
   void forward(const Backend& be, int batch, const float* p, const float* x, float* y,
                float* scratch) const override {
     const kernels::ConvShape s = shape(batch);
-    float* col = scratch;
-    float* z = col + s.col_rows() * s.col_cols();
-    be.conv2d_forward(s, x, p, nullptr, col, z);
-    be.maxpool_forward(z, y, int64_t{out_} * batch, h_, w_, 2);
-    be.bias_forward(y, p + s.col_rows() * out_, 1, out_, int64_t{batch} * (h_ / 2) * (w_ / 2));
-    be.relu_forward(y, y, out_size() * batch);
+    be.conv_block_forward(s, x, p, p + s.col_rows() * out_, scratch, y);
   }
 
   void backward(const Backend& be, int batch, const float* p, const float* x, const float* y,
                 float* dy, float* dx, float* dp, float* scratch) const override {
     const kernels::ConvShape s = shape(batch);
-    const int64_t ncol = s.col_rows() * s.col_cols(), n = int64_t{out_} * s.col_cols();
-    const float* col = scratch;
-    const float* z = col + ncol;
-    float* dz = scratch + ncol + n;
-    float* dcol = dz + n;
-    be.relu_backward(y, dy, dy, out_size() * batch);
-    be.bias_backward(dy, dp + s.col_rows() * out_, 1, out_, int64_t{batch} * (h_ / 2) * (w_ / 2));
-    be.maxpool_backward(z, dy, dz, int64_t{out_} * batch, h_, w_, 2);
-    be.conv2d_backward(s, x, col, p, dz, dcol, dx, dp, nullptr);
+    be.conv_block_backward(s, x, p, y, dy, scratch, dx, dp, dp + s.col_rows() * out_);
   }
 
  private:

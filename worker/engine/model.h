@@ -25,8 +25,8 @@ class Layer {
   virtual int64_t in_size() const = 0;   // floats per sample
   virtual int64_t out_size() const = 0;  // floats per sample
   virtual float init_bound() const { return 0; }
-  // Floats of scratch kept from forward to backward (and used by backward), for a batch.
-  virtual int64_t scratch_size(int /*batch*/) const { return 0; }
+  // Floats of scratch kept from forward to backward (and used by backward), for a batch on be.
+  virtual int64_t scratch_size(const kernels::Backend& /*be*/, int /*batch*/) const { return 0; }
 
   // y[batch, out] from x[batch, in] (per-sample sizes; the layout within a sample is the layer's).
   virtual void forward(const kernels::Backend& be, int batch, const float* params, const float* x,

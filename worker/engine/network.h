@@ -35,6 +35,9 @@ class Network {
                          float* grads) = 0;
   // Metrics on the evaluation prefix, read in order in fixed batches and summed in a fixed order.
   virtual Metrics evaluate(const float* params) = 0;
+  // A hint: the training samples indices[batch] come next, so a network may start fetching them
+  // into the cache (they are scattered over the data set). Changes no result.
+  virtual void prefetch(const int32_t* /*indices*/, int /*batch*/) const {}
 };
 
 // The network of config.model and config.data (loads the data once per process); throws

@@ -55,22 +55,23 @@ Value value_at(std::string_view name, const Hyperparams& hp, const nlohmann::jso
                int64_t step) {
   const SettingInfo& info = *find_setting(name);
   Value v = lookup(info, hp, fixed, step);
-  const std::string at = " at step " + std::to_string(step);
+  // Built only for an error: the step loop allocates nothing.
+  auto at = [step] { return " at step " + std::to_string(step); };
   switch (info.type) {
     case SettingType::kText:
       for (std::string_view c : info.choices)
         if (v.text == c) return v;
-      bad(info, "unknown value \"" + v.text + "\"" + at);
+      bad(info, "unknown value \"" + v.text + "\"" + at());
     case SettingType::kInteger:
-      if (v.number != std::floor(v.number)) bad(info, "expected an integer" + at);
+      if (v.number != std::floor(v.number)) bad(info, "expected an integer" + at());
       [[fallthrough]];
     case SettingType::kNumber:
     case SettingType::kBool:
       if (!(v.number >= info.min && v.number <= info.max))
-        bad(info, std::to_string(v.number) + at + " is outside [" + std::to_string(info.min) +
+        bad(info, std::to_string(v.number) + at() + " is outside [" + std::to_string(info.min) +
                       ", " + std::to_string(info.max) + "]");
       if (info.type == SettingType::kBool && v.number != 0 && v.number != 1)
-        bad(info, "expected true or false" + at);
+        bad(info, "expected true or false" + at());
       return v;
   }
   return v;

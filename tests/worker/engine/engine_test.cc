@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "tests/worker/engine/recipe.h"
@@ -124,6 +126,38 @@ TEST_P(ExactnessTest, ForkedChildrenEqualTrialsTrainedAlone) {
     EXPECT_TRUE(a == train_alone(engine, trial(0.02), fixed, kSteps));
     EXPECT_TRUE(b == train_alone(engine, trial(0.1), fixed, kSteps));
     EXPECT_FALSE(a.params == b.params);
+  }
+}
+
+// The CPU kernels of every instruction set this machine runs (cpu:portable, cpu:avx2,
+// cpu:avx512) train the same bits, also across thread counts and a split through a checkpoint.
+TEST_P(ExactnessTest, EveryCpuInstructionSetTrainsTheSameBits) {
+  const auto [model, optimizer] = GetParam();
+  const Hyperparams hp = recipe_hp(0.05);
+  const nlohmann::json fixed = recipe_fixed(optimizer);
+  Engine portable(small_config(model), 1, "cpu:portable");
+  const TrainState whole = train_alone(portable, hp, fixed, kSteps);
+  const Metrics whole_metrics = portable.evaluate(whole);
+  for (const char* device : {"cpu:avx2", "cpu:avx512"}) {
+    SCOPED_TRACE(device);
+    std::unique_ptr<Engine> engine;
+    try {
+      engine = std::make_unique<Engine>(small_config(model), 2, device);
+    } catch (const std::invalid_argument& e) {  // this CPU lacks the instruction set
+      std::cout << "skipping " << device << ": " << e.what() << std::endl;
+      continue;
+    }
+    TrainState head = train_alone(*engine, hp, fixed, 5);
+    const std::string path = temp_path("isa.ckpt");
+    save_checkpoint(path, head, engine->config_hash());
+    TrainState loaded =
+        load_checkpoint(path, portable.checkpoint_shape(5, hp, fixed), portable.backend());
+    portable.train(loaded, kSteps, hp, fixed, {});  // continued on the portable kernels
+    EXPECT_TRUE(loaded == whole);
+    engine->train(head, kSteps, hp, fixed, {});
+    EXPECT_TRUE(head == whole);
+    expect_same_metrics(engine->evaluate(head), whole_metrics);
+    std::filesystem::remove(path);
   }
 }
 

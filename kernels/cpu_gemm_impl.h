@@ -1,0 +1,227 @@
+// The body of the CPU matrix product (cpu_gemm.h), written once over an instruction-set traits
+// type I and included by one .cc per instruction set, each compiled with its own target flags and
+// -ffp-contract=off (the only fused multiply-adds are the explicit ones of the chain):
+//
+//   struct I {
+//     using V = ...;                            // a vector of kLanes floats
+//     static constexpr int kLanes, kMr, kNv;    // register tile: kMr rows x kNv vectors of C
+//     static constexpr int kMrNarrow;           // rows of the tile of one vector (narrow C)
+//     static V zero(); static V load(const float*); static void store(float*, V);
+//     static V broadcast(float); static V fma(V a, V b, V c);  // a * b + c, rounded once
+//     static V add(V, V); static V relu(V);     // relu: v > 0 ? v : 0, as the scalar code
+//     static void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd);
+//   };                                          // dst[c * ldd + r] = src[r * lds + c], r, c < 8
+//
+// Structure (BLIS): for each block of kNc columns and slice of kKc values of p, B's slice is
+// packed into panels of kKc x NR (NR = kNv * kLanes, row after row); the micro-kernel multiplies
+// kMr rows of A by one B panel into a kMr x NR tile of C held in registers, broadcasting A's
+// values. A is read in place when its rows or its columns are contiguous (packing it would only
+// copy it: the tiles of a block of kMc rows keep it in cache), else packed into panels of
+// kMr x kKc. Between slices, the tile goes through C in memory (an fp32 store and load: the chain
+// is unchanged). Edge tiles run in full on zero-padded panels into a local tile, of which only
+// the valid part is copied.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu_gemm.h"
+
+namespace hippo::kernels::cpu::impl {
+
+template <class I, int MR, int NV>
+struct Gemm {
+  using V = typename I::V;
+  static constexpr int L = I::kLanes, NR = NV * L;
+  static_assert(MR <= kMaxMr && NR <= kMaxNr);
+
+  // dst[p * MR + i] = a[i0 + i, p0 + p] for i < mr, 0 for mr <= i < MR.
+  static void pack_a(View a, int i0, int mr, int p0, int kc, float* dst) {
+    if (a.rs == 1) {  // columns of A are contiguous: copies
+      for (int p = 0; p < kc; ++p) copy_padded<MR>(a.p + (p0 + p) * a.cs + i0, mr, dst + p * MR);
+      return;
+    }
+    transpose_padded<MR>(a.p + i0 * a.rs + p0 * a.cs, a.rs, a.cs, mr, kc, dst);
+  }
+
+  // dst[p * NR + j] = b[p0 + p, j0 + j] for j < nr, 0 for nr <= j < NR.
+  static void pack_b(View b, int p0, int kc, int j0, int nr, float* dst) {
+    if (b.cs == 1) {  // rows of B are contiguous: copies
+      for (int p = 0; p < kc; ++p) copy_padded<NR>(b.p + (p0 + p) * b.rs + j0, nr, dst + p * NR);
+      return;
+    }
+    transpose_padded<NR>(b.p + j0 * b.cs + p0 * b.rs, b.cs, b.rs, nr, kc, dst);
+  }
+
+  // dst[0, W) = src[0, n), then zeros.
+  template <int W>
+  static void copy_padded(const float* src, int n, float* dst) {
+    if (n == W) {
+      std::memcpy(dst, src, sizeof(float) * W);
+      return;
+    }
+    std::memcpy(dst, src, sizeof(float) * n);
+    std::fill(dst + n, dst + W, 0.0f);
+  }
+
+  // dst[q * W + r] = src[r * rs + q * qs] for r < n, q < len; 0 for n <= r < W. Rows of src
+  // (r) become columns of dst: in 8 x 8 blocks through registers where src's q is contiguous.
+  template <int W>
+  static void transpose_padded(const float* src, int64_t rs, int64_t qs, int n, int len,
+                               float* dst) {
+    const int n8 = qs == 1 ? n / 8 * 8 : 0;
+    int q0 = 0;
+    for (; n8 > 0 && q0 + 8 <= len; q0 += 8) {
+      for (int r = 0; r < n8; r += 8) I::transpose8x8(src + r * rs + q0, rs, dst + q0 * W + r, W);
+      for (int q = q0; q < q0 + 8; ++q) {
+        float* d = dst + q * W;
+        for (int r = n8; r < n; ++r) d[r] = src[r * rs + q];
+        for (int r = n; r < W; ++r) d[r] = 0.0f;
+      }
+    }
+    for (int q = q0; q < len; ++q) {
+      float* d = dst + q * W;
+      for (int r = 0; r < n; ++r) d[r] = src[r * rs + q * qs];
+      for (int r = n; r < W; ++r) d[r] = 0.0f;
+    }
+  }
+
+  // The epilogue's bias and ReLU on one value (the scalar twin of the vector code below).
+  static float finish(float v, const Epilogue& e, int i, int j) {
+    if (e.row_bias) v += e.row_bias[i];
+    if (e.col_bias) v += e.col_bias[j];
+    if (e.relu) v = v > 0 ? v : 0.0f;
+    return v;
+  }
+
+  // The kMr x NR tile t (rows ldt apart) += a x panel b over kc values of p; t starts from its
+  // contents when `load`, else from 0. With `last`, the epilogue's bias and ReLU follow, for the
+  // tile at rows i0.., columns j0.. of C. A's value (i, p) is a[i * lda + p] when kRowsOfA (A
+  // read in place, row-major), else a[p * lda + i] (a packed panel, lda = MR, or A stored
+  // transposed, read in place).
+  template <bool kRowsOfA>
+  static inline void tile(int kc, const float* a, int64_t lda, const float* b, float* t,
+                          int64_t ldt, bool load, const Epilogue* last, int i0, int j0) {
+    V acc[MR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = load ? I::load(t + i * ldt + v * L) : I::zero();
+    for (int p = 0; p < kc; ++p) {
+      V bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = I::load(b + p * NR + v * L);
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) {
+        const V av = I::broadcast(kRowsOfA ? a[i * lda + p] : a[p * lda + i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = I::fma(av, bv[v], acc[i][v]);
+      }
+    }
+    if (last) {
+      const Epilogue& e = *last;
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) {
+        if (e.row_bias) {
+          const V rb = I::broadcast(e.row_bias[i0 + i]);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[i][v] = I::add(acc[i][v], rb);
+        }
+        if (e.col_bias)
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v)
+            acc[i][v] = I::add(acc[i][v], I::load(e.col_bias + j0 + v * L));
+        if (e.relu)
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[i][v] = I::relu(acc[i][v]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) I::store(t + i * ldt + v * L, acc[i][v]);
+  }
+
+  // A tile of C at (i0, j0) with nr valid columns: in place when whole, else through a local
+  // tile (the epilogue then runs on the valid values only, in scalar code).
+  template <bool kRowsOfA>
+  static void edge_or_tile(int kc, const float* a, int64_t lda, const float* b, float* c,
+                           int64_t ldc, bool load, const Epilogue* last, int i0, int j0, int mr,
+                           int nr) {
+    if (mr == MR && nr == NR) {
+      tile<kRowsOfA>(kc, a, lda, b, c, ldc, load, last, i0, j0);
+      return;
+    }
+    alignas(64) float t[MR * NR];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) t[i * NR + j] = load && i < mr && j < nr ? c[i * ldc + j] : 0;
+    tile<kRowsOfA>(kc, a, lda, b, t, NR, load, nullptr, 0, 0);
+    for (int i = 0; i < mr; ++i)
+      for (int j = 0; j < nr; ++j)
+        c[i * ldc + j] = last ? finish(t[i * NR + j], *last, i0 + i, j0 + j) : t[i * NR + j];
+  }
+
+  static void run(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epilogue& e,
+                  GemmBuffers& buffers) {
+    float* pa = buffers.a();
+    float* pb = buffers.b();
+    // A with contiguous rows or columns is read in place, except a last panel of fewer than MR
+    // rows (reading on would leave A), which is packed zero-padded; other A are packed.
+    const bool rows_of_a = a.cs == 1, in_place = a.cs == 1 || a.rs == 1;
+    // Slices of p of equal length (a multiple of 8 except the last), at most kKc.
+    const int slices = (k + kKc - 1) / kKc;
+    const int kc_max = std::min(k, (k / slices + 7) / 8 * 8);
+    for (int jc = 0; jc < n; jc += kNc) {
+      const int nc = std::min(kNc, n - jc);
+      for (int pc = 0; pc < k; pc += kc_max) {
+        const int kc = std::min(kc_max, k - pc);
+        const bool load = e.accumulate || pc > 0;
+        const Epilogue* last = pc + kc == k ? &e : nullptr;
+        for (int ic = 0; ic < m; ic += kMc) {
+          const int mc = std::min(kMc, m - ic);
+          for (int ir = in_place ? mc / MR * MR : 0; ir < mc; ir += MR)
+            pack_a(a, ic + ir, std::min(MR, mc - ir), pc, kc, pa + ir * kc);
+          for (int jr = 0; jr < nc; jr += NR) {
+            // Each B panel is packed just before its first use, while A's block waits in cache.
+            if (ic == 0) pack_b(b, pc, kc, jc + jr, std::min(NR, nc - jr), pb + jr * kc);
+            for (int ir = 0; ir < mc; ir += MR) {
+              const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
+              float* ct = c + (ic + ir) * ldc + jc + jr;
+              const float* bp = pb + jr * kc;
+              if (!in_place || mr < MR)
+                edge_or_tile<false>(kc, pa + ir * kc, MR, bp, ct, ldc, load, last, ic + ir, jc + jr,
+                                    mr, nr);
+              else if (rows_of_a)
+                edge_or_tile<true>(kc, a.p + (ic + ir) * a.rs + pc, a.rs, bp, ct, ldc, load, last,
+                                   ic + ir, jc + jr, mr, nr);
+              else
+                edge_or_tile<false>(kc, a.p + pc * a.cs + ic + ir, a.cs, bp, ct, ldc, load, last,
+                                    ic + ir, jc + jr, mr, nr);
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+// The product with I's register tile, or for a C of at most one vector's width, with I's narrow
+// tile (kMrNarrow rows x 1 vector), which wastes fewer lanes (a layer of 10 outputs).
+template <class I>
+void gemm(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epilogue& e,
+          GemmBuffers& buffers) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // an empty chain: 0 (or C), then the epilogue
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        c[i * ldc + j] = Gemm<I, 1, 1>::finish(e.accumulate ? c[i * ldc + j] : 0.0f, e, i, j);
+    return;
+  }
+  if (n <= I::kLanes)
+    Gemm<I, I::kMrNarrow, 1>::run(m, n, k, a, b, c, ldc, e, buffers);
+  else
+    Gemm<I, I::kMr, I::kNv>::run(m, n, k, a, b, c, ldc, e, buffers);
+}
+
+}  // namespace hippo::kernels::cpu::impl
