@@ -1,7 +1,8 @@
 // Training throughput of the engine: times `steps` SGD steps (after `warmup` untimed ones) of the
 // reference MLP (784-256-128-10) or CNN on Fashion-MNIST, or a gpt on fortunes (a sample is a
 // sequence of --context tokens; --stages > 1 pipelines it over that many CPU threads, each with
-// --threads kernel threads), and prints one JSON line
+// --threads kernel threads, or over the streams of --device cuda:N, or over the GPUs of
+// --devices cuda:A-B), and prints one JSON line
 //   {"model": "mlp", "batch": 128, "threads": 1, "device": "cpu", "precision": "fp32",
 //    "samples_per_s": 12345.6}
 // (gpt adds its shape, "microbatches", "stages", "schedule" and "tokens_per_s"). With
@@ -42,8 +43,11 @@ int main(int argc, char** argv) {
   hippo::worker::RunConfig config;
   app.add_option("--microbatches", config.microbatches, "gpt: micro-batches per step")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--stages", config.pipeline_stages, "gpt: pipeline stages (CPU threads)")
+  app.add_option("--stages", config.pipeline_stages,
+                 "gpt: pipeline stages (CPU threads, or streams of --device's GPU)")
       ->check(CLI::Range(1, 256));
+  app.add_option("--devices", config.pipeline_devices,
+                 "gpt: the pipeline stages' devices, cpu:N or cuda:A-B (default: --device)");
   app.add_option("--schedule", config.pipeline_schedule, "gpt: gpipe, 1f1b, interleaved, bpipe");
   app.add_option("--chunks", config.pipeline_chunks, "gpt: model chunks per stage (interleaved)")
       ->check(CLI::Range(1, 64));
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
       line["shape"] = config.model;
       line["microbatches"] = config.microbatches;
       line["stages"] = config.pipeline_stages;
+      if (!config.pipeline_devices.empty()) line["devices"] = config.pipeline_devices;
       line["schedule"] = config.pipeline_schedule;
       line["tokens_per_s"] = samples_per_s * context;
     }
