@@ -55,11 +55,10 @@ struct Options {
   // threads; "cuda:A-B": GPUs A..B); its size is the most pipeline stages this worker takes.
   std::string devices = "cpu:1";
   int device_count = 1;
-  bool cuda_devices = false;
 };
 
 // Parses --devices: "cpu:N" (1 <= N <= 256), "cuda:A" or "cuda:A-B" (A <= B). CUDA devices must be
-// present. Returns the problem, or "" and fills device_count and cuda_devices.
+// present. Returns the problem, or "" and fills device_count.
 std::string parse_devices(Options& o) {
   auto number = [](const std::string& text, int& out) {
     if (text.empty() || text.size() > 4 ||
@@ -85,7 +84,6 @@ std::string parse_devices(Options& o) {
   if (last >= present)
     return d + " requested, this machine has " + std::to_string(present) + " CUDA devices";
   o.device_count = last - first + 1;
-  o.cuda_devices = true;
   return "";
 }
 
@@ -252,15 +250,11 @@ class Worker {
     config.pipeline_stages = run.pipeline_stages;
     config.pipeline_schedule = run.pipeline_schedule;
     config.pipeline_chunks = run.pipeline_chunks;
+    config.pipeline_devices = options_.devices;  // the engine places the stages on them
     if (run.pipeline_stages > options_.device_count)
       throw std::runtime_error("the job's pipeline has " + std::to_string(run.pipeline_stages) +
                                " stages, this worker has " + std::to_string(options_.device_count) +
                                " devices (--devices " + options_.devices + ")");
-    if (run.pipeline_stages > 1 && options_.cuda_devices)
-      throw std::runtime_error(
-          "pipelined training runs on CPU threads only: start the worker "
-          "with --devices cpu:N (this one has --devices " +
-          options_.devices + ")");
     std::string key = json{{"m", run.model},
                            {"d", run.data},
                            {"t", run.train_samples},
