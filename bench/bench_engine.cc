@@ -28,13 +28,15 @@ int main(int argc, char** argv) {
   hippo::kernels::use_native_blas_kernels(argv);
   std::string model = "mlp", device = "cpu", precision = "fp32";
   int batch = 128, threads = 1, steps = 50, warmup = 5;
-  int layers = 2, heads = 4, dim = 128, context = 64;  // gpt
+  int layers = 2, heads = 4, dim = 128, context = 64, vocab = 96;  // gpt
   CLI::App app{"engine training throughput"};
   app.add_option("--model", model, "mlp, cnn or gpt")->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
   app.add_option("--layers", layers, "gpt: transformer blocks")->check(CLI::Range(1, 1024));
   app.add_option("--heads", heads, "gpt: attention heads")->check(CLI::Range(1, 1024));
   app.add_option("--dim", dim, "gpt: channels")->check(CLI::Range(1, 65536));
   app.add_option("--context", context, "gpt: tokens per sequence")->check(CLI::Range(1, 4096));
+  app.add_option("--vocab", vocab, "gpt: vocabulary (>= 96; 50257 for GPT-2's size)")
+      ->check(CLI::Range(96, 1 << 20));
   app.add_option("--batch", batch, "batch size")->check(CLI::Range(1, 60000));
   app.add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 1024));
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000));
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
                      : nlohmann::json{{"type", "cnn"}, {"channels", {32, 64}}, {"fc", {128}}};
   if (model == "gpt") {
     config.model = {{"type", "gpt"}, {"layers", layers},   {"heads", heads},
-                    {"dim", dim},    {"context", context}, {"vocab", 96}};
+                    {"dim", dim},    {"context", context}, {"vocab", vocab}};
     config.data = "fortunes";
     config.train_samples =  // every window
         hippo::worker::text_samples(hippo::worker::kFortunesTrainTokens, context);
