@@ -32,6 +32,18 @@ void check(ncclResult_t status, const char* call) {
 
 #define CHECK(call) check((call), #call)
 
+// Whether everything before `event` has run; not yet is no error (and must not stay behind as
+// the thread's last error, which the next kernel launch's check reads).
+bool passed(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  CHECK(status);
+  return true;
+}
+
 #ifdef HIPPO_HAVE_NCCL
 // An event recorded on `after` that `waiting` waits for (both on the current device); the event
 // is released at once (CUDA keeps it until the wait is resolved).
@@ -98,7 +110,7 @@ struct CudaTransport::LinkState {
   Staging& take_staging(size_t n) {
     std::lock_guard lock(mutex);
     for (const auto& s : staging) {
-      if (!s->queued && s->capacity >= n && cudaEventQuery(s->read) == cudaSuccess) {
+      if (!s->queued && s->capacity >= n && passed(s->read)) {
         s->queued = true;
         return *s;
       }
