@@ -70,11 +70,15 @@ void exchange_three_messages(int device0, int device1) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&streams[s], cudaStreamNonBlocking), cudaSuccess);
     for (float*& b : buffers[s]) ASSERT_EQ(cudaMalloc(&b, kSize * sizeof(float)), cudaSuccess);
   }
+  // On the stage's stream, as the stage's own work would (a send's buffer may be reused by work
+  // that follows it there).
   auto fill = [&](int stage, int message, float base) {
     std::vector<float> host(kSize);
     for (size_t i = 0; i < kSize; ++i) host[i] = base + i;
     cudaSetDevice(devices[stage]);
-    cudaMemcpy(buffers[stage][message], host.data(), kSize * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(buffers[stage][message], host.data(), kSize * sizeof(float),
+                    cudaMemcpyHostToDevice, streams[stage]);
+    cudaStreamSynchronize(streams[stage]);
   };
   fill(0, 0, 100);
   fill(0, 1, 200);
