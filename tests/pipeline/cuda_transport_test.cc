@@ -4,6 +4,7 @@
 // receiver's buffer. The GPU tests skip, with the reason, without the devices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
