@@ -1,7 +1,8 @@
 // Training throughput of the engine: times `steps` SGD steps (after `warmup` untimed ones) of the
 // reference MLP (784-256-128-10) or CNN on Fashion-MNIST, or a gpt on fortunes (a sample is a
 // sequence of --context tokens; --stages > 1 pipelines it over that many CPU threads, each with
-// --threads kernel threads), and prints one JSON line
+// --threads kernel threads, or over the streams of --device cuda:N, or over the GPUs of
+// --devices cuda:A-B), and prints one JSON line
 //   {"model": "mlp", "batch": 128, "threads": 1, "device": "cpu", "isa": "avx512",
 //    "precision": "fp32", "samples_per_s": 12345.6, "cpu_seconds": 1.2,
 //    "product_flops_per_step": 1.289e8, "product_gflops": 12.4}
@@ -66,13 +67,15 @@ double process_cpu_seconds() {
 int main(int argc, char** argv) {
   std::string model = "mlp", device = "cpu", precision = "fp32";
   int batch = 128, threads = 1, steps = 50, warmup = 5;
-  int layers = 2, heads = 4, dim = 128, context = 64;  // gpt
+  int layers = 2, heads = 4, dim = 128, context = 64, vocab = 96;  // gpt
   CLI::App app{"engine training throughput"};
   app.add_option("--model", model, "mlp, cnn or gpt")->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
   app.add_option("--layers", layers, "gpt: transformer blocks")->check(CLI::Range(1, 1024));
   app.add_option("--heads", heads, "gpt: attention heads")->check(CLI::Range(1, 1024));
   app.add_option("--dim", dim, "gpt: channels")->check(CLI::Range(1, 65536));
   app.add_option("--context", context, "gpt: tokens per sequence")->check(CLI::Range(1, 4096));
+  app.add_option("--vocab", vocab, "gpt: vocabulary (>= 96; 50257 for GPT-2's size)")
+      ->check(CLI::Range(96, 1 << 20));
   app.add_option("--batch", batch, "batch size")->check(CLI::Range(1, 60000));
   app.add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 1024));
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000));
@@ -81,8 +84,11 @@ int main(int argc, char** argv) {
   hippo::worker::RunConfig config;
   app.add_option("--microbatches", config.microbatches, "gpt: micro-batches per step")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--stages", config.pipeline_stages, "gpt: pipeline stages (CPU threads)")
+  app.add_option("--stages", config.pipeline_stages,
+                 "gpt: pipeline stages (CPU threads, or streams of --device's GPU)")
       ->check(CLI::Range(1, 256));
+  app.add_option("--devices", config.pipeline_devices,
+                 "gpt: the pipeline stages' devices, cpu:N or cuda:A-B (default: --device)");
   app.add_option("--schedule", config.pipeline_schedule, "gpt: gpipe, 1f1b, interleaved, bpipe");
   app.add_option("--chunks", config.pipeline_chunks, "gpt: model chunks per stage (interleaved)")
       ->check(CLI::Range(1, 64));
@@ -99,7 +105,7 @@ int main(int argc, char** argv) {
                      : nlohmann::json{{"type", "cnn"}, {"channels", {32, 64}}, {"fc", {128}}};
   if (model == "gpt") {
     config.model = {{"type", "gpt"}, {"layers", layers},   {"heads", heads},
-                    {"dim", dim},    {"context", context}, {"vocab", 96}};
+                    {"dim", dim},    {"context", context}, {"vocab", vocab}};
     config.data = "fortunes";
     config.train_samples =  // every window
         hippo::worker::text_samples(hippo::worker::kFortunesTrainTokens, context);
@@ -144,6 +150,7 @@ int main(int argc, char** argv) {
       line["shape"] = config.model;
       line["microbatches"] = config.microbatches;
       line["stages"] = config.pipeline_stages;
+      if (!config.pipeline_devices.empty()) line["devices"] = config.pipeline_devices;
       line["schedule"] = config.pipeline_schedule;
       line["tokens_per_s"] = samples_per_s * context;
     }

@@ -7,9 +7,9 @@
 # hippo / PyTorch (the goal: >= 1.0). Each run warms up first; PyTorch is timed with CUDA events,
 # bench_engine with the host clock between two synchronizations (the same span).
 #
-# Needs: a CUDA device, BUILD_DIR/bench_engine built with CUDA (on a machine without ZeroMQ or
-# SQLite: cmake -DHIPPO_GPU_ONLY=ON, see README.md), python3 with torch, and the Fashion-MNIST
-# files (HIPPO_DATA_DIR, default /usr/share/datasets/fashion-mnist).
+# Needs: a CUDA device, BUILD_DIR/bench_engine built with CUDA (on a bare GPU machine,
+# scripts/gpu-check builds it and runs this), python3 with torch, and the Fashion-MNIST files
+# (HIPPO_DATA_DIR, default /usr/share/datasets/fashion-mnist).
 set -euo pipefail
 build=${1:-build}
 reps=${2:-5}

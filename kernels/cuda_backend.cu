@@ -1,10 +1,13 @@
 // The CUDA backend: device memory, cuBLAS for matrix products (fp32, or bf16 operands with fp32
 // accumulation), and the kernels of cuda_*.cu for everything else.
 //
-// One stream: every backend of the process works on the device's legacy default stream, so all
-// of its work, and the work of other CUDA backends sharing its buffers (kernels.h: backends of one
-// name share their memory), runs in the order it was issued. Operations return without waiting
-// for the device; only copies to the host (and sum, count_correct) wait.
+// Streams: a backend made with Stream::kDefault works on the device's legacy default stream, as
+// every other such backend does, so all of its work, and the work of other CUDA backends sharing
+// its buffers (kernels.h: backends of one name share their memory), runs in the order it was
+// issued. One made with Stream::kOwn (a pipeline stage) has a non-blocking stream of its own: its
+// work overlaps the others' and is ordered with theirs only by wait_for (an event) and copy_from.
+// Operations return without waiting for the device; only copies to the host (and sum,
+// count_correct, finish) wait.
 //
 // Determinism: cuBLAS products are bit-identical from run to run for the same shapes on the same
 // GPU model and library version when they run on one stream with atomics disallowed and a fixed
@@ -19,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/cuda_conv.cuh"
@@ -101,6 +105,9 @@ struct CublasDestroy {
 struct EventDestroy {
   void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
 };
+struct StreamDestroy {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
 using DeviceMemory = std::unique_ptr<void, DeviceFree>;
 using PinnedMemory = std::unique_ptr<void, HostFree>;
 
@@ -120,12 +127,17 @@ struct Scalars {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), name_("cuda:" + std::to_string(device)) {
+  CudaBackend(int device, Stream stream)
+      : device_(device), name_("cuda:" + std::to_string(device)) {
     activate();
+    if (stream == Stream::kOwn) {
+      HIPPO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      own_stream_.reset(stream_);
+    }
     cublasHandle_t handle = nullptr;
     HIPPO_CUBLAS_CHECK(cublas().create(&handle));
     cublas_.reset(handle);
-    HIPPO_CUBLAS_CHECK(cublas().set_stream(handle, kStream));
+    HIPPO_CUBLAS_CHECK(cublas().set_stream(handle, stream_));
     // Plain fp32 arithmetic (no TF32), and no atomics in any cuBLAS routine.
     HIPPO_CUBLAS_CHECK(cublas().set_math_mode(handle, CUBLAS_DEFAULT_MATH));
     HIPPO_CUBLAS_CHECK(cublas().set_atomics_mode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
@@ -135,7 +147,7 @@ class CudaBackend final : public Backend {
 
     partials_ = device_alloc(sizeof(double) * cuda::kSumPartials);
     scalars_ = device_alloc(sizeof(Scalars));
-    HIPPO_CUDA_CHECK(cudaMemsetAsync(scalars_.get(), 0xff, sizeof(Scalars), kStream));
+    HIPPO_CUDA_CHECK(cudaMemsetAsync(scalars_.get(), 0xff, sizeof(Scalars), stream_));
     void* host = nullptr;
     HIPPO_CUDA_CHECK(cudaMallocHost(&host, sizeof(Scalars)));
     host_scalars_.reset(host);
@@ -146,7 +158,7 @@ class CudaBackend final : public Backend {
       HIPPO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
       slot_free.reset(event);
     }
-    HIPPO_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    HIPPO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   // The members free their memory on the current device: make it this backend's.
@@ -155,13 +167,14 @@ class CudaBackend final : public Backend {
   const char* name() const override { return name_.c_str(); }
   int threads() const override { return 1; }
   void set_precision(Precision p) const override { precision_ = p; }
+  CUstream_st* cuda_stream() const override { return stream_; }
 
   // ---- Memory --------------------------------------------------------------------------------
 
   void* allocate(int64_t bytes) const override {
     activate();
     DeviceMemory p = device_alloc(static_cast<size_t>(bytes));
-    HIPPO_CUDA_CHECK(cudaMemsetAsync(p.get(), 0, static_cast<size_t>(bytes), kStream));
+    HIPPO_CUDA_CHECK(cudaMemsetAsync(p.get(), 0, static_cast<size_t>(bytes), stream_));
     return p.release();
   }
 
@@ -170,7 +183,7 @@ class CudaBackend final : public Backend {
   void deallocate(void* p) const override {
     if (p == nullptr) return;
     cudaError_t status = cudaSetDevice(device_);
-    if (status == cudaSuccess) status = cudaStreamSynchronize(kStream);
+    if (status == cudaSuccess) status = cudaStreamSynchronize(stream_);
     if (status == cudaSuccess) status = cudaFree(p);
     if (status != cudaSuccess)
       std::fprintf(stderr, "hippo: cudaFree on %s failed: %s\n", name_.c_str(),
@@ -190,8 +203,8 @@ class CudaBackend final : public Backend {
       HIPPO_CUDA_CHECK(cudaEventSynchronize(staging_free_[slot].get()));
       std::memcpy(staging, static_cast<const char*>(host_src) + done, chunk);
       HIPPO_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, staging, chunk,
-                                       cudaMemcpyHostToDevice, kStream));
-      HIPPO_CUDA_CHECK(cudaEventRecord(staging_free_[slot].get(), kStream));
+                                       cudaMemcpyHostToDevice, stream_));
+      HIPPO_CUDA_CHECK(cudaEventRecord(staging_free_[slot].get(), stream_));
     }
   }
 
@@ -202,7 +215,7 @@ class CudaBackend final : public Backend {
     for (int64_t done = 0; done < bytes; done += kStagingBytes) {
       const size_t chunk = static_cast<size_t>(std::min(kStagingBytes, bytes - done));
       HIPPO_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), static_cast<const char*>(src) + done, chunk,
-                                       cudaMemcpyDeviceToHost, kStream));
+                                       cudaMemcpyDeviceToHost, stream_));
       synchronize_and_check();
       std::memcpy(static_cast<char*>(host_dst) + done, staging_.get(), chunk);
     }
@@ -212,13 +225,48 @@ class CudaBackend final : public Backend {
     if (bytes <= 0) return;
     activate();
     HIPPO_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, kStream));
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
   }
 
   void fill_zero(void* dst, int64_t bytes) const override {
     if (bytes <= 0) return;
     activate();
-    HIPPO_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), kStream));
+    HIPPO_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_));
+  }
+
+  // ---- Order and copies between backends -----------------------------------------------------
+
+  void finish() const override {
+    activate();
+    synchronize_and_check();
+  }
+
+  // An event recorded on the other's stream (on its device), which this stream waits for. One
+  // stream of one device is in order already; a CPU backend's work is done when issued.
+  void wait_for(const Backend& other) const override {
+    const auto* gpu = dynamic_cast<const CudaBackend*>(&other);
+    if (gpu == nullptr || (gpu->device_ == device_ && gpu->stream_ == stream_)) return;
+    gpu->activate();
+    cudaEvent_t event = nullptr;
+    HIPPO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    const std::unique_ptr<CUevent_st, EventDestroy> owned(event);  // freed once waited for
+    HIPPO_CUDA_CHECK(cudaEventRecord(event, gpu->stream_));
+    activate();
+    HIPPO_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0));
+  }
+
+  // From another GPU: a peer copy on this stream (through the host where the GPUs cannot reach
+  // each other: the driver's business). Same device or a CPU source: Backend's copy.
+  void copy_from(const Backend& src_backend, void* dst, const void* src,
+                 int64_t bytes) const override {
+    const auto* gpu = dynamic_cast<const CudaBackend*>(&src_backend);
+    if (gpu == nullptr || gpu->device_ == device_ || bytes <= 0) {
+      Backend::copy_from(src_backend, dst, src, bytes);
+      return;
+    }
+    wait_for(*gpu);
+    HIPPO_CUDA_CHECK(
+        cudaMemcpyPeerAsync(dst, device_, src, gpu->device_, static_cast<size_t>(bytes), stream_));
   }
 
   // ---- Matrix products -----------------------------------------------------------------------
@@ -242,8 +290,8 @@ class CudaBackend final : public Backend {
     __nv_bfloat16* a16 = static_cast<__nv_bfloat16*>(
         workspace(sizeof(__nv_bfloat16) * static_cast<size_t>(b_offset + int64_t{k} * n)));
     __nv_bfloat16* b16 = a16 + b_offset;
-    cuda::convert(kStream, a, a16, a_size);
-    cuda::convert(kStream, b, b16, int64_t{k} * n);
+    cuda::convert(stream_, a, a16, a_size);
+    cuda::convert(stream_, b, b16, int64_t{k} * n);
     HIPPO_CUBLAS_CHECK(cublas().gemm_ex(cublas_.get(), op_b, op_a, n, m, k, &alpha, b16,
                                         CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c,
                                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -254,33 +302,33 @@ class CudaBackend final : public Backend {
   void bias_forward(float* y, const float* bias, int64_t outer, int64_t channels,
                     int64_t inner) const override {
     activate();
-    cuda::bias_forward(kStream, y, bias, outer, channels, inner);
+    cuda::bias_forward(stream_, y, bias, outer, channels, inner);
   }
   void bias_backward(const float* dy, float* dbias, int64_t outer, int64_t channels,
                      int64_t inner) const override {
     activate();
-    cuda::bias_backward(kStream, dy, dbias, outer, channels, inner);
+    cuda::bias_backward(stream_, dy, dbias, outer, channels, inner);
   }
   void relu_forward(const float* x, float* y, int64_t n) const override {
     activate();
-    cuda::relu_forward(kStream, x, y, n);
+    cuda::relu_forward(stream_, x, y, n);
   }
   void relu_backward(const float* y, const float* dy, float* dx, int64_t n) const override {
     activate();
-    cuda::relu_backward(kStream, y, dy, dx, n);
+    cuda::relu_backward(stream_, y, dy, dx, n);
   }
   void gelu_forward(const float* x, float* y, int64_t n) const override {
     activate();
-    cuda::gelu_forward(kStream, x, y, n);
+    cuda::gelu_forward(stream_, x, y, n);
   }
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) const override {
     activate();
-    cuda::gelu_backward(kStream, x, dy, dx, n);
+    cuda::gelu_backward(stream_, x, dy, dx, n);
   }
   void swap_outer_axes(const float* x, float* y, int64_t a, int64_t b,
                        int64_t inner) const override {
     activate();
-    cuda::swap_outer_axes(kStream, x, y, a, b, inner);
+    cuda::swap_outer_axes(stream_, x, y, a, b, inner);
   }
 
   // ---- Convolution (cuDNN) and pooling -------------------------------------------------------
@@ -291,13 +339,13 @@ class CudaBackend final : public Backend {
     activate();
     cuda::CudnnConvolutions& c = convolutions();
     c.forward(s, precision_, x, w, y, workspace(c.workspace_bytes(s, precision_)));
-    if (bias) cuda::bias_forward(kStream, y, bias, 1, s.out_channels, s.col_cols());
+    if (bias) cuda::bias_forward(stream_, y, bias, 1, s.out_channels, s.col_cols());
   }
 
   void conv2d_backward(const ConvShape& s, const float* x, const float*, const float* w,
                        const float* dy, float*, float* dx, float* dw, float* dbias) const override {
     activate();
-    if (dbias) cuda::bias_backward(kStream, dy, dbias, 1, s.out_channels, s.col_cols());
+    if (dbias) cuda::bias_backward(stream_, dy, dbias, 1, s.out_channels, s.col_cols());
     cuda::CudnnConvolutions& c = convolutions();
     c.backward(s, precision_, x, w, dy, dx, dw, workspace(c.workspace_bytes(s, precision_)));
   }
@@ -305,22 +353,22 @@ class CudaBackend final : public Backend {
   void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
                        int k) const override {
     activate();
-    cuda::maxpool_forward(kStream, x, y, planes, h, w, k);
+    cuda::maxpool_forward(stream_, x, y, planes, h, w, k);
   }
   void maxpool_backward(const float* x, const float* dy, float* dx, int64_t planes, int h, int w,
                         int k) const override {
     activate();
-    cuda::maxpool_backward(kStream, x, dy, dx, planes, h, w, k);
+    cuda::maxpool_backward(stream_, x, dy, dx, planes, h, w, k);
   }
   void avgpool_forward(const float* x, float* y, int64_t planes, int h, int w,
                        int k) const override {
     activate();
-    cuda::avgpool_forward(kStream, x, y, planes, h, w, k);
+    cuda::avgpool_forward(stream_, x, y, planes, h, w, k);
   }
   void avgpool_backward(const float* dy, float* dx, int64_t planes, int h, int w,
                         int k) const override {
     activate();
-    cuda::avgpool_backward(kStream, dy, dx, planes, h, w, k);
+    cuda::avgpool_backward(stream_, dy, dx, planes, h, w, k);
   }
 
   // ---- Loss, metrics, reductions ---------------------------------------------------------------
@@ -328,21 +376,21 @@ class CudaBackend final : public Backend {
   void softmax_cross_entropy(const float* logits, const int32_t* labels, int batch, int classes,
                              float* losses, float* dlogits, float grad_scale) const override {
     activate();
-    cuda::softmax_cross_entropy(kStream, logits, labels, batch, classes, losses, dlogits,
+    cuda::softmax_cross_entropy(stream_, logits, labels, batch, classes, losses, dlogits,
                                 grad_scale, device_bad_index());
   }
 
   int64_t count_correct(const float* logits, const int32_t* labels, int batch,
                         int classes) const override {
     activate();
-    cuda::count_correct(kStream, logits, labels, batch, classes, device_scalar<int64_t>(kCorrect),
+    cuda::count_correct(stream_, logits, labels, batch, classes, device_scalar<int64_t>(kCorrect),
                         device_bad_index());
     return read_scalars().correct;
   }
 
   double sum(const float* x, int64_t n) const override {
     activate();
-    cuda::sum(kStream, x, n, static_cast<double*>(partials_.get()), device_scalar<double>(kTotal));
+    cuda::sum(stream_, x, n, static_cast<double*>(partials_.get()), device_scalar<double>(kTotal));
     return read_scalars().total;
   }
 
@@ -351,56 +399,53 @@ class CudaBackend final : public Backend {
   void sgd_update(float* params, const float* grads, float* buf, int64_t n,
                   const SgdParams& hp) const override {
     activate();
-    cuda::sgd_update(kStream, params, grads, buf, n, hp);
+    cuda::sgd_update(stream_, params, grads, buf, n, hp);
   }
   void adam_update(float* params, const float* grads, float* m, float* v, int64_t n,
                    const AdamParams& hp) const override {
     activate();
-    cuda::adam_update(kStream, params, grads, m, v, n, hp);
+    cuda::adam_update(stream_, params, grads, m, v, n, hp);
   }
 
   // ---- Transformer operations (cuda_transformer.cu) -------------------------------------------
 
   void add(const float* a, const float* b, float* y, int64_t n) const override {
     activate();
-    cuda::add(kStream, a, b, y, n);
+    cuda::add(stream_, a, b, y, n);
   }
   void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out,
                          int B, int T, int C, int V) const override {
     activate();
-    cuda::embedding_forward(kStream, tokens, wte, wpe, out, B, T, C, V, device_bad_index());
+    cuda::embedding_forward(stream_, tokens, wte, wpe, out, B, T, C, V, device_bad_index());
   }
   void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B,
                           int T, int C, int V) const override {
     activate();
-    cuda::embedding_backward(kStream, tokens, dout, dwte, dwpe, B, T, C, V);
+    cuda::embedding_backward(stream_, tokens, dout, dwte, dwpe, B, T, C, V);
   }
   void layernorm_forward(const float* x, const float* weight, const float* bias, float* out,
                          float* mean, float* rstd, int64_t N, int C) const override {
     activate();
-    cuda::layernorm_forward(kStream, x, weight, bias, out, mean, rstd, N, C);
+    cuda::layernorm_forward(stream_, x, weight, bias, out, mean, rstd, N, C);
   }
   void layernorm_backward(const float* dout, const float* x, const float* weight, const float* mean,
                           const float* rstd, float* dx, float* dweight, float* dbias, int64_t N,
                           int C) const override {
     activate();
-    cuda::layernorm_backward(kStream, dout, x, weight, mean, rstd, dx, dweight, dbias, N, C);
+    cuda::layernorm_backward(stream_, dout, x, weight, mean, rstd, dx, dweight, dbias, N, C);
   }
   void attention_forward(const float* qkv, float* out, float* att, int B, int T, int C,
                          int NH) const override {
     activate();
-    cuda::attention_forward(kStream, qkv, out, att, B, T, C, NH);
+    cuda::attention_forward(stream_, qkv, out, att, B, T, C, NH);
   }
   void attention_backward(const float* dout, const float* qkv, const float* att, float* scratch,
                           float* dqkv, int B, int T, int C, int NH) const override {
     activate();
-    cuda::attention_backward(kStream, dout, qkv, att, scratch, dqkv, B, T, C, NH);
+    cuda::attention_backward(stream_, dout, qkv, att, scratch, dqkv, B, T, C, NH);
   }
 
  private:
-  // The legacy default stream (see the top of this file).
-  static constexpr cudaStream_t kStream = nullptr;
-
   // The device is per host thread in CUDA: every call makes this backend's device current, so a
   // process may hold backends of several devices.
   void activate() const { HIPPO_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -418,8 +463,8 @@ class CudaBackend final : public Backend {
   void synchronize_and_check() const {
     Scalars* host = static_cast<Scalars*>(host_scalars_.get());
     HIPPO_CUDA_CHECK(
-        cudaMemcpyAsync(host, scalars_.get(), sizeof(Scalars), cudaMemcpyDeviceToHost, kStream));
-    HIPPO_CUDA_CHECK(cudaStreamSynchronize(kStream));
+        cudaMemcpyAsync(host, scalars_.get(), sizeof(Scalars), cudaMemcpyDeviceToHost, stream_));
+    HIPPO_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const int32_t* bad = host->bad_index;
     if (bad[cuda::kBadRow] < 0) return;
     const std::string value = std::to_string(bad[cuda::kBadValue]),
@@ -432,7 +477,7 @@ class CudaBackend final : public Backend {
             : "label " + value + " of row " + row + " is outside [0, " + limit + ")";
     // Clear the record (row -1) so that later operations report only their own errors.
     HIPPO_CUDA_CHECK(
-        cudaMemsetAsync(device_bad_index() + cuda::kBadRow, 0xff, sizeof(int32_t), kStream));
+        cudaMemsetAsync(device_bad_index() + cuda::kBadRow, 0xff, sizeof(int32_t), stream_));
     throw std::invalid_argument(message);
   }
 
@@ -442,28 +487,33 @@ class CudaBackend final : public Backend {
   }
 
   // Device scratch of at least `bytes` for one operation at a time (bf16 operands, cuDNN's
-  // copies and workspace); grows (never shrinks) once the work that may still read the old
-  // scratch is done. Every user is on the one stream, so the next operation's writes come after
-  // the previous operation's reads.
+  // copies and workspace). Every user is on the one stream, so the next operation's writes come
+  // after the previous operation's reads. It grows by doubling at least, and an outgrown scratch
+  // is kept (smaller than the new one together) until the backend goes: freeing device memory
+  // synchronizes the whole device, which would wait for work still reading it and, in a
+  // pipeline, for NCCL transfers that wait for another GPU (pipeline/cuda_transport.h).
   void* workspace(size_t bytes) const {
     if (bytes > workspace_bytes_) {
-      HIPPO_CUDA_CHECK(cudaStreamSynchronize(kStream));
-      workspace_.reset();
-      workspace_bytes_ = 0;
-      workspace_ = device_alloc(bytes);
-      workspace_bytes_ = bytes;
+      const size_t grown = std::max(bytes, 2 * workspace_bytes_);
+      DeviceMemory fresh = device_alloc(grown);
+      if (workspace_) outgrown_workspaces_.push_back(std::move(workspace_));
+      workspace_ = std::move(fresh);
+      workspace_bytes_ = grown;
     }
     return workspace_.get();
   }
 
   // Made at the first convolution (which loads cuDNN), on this backend's device.
   cuda::CudnnConvolutions& convolutions() const {
-    if (!convolutions_) convolutions_ = std::make_unique<cuda::CudnnConvolutions>(kStream);
+    if (!convolutions_) convolutions_ = std::make_unique<cuda::CudnnConvolutions>(stream_);
     return *convolutions_;
   }
 
   int device_;
   std::string name_;
+  // Null: the legacy default stream (Stream::kDefault); else own_stream_, destroyed last.
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CUstream_st, StreamDestroy> own_stream_;
   DeviceMemory cublas_workspace_;  // declared before the handle: freed after it is destroyed
   std::unique_ptr<cublasContext, CublasDestroy> cublas_;
   DeviceMemory partials_;      // [kSumPartials] doubles: sum's per-block partial sums
@@ -475,6 +525,7 @@ class CudaBackend final : public Backend {
   mutable int next_slot_ = 0;
   mutable DeviceMemory workspace_;
   mutable size_t workspace_bytes_ = 0;
+  mutable std::vector<DeviceMemory> outgrown_workspaces_;
   mutable std::unique_ptr<cuda::CudnnConvolutions> convolutions_;
   mutable Precision precision_ = Precision::kFp32;
 };
@@ -490,12 +541,12 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count)
     throw std::invalid_argument("cuda:" + std::to_string(device) + " requested, this machine has " +
                                 std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s"));
-  return std::make_unique<CudaBackend>(device);
+  return std::make_unique<CudaBackend>(device, stream);
 }
 
 }  // namespace hippo::kernels

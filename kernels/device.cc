@@ -1,8 +1,10 @@
-// make_backend: the device name of a worker or benchmark ("cpu", "cuda:N") to a backend. In a
-// build without CUDA (HIPPO_HAVE_CUDA undefined), also the CUDA entry points: no devices, and a
-// clear error for anyone who asks for one.
+// make_backend: the device name of a worker or benchmark ("cpu", "cuda:N") to a backend; the
+// Backend's default copy between backends. In a build without CUDA (HIPPO_HAVE_CUDA undefined),
+// also the CUDA entry points: no devices, and a clear error for anyone who asks for one.
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -24,12 +26,25 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
   return make_cuda_backend(std::stoi(index));
 }
 
+void Backend::copy_from(const Backend& src_backend, void* dst, const void* src,
+                        int64_t bytes) const {
+  if (bytes <= 0) return;
+  if (std::strcmp(name(), src_backend.name()) == 0) {  // one memory
+    wait_for(src_backend);
+    copy(dst, src, bytes);
+    return;
+  }
+  std::vector<unsigned char> host(static_cast<size_t>(bytes));
+  src_backend.copy_to_host(host.data(), src, bytes);  // waits for src_backend's work
+  copy_from_host(dst, host.data(), bytes);
+}
+
 #ifndef HIPPO_HAVE_CUDA
 int cuda_device_count() {
   return 0;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Stream) {
   throw std::invalid_argument("cuda:" + std::to_string(device) +
                               " requested, but this hippo was built without CUDA (nvcc was not "
                               "found when it was configured, or HIPPO_CUDA=OFF)");

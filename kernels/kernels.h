@@ -21,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 
+struct CUstream_st;  // CUDA's stream (cudaStream_t is CUstream_st*), for Backend::cuda_stream
+
 namespace hippo::kernels {
 
 // Geometry of a stride-1 2-D convolution with a square kernel and zero padding.
@@ -83,6 +85,24 @@ class Backend {
   // p itself where this backend's memory is host memory (the CPU's: the host may write its inputs
   // there directly), else null.
   virtual void* host_address(void* /*p*/) const { return nullptr; }
+
+  // Order between backends whose work runs concurrently (a pipeline's stages: each on a CPU
+  // thread, or a GPU stream of its own; make_cuda_backend's Stream::kOwn).
+  // finish: blocks until all work issued to this backend so far is done (nothing to wait for on
+  // the CPU, whose operations are done when they return).
+  virtual void finish() const {}
+  // The work issued to this backend from now on runs after all work issued to `other` so far (a
+  // GPU backend waits on the device, without blocking the host).
+  virtual void wait_for(const Backend& other) const { other.finish(); }
+  // dst (this backend's memory) = src (src_backend's memory, another device's too), `bytes`,
+  // after all work issued to src_backend so far, in order with this backend's later work.
+  // Between backends of one name, a plain copy (device.cc); across memories through the host
+  // unless the backend knows better (CUDA: a device-to-device copy between GPUs).
+  virtual void copy_from(const Backend& src_backend, void* dst, const void* src,
+                         int64_t bytes) const;
+  // The CUDA stream a GPU backend's work runs on, for code that adds its own work in the same
+  // order (the pipeline's CUDA transport); null for the CPU and for the legacy default stream.
+  virtual CUstream_st* cuda_stream() const { return nullptr; }
 
   // c[m, n] = alpha * op(a) op(b) + beta * c, where op(a) is [m, k] and op(b) is [k, n];
   // a is stored [m, k] (or [k, m] when trans_a), b is stored [k, n] (or [n, k] when trans_b).
@@ -277,11 +297,17 @@ class Backend {
 // threads. Throws std::invalid_argument for an unknown instruction set or one this CPU lacks.
 std::unique_ptr<Backend> make_cpu_backend(int threads, const std::string& isa = "");
 
+// Where a CUDA backend's work runs: the device's legacy default stream, which every such backend
+// shares (all their work runs in the order it was issued), or a stream of its own, concurrent with
+// the others and ordered with them only by wait_for and copy_from (a pipeline stage; several may
+// share a GPU).
+enum class Stream { kDefault, kOwn };
+
 // The CUDA backend on device `device` (cuda_backend.cu): cuBLAS products, CUDA kernels for the
-// rest, all on the device's default stream, deterministic (kernels/README.md). Its memory is
-// device memory. Throws std::invalid_argument when the device is not there or hippo was built
-// without CUDA, std::runtime_error when the device cannot be set up.
-std::unique_ptr<Backend> make_cuda_backend(int device);
+// rest, on `stream`, deterministic (kernels/README.md). Its memory is device memory. Throws
+// std::invalid_argument when the device is not there or hippo was built without CUDA,
+// std::runtime_error when the device cannot be set up.
+std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream = Stream::kDefault);
 
 // The number of CUDA devices this process can use: 0 when hippo was built without CUDA, when no
 // driver is installed, or when there is no device. Never throws.

@@ -1,5 +1,6 @@
 #include "pipeline/program.h"
 
+#include <set>
 #include <stdexcept>
 
 namespace hippo::pipeline {
@@ -91,6 +92,23 @@ std::string describe(const Instruction& instruction) {
   if (is_send(instruction.op)) text += " to stage " + std::to_string(instruction.peer);
   if (is_receive(instruction.op)) text += " from stage " + std::to_string(instruction.peer);
   return text;
+}
+
+std::vector<Link> links(const Program& program) {
+  std::set<Link> found;
+  for (int stage = 0; stage < std::ssize(program.instructions); ++stage)
+    for (const Instruction& ins : program.instructions[stage])
+      if (is_send(ins.op)) found.insert({stage, ins.peer, channel(ins.op)});
+  return {found.begin(), found.end()};
+}
+
+LinkKind link_kind(const Link& link, const std::vector<int>& devices) {
+  const int stages = static_cast<int>(devices.size());
+  if (link.from < 0 || link.from >= stages || link.to < 0 || link.to >= stages)
+    throw std::invalid_argument("link from stage " + std::to_string(link.from) + " to stage " +
+                                std::to_string(link.to) + ": devices are given for " +
+                                std::to_string(stages) + " stages");
+  return devices[link.from] == devices[link.to] ? LinkKind::kDeviceCopy : LinkKind::kNccl;
 }
 
 }  // namespace hippo::pipeline

@@ -13,6 +13,7 @@
 // visits devices 0..p-1 once per chunk. Every other schedule has one chunk, chunk 0.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -62,6 +63,18 @@ Instruction matching_send(int stages, int stage, const Instruction& receive);
 // "forward mb 3", "send activation mb 3 chunk 1 to stage 2", "optimizer step"
 std::string describe(const Instruction& instruction);
 
+// A one-way connection between two stages: `from` sends to `to` on `channel`.
+struct Link {
+  int from = 0, to = 0;
+  Channel channel = Channel::kNone;
+
+  auto operator<=>(const Link&) const = default;
+};
+
+// How a transport between GPUs moves a link's messages: device copies when both stages run on
+// one GPU, NCCL between two GPUs (NCCL needs a GPU per rank).
+enum class LinkKind { kDeviceCopy, kNccl };
+
 struct Program {
   std::string schedule;                                // the generator's name, for reports
   int stages = 0;                                      // p: devices
@@ -69,5 +82,12 @@ struct Program {
   int chunks = 1;                                      // v: model chunks per device
   std::vector<std::vector<Instruction>> instructions;  // [stages]: each stage's list, in order
 };
+
+// Every link that `program` sends on, once each, in (from, to, channel) order.
+std::vector<Link> links(const Program& program);
+
+// The kind of `link` when stage s runs on GPU devices[s] (std::invalid_argument unless devices
+// has an entry for both stages).
+LinkKind link_kind(const Link& link, const std::vector<int>& devices);
 
 }  // namespace hippo::pipeline

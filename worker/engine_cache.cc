@@ -23,20 +23,17 @@ Engine& EngineCache::engine_for(const protocol::RunSpec& run) {
     throw std::runtime_error("the job's pipeline has " + std::to_string(run.pipeline_stages) +
                              " stages, this worker has " + std::to_string(options_.device_count) +
                              " devices (--devices " + options_.devices + ")");
-  if (run.pipeline_stages > 1 && options_.cuda_devices)
-    throw std::runtime_error(
-        "pipelined training runs on CPU threads only: start the worker with --devices cpu:N (this "
-        "one has --devices " +
-        options_.devices + ")");
   // Everything but the fixed settings, which train() takes at each call.
   protocol::json key = protocol::to_json(run);
   key.erase("fixed");
   auto it = engines_.find(key.dump());
   if (it == engines_.end()) {
     if (engines_.size() >= 4) engines_.clear();  // a worker serves few root keys at a time
+    RunConfig config = run_config(run);
+    config.pipeline_devices = options_.devices;  // the engine places a pipeline's stages on them
     it = engines_
              .emplace(key.dump(),
-                      std::make_unique<Engine>(run_config(run), options_.threads, options_.device))
+                      std::make_unique<Engine>(config, options_.threads, options_.device))
              .first;
   }
   return *it->second;

@@ -29,7 +29,6 @@ std::string parse_devices(Options& o) {
   if (last >= present)
     return d + " requested, this machine has " + std::to_string(present) + " CUDA devices";
   o.device_count = last - first + 1;
-  o.cuda_devices = true;
   return "";
 }
 

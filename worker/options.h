@@ -22,11 +22,10 @@ struct Options {
   // threads; "cuda:A-B": GPUs A..B); its size is the most pipeline stages this worker takes.
   std::string devices = "cpu:1";
   int device_count = 1;
-  bool cuda_devices = false;
 };
 
 // Parses --devices: "cpu:N" (1 <= N <= 256), "cuda:A" or "cuda:A-B" (A <= B). CUDA devices must be
-// present. Returns the problem, or "" and fills device_count and cuda_devices.
+// present. Returns the problem, or "" and fills device_count.
 std::string parse_devices(Options& o);
 
 }  // namespace hippo::worker

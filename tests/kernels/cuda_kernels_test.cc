@@ -166,6 +166,58 @@ TEST_F(CudaKernelsTest, MemoryIsZeroedCopiedAndFilled) {
     ASSERT_EQ(filled[i], i >= 5 && i < 12 ? 0.0f : values[i]) << "at " << i;
 }
 
+// Backends on streams of their own (pipeline stages) run concurrently: wait_for and copy_from
+// order them. `a` adds 1 to every value of a large buffer many times (milliseconds of work);
+// whatever `b` reads after waiting must be the final values, never an intermediate.
+TEST_F(CudaKernelsTest, OwnStreamsAreOrderedByWaitForAndCopyFrom) {
+  const int64_t n = 8 << 20;
+  constexpr int kAdds = 200;
+  auto a = std::shared_ptr<const Backend>(make_cuda_backend(0, Stream::kOwn));
+  auto b = std::shared_ptr<const Backend>(make_cuda_backend(0, Stream::kOwn));
+  ASSERT_NE(a->cuda_stream(), nullptr);
+  ASSERT_NE(a->cuda_stream(), b->cuda_stream());
+  const std::vector<float> ones_host(static_cast<size_t>(n), 1.0f);
+  Buffer<float> ones = Buffer<float>::from_host(a, ones_host.data(), n);
+  Buffer<float> x(a, n), copied(b, n), pulled(b, n);
+  auto count_to = [&](float start) {
+    for (int i = 0; i < kAdds; ++i) a->add(x.data(), ones.data(), x.data(), n);
+    return start + kAdds;
+  };
+  const float first = count_to(0);
+  b->wait_for(*a);
+  b->copy(copied.data(), x.data(), n * int64_t{sizeof(float)});
+  const float second = count_to(first);
+  b->copy_from(*a, pulled.data(), x.data(), n * int64_t{sizeof(float)});
+  for (const auto& [buffer, want] : {std::pair{&copied, first}, std::pair{&pulled, second}}) {
+    const std::vector<float> got = buffer->to_host();
+    const auto wrong = std::find_if(got.begin(), got.end(), [&](float v) { return v != want; });
+    EXPECT_EQ(wrong, got.end()) << "value " << (wrong - got.begin()) << " is "
+                                << (wrong == got.end() ? 0 : *wrong) << ", expected " << want;
+  }
+  // Between the CPU and a GPU: through the host.
+  const std::vector<float> values = random_vector(1000, 3);
+  Buffer<float> on_cpu = Buffer<float>::from_host(cpu, values.data(), 1000), on_gpu(b, 1000);
+  b->copy_from(*cpu, on_gpu.data(), on_cpu.data(), 1000 * sizeof(float));
+  Buffer<float> back(cpu, 1000);
+  cpu->copy_from(*b, back.data(), on_gpu.data(), 1000 * sizeof(float));
+  EXPECT_TRUE(same_bits(back.to_host(), values));
+}
+
+// Between two GPUs: a peer copy after the source's work (needs two devices).
+TEST_F(CudaKernelsTest, CopyFromAnotherGpu) {
+  const int devices = cuda_device_count();
+  if (devices < 2) GTEST_SKIP() << "needs 2 CUDA devices, this machine has " << devices;
+  auto a = std::shared_ptr<const Backend>(make_cuda_backend(0, Stream::kOwn));
+  auto b = std::shared_ptr<const Backend>(make_cuda_backend(1, Stream::kOwn));
+  const int64_t n = 4 << 20;
+  const std::vector<float> values = random_vector(static_cast<size_t>(n), 5);
+  Buffer<float> x = Buffer<float>::from_host(a, values.data(), n), doubled(a, n), there(b, n);
+  a->add(x.data(), x.data(), doubled.data(), n);
+  b->copy_from(*a, there.data(), doubled.data(), n * int64_t{sizeof(float)});
+  const std::vector<float> got = there.to_host();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], values[i] + values[i]) << "at " << i;
+}
+
 TEST_F(CudaKernelsTest, GemmMatchesCpuInFp32AndBf16) {
   struct Shape {
     int m, n, k;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/engine/device_group.h"
 #include "worker/engine/network.h"
 #include "worker/engine/step_settings.h"
 
@@ -14,6 +15,14 @@ uint64_t fnv1a(const std::string& text) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
   return h;
+}
+
+// The device that holds the state: a pipelined config's group's first device, else `device`.
+std::string state_device(const RunConfig& config, const std::string& device) {
+  const bool pipelined = config.pipeline_stages > 1 || config.pipeline_chunks > 1;
+  return pipelined && !config.pipeline_devices.empty()
+             ? DeviceGroup::parse(config.pipeline_devices).home()
+             : device;
 }
 
 int64_t opt_state_size(const std::string& optimizer, int64_t params) {
@@ -30,7 +39,7 @@ Engine::Engine(const RunConfig& config, int threads, const std::string& device)
                 std::to_string(config.train_samples) + "|" + std::to_string(config.eval_samples) +
                 "|" + std::to_string(config.seed) +
                 (config.microbatches == 1 ? "" : "|m" + std::to_string(config.microbatches)))),
-      backend_(kernels::make_backend(device, threads)),
+      backend_(kernels::make_backend(state_device(config, device), threads)),
       network_(make_network(config, backend_)),
       order_(config.train_samples, config.seed),
       grads_(backend_, network_->grad_count()) {
@@ -107,8 +116,10 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
                                   " at step " + std::to_string(s.step) + " is not a multiple of " +
                                   std::to_string(config_.microbatches) + " micro-batches");
     // bf16: the products' operands in bf16, everything else fp32 (the CPU backend refuses it).
-    be.set_precision(st.precision == "bf16" ? kernels::Precision::kBf16
-                                            : kernels::Precision::kFp32);
+    const kernels::Precision precision =
+        st.precision == "bf16" ? kernels::Precision::kBf16 : kernels::Precision::kFp32;
+    be.set_precision(precision);
+    network_->set_precision(precision);
     if (s.optimizer.empty()) {
       s.optimizer = st.optimizer;
       s.opt_state = kernels::Buffer<float>(backend_, opt_state_size(st.optimizer, nparams));

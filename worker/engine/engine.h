@@ -4,9 +4,9 @@
 //
 // Determinism (DESIGN.md invariant 1): a TrainState trained to step N is the same, bit for bit,
 // however the steps [0, N) were split into train() calls, checkpoints, forks, processes, thread
-// counts and pipeline stages. Each step depends only on the state and the settings' values at that
-// step; randomness comes from the counter-based generator (rng.h); every kernel computes each
-// output from one thread in a fixed order (kernels.h).
+// counts, pipeline stages and their devices (of one kind). Each step depends only on the state and
+// the settings' values at that step; randomness comes from the counter-based generator (rng.h);
+// every kernel computes each output from one thread in a fixed order (kernels.h).
 //
 //   Engine engine(config, threads);
 //   TrainState s = engine.initial_state();
@@ -42,12 +42,16 @@ struct RunConfig {
   // Micro-batches per optimizer step (network.h); 1 is the plain step. Other values change the
   // sums, so they are hashed (1 is not, so that older hashes stay valid).
   int microbatches = 1;
-  // Pipelined training of a gpt over CPU threads (pipelined_engine.h): stages (1: none), the
-  // schedule ("gpipe", "1f1b", "interleaved", "bpipe") and model chunks per stage. They do not
-  // change the results, so they are not hashed.
+  // Pipelined training of a gpt (pipelined_engine.h): stages (1: none), the schedule ("gpipe",
+  // "1f1b", "interleaved", "bpipe") and model chunks per stage. They do not change the results,
+  // so they are not hashed.
   int pipeline_stages = 1;
   std::string pipeline_schedule = "1f1b";
   int pipeline_chunks = 1;
+  // Where the stages compute (not hashed): a device group, "cpu:N" or "cuda:A-B"
+  // (device_group.h), whose first device then holds the state; empty: the engine's device (all
+  // stages on it: CPU threads, or streams of one GPU). Ignored by an unpipelined config.
+  std::string pipeline_devices;
   // Where, not what (not hashed); empty: the data set's own place (/usr/share/datasets/
   // fashion-mnist, /usr/share/games/fortunes).
   std::string data_dir;
@@ -65,7 +69,9 @@ class Engine {
   // Loads the data (once per process) and builds the model; throws std::invalid_argument naming
   // the bad field of the config, std::runtime_error when the data cannot be read. `threads` is
   // the number of threads of this engine's kernels (and of OpenBLAS, which is process-wide).
-  // `device` is "cpu" or "cuda:N" (kernels::make_backend: a device that is not there fails here).
+  // `device` is "cpu" or "cuda:N" (kernels::make_backend: a device that is not there fails here);
+  // a pipelined config with config.pipeline_devices runs on that group instead (its first
+  // device holds the state).
   Engine(const RunConfig& config, int threads, const std::string& device = "cpu");
   ~Engine();
 

@@ -1,5 +1,5 @@
 // The gpt model (gpt.h) on the fortunes corpus (text_data.h) as a Network, unpipelined or
-// pipelined over CPU threads (pipelined_engine.h).
+// pipelined over CPU threads or GPUs (pipelined_engine.h).
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
@@ -45,9 +45,6 @@ class GptNetwork final : public Network {
         corpus_(load_corpus(config, model_.shape())),
         eval_samples_(config.eval_samples) {
     if (config.pipeline_stages > 1 || config.pipeline_chunks > 1) {
-      if (std::string(backend_->name()) != "cpu")
-        throw std::invalid_argument("pipeline: pipelined training runs on CPU threads; the " +
-                                    std::string(backend_->name()) + " backend has no pipeline");
       const std::optional<pipeline::Schedule> schedule =
           pipeline::parse_schedule(config.pipeline_schedule);
       if (!schedule)
@@ -56,9 +53,17 @@ class GptNetwork final : public Network {
                                     "\" (known: " + pipeline::kScheduleNames + ")");
       pipeline_shape_ = {config.pipeline_stages, config.microbatches, *schedule,
                          config.pipeline_chunks};
-      pipelined_ = std::make_unique<PipelinedGpt>(
-          model_, pipeline_shape_, std::max(1, backend_->threads() / config.pipeline_stages));
+      const DeviceGroup group = config.pipeline_devices.empty()
+                                    ? DeviceGroup::of_device(backend_->name())
+                                    : DeviceGroup::parse(config.pipeline_devices);
+      pipelined_ =
+          std::make_unique<PipelinedGpt>(model_, pipeline_shape_, backend_, group,
+                                         std::max(1, backend_->threads() / config.pipeline_stages));
     }
+  }
+
+  void set_precision(kernels::Precision precision) override {
+    if (pipelined_) pipelined_->set_precision(precision);
   }
 
   int64_t param_count() const override { return model_.param_count(); }

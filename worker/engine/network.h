@@ -3,8 +3,9 @@
 // training samples into the gradient of their mean loss, and evaluates parameters.
 //
 //   mlp, cnn on fashion-mnist   image_network.cc (model.h's layers)
-//   gpt on fortunes             gpt_network.cc (gpt.h's blocks; pipelined over CPU threads when
-//                               the config asks for pipeline stages: pipelined_engine.h)
+//   gpt on fortunes             gpt_network.cc (gpt.h's blocks; pipelined over CPU threads or
+//                               GPUs when the config asks for pipeline stages:
+//                               pipelined_engine.h)
 //
 // Micro-batches: a step of B samples in M micro-batches of B / M computes each micro-batch's
 // gradient of (its summed loss / B) and adds them in ascending micro-batch order. M = 1 is the
@@ -38,6 +39,9 @@ class Network {
   // A hint: the training samples indices[batch] come next, so a network may start fetching them
   // into the cache (they are scattered over the data set). Changes no result.
   virtual void prefetch(const int32_t* /*indices*/, int /*batch*/) const {}
+  // The precision of the next gradients() for backends of the network's own besides the
+  // engine's (a pipeline's stages), which the engine sets itself.
+  virtual void set_precision(kernels::Precision) {}
 };
 
 // The network of config.model and config.data (loads the data once per process); throws

@@ -1,6 +1,24 @@
 // The pipelined training path of the gpt model: one optimizer step's micro-batches run through a
-// pipeline schedule (pipeline/schedules.h) by the interpreter (pipeline/interpreter.h), one CPU
-// thread per pipeline stage, activations and gradients moved by the in-process queue transport.
+// pipeline schedule (pipeline/schedules.h) by the interpreter (pipeline/interpreter.h), one
+// thread per pipeline stage, each stage computing with a backend of its own on its device of the
+// run's device group (device_group.h):
+//
+//   CPU threads   a CPU backend per stage; activations and gradients move between stages by the
+//                 in-process queue transport (host memory, shared by all stages).
+//   GPUs          a CUDA backend per stage on a stream of its own (several stages may share a
+//                 GPU); activations and gradients move by device copies between stages on one
+//                 GPU and by NCCL between GPUs (pipeline/cuda_transport.h).
+//
+// State. The parameters, gradients and optimizer state stay one contiguous buffer each, in the
+// memory of the engine's backend ("home": the group's first device). Each step, every stage's
+// work is ordered after the home's (the token uploads, the previous update: Backend::wait_for)
+// and the home's after every stage's. A stage whose device is the home's (every CPU stage; GPU
+// stages on the first GPU) reads the parameters and writes its regions of the gradient buffer
+// in place. A stage on another GPU keeps a full-size mirror of parameters and gradients there:
+// before the program it copies in the parameter regions of its blocks (and the embedding, which
+// a tied head reads) and the step's tokens, after it the home copies back its gradient regions
+// (Backend::copy_from). Stage buffers (activations, gradients between stages, loans) are kept
+// from step to step: no device memory is freed while NCCL transfers may be in flight.
 //
 // Cutting. With p stages and v chunks per stage the model's blocks (embedding, `layers`
 // transformer blocks, head) are cut into p v contiguous, non-empty ranges ("positions"; chunk c
@@ -10,17 +28,18 @@
 // and the head ~V C: they are cheap in compute, so the cut simply adds them to the first and last
 // ranges (which then get fewer transformer blocks when the head is heavy, e.g. a large vocab).
 // In parameters they are the heavy ones (V C + T C for the embedding); the cut does not balance
-// memory, which on CPU threads is shared anyway. A tied output layer reads wte, which lives with
-// the embedding on the first stage: the last stage reads it from the shared parameter buffer and
-// writes its share of wte's gradient into its own region (gpt.h), added in once per step.
+// memory. A tied output layer reads wte, which lives with the embedding on the first stage: the
+// last stage reads it from the parameter buffer (or its mirror) and writes its share of wte's
+// gradient into its own region (gpt.h), added in once per step.
 //
 // Exactness. Each position's backward passes run in ascending micro-batch order (every generator
 // guarantees it; the stage checks it), and a position's micro-batch gradient is added to its
-// region of the gradient buffer exactly as the unpipelined path adds the whole buffer's, so the
-// gradients, and so the parameters after any number of steps, are bit for bit the same as the
-// unpipelined run's over the same micro-batches. The optimizer step of the program is where a
-// stage's work ends; the update itself runs once over the whole parameter buffer after the
-// program (the engine's, as for one device), since wte's update needs the last stage's share.
+// region of the gradient buffer exactly as the unpipelined path adds the whole buffer's, with the
+// same kernels on the same kind of device, so the gradients, and so the parameters after any
+// number of steps, are bit for bit the same as the unpipelined run's over the same micro-batches
+// on that kind of device. The optimizer step of the program is where a stage's work ends; the
+// update itself runs once over the whole parameter buffer after the program (the engine's, on
+// the home device), since wte's update needs the last stage's share.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +47,10 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "pipeline/interpreter.h"
 #include "pipeline/program.h"
 #include "pipeline/schedules.h"
+#include "worker/engine/device_group.h"
 #include "worker/engine/gpt.h"
 
 namespace hippo::worker {
@@ -42,26 +63,43 @@ std::vector<size_t> cut_blocks(const Gpt& model, int positions);
 class PipelinedGpt {
  public:
   // `shape` as pipeline/schedules.h's check_shape accepts (else std::invalid_argument naming the
-  // field, "pipeline.microbatches: ..."); each stage computes with its own CPU backend of
-  // `threads_per_stage` threads.
-  PipelinedGpt(const Gpt& model, const pipeline::PipelineShape& shape, int threads_per_stage);
+  // field, "pipeline.microbatches: ..."). The stages compute on `group` (a CPU group: CPU
+  // backends of `threads_per_stage` threads; a CUDA group: a stream of its own per stage, on the
+  // GPUs of DeviceGroup::stage_gpus); `home` is the engine's backend, whose memory holds what
+  // gradients() reads and writes (for a CUDA group, the group's first GPU).
+  PipelinedGpt(const Gpt& model, const pipeline::PipelineShape& shape,
+               std::shared_ptr<const kernels::Backend> home, const DeviceGroup& group,
+               int threads_per_stage);
   ~PipelinedGpt();
 
   const std::vector<size_t>& cut() const { return cut_; }
+  // The device of each stage: "cpu" or "cuda:N".
+  std::vector<std::string> stage_devices() const;
+
+  // The precision of the stages' products from the next step on (Backend::set_precision).
+  void set_precision(kernels::Precision precision);
 
   // Gradients of one optimizer step into grads[model.grad_count()] (overwritten; reduce_tied not
   // yet applied): shape.microbatches micro-batches of `sequences` sequences each, whose tokens
   // are inputs/targets[microbatches * sequences, T] (micro-batch m at row m * sequences).
-  // micro_grads[model.grad_count()] is scratch. All buffers in host memory (CPU backends).
+  // micro_grads[model.grad_count()] is scratch (when microbatches > 1). All in home's memory.
   void gradients(const float* params, const int32_t* inputs, const int32_t* targets, int sequences,
                  float grad_scale, float* grads, float* micro_grads);
 
  private:
   class Stage;
+  // A queue transport for CPU stages, a CUDA transport for GPU stages.
+  std::unique_ptr<pipeline::Transport> make_transport() const;
+
   const Gpt& model_;
   pipeline::Program program_;
   std::vector<size_t> cut_;
+  std::shared_ptr<const kernels::Backend> home_;
+  DeviceGroup group_;
   std::vector<std::unique_ptr<Stage>> stages_;
+  // Kept from step to step (a CUDA transport sets up its links once); dropped after a failed
+  // step (an aborted transport stays aborted).
+  std::unique_ptr<pipeline::Transport> transport_;
 };
 
 }  // namespace hippo::worker

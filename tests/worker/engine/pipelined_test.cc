@@ -10,40 +10,22 @@
 namespace hippo::worker {
 namespace {
 
-constexpr int64_t kSteps = 3;
+using testing::kPipelineSteps;
+using testing::PipelineRun;
+using testing::train_pipeline_recipe;
 
-// 8 blocks (embedding, 6 transformer blocks, head): enough for 4 stages of 2 chunks.
 RunConfig config(int stages, const std::string& schedule, int chunks, bool tied = true) {
-  RunConfig c = testing::small_config("gpt");
-  c.model["layers"] = 6;
-  c.model["tied"] = tied;
-  c.eval_samples = 8;
-  c.microbatches = 4;
-  c.pipeline_stages = stages;
-  c.pipeline_schedule = schedule;
-  c.pipeline_chunks = chunks;
-  return c;
+  return testing::pipeline_config(stages, schedule, chunks, tied);
 }
 
-struct Trained {
-  TrainState state;
-  Metrics metrics;
-  uint64_t hash;
-};
-
-Trained train(const RunConfig& c) {
-  Engine engine(c, 1);
-  TrainState s = engine.initial_state();
-  // batch 16 = 4 micro-batches of 4 sequences; the learning rate changes at step 2.
-  engine.train(s, kSteps, {{"lr", multistep(3e-3, {2}, 0.5)}},
-               {{"optimizer", "adamw"}, {"batch_size", 16}, {"weight_decay", 0.1}}, {});
-  return {s, engine.evaluate(s), engine.config_hash()};
+PipelineRun train(const RunConfig& c) {
+  return train_pipeline_recipe(c);
 }
 
 TEST(PipelinedTest, EverySchedulePipelinedEqualsUnpipelinedBitForBit) {
   for (bool tied : {true, false}) {
-    const Trained alone = train(config(1, "1f1b", 1, tied));
-    ASSERT_EQ(alone.state.step, kSteps);
+    const PipelineRun alone = train(config(1, "1f1b", 1, tied));
+    ASSERT_EQ(alone.state.step, kPipelineSteps);
     struct Shape {
       int stages;
       const char* schedule;
@@ -55,7 +37,7 @@ TEST(PipelinedTest, EverySchedulePipelinedEqualsUnpipelinedBitForBit) {
           Shape{4, "bpipe", 1}}) {
       SCOPED_TRACE(std::string(p.schedule) + " stages " + std::to_string(p.stages) + " chunks " +
                    std::to_string(p.chunks) + (tied ? " tied" : " untied"));
-      const Trained piped = train(config(p.stages, p.schedule, p.chunks, tied));
+      const PipelineRun piped = train(config(p.stages, p.schedule, p.chunks, tied));
       EXPECT_TRUE(piped.state == alone.state);
       EXPECT_EQ(piped.metrics.loss, alone.metrics.loss);
       EXPECT_EQ(piped.metrics.accuracy, alone.metrics.accuracy);
@@ -69,7 +51,7 @@ TEST(PipelinedTest, EverySchedulePipelinedEqualsUnpipelinedBitForBit) {
 TEST(PipelinedTest, MicrobatchesBelongToTheConfig) {
   RunConfig one = config(1, "1f1b", 1);
   one.microbatches = 1;
-  const Trained a = train(one), b = train(config(1, "1f1b", 1));
+  const PipelineRun a = train(one), b = train(config(1, "1f1b", 1));
   EXPECT_FALSE(a.state == b.state);
   EXPECT_NE(a.hash, b.hash);
   EXPECT_NEAR(a.metrics.loss, b.metrics.loss, 1e-3);
@@ -108,6 +90,54 @@ TEST(PipelinedTest, RefusesPipelinesThatDoNotFit) {
             "model.type is mlp");
   c = config(2, "1f1b", 1);  // batch 6 in 4 micro-batches
   EXPECT_EQ(error(c), "setting batch_size: 6 at step 0 is not a multiple of 4 micro-batches");
+}
+
+// A device group (what a worker's --devices passes through) places the stages; on CPU threads
+// the result is the same, bit for bit, whatever the group offers.
+TEST(PipelinedTest, CpuGroupRunsTheStagesOnCpuThreads) {
+  const PipelineRun alone = train(config(1, "1f1b", 1));
+  RunConfig c = config(2, "1f1b", 1);
+  c.pipeline_devices = "cpu:4";
+  const PipelineRun piped = train(c);
+  EXPECT_TRUE(piped.state == alone.state);
+  EXPECT_EQ(piped.metrics.loss, alone.metrics.loss);
+
+  const Gpt model(GptShape::parse(c.model));
+  const PipelinedGpt on_threads(model, {4, 4, pipeline::Schedule::kOneFOneB, 1},
+                                kernels::make_cpu_backend(4), DeviceGroup::parse("cpu:4"), 1);
+  EXPECT_EQ(on_threads.stage_devices(), (std::vector<std::string>{"cpu", "cpu", "cpu", "cpu"}));
+}
+
+// GPUs that are not there fail when the engine is made, naming the device; a group whose first
+// device does not hold the state is refused; a malformed group is refused by name.
+TEST(PipelinedTest, GpuGroupsAreCheckedWhenTheEngineIsMade) {
+  auto error = [](const RunConfig& c, const std::string& device = "cpu") {
+    try {
+      Engine engine(c, 1, device);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const int gpus = kernels::cuda_device_count();
+  RunConfig c = config(2, "1f1b", 1);
+  c.pipeline_devices = "cuda:" + std::to_string(gpus) + "-" + std::to_string(gpus + 1);
+  EXPECT_NE(error(c).find("cuda:" + std::to_string(gpus) + " requested"), std::string::npos)
+      << error(c);
+  c.pipeline_devices = "cuda:1-0";
+  EXPECT_EQ(error(c), "devices \"cuda:1-0\": expected cuda:A or cuda:A-B with A <= B");
+  c.pipeline_devices = "";  // the engine's device: one past the last GPU
+  EXPECT_NE(error(c, "cuda:" + std::to_string(gpus)).find("requested"), std::string::npos);
+
+  const Gpt model(GptShape::parse(c.model));
+  try {
+    PipelinedGpt(model, {2, 4, pipeline::Schedule::kOneFOneB, 1}, kernels::make_cpu_backend(1),
+                 DeviceGroup::parse("cuda:0-1"), 1);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "pipeline: the state is on cpu, not on the first device of the stages (cuda:0)");
+  }
 }
 
 TEST(PipelinedTest, CutBalancesComputeWithEmbeddingAndHeadAtTheEnds) {

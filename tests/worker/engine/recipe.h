@@ -38,4 +38,39 @@ inline nlohmann::json recipe_fixed(const std::string& optimizer) {
   return {{"optimizer", optimizer}, {"weight_decay", 1e-2}};
 }
 
+// The pipelined gpt's recipe: 8 blocks (embedding, 6 transformer blocks, head), enough for 4
+// stages of 2 chunks, batch 16 in 4 micro-batches of 4 sequences, adamw with a learning rate that
+// changes at step 2.
+inline RunConfig pipeline_config(int stages, const std::string& schedule, int chunks,
+                                 bool tied = true) {
+  RunConfig c = small_config("gpt");
+  c.model["layers"] = 6;
+  c.model["tied"] = tied;
+  c.eval_samples = 8;
+  c.microbatches = 4;
+  c.pipeline_stages = stages;
+  c.pipeline_schedule = schedule;
+  c.pipeline_chunks = chunks;
+  return c;
+}
+
+struct PipelineRun {
+  TrainState state;
+  Metrics metrics;
+  uint64_t hash;
+};
+
+// kPipelineSteps steps of the recipe on `device` (fp32 or bf16 products), and the metrics after.
+constexpr int64_t kPipelineSteps = 3;
+inline PipelineRun train_pipeline_recipe(const RunConfig& c, const std::string& device = "cpu",
+                                         const std::string& precision = "fp32") {
+  Engine engine(c, 1, device);
+  TrainState s = engine.initial_state();
+  engine.train(
+      s, kPipelineSteps, {{"lr", multistep(3e-3, {2}, 0.5)}},
+      {{"optimizer", "adamw"}, {"batch_size", 16}, {"weight_decay", 0.1}, {"precision", precision}},
+      {});
+  return {s, engine.evaluate(s), engine.config_hash()};
+}
+
 }  // namespace hippo::worker::testing
