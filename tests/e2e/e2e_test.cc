@@ -338,7 +338,7 @@ TEST_F(E2E, EveryExampleRuns) {
     // From the repository root, as the README runs them (external searchers name their script
     // relative to it).
     Result r = sh("cd " + kExamples + "/.. && " + hippo(db) + "--format json run " + file +
-                  " --workers 2");
+                  " --workers 2 --allow-exec searcher");
     ASSERT_EQ(r.status, 0) << entry.path() << "\n" << r.out;
     json summary = last_json(r.out);
     EXPECT_EQ(summary["status"], "done") << entry.path();
