@@ -275,8 +275,8 @@ void Master::on_hello(const Sender& from, const protocol::Hello& m) {
   // same key and name) lost that job. (join refuses a name that another key holds: nothing lost.)
   std::vector<std::pair<RunningJob, ConnectedWorker>> lost;
   for (const auto& [peer, old] : pool_.workers())
-    if (old.job >= 0 && (peer == from.peer || (old.hello.name == m.name &&
-                                               old.identity.key == from.identity.key)))
+    if (old.job >= 0 &&
+        (peer == from.peer || (old.hello.name == m.name && old.identity.key == from.identity.key)))
       lost.emplace_back(pool_.jobs().at(old.job), old);
   ConnectedWorker& w = pool_.join(from.peer, from.identity, m);
   const std::string& peer = from.peer;
@@ -649,8 +649,8 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work) {
     const std::string error =
         "a job of " + std::to_string(body.size()) + " bytes (steps " + std::to_string(work.from) +
         " to " + std::to_string(work.to) + ", " + std::to_string(work.evals.size()) +
-        " evaluations) is over the message limit of " +
-        std::to_string(protocol::kMaxMessageBytes) + " bytes: evaluate less often (eval.every)";
+        " evaluations) is over the message limit of " + std::to_string(protocol::kMaxMessageBytes) +
+        " bytes: evaluate less often (eval.every)";
     const std::set<int64_t> studies = started.studies;
     pool_.end_job(w, std::vector<int64_t>(w.held.begin(), w.held.end()));
     for (int64_t study : studies)

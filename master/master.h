@@ -11,11 +11,11 @@
 // one handler (handlers() in master.cc), and after the messages of a poll asks the scheduler for
 // work when something changed. A worker's report counts only for the job that the master gave to
 // that worker's own connection, in this incarnation. The ROUTER's connections are watched
-// (protocol/connection_watch.h): one that holds too much of an unfinished message is dropped. Every transition is written to the search plan before it is acted on. When
-// another process holds the plan's write lock, a worker's message that needs to write waits, with
-// that worker's later messages, in a queue retried every second (every handler's first write is
-// its BEGIN IMMEDIATE, before which it changes nothing a retry would repeat); clients keep being
-// answered meanwhile.
+// (protocol/connection_watch.h): one that holds too much of an unfinished message is dropped. Every
+// transition is written to the search plan before it is acted on. When another process holds the
+// plan's write lock, a worker's message that needs to write waits, with that worker's later
+// messages, in a queue retried every second (every handler's first write is its BEGIN IMMEDIATE,
+// before which it changes nothing a retry would repeat); clients keep being answered meanwhile.
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,5 @@
 #include "protocol/auth.h"
 
-#include "protocol/monitor.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "protocol/monitor.h"
 
 namespace hippo::protocol {
 namespace {
@@ -142,12 +142,12 @@ KeyPair local_key_pair() {
     struct stat st;
     if (::lstat(p.c_str(), &st) != 0) throw AuthError(p + ": " + std::strerror(errno));
     if ((directory ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) || st.st_uid != ::geteuid())
-      throw AuthError(p + ": not a " + (directory ? "directory" : "file") +
-                      " of this user (uid " + std::to_string(::geteuid()) +
-                      "): the local key must be this user's alone");
+      throw AuthError(p + ": not a " + (directory ? "directory" : "file") + " of this user (uid " +
+                      std::to_string(::geteuid()) + "): the local key must be this user's alone");
     if ((st.st_mode & 077) != 0)
       throw AuthError(p + ": other users may " + (directory ? "enter" : "read") + " it (chmod " +
-                      (directory ? "700" : "600") + " it): the local key must be this user's alone");
+                      (directory ? "700" : "600") +
+                      " it): the local key must be this user's alone");
   };
   check_private(dir, true);
   struct stat st;
@@ -183,8 +183,7 @@ ClientKeys resolve_client_keys(const std::string& master_key_file, const std::st
                         : master_option + " needs " + key_option + " (your own secret key)");
   ClientKeys keys;
   if (!master_key_file.empty()) {
-    if (insecure)
-      throw AuthError("--insecure contradicts " + master_option + " and " + key_option);
+    if (insecure) throw AuthError("--insecure contradicts " + master_option + " and " + key_option);
     keys.source = ClientKeys::Source::kGiven;
     keys.master_public_key = read_public_key(master_key_file);
     keys.own = read_secret_key(key_file);
@@ -261,13 +260,16 @@ std::vector<PeerIdentity> read_authorized_keys(const std::string& dir) {
                     "/, " + kClientsDir + "/ and " + kAdminsDir + "/)");
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
     if (entry.path().extension() == ".pub")
-      throw AuthError(entry.path().string() + ": a key directly in the authorized directory has no "
-                      "role: move it into " + kWorkersDir + "/ (a worker), " + kClientsDir +
-                      "/ (a client) or " + kAdminsDir + "/ (a client that may cancel any study)");
+      throw AuthError(entry.path().string() +
+                      ": a key directly in the authorized directory has no "
+                      "role: move it into " +
+                      kWorkersDir + "/ (a worker), " + kClientsDir + "/ (a client) or " +
+                      kAdminsDir + "/ (a client that may cancel any study)");
   if (ec) throw AuthError(dir + ": cannot list: " + ec.message());
   std::vector<PeerIdentity> keys;
-  const std::pair<const char*, uint32_t> kRoleDirs[] = {
-      {kWorkersDir, kWorkerRole}, {kClientsDir, kClientRole}, {kAdminsDir, kClientRole | kAdminRole}};
+  const std::pair<const char*, uint32_t> kRoleDirs[] = {{kWorkersDir, kWorkerRole},
+                                                        {kClientsDir, kClientRole},
+                                                        {kAdminsDir, kClientRole | kAdminRole}};
   for (const auto& [sub, role] : kRoleDirs) {
     const fs::path roles_dir = fs::path(dir) / sub;
     if (!fs::exists(roles_dir, ec)) continue;

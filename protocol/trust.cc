@@ -43,9 +43,10 @@ ExecKinds parse_exec_kinds(std::string_view text) {
     else if (kind == "trainer")
       kinds.trainer = true;
     else
-      throw std::invalid_argument("expected the kinds of commands to allow: searcher, trainer or "
-                                  "searcher,trainer; got \"" +
-                                  std::string(text) + "\"");
+      throw std::invalid_argument(
+          "expected the kinds of commands to allow: searcher, trainer or "
+          "searcher,trainer; got \"" +
+          std::string(text) + "\"");
     if (comma == std::string_view::npos) return kinds;
     start = comma + 1;
   }

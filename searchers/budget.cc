@@ -94,9 +94,10 @@ void check_budget(const StudySpec& spec, const Budget& budget) {
       most ? static_cast<int64_t>(std::min<uint64_t>(*most, std::numeric_limits<int64_t>::max()))
            : 1;  // unknown (an external searcher without max_trials): the driver counts them
   if (trials > budget.trials)
-    refuse("searcher.max_trials",
-           "the study would create " + number(trials) + " trials, more than this master's limit "
-           "of " + number(budget.trials) + " (--max-trials)");
+    refuse("searcher.max_trials", "the study would create " + number(trials) +
+                                      " trials, more than this master's limit "
+                                      "of " +
+                                      number(budget.trials) + " (--max-trials)");
   const int64_t length = longest_trial(spec);
   const int64_t steps = times(trials, length);
   if (steps > budget.steps)
@@ -113,7 +114,8 @@ void check_budget(const StudySpec& spec, const Budget& budget) {
   if (int64_t bytes = job_bytes(spec); bytes > kMaxJobBytes)
     refuse(most_evaluations(spec) > 1 ? "eval.every" : "hyperparameters",
            "a trial's job would take " + number(bytes) + " bytes, more than the " +
-               number(kMaxJobBytes) + " a job may have: evaluate less often, or give shorter "
+               number(kMaxJobBytes) +
+               " a job may have: evaluate less often, or give shorter "
                "schedules");
 }
 

@@ -81,12 +81,11 @@ void print_preview(const Preview& p) {
   std::printf("\n%lld stages:\n", static_cast<long long>(counts.stages));
   print_tree(
       p.tree, [](StageId) { return true; }, [](TrialId id) { return std::to_string(id); }, false);
-  std::printf("\nsteps: trial-based %lld, unique %lld (ratio %.2f), critical path %lld\n",
-              static_cast<long long>(counts.steps_trial_based),
-              static_cast<long long>(counts.steps_unique),
-              counts.steps_unique ? double(counts.steps_trial_based) / double(counts.steps_unique)
-                                  : 0.0,
-              static_cast<long long>(counts.critical_path_steps));
+  std::printf(
+      "\nsteps: trial-based %lld, unique %lld (ratio %.2f), critical path %lld\n",
+      static_cast<long long>(counts.steps_trial_based), static_cast<long long>(counts.steps_unique),
+      counts.steps_unique ? double(counts.steps_trial_based) / double(counts.steps_unique) : 0.0,
+      static_cast<long long>(counts.critical_path_steps));
 }
 
 int preview(const std::string& path, const Budget& budget, Format format) {

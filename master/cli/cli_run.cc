@@ -132,8 +132,8 @@ pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int 
   std::vector<std::string> args = {binary,          "--master",  run.address(), "--threads", "1",
                                    "--checkpoints", checkpoints, "--name",      name};
   args.insert(args.end(), {"--devices", "cpu:" + std::to_string(devices)});
-  args.insert(args.end(), {"--master-key", run.path + "/master.pub", "--key",
-                           run.path + "/worker.key"});
+  args.insert(args.end(),
+              {"--master-key", run.path + "/master.pub", "--key", run.path + "/worker.key"});
   if (allow_trainers) args.insert(args.end(), {"--allow-exec", "trainer"});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -257,7 +257,8 @@ int serve(std::string bind, const std::string& checkpoints, double timeout_s,
       options.auth = protocol::ServerKeys{protocol::read_secret_key(auth.key), auth.authorized, {}};
       size_t n = protocol::read_authorized_keys(auth.authorized).size();  // a bad file: now
       admits = "CURVE authentication: admits the " + std::to_string(n) + " keys of " +
-               auth.authorized + ", each with the role of its subdirectory (read again at every "
+               auth.authorized +
+               ", each with the role of its subdirectory (read again at every "
                "connection)";
     } catch (const protocol::AuthError& e) {
       throw BadInput(e.what());
@@ -296,9 +297,10 @@ int serve(std::string bind, const std::string& checkpoints, double timeout_s,
         "can connect to it can submit studies, cancel them, and act as a worker",
         bind);
   if (rules.exec.searcher || rules.exec.trainer)
-    spdlog::warn("--allow-exec {}: studies may name commands of these kinds, which this master "
-                 "(searcher) or its workers (trainer) run as their users",
-                 protocol::to_string(rules.exec));
+    spdlog::warn(
+        "--allow-exec {}: studies may name commands of these kinds, which this master "
+        "(searcher) or its workers (trainer) run as their users",
+        protocol::to_string(rules.exec));
   master::Master m(open_plan(global.db), options);
   spdlog::info("listening on {}, search plan {}, checkpoints in {}", bind, global.db,
                options.checkpoints);

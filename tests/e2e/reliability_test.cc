@@ -51,9 +51,8 @@ class Reliability : public E2ETest {
 TEST_F(Reliability, ExternalTrainerSharesStagesExactly) {
   std::string root = "cd " + kExamples + "/.. && ";
   std::string file = kExamples + "/external-trainer.json";
-  Result shared =
-      sh(root + hippo("shared.db") + "--format json run " + file +
-         " --workers 2 --allow-exec trainer");
+  Result shared = sh(root + hippo("shared.db") + "--format json run " + file +
+                     " --workers 2 --allow-exec trainer");
   ASSERT_EQ(shared.status, 0) << shared.out;
   Result alone = sh(root + hippo("alone.db") + "--format json run " + file +
                     " --workers 2 --allow-exec trainer --policy trial-based");

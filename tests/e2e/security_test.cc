@@ -186,9 +186,9 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   EXPECT_EQ(text.find("refused a message"), std::string::npos) << text;
   // A key directly in the authorized directory has no role: the master refuses to start.
   fs::copy_file(path("stranger.pub"), path("authorized/stranger.pub"));
-  Result flat = sh(hippo("flat.db") + "master --bind tcp://127.0.0.1:" + std::to_string(free_port()) +
-                   " --auth --key " + path("master.key") + " --authorized " +
-                   path("authorized") + " 2>&1");
+  Result flat =
+      sh(hippo("flat.db") + "master --bind tcp://127.0.0.1:" + std::to_string(free_port()) +
+         " --auth --key " + path("master.key") + " --authorized " + path("authorized") + " 2>&1");
   EXPECT_EQ(flat.status, 2) << flat.out;
   EXPECT_NE(flat.out.find("has no role"), std::string::npos) << flat.out;
   Result joined =

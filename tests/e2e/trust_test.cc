@@ -87,8 +87,8 @@ class FakePeer {
 
 // Which of a fake master's attacks reached the worker (finding 7).
 struct FakeMasterResult {
-  bool hello = false;            // the worker said hello to it
-  bool victim_changed = false;   // it made the worker write over an existing file
+  bool hello = false;           // the worker said hello to it
+  bool victim_changed = false;  // it made the worker write over an existing file
 };
 
 // A fake master on `address`: a ROUTER without CURVE, or a CURVE server with a key of its own.
@@ -202,8 +202,8 @@ class Trust : public E2ETest {
   std::string start_master(const std::string& db, const std::vector<std::string>& flags,
                            pid_t* pid = nullptr) {
     const std::string address = "tcp://127.0.0.1:" + std::to_string(free_port());
-    std::vector<std::string> args = {kHippo,   "--db",          path(db), "master", "--bind",
-                                     address, "--checkpoints", path(db + ".ck")};
+    std::vector<std::string> args = {kHippo,   "--db",  path(db),        "master",
+                                     "--bind", address, "--checkpoints", path(db + ".ck")};
     args.insert(args.end(), flags.begin(), flags.end());
     pid_t p = spawn(args, [] {
       rlimit limit{4ull << 30, 4ull << 30};
@@ -234,8 +234,8 @@ class Trust : public E2ETest {
     return t;
   }
   static void report(const std::string& attack, const AnswerTimes& t) {
-    std::printf("answer_s %s: master %.3f, plan %.3f (largest of %d)\n", attack.c_str(),
-                t.master_s, t.plan_s, t.queries);
+    std::printf("answer_s %s: master %.3f, plan %.3f (largest of %d)\n", attack.c_str(), t.master_s,
+                t.plan_s, t.queries);
   }
 };
 
@@ -250,12 +250,12 @@ TEST_F(Trust, CommandsRunOnlyWithConsent) {
                          "/searchers/random_search.py"}},
                    {"max_trials", 2}};
   std::string searching = spec("searching", {{"searcher", searcher}});
-  std::string training = spec(
-      "training", {{"model",
-                    {{"type", "external"},
-                     {"command", {"/bin/sh", "-c", "echo trained >> " + marker}},
-                     {"hidden", nullptr}}},
-                   {"fixed", {{"optimizer", nullptr}}}});
+  std::string training =
+      spec("training", {{"model",
+                         {{"type", "external"},
+                          {"command", {"/bin/sh", "-c", "echo trained >> " + marker}},
+                          {"hidden", nullptr}}},
+                        {"fixed", {{"optimizer", nullptr}}}});
 
   // preview shows what it knows and starts nothing.
   Result preview = sh(kHippo + " preview " + searching + " 2>&1");
@@ -302,8 +302,7 @@ TEST_F(Trust, OnlyTheOperatorsUserConnects) {
   keygen("stranger");
   pid_t master = 0;
   std::string address = start_master("plan.db", {"--worker-timeout", "30"}, &master);
-  ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + spec("s", json::object())).status,
-            0);
+  ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + spec("s", json::object())).status, 0);
   // Another user has no access to this user's local key: it connects without a key, or with one
   // of its own (it may well know the master's public key).
   const std::string master_public = local_key_pair().first;
@@ -358,14 +357,16 @@ TEST_F(Trust, AWorkerIsItsKey) {
   keygen("hostile", "workers");
   keygen("client", "clients");
   pid_t master = 0;
-  std::string address =
-      start_master("plan.db", {"--auth", "--key", path("master.key"), "--authorized",
-                               path("authorized"), "--worker-timeout", "30"},
-                   &master);
-  spawn({kHippo, "worker", "--master", address, "--checkpoints", path("plan.db.ck"), "--name",
-         "w1", "--master-key", path("master.pub"), "--key", path("honest.key")});
-  for (int i = 0; i < 100 && sh(client(address, "client") + "--format json workers 2>/dev/null")
-                                     .out.find("\"w1\"") == std::string::npos;
+  std::string address = start_master("plan.db",
+                                     {"--auth", "--key", path("master.key"), "--authorized",
+                                      path("authorized"), "--worker-timeout", "30"},
+                                     &master);
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", path("plan.db.ck"), "--name", "w1",
+         "--master-key", path("master.pub"), "--key", path("honest.key")});
+  for (int i = 0;
+       i < 100 &&
+       sh(client(address, "client") + "--format json workers 2>/dev/null").out.find("\"w1\"") ==
+           std::string::npos;
        ++i)
     std::this_thread::sleep_for(100ms);
 
@@ -470,20 +471,19 @@ TEST_F(Trust, RolesAreSeparate) {
 // preview, and a job over 16 MiB made its worker reconnect forever.
 TEST_F(Trust, BudgetsKeepTheMasterAnswering) {
   // A master whose limits let 10^5 trials in (they enter the plan in batches), and one with the
-  // default limits (evaluations raised, so that the job's size is what refuses the last spec).
+  // default limits, started as the attacks were made (no flag).
   pid_t open = 0, strict = 0;
   const std::string large =
       kHippo + " --master " + start_master("large.db", {"--max-trials", "100000"}, &open);
-  const std::string query =
-      kHippo + " --master " + start_master("plan.db", {"--max-evaluations", "10000000"}, &strict);
+  const std::string query = kHippo + " --master " + start_master("plan.db", {}, &strict);
   // A grid of `leaves` hyper-parameters with 10 values each: 10^leaves trials of 3 epochs.
   auto grid = [&](const std::string& name, size_t leaves) {
     json s = json::parse(read_file(spec(name, {{"fixed", {{"momentum", nullptr}}}})));
     s["hyperparameters"] = json::object();
     for (const char* leaf : {"lr", "momentum", "weight_decay", "beta1", "beta2", "eps"}) {
       if (s["hyperparameters"].size() == leaves) break;
-      s["hyperparameters"][leaf] = {{"grid", {0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08,
-                                               0.09, 0.1}}};
+      s["hyperparameters"][leaf] = {
+          {"grid", {0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1}}};
     }
     s.erase("eval");
     std::ofstream(path(name + ".json")) << s.dump();
@@ -528,17 +528,24 @@ TEST_F(Trust, BudgetsKeepTheMasterAnswering) {
     for (const std::string& s : says) EXPECT_NE(text.find(s), std::string::npos) << text;
   };
   // 10^6 trials: over the default limit.
-  refused("grid-1e6", query + " submit " + grid("huge", 6), {"searcher.max_trials", "--max-trials"});
+  refused("grid-1e6", query + " submit " + grid("huge", 6),
+          {"searcher.max_trials", "--max-trials"});
   // 10^12 steps with an evaluation at every step.
   std::string endless =
       spec("endless", {{"length", {{"epochs", nullptr}, {"steps", 1000000000000}}},
                        {"eval", {{"every", {{"epochs", nullptr}, {"steps", 1}}}}}});
   refused("length-1e12", query + " submit " + endless, {"length: ", "--max-steps"});
-  // A job over the message limit: 3 * 10^6 steps, evaluated at every one.
+  // A job over the message limit: 3 * 10^6 steps, evaluated at every one (over the evaluations).
   std::string heavy = spec("heavy", {{"length", {{"epochs", nullptr}, {"steps", 3000000}}},
                                      {"eval", {{"every", {{"epochs", nullptr}, {"steps", 1}}}}},
                                      {"hyperparameters", constant_lr({0.1})}});
-  refused("job-24MB", query + " submit " + heavy, {"eval.every: a trial's job would take"});
+  refused("job-24MB", query + " submit " + heavy, {"eval.every: ", "--max-evaluations"});
+  // Within the steps and evaluations, but one trial's job would take about 9.9 MB: 9.9 * 10^9
+  // steps evaluated every 11,000 (900,000 evaluation steps of 11 digits).
+  std::string wide = spec("wide", {{"length", {{"epochs", nullptr}, {"steps", 9900000000}}},
+                                   {"eval", {{"every", {{"epochs", nullptr}, {"steps", 11000}}}}},
+                                   {"hyperparameters", constant_lr({0.1})}});
+  refused("job-9.9MB", query + " submit " + wide, {"eval.every: a trial's job would take"});
   // random with max_trials 10^9: preview refuses it at once, in little memory.
   std::string many = spec("many", {{"searcher", {{"name", "random"}, {"max_trials", 1000000000}}}});
   refused("preview-random-1e9", "ulimit -v 1000000; timeout 60 " + kHippo + " preview " + many,
@@ -563,7 +570,8 @@ int64_t send_unfinished_message(int port, int64_t bytes, std::atomic<bool>* drop
   }
   // READY with Socket-Type DEALER, then the empty delimiter frame, flagged "more".
   const std::string ready = std::string("\x05READY\x0bSocket-Type\0\0\0\x06", 22) + "DEALER";
-  std::string start = std::string(1, '\x04') + char(ready.size()) + ready + std::string("\x01\0", 2);
+  std::string start =
+      std::string(1, '\x04') + char(ready.size()) + ready + std::string("\x01\0", 2);
   int64_t sent = 0;
   std::string frame(1 << 20, 'x');
   unsigned char header[9] = {0x03, 0, 0, 0, 0, 0, 0x10, 0, 0};  // long frame, more, 1 MiB
@@ -593,8 +601,8 @@ int64_t resident_bytes(pid_t pid) {
 TEST_F(Trust, AnUnfinishedMessageIsCapped) {
   const int port = free_port();
   const std::string address = "tcp://127.0.0.1:" + std::to_string(port);
-  pid_t master = spawn(
-      {kHippo, "--db", path("plan.db"), "master", "--bind", address, "--insecure"}, [] {
+  pid_t master =
+      spawn({kHippo, "--db", path("plan.db"), "master", "--bind", address, "--insecure"}, [] {
         rlimit limit{4ull << 30, 4ull << 30};
         setrlimit(RLIMIT_AS, &limit);
       });
@@ -617,8 +625,8 @@ TEST_F(Trust, AnUnfinishedMessageIsCapped) {
               static_cast<long long>(before >> 20), static_cast<long long>(most >> 20),
               static_cast<long long>(sent >> 20));
   EXPECT_TRUE(dropped) << "the master took " << (sent >> 20) << " MiB of an unfinished message";
-  EXPECT_LT(most - before, int64_t{96} << 20) << "the master grew by " << ((most - before) >> 20)
-                                               << " MiB";
+  EXPECT_LT(most - before, int64_t{96} << 20)
+      << "the master grew by " << ((most - before) >> 20) << " MiB";
   EXPECT_TRUE(t.all_answered);
   EXPECT_LT(t.master_s, 1.0);
   EXPECT_NE(read_file(log_path(master)).find("dropped a connection"), std::string::npos)
@@ -633,8 +641,8 @@ TEST_F(Trust, WorkersObeyOnlyTheirMaster) {
   const int port = free_port();
   const std::string address = "tcp://127.0.0.1:" + std::to_string(port);
   auto start = [&] {
-    pid_t m = spawn({kHippo, "--db", path("plan.db"), "master", "--bind", address,
-                     "--checkpoints", path("ck")});
+    pid_t m = spawn({kHippo, "--db", path("plan.db"), "master", "--bind", address, "--checkpoints",
+                     path("ck")});
     EXPECT_TRUE(appears(log_path(m), "listening on")) << read_file(log_path(m));
     return m;
   };

@@ -93,10 +93,12 @@ TEST(Messages, BadFieldsAreRefusedByName) {
   expect_refused(R"({"v":1,"type":"job","job":7,"run":{}})", "job.run.model: missing");
   expect_refused(R"({"v":1,"type":"cancel","study":[1]})", "cancel.study");
   expect_refused(R"({"v":1,"type":"welcome","heartbeat_ms":1})", "welcome.heartbeat_ms");
-  expect_refused(R"({"v":1,"type":"done","job":1,"step":2,"busy_s":1})", "done.incarnation: missing");
+  expect_refused(R"({"v":1,"type":"done","job":1,"step":2,"busy_s":1})",
+                 "done.incarnation: missing");
   expect_refused(R"({"v":1,"type":"heartbeat","job":1,"step":2})",
                  "heartbeat.incarnation: missing");
-  json long_incarnation = Metric{1, 2, json::object(), std::string(kMaxIncarnation + 1, 'a')}.to_json();
+  json long_incarnation =
+      Metric{1, 2, json::object(), std::string(kMaxIncarnation + 1, 'a')}.to_json();
   expect_refused(long_incarnation.dump(), "metric.incarnation");
 }
 

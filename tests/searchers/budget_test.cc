@@ -51,13 +51,13 @@ TEST(Budget, TooManyTrialsAreRefusedWithTheirPath) {
   EXPECT_NE(e.find("--max-trials"), std::string::npos) << e;
   EXPECT_EQ(budget_error(grid(5), {.trials = 100000}), "accepted");
   json random = example_spec();
-  random["searcher"] = {{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"},
-                        {"max_trials", 1000000000}};
+  random["searcher"] = {
+      {"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}, {"max_trials", 1000000000}};
   EXPECT_EQ(budget_error(random).rfind("searcher.max_trials: ", 0), 0u);
   // Searchers that decide their trials tell how many they may make.
   json pbt = example_spec();
   pbt["hyperparameters"] = {{"lr", {{"loguniform", {0.01, 0.1}}}}};
-  pbt["searcher"] = {{"name", "pbt"},   {"metric", "accuracy"},         {"mode", "max"},
+  pbt["searcher"] = {{"name", "pbt"},   {"metric", "accuracy"},        {"mode", "max"},
                      {"population", 8}, {"interval", {{"epochs", 1}}}, {"fraction", 0.25}};
   EXPECT_EQ(make_searcher(parse_spec(pbt))->most_trials(), 8u + 3u * 2u);  // 4 generations
   pbt["searcher"]["population"] = 100000;
