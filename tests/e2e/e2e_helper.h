@@ -140,8 +140,14 @@ inline std::pair<std::string, std::string> local_key_pair() {
 }
 
 // Makes `socket` a CURVE client that proves the local key to a master that proves it too.
+// Waits up to 10 s for the key (a master just spawned makes it on its start).
 inline void use_local_key(zmq::socket_t& socket) {
-  auto [public_key, secret] = local_key_pair();
+  std::pair<std::string, std::string> keys = local_key_pair();
+  for (int i = 0; i < 500 && keys.second.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    keys = local_key_pair();
+  }
+  const auto& [public_key, secret] = keys;
   if (secret.empty()) {
     ADD_FAILURE() << "no local key in $HIPPO_HOME";
     return;
@@ -201,6 +207,32 @@ class E2ETest : public ::testing::Test {
       if (t.status == 0 && t.out.find("\"step\"") != std::string::npos) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+  }
+
+  // Waits until the search plan's only study has ended; its status ("running" if it has not).
+  std::string wait_for_end(const std::string& db, int seconds) {
+    for (int i = 0; i < seconds * 10; ++i) {
+      Result r = sh(kHippo + " --db " + db + " --format json studies 2>/dev/null");
+      if (r.status == 0) {
+        json studies = json::parse(r.out);
+        if (studies.size() == 1 && studies[0]["status"] != "running") return studies[0]["status"];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return "running";
+  }
+  // A study's trials as `hippo trials --format json` prints them.
+  json trials(const std::string& db, const std::string& study) {
+    return json::parse(sh(kHippo + " --db " + db + " --format json trials " + study).out);
+  }
+  // How many events of a kind the search plan holds.
+  int64_t events(const std::string& db, const std::string& kind) {
+    Result r = sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = '" + kind + "'\"");
+    return std::stoll(r.out);
+  }
+  // A grid of 4 trials whose checkpoints are large enough to hit a small file-size limit.
+  std::string small_study(const std::string& name) {
+    return spec(name, {{"model", {{"hidden", {128}}}}});
   }
 
   // Writes a spec file: the CI example with some fields replaced.

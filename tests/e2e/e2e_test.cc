@@ -302,6 +302,7 @@ TEST_F(E2E, MasterSurvivesHostileMessages) {
     zmq::context_t context;
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
+    use_local_key(dealer);  // admitted (this user's key), so that the garbage reaches the master
     dealer.connect(address);
     const std::vector<std::vector<std::string>> messages = {
         {"", "not json"},

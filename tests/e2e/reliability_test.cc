@@ -18,32 +18,7 @@ namespace {
 using namespace hippo::e2e;
 using namespace std::chrono_literals;
 
-class Reliability : public E2ETest {
- protected:
-  // Waits until the search plan's only study has ended; its status.
-  std::string wait_for_end(const std::string& db, int seconds) {
-    for (int i = 0; i < seconds * 10; ++i) {
-      Result r = sh(kHippo + " --db " + db + " --format json studies 2>/dev/null");
-      if (r.status == 0) {
-        json studies = json::parse(r.out);
-        if (studies.size() == 1 && studies[0]["status"] != "running") return studies[0]["status"];
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-    return "running";
-  }
-  json trials(const std::string& db, const std::string& study) {
-    return json::parse(sh(kHippo + " --db " + db + " --format json trials " + study).out);
-  }
-  int64_t events(const std::string& db, const std::string& kind) {
-    Result r = sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = '" + kind + "'\"");
-    return std::stoll(r.out);
-  }
-  // A grid of 4 trials whose checkpoints are large enough to hit a small file-size limit.
-  std::string small_study(const std::string& name) {
-    return spec(name, {{"model", {{"hidden", {128}}}}});
-  }
-};
+class Reliability : public E2ETest {};
 
 // The example external trainer (numpy softmax regression) through the stage tree: the study
 // shares its first epochs like the built-in engine does, and every trial's metrics equal those of
@@ -282,6 +257,7 @@ TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
   zmq::socket_t worker(context, zmq::socket_type::dealer);
   worker.set(zmq::sockopt::linger, 0);
   worker.set(zmq::sockopt::rcvtimeo, 10000);
+  use_local_key(worker);  // the operator's own (fake) worker
   worker.connect(address);
   auto send = [&](json m) {
     m["v"] = 1;
@@ -304,7 +280,9 @@ TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
         {"threads", 1},
         {"pid", getpid()},
         {"held", json::array()}});
-  ASSERT_FALSE(receive("welcome").is_null());
+  const json welcome = receive("welcome");
+  ASSERT_FALSE(welcome.is_null());
+  const json incarnation = welcome["incarnation"];  // every report on a job carries it
   ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
   json job = receive("job");
   ASSERT_FALSE(job.is_null());
@@ -319,8 +297,10 @@ TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
     send({{"type", "metric"},
           {"job", job["job"]},
           {"step", step},
-          {"metrics", {{"accuracy", 0.5}, {"loss", 1.0}}}});
+          {"metrics", {{"accuracy", 0.5}, {"loss", 1.0}}},
+          {"incarnation", incarnation}});
   send({{"type", "snapshot"},
+        {"incarnation", incarnation},
         {"job", job["job"]},
         {"step", to},
         {"state", order["state"]},
