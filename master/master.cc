@@ -36,11 +36,12 @@ Master::Master(SearchPlan plan, const Options& options)
     : plan_(std::move(plan)),
       options_(options),
       socket_(context_, zmq::socket_type::router),
+      watch_(context_, socket_, options.auth.has_value(), options.connections,
+             [](const std::string& line) { spdlog::warn("{}", line); }),
       states_(random_incarnation()),
-      driver_(plan_, tree_, states_, options.checkpoints,
+      driver_(plan_, tree_, states_, options.checkpoints, options.rules,
               [this](const Change& change) { on_tree_change(change); }) {
-  protocol::configure(socket_);
-  socket_.set(zmq::sockopt::router_handover, 1);  // a reconnecting worker keeps its identity
+  protocol::configure_router(socket_);
   if (options_.auth)
     curve_ = std::make_unique<protocol::CurveServer>(
         context_, socket_, *options_.auth,
@@ -130,8 +131,18 @@ void Master::poll(int timeout_ms) {
     plan_.set_busy_timeout(busy_timeout);
     if (deferred_.empty()) spdlog::info("the search plan is writable again");
   }
+  // A study that enters the plan in batches goes on between the messages (waiting for none).
+  if (deferred_.empty() && driver_.expanding()) {
+    try {
+      driver_.expand(0.025);
+    } catch (const PlanBusy&) {
+      // locked by another process: the next poll tries again
+    }
+    if (driver_.expanding()) timeout_ms = 0;
+  }
   auto envelope = protocol::router_receive(socket_, timeout_ms);
   while (envelope) {
+    watch_.delivered(envelope->source_fd);
     // A worker's messages keep their order: behind one that waits for the plan, they wait too.
     // Others (clients, hellos) never wait: they only read, or fail with the lock's error.
     ConnectedWorker* worker = pool_.find(envelope->peer);
@@ -143,6 +154,7 @@ void Master::poll(int timeout_ms) {
     }
     envelope = protocol::router_receive(socket_, 0);
   }
+  watch_.check();
   // Scheduling work is shared by the running studies, in proportion to their trials.
   double started = thread_cpu_seconds();
   check_workers();
@@ -166,32 +178,48 @@ void Master::poll(int timeout_ms) {
 }
 
 const std::map<std::string, Master::Handler>& Master::handlers() {
-  // A worker's message, from a peer that said hello: decoded, then handled. A peer that has not
-  // said hello (a worker from before a restart, a stranger) gets Reset: it says hello first.
+  // A worker's message, from a worker's key and from a connection that said hello: decoded, then
+  // handled. A connection that has not said hello (a worker from before a restart, a stranger)
+  // gets Reset: it says hello first.
   auto from_worker = [](auto handler, auto decode) -> Handler {
-    return [handler, decode](Master& master, const std::string& peer, const json& m) {
-      ConnectedWorker* w = master.pool_.find(peer);
-      if (!w) return master.send(peer, protocol::Reset{}.to_json());
+    return [handler, decode](Master& master, const Sender& from, const json& m) {
+      if (!from.identity.has(protocol::kWorkerRole))
+        throw protocol::ProtocolError("message.type: " + from.identity.describe() +
+                                      " is not a worker (its key is not in workers/)");
+      ConnectedWorker* w = master.pool_.find(from.peer);
+      if (!w) return master.send(from.peer, protocol::Reset{}.to_json());
+      if (w->identity.key != from.identity.key)  // a connection proves one key: never
+        throw protocol::ProtocolError("message: not from the key of worker " + w->hello.name);
       (master.*handler)(*w, decode(m));
     };
   };
-  // A client's request: answered with the handler's fields, or with the error that refused it.
+  // A client's request, from a client's key: answered with the handler's fields, or with the
+  // error that refused it.
   auto from_client = [](auto handler, auto decode) -> Handler {
-    return [handler, decode](Master& master, const std::string& peer, const json& m) {
+    return [handler, decode](Master& master, const Sender& from, const json& m) {
       protocol::Reply reply;
       try {
-        reply.fields = (master.*handler)(decode(m));
+        if (!from.identity.has(protocol::kClientRole))
+          throw std::invalid_argument(from.identity.describe() +
+                                      " is not a client of this master (its key is not in "
+                                      "clients/ or admins/ of the master's --authorized)");
+        reply.fields = (master.*handler)(from, decode(m));
         reply.ok = true;
       } catch (const std::exception& e) {  // a locked plan too: a submit fails with its error
         reply.error = e.what();
       }
-      master.send(peer, reply.to_json());
+      master.send(from.peer, reply.to_json());
     };
   };
   using namespace protocol;
   static const std::map<std::string, Handler> table = {
-      {Hello::kType, [](Master& master, const std::string& peer,
-                        const json& m) { master.on_hello(peer, Hello::from_json(m)); }},
+      {Hello::kType,
+       [](Master& master, const Sender& from, const json& m) {
+         if (!from.identity.has(kWorkerRole))
+           throw ProtocolError("hello: " + from.identity.describe() +
+                               " is not a worker (its key is not in workers/)");
+         master.on_hello(from, Hello::from_json(m));
+       }},
       {Heartbeat::kType, from_worker(&Master::on_heartbeat, &Heartbeat::from_json)},
       {Metric::kType, from_worker(&Master::on_metric, &Metric::from_json)},
       {Snapshot::kType, from_worker(&Master::on_snapshot, &Snapshot::from_json)},
@@ -206,6 +234,20 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
   return table;
 }
 
+protocol::PeerIdentity Master::identity_of(const protocol::Envelope& envelope) const {
+  // With CURVE every admitted connection has a user id: a message without one gets no role.
+  if (curve_ && envelope.user.empty()) return {};
+  return protocol::from_user_id(envelope.user);
+}
+
+RunningJob& Master::reported_job(const ConnectedWorker& w, int64_t job,
+                                 const std::string& incarnation, const char* what) {
+  if (incarnation != states_.incarnation())
+    throw protocol::ProtocolError(std::string(what) + ".incarnation: a report for the master " +
+                                  "before this one (stale)");
+  return pool_.job_of(w, job, what);
+}
+
 bool Master::try_handle(const protocol::Envelope& envelope) {
   try {
     json m = protocol::parse(envelope.body);
@@ -213,7 +255,7 @@ bool Master::try_handle(const protocol::Envelope& envelope) {
     auto handler = handlers().find(type);
     if (handler == handlers().end())
       throw protocol::ProtocolError("message.type: unknown type \"" + type + "\"");
-    handler->second(*this, envelope.peer, m);
+    handler->second(*this, Sender{envelope.peer, identity_of(envelope)}, m);
   } catch (const PlanBusy& e) {
     // Every handler's first write is a BEGIN IMMEDIATE, and nothing before it changes what a
     // retry would do: the message is handled again, whole, once the lock is released.
@@ -242,15 +284,21 @@ void Master::log_event(std::optional<int64_t> study, const std::string& kind, co
   }
 }
 
-void Master::on_hello(const std::string& peer, const protocol::Hello& m) {
-  // A worker that says hello again while it had a job (it restarted) lost that job.
-  if (const ConnectedWorker* old = pool_.find(peer); old && old->job >= 0) {
-    const RunningJob& job = pool_.jobs().at(old->job);
-    record_execution(job, *old, ExecutionOutcome::kLost, job.progress_step);
-  }
-  ConnectedWorker& w = pool_.join(peer, m);
+void Master::on_hello(const Sender& from, const protocol::Hello& m) {
+  // A worker that says hello again while it had a job (it restarted, or reconnected under the
+  // same key and name) lost that job. (join refuses a name that another key holds: nothing lost.)
+  std::vector<std::pair<RunningJob, ConnectedWorker>> lost;
+  for (const auto& [peer, old] : pool_.workers())
+    if (old.job >= 0 &&
+        (peer == from.peer || (old.hello.name == m.name && old.identity.key == from.identity.key)))
+      lost.emplace_back(pool_.jobs().at(old.job), old);
+  ConnectedWorker& w = pool_.join(from.peer, from.identity, m);
+  const std::string& peer = from.peer;
+  for (const auto& [job, old] : lost)
+    record_execution(job, old, ExecutionOutcome::kLost, job.progress_step);
   schedule_changed_ = true;
-  log_event(std::nullopt, "worker_joined", {{"name", w.hello.name}, {"device", w.hello.device}});
+  log_event(std::nullopt, "worker_joined",
+            {{"name", w.hello.name}, {"device", w.hello.device}, {"key", from.identity.name}});
   // Five heartbeats fit in the timeout, so one late heartbeat never loses a worker.
   protocol::Welcome welcome;
   welcome.incarnation = states_.incarnation();
@@ -260,35 +308,41 @@ void Master::on_hello(const std::string& peer, const protocol::Hello& m) {
 }
 
 void Master::on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m) {
-  if (m.job >= 0 && w.job >= 0 && m.job == w.job) pool_.jobs().at(w.job).progress_step = m.step;
+  if (m.job >= 0 && w.job >= 0 && m.job == w.job && m.incarnation == states_.incarnation())
+    pool_.jobs().at(w.job).progress_step = m.step;
 }
 
-json Master::on_submit(const protocol::Submit& m) {
+json Master::on_submit(const Sender& from, const protocol::Submit& m) {
   Policy policy = parse_policy(m.policy);
   StudySpec spec = parse_spec(m.spec);
-  int64_t id = submit(spec, m.spec, policy);
+  int64_t id = driver_.submit(spec, m.spec, policy, from.identity.key);
+  schedule_changed_ = true;
   return {{"study", id}, {"name", spec.name}};
 }
 
-json Master::on_status(const protocol::Status& m) {
+json Master::on_status(const Sender&, const protocol::Status& m) {
   if (!driver_.studies().count(m.study))
     throw std::invalid_argument("no study " + std::to_string(m.study));
   return {{"summary", summary(m.study).to_json()}, {"running", driver_.running(m.study)}};
 }
 
-json Master::on_cancel(const protocol::Cancel& m) {
+json Master::on_cancel(const Sender& from, const protocol::Cancel& m) {
   int64_t id = driver_.find(m.study);
+  if (!may_cancel(from.identity, driver_.studies().at(id).owner))
+    throw std::invalid_argument("study " + driver_.studies().at(id).spec.name +
+                                " was submitted by another key: only its owner or an admin (a key "
+                                "in admins/ of the master's --authorized) may cancel it");
   driver_.cancel(id);
   schedule_changed_ = true;
   return {{"summary", summary(id).to_json()}};
 }
 
-json Master::on_list_workers(const protocol::ListWorkers&) {
+json Master::on_list_workers(const Sender&, const protocol::ListWorkers&) {
   return {{"workers", workers_json(pool_, driver_)}};
 }
 
 void Master::on_metric(ConnectedWorker& w, const protocol::Metric& m) {
-  RunningJob& job = pool_.job_of(w, m.job, "metric");
+  RunningJob& job = reported_job(w, m.job, m.incarnation, "metric");
   if (m.step < job.order.from || m.step > job.order.to)
     throw protocol::ProtocolError("metric.step: " + std::to_string(m.step) + " is outside [" +
                                   std::to_string(job.order.from) + ", " +
@@ -297,7 +351,7 @@ void Master::on_metric(ConnectedWorker& w, const protocol::Metric& m) {
 }
 
 void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
-  RunningJob& job = pool_.job_of(w, m.job, "snapshot");
+  RunningJob& job = reported_job(w, m.job, m.incarnation, "snapshot");
   if (m.step <= job.order.from || m.step > job.order.to)
     throw protocol::ProtocolError("snapshot.step: " + std::to_string(m.step) + " is outside [" +
                                   std::to_string(job.order.from + 1) + ", " +
@@ -333,7 +387,7 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
 }
 
 void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
-  RunningJob& job = pool_.job_of(w, m.job, "done");
+  RunningJob& job = reported_job(w, m.job, m.incarnation, "done");
   if (m.step != job.order.to)
     throw protocol::ProtocolError("done.step: " + std::to_string(m.step) +
                                   " is not the job's end " + std::to_string(job.order.to));
@@ -356,31 +410,48 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   if (steps > 0 && m.busy_s > 0)
     step_costs_.add(tree_.trial(job.representative).root_key, m.busy_s, steps);
   driver_.count_busy(job.studies, m.busy_s);
-  pool_.clear_storage_failures(
-      first_stage(tree_, job.representative, job.order.from, job.order.to));
+  const StageId stage = first_stage(tree_, job.representative, job.order.from, job.order.to);
+  pool_.clear_storage_failures(stage);
+  pool_.claims().clear(stage);
   pool_.end_job(w, m.held);
   schedule_changed_ = true;
 }
 
 void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
-  const RunningJob job = pool_.job_of(w, m.job, "failed");
+  const RunningJob job = reported_job(w, m.job, m.incarnation, "failed");
   if (!m.lost_file.empty() && (m.lost_file != job.order.parent_file || job.order.parent_state < 0))
     throw protocol::ProtocolError("failed.lost_file: not the job's parent checkpoint");
   std::string error = m.error;
   StageId stage = first_stage(tree_, job.representative, job.order.from, job.order.to);
+  // A claim that would destroy others' work counts once enough keys made it (Claims).
+  auto believed = [&](const std::string& what) {
+    if (pool_.claims().add(stage, w.identity.key, pool_.keys())) return true;
+    spdlog::warn("worker {} says {}: a worker of another key tries the stage before it is believed",
+                 w.hello.name, what);
+    log_event(std::nullopt, "claim_doubted",
+              {{"worker", w.hello.name}, {"claim", what}, {"error", error}});
+    return false;
+  };
   if (!m.lost_file.empty()) {
     // The parent checkpoint is missing or corrupt: rebuilt by replay, the stage is not at fault.
-    if (states_.has(job.order.parent_state)) forget_state(job.order.parent_state, error);
+    // A file that is there is deleted only on the word of enough keys.
+    std::error_code ec;
+    const bool missing =
+        !std::filesystem::exists(std::filesystem::path(options_.checkpoints) / m.lost_file, ec);
+    if (states_.has(job.order.parent_state) &&
+        (missing || believed("checkpoint " + m.lost_file + " is unreadable")))
+      forget_state(job.order.parent_state, error);
   } else if (m.retry && pool_.storage_failures(stage) + 1 < kStorageAttempts) {
     // The worker could not write a checkpoint (a full disk): another worker, if there is one,
     // tries again from the newest state reported.
     log_event(std::nullopt, "stage_retry", {{"worker", w.hello.name}, {"error", error}});
     spdlog::warn("worker {} failed a stage on storage, retrying: {}", w.hello.name, error);
-  } else {
+  } else if (m.retry || believed("the stage fails")) {
     if (m.retry)
       error += " (the stage failed on storage " + std::to_string(kStorageAttempts) + " times)";
     // One transaction first: if the plan is locked, nothing has changed and this is retried.
     plan_.transaction([&] { driver_.fail_trials_through(stage, error); });
+    pool_.claims().clear(stage);
   }
   if (m.retry && m.lost_file.empty()) pool_.add_storage_failure(stage, w.peer);
   record_execution(job, w, ExecutionOutcome::kFailed, job.progress_step, error);
@@ -391,7 +462,7 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
 }
 
 void Master::on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m) {
-  const RunningJob& job = pool_.job_of(w, m.job, "abandoned");
+  const RunningJob& job = reported_job(w, m.job, m.incarnation, "abandoned");
   if (!job.abandoned)
     throw protocol::ProtocolError("abandoned.job: not a job this worker was told to abandon");
   record_execution(job, w, ExecutionOutcome::kAbandoned, job.progress_step);
@@ -524,11 +595,19 @@ void Master::dispatch() {
   for (const WorkItem& item : work)
     if (int64_t devices = devices_for(item); devices > 1)
       warn_if_no_worker_has(devices, driver_.trial(item.representative)->study);
-  auto usable = [&](const WorkItem& item, const IdleWorker& w) {
-    // A stage that failed on a worker's storage goes to another worker, while there is one.
-    const std::set<std::string>* excluded =
-        pool_.excluded_for(first_stage(tree_, item.representative, item.from, item.to));
-    return w.devices >= devices_for(item) && (!excluded || !excluded->count(w.peer));
+  // External trainers run only on workers whose operator allowed them.
+  auto external = [&](const WorkItem& item) {
+    return driver_.studies().at(driver_.trial(item.representative)->study).spec.external_model();
+  };
+  for (const WorkItem& item : work)
+    if (external(item) && !pool_.any_runs_trainers())
+      warn_if_no_worker_runs_trainers(driver_.trial(item.representative)->study);
+  auto usable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
+    const ConnectedWorker& w = *pool_.find(idle_worker.peer);
+    // A stage that failed on a worker's storage, or that a worker's key made a claim about, goes
+    // to another worker while there is one.
+    return idle_worker.devices >= devices_for(item) && (!external(item) || w.hello.runs_trainers) &&
+           !pool_.should_avoid(first_stage(tree_, item.representative, item.from, item.to), w);
   };
   for (const Assignment& a : assign(work, idle, usable)) send_job(*pool_.find(a.peer), a.work);
 }
@@ -541,6 +620,15 @@ void Master::warn_if_no_worker_has(int64_t devices, int64_t study) {
       "study {} needs a worker with {} devices (pipeline.stages) and no connected worker has "
       "more than {}: start one with --devices cpu:{}",
       driver_.studies().at(study).spec.name, devices, most, devices);
+}
+
+void Master::warn_if_no_worker_runs_trainers(int64_t study) {
+  if (!trainer_warnings_.insert(study).second) return;
+  log_event(study, "no_worker_for_trainer", json::object());
+  spdlog::warn(
+      "study {} runs an external trainer and no connected worker runs them: start one with "
+      "--allow-exec trainer",
+      driver_.studies().at(study).spec.name);
 }
 
 void Master::send_job(ConnectedWorker& w, const WorkItem& work) {
@@ -569,7 +657,22 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work) {
   spdlog::debug("job {} to {}: trial {} steps [{}, {}) from state {}, {} evals", started.order.id,
                 w.hello.name, work.representative, work.from, work.to, work.parent_state,
                 work.evals.size());
-  send(w.peer, started.order.to_json());
+  const std::string body = protocol::serialize(started.order.to_json());
+  if (static_cast<int64_t>(body.size()) > protocol::kMaxMessageBytes) {
+    // No worker could take it (ZeroMQ refuses a frame over the limit): its studies fail now.
+    const std::string error =
+        "a job of " + std::to_string(body.size()) + " bytes (steps " + std::to_string(work.from) +
+        " to " + std::to_string(work.to) + ", " + std::to_string(work.evals.size()) +
+        " evaluations) is over the message limit of " + std::to_string(protocol::kMaxMessageBytes) +
+        " bytes: evaluate less often (eval.every)";
+    const std::set<int64_t> studies = started.studies;
+    pool_.end_job(w, std::vector<int64_t>(w.held.begin(), w.held.end()));
+    for (int64_t study : studies)
+      if (driver_.running(study)) driver_.fail(study, error);
+    schedule_changed_ = true;
+    return;
+  }
+  protocol::router_send_body(socket_, w.peer, body);
 }
 
 }  // namespace hippo::master

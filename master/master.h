@@ -6,13 +6,16 @@
 //   the scheduler  (scheduler.h)      pure functions: ready work and its assignment
 //   reports        (reports.h)        summaries, progress, the workers list
 //
-// The front decodes each message (protocol/message.h), routes it by type to one handler
-// (handlers() in master.cc), and after the messages of a poll asks the scheduler for work when
-// something changed. Every transition is written to the search plan before it is acted on. When
-// another process holds the plan's write lock, a worker's message that needs to write waits, with
-// that worker's later messages, in a queue retried every second (every handler's first write is
-// its BEGIN IMMEDIATE, before which it changes nothing a retry would repeat); clients keep being
-// answered meanwhile.
+// The front binds each message to the key its connection proved (protocol/trust.h), checks that
+// the key's role may send it (access.h), decodes it (protocol/message.h), routes it by type to
+// one handler (handlers() in master.cc), and after the messages of a poll asks the scheduler for
+// work when something changed. A worker's report counts only for the job that the master gave to
+// that worker's own connection, in this incarnation. The ROUTER's connections are watched
+// (protocol/connection_watch.h): one that holds too much of an unfinished message is dropped. Every
+// transition is written to the search plan before it is acted on. When another process holds the
+// plan's write lock, a worker's message that needs to write waits, with that worker's later
+// messages, in a queue retried every second (every handler's first write is its BEGIN IMMEDIATE,
+// before which it changes nothing a retry would repeat); clients keep being answered meanwhile.
 #pragma once
 
 #include <chrono>
@@ -25,14 +28,17 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "master/access.h"
 #include "master/reports.h"
 #include "master/scheduler.h"
 #include "master/state_registry.h"
 #include "master/study_driver.h"
 #include "master/worker_pool.h"
 #include "protocol/auth.h"
+#include "protocol/connection_watch.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
+#include "protocol/trust.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
 #include "storage/plan.h"
@@ -44,8 +50,11 @@ struct Options {
   std::string checkpoints = "checkpoints";  // the directory workers write into (shared disk)
   double worker_timeout_s = 10;             // a worker silent this long is lost
   int64_t snapshot_every = 0;  // also snapshot every this many steps inside a stage (0: never)
-  // CURVE authentication (--auth): the socket admits only the keys of auth->authorized_dir.
+  // CURVE authentication: the socket admits only these keys (an --authorized directory, or the
+  // operator's local key); nullopt (--insecure): anyone who reaches the socket, with every role.
   std::optional<protocol::ServerKeys> auth;
+  StudyRules rules;  // --allow-exec, --max-trials, --max-steps, --max-evaluations
+  protocol::ConnectionLimits connections;
 };
 
 // The measured time per step of each root key (from the jobs that ended), for priorities.
@@ -66,8 +75,8 @@ class Master {
   Master(SearchPlan plan, const Options& options);
   ~Master();
 
-  // Starts a study; throws SpecError or std::invalid_argument (a duplicate name) and then
-  // changes nothing.
+  // Starts a study (for `hippo run`: in-process, so nobody's key owns it); throws SpecError or
+  // std::invalid_argument (a duplicate name) and then changes nothing.
   int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy);
   // Ends a running study as `hippo run` must when it cannot finish it (interrupted, no workers).
   void fail_study(int64_t study, const std::string& error);
@@ -85,8 +94,13 @@ class Master {
   void remove_unreported_checkpoints();
 
  private:
-  // A handler of one message type: from (the decoded message, its peer).
-  using Handler = std::function<void(Master&, const std::string& peer, const json& message)>;
+  // Who sent a message: its connection (ROUTER identity) and the key that connection proved.
+  struct Sender {
+    std::string peer;
+    protocol::PeerIdentity identity;
+  };
+  // A handler of one message type: from (the decoded message, its sender).
+  using Handler = std::function<void(Master&, const Sender& from, const json& message)>;
   static const std::map<std::string, Handler>& handlers();
 
   void restore_checkpoints();
@@ -98,8 +112,16 @@ class Master {
   bool try_handle(const protocol::Envelope& envelope);
   void send(const std::string& peer, const json& message);
 
+  // The identity a message carries: its connection's ZAP user id with CURVE; without (--insecure),
+  // an anonymous peer with every role.
+  protocol::PeerIdentity identity_of(const protocol::Envelope& envelope) const;
+  // The job a worker reports on: the one this master gave to that worker's connection, in this
+  // incarnation (ProtocolError otherwise: the report is stale or not its own).
+  RunningJob& reported_job(const ConnectedWorker& w, int64_t job, const std::string& incarnation,
+                           const char* what);
+
   // Worker messages.
-  void on_hello(const std::string& peer, const protocol::Hello& m);
+  void on_hello(const Sender& from, const protocol::Hello& m);
   void on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m);
   void on_metric(ConnectedWorker& w, const protocol::Metric& m);
   void on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m);
@@ -107,10 +129,10 @@ class Master {
   void on_failed(ConnectedWorker& w, const protocol::Failed& m);
   void on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m);
   // Client requests: the fields of an ok reply.
-  json on_submit(const protocol::Submit& m);
-  json on_status(const protocol::Status& m);
-  json on_cancel(const protocol::Cancel& m);
-  json on_list_workers(const protocol::ListWorkers& m);
+  json on_submit(const Sender& from, const protocol::Submit& m);
+  json on_status(const Sender& from, const protocol::Status& m);
+  json on_cancel(const Sender& from, const protocol::Cancel& m);
+  json on_list_workers(const Sender& from, const protocol::ListWorkers& m);
 
   // Bookkeeping around workers and jobs.
   void check_workers();
@@ -136,6 +158,8 @@ class Master {
   void send_job(ConnectedWorker& w, const WorkItem& work);
   // Says once per study and device count when no connected worker has `devices` devices.
   void warn_if_no_worker_has(int64_t devices, int64_t study);
+  // Says once per study when no connected worker runs external trainers.
+  void warn_if_no_worker_runs_trainers(int64_t study);
 
   // Events are a log: one that cannot be written (the plan is locked) is reported and dropped,
   // never the work it describes.
@@ -146,12 +170,14 @@ class Master {
   zmq::context_t context_;
   zmq::socket_t socket_;
   std::unique_ptr<protocol::CurveServer> curve_;  // with options_.auth
+  protocol::ConnectionWatch watch_;
   StageTree tree_;
   StateRegistry states_;
   StudyDriver driver_;
   WorkerPool pool_;
   StepCosts step_costs_;
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
+  std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   // Worker messages that found the search plan locked, oldest first; retried every second.
   std::deque<protocol::Envelope> deferred_;
   Clock::time_point last_busy_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "master/access.h"
 #include "master/checkpoint_files.h"
 #include "protocol/clock.h"
 #include "protocol/log.h"
@@ -23,12 +24,13 @@ bool is_open(TrialStatus status) {
 }  // namespace
 
 StudyDriver::StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states,
-                         std::string checkpoint_dir,
+                         std::string checkpoint_dir, StudyRules rules,
                          std::function<void(const Change&)> on_tree_change)
     : plan_(plan),
       tree_(tree),
       states_(states),
       checkpoint_dir_(std::move(checkpoint_dir)),
+      rules_(rules),
       on_tree_change_(std::move(on_tree_change)) {}
 
 // ---------------------------------------------------------------------------------------------
@@ -50,8 +52,11 @@ void StudyDriver::restore() {
     s.id = row.id;
     s.policy = row.policy;
     s.started = Clock::now();
+    s.owner = owner_of(row.id);
     try {
       s.spec = parse_spec(row.spec);
+      // Its command runs only if this master's operator allows it, whoever allowed it before.
+      check_commands(s.spec, rules_.exec);
       s.searcher = make_searcher(s.spec);
       s.searcher->load(row.searcher_state);
     } catch (const std::exception& e) {
@@ -69,6 +74,8 @@ void StudyDriver::restore() {
       t.length = tr.length;
       t.in_tree = tree_.has_trial(tr.id);
       t.status = tr.status;
+      s.requested_steps += t.length;
+      s.requested_evaluations += static_cast<int64_t>(plan_.eval_requests(tr.id).size());
       if (t.status == TrialStatus::kFailed) t.error = tr.end_reason;
       if (t.status == TrialStatus::kStopped) t.stopped_at = trained_length(t);
       if (is_open(t.status)) {
@@ -87,6 +94,13 @@ void StudyDriver::restore() {
     plan_.add_event(row.id, "resumed", json::object());
     studies_[row.id] = std::move(s);
   }
+  expanding_ = true;
+}
+
+std::string StudyDriver::owner_of(int64_t study) {
+  for (const EventRow& e : plan_.events(study, INT64_MAX))
+    if (e.kind == "submitted") return e.detail.value("owner", "");
+  return "";
 }
 
 void StudyDriver::resync() {
@@ -129,7 +143,10 @@ bool StudyDriver::take_schedule_change() {
 // ---------------------------------------------------------------------------------------------
 // Studies.
 
-int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy policy) {
+int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy policy,
+                            const std::string& owner) {
+  check_commands(spec, rules_.exec);
+  check_budget(spec, rules_.budget);
   double started = thread_cpu_seconds();
   int64_t id = 0;
   try {
@@ -141,11 +158,12 @@ int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy
       s.searcher = make_searcher(spec);
       s.policy = policy;
       s.started = Clock::now();
+      s.owner = owner;
       TrackedStudy& study = studies_[id] = std::move(s);
       try {
         apply(study, study.searcher->on_study_start());
         plan_.save_searcher_state(id, study.searcher->save());
-        plan_.add_event(id, "submitted", {{"policy", to_string(policy)}});
+        plan_.add_event(id, "submitted", {{"policy", to_string(policy)}, {"owner", owner}});
       } catch (...) {
         studies_.erase(id);
         throw;
@@ -157,7 +175,43 @@ int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy
   }
   studies_[id].master_s += thread_cpu_seconds() - started;
   schedule_changed_ = true;
+  expanding_ = true;
   return id;
+}
+
+bool StudyDriver::expand(double seconds) {
+  const double started = thread_cpu_seconds();
+  expanding_ = false;
+  for (auto& [id, s] : studies_) {
+    while (s.status == StudyStatus::kRunning) {
+      if (thread_cpu_seconds() - started >= seconds) return expanding_ = true;
+      // A batch stays held back until a transaction takes it: the plan may be locked (PlanBusy,
+      // thrown before anything changed), and the searcher gives each batch once.
+      if (s.held_back.empty()) s.held_back = s.searcher->next_batch();
+      if (s.held_back.empty()) break;
+      study_transaction(s, [&] {
+        apply(s, s.held_back);
+        plan_.save_searcher_state(s.id, s.searcher->save());
+      });
+      s.held_back.clear();
+      schedule_changed_ = true;
+    }
+  }
+  return false;
+}
+
+void StudyDriver::charge_budget(TrackedStudy& s, int64_t steps, int64_t evaluations) {
+  s.requested_steps += steps;
+  s.requested_evaluations += evaluations;
+  const Budget& b = rules_.budget;
+  if (s.requested_steps > b.steps)
+    throw std::runtime_error("the searcher asked for " + std::to_string(s.requested_steps) +
+                             " steps in all, more than this master's limit of " +
+                             std::to_string(b.steps) + " (--max-steps)");
+  if (s.requested_evaluations > b.evaluations)
+    throw std::runtime_error("the searcher asked for " + std::to_string(s.requested_evaluations) +
+                             " evaluations in all, more than this master's limit of " +
+                             std::to_string(b.evaluations) + " (--max-evaluations)");
 }
 
 void StudyDriver::cancel(int64_t id) {
@@ -243,6 +297,10 @@ void StudyDriver::apply(TrackedStudy& s, const std::vector<Operation>& ops) {
         throw std::runtime_error("searcher created trial " + std::to_string(c->trial) + " twice");
       if (c->trial != static_cast<RequestId>(s.trials.size()))
         throw std::runtime_error("searcher trial ids must be 0, 1, 2, ... in creation order");
+      if (static_cast<int64_t>(s.trials.size()) >= rules_.budget.trials)
+        throw std::runtime_error("the searcher asked for more than " +
+                                 std::to_string(rules_.budget.trials) +
+                                 " trials, this master's limit (--max-trials)");
       // The trial enters the plan and the tree with its first Train (a stored trial has work).
       if (c->fork && !s.trials.count(c->fork->donor))
         throw std::runtime_error("searcher forked trial " + std::to_string(c->trial) +
@@ -271,6 +329,7 @@ void StudyDriver::apply(TrackedStudy& s, const std::vector<Operation>& ops) {
 
 void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
                               const std::vector<int64_t>& evals) {
+  charge_budget(s, std::max<int64_t>(0, length - t.length), static_cast<int64_t>(evals.size()));
   if (length > t.length) {
     Change change;
     if (!t.in_tree) {

@@ -22,6 +22,8 @@
 
 #include "master/state_registry.h"
 #include "protocol/clock.h"
+#include "protocol/trust.h"
+#include "searchers/budget.h"
 #include "searchers/searcher.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
@@ -63,6 +65,17 @@ struct TrackedStudy {
   double busy_worker_s = 0;  // worker time spent on its jobs
   double master_s = 0;       // CPU time the master spent on its events
   Clock::time_point started, ended;
+  std::string owner;  // the key that submitted it ("" in-process or anonymous: access.h)
+  // What its searcher asked so far, against the master's Budget.
+  int64_t requested_steps = 0, requested_evaluations = 0;
+  // A batch of operations that the searcher gave (next_batch) and the plan has not yet taken.
+  std::vector<Operation> held_back;
+};
+
+// What the master's operator allows a study (--allow-exec, --max-trials, ...).
+struct StudyRules {
+  Budget budget;
+  protocol::ExecKinds exec;
 };
 
 class StudyDriver {
@@ -70,15 +83,18 @@ class StudyDriver {
   // on_tree_change sees every change of the tree (splits move states; a running job may have to
   // snapshot at a split point). checkpoint_dir is where the files of collected states are removed.
   StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states, std::string checkpoint_dir,
-              std::function<void(const Change&)> on_tree_change);
+              StudyRules rules, std::function<void(const Change&)> on_tree_change);
 
   // Restores every study from the plan (after the tree and the states): metrics of every study
-  // feed the metric cache, running studies get their searchers and trials back.
+  // feed the metric cache, running studies get their searchers and trials back. A running study
+  // whose command this master may not run (its --allow-exec) fails instead: nothing runs it.
   void restore();
 
-  // Starts a study; throws SpecError or std::invalid_argument (a duplicate name) and then
+  // Starts a study for `owner` (its key: access.h). Throws SpecError (a command this master may
+  // not run, a spec over the budget) or std::invalid_argument (a duplicate name), and then
   // changes nothing.
-  int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy);
+  int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy,
+                 const std::string& owner = "");
   // Ends a running study at a client's request: status "cancelled", its unfinished trials stopped
   // where they are, and its checkpoints collected. Throws std::invalid_argument (one that has
   // ended) and then changes nothing.
@@ -130,6 +146,12 @@ class StudyDriver {
   // Whether something changed what can be scheduled since the last call (and resets it).
   bool take_schedule_change();
 
+  // Takes the operations that searchers held back (a large grid's later trials) into the plan,
+  // a batch per transaction, for about `seconds`; so a large study enters the plan between the
+  // master's other work. Whether some are left.
+  bool expand(double seconds);
+  bool expanding() const { return expanding_; }
+
   // After a transaction failed: the tree and trials in memory may be ahead of the plan, so they
   // are reloaded from it.
   void resync();
@@ -149,11 +171,17 @@ class StudyDriver {
   void finish(TrackedStudy& s, StudyStatus status, std::string error);
   bool trial_trained(const TrackedTrial& t) const;
   void forget_pending(TrackedTrial& t);
+  // The owner recorded in the study's "submitted" event.
+  std::string owner_of(int64_t study);
+  // Counts what the study's searcher asks against the budget; std::runtime_error (which fails
+  // the study) beyond it.
+  void charge_budget(TrackedStudy& s, int64_t steps, int64_t evaluations);
 
   SearchPlan& plan_;
   StageTree& tree_;
   StateRegistry& states_;
   std::string checkpoint_dir_;
+  StudyRules rules_;
   std::function<void(const Change&)> on_tree_change_;
   std::map<int64_t, TrackedStudy> studies_;
   std::map<TrialId, TrackedTrial> trials_;
@@ -161,6 +189,7 @@ class StudyDriver {
   std::set<StageId> failed_stages_;
   TrialId next_trial_ = 0;
   bool schedule_changed_ = true;
+  bool expanding_ = true;  // a searcher may hold operations back
 };
 
 }  // namespace hippo::master

@@ -1,14 +1,46 @@
 #include "master/worker_pool.h"
 
 #include <algorithm>
+#include <set>
 
 namespace hippo::master {
 
-ConnectedWorker& WorkerPool::join(const std::string& peer, const protocol::Hello& hello) {
-  auto old = workers_.find(peer);
-  if (old != workers_.end() && old->second.job >= 0) jobs_.erase(old->second.job);
-  ConnectedWorker& w = workers_[peer] = ConnectedWorker{};
+bool Claims::add(StageId stage, const std::string& key, size_t keys_connected) {
+  std::set<std::string>& keys = keys_[stage];
+  keys.insert(key);
+  if (keys.size() < std::min<size_t>(2, std::max<size_t>(1, keys_connected))) return false;
+  keys_.erase(stage);
+  return true;
+}
+
+bool Claims::made_by(StageId stage, const std::string& key) const {
+  auto it = keys_.find(stage);
+  return it != keys_.end() && it->second.count(key);
+}
+
+void Claims::clear(StageId stage) {
+  keys_.erase(stage);
+}
+
+ConnectedWorker& WorkerPool::join(const std::string& peer, const protocol::PeerIdentity& identity,
+                                  const protocol::Hello& hello) {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const ConnectedWorker& other = it->second;
+    if (other.peer != peer && other.hello.name == hello.name) {
+      if (other.identity.key != identity.key)
+        throw protocol::ProtocolError("hello.name: worker " + hello.name +
+                                      " is connected already, with another key");
+    } else if (other.peer != peer) {
+      ++it;
+      continue;
+    }
+    // The same connection again, or the same key and name anew: a reconnection.
+    if (other.job >= 0) jobs_.erase(other.job);
+    it = workers_.erase(it);
+  }
+  ConnectedWorker& w = workers_[peer];
   w.peer = peer;
+  w.identity = identity;
   w.hello = hello;
   w.last_seen = Clock::now();
   return w;
@@ -17,6 +49,17 @@ ConnectedWorker& WorkerPool::join(const std::string& peer, const protocol::Hello
 ConnectedWorker* WorkerPool::find(const std::string& peer) {
   auto it = workers_.find(peer);
   return it == workers_.end() ? nullptr : &it->second;
+}
+
+size_t WorkerPool::keys() const {
+  std::set<std::string> keys;
+  for (const auto& [peer, w] : workers_) keys.insert(w.identity.key);
+  return keys.size();
+}
+
+bool WorkerPool::any_runs_trainers() const {
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [](const auto& pw) { return pw.second.hello.runs_trainers; });
 }
 
 int64_t WorkerPool::most_devices() const {
@@ -95,6 +138,16 @@ const std::set<std::string>* WorkerPool::excluded_for(StageId stage) const {
   auto it = storage_failures_.find(stage);
   if (it == storage_failures_.end() || it->second.workers.size() >= workers_.size()) return nullptr;
   return &it->second.workers;
+}
+
+bool WorkerPool::should_avoid(StageId stage, const ConnectedWorker& w) const {
+  const std::set<std::string>* failed = excluded_for(stage);
+  auto avoided = [&](const ConnectedWorker& x) {
+    return (failed && failed->count(x.peer)) || claims_.made_by(stage, x.identity.key);
+  };
+  if (!avoided(w)) return false;
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [&](const auto& pw) { return !avoided(pw.second); });
 }
 
 }  // namespace hippo::master

@@ -1,6 +1,10 @@
 // The workers connected to the master and the jobs they run: who is there, who is idle, who went
-// silent (lost), what each job has reported, and which stages failed on a worker's storage (a
-// retry goes to another worker). No I/O: the master's front sends what these decisions say.
+// silent (lost), what each job has reported, which stages failed on a worker's storage (a retry
+// goes to another worker), and the claims that one worker alone cannot make good (Claims). No I/O:
+// the master's front sends what these decisions say.
+//
+// A worker is its connection (the ROUTER identity, random and never published) and the key that
+// connection proved: its name is a label that only the same key may take again (a reconnection).
 #pragma once
 
 #include <chrono>
@@ -14,11 +18,13 @@
 #include "master/running_job.h"
 #include "protocol/clock.h"
 #include "protocol/message.h"
+#include "protocol/trust.h"
 
 namespace hippo::master {
 
 struct ConnectedWorker {
-  std::string peer;  // its ROUTER identity
+  std::string peer;                 // its ROUTER identity
+  protocol::PeerIdentity identity;  // the key its connection proved
   protocol::Hello hello;
   Clock::time_point last_seen;
   int64_t job = -1;        // the job it runs, -1 when idle
@@ -29,14 +35,39 @@ struct ConnectedWorker {
 // trials that need it fail.
 inline constexpr int kStorageAttempts = 3;
 
+// Claims that one worker cannot make good alone, because they would let it destroy others' work:
+// that a stage fails in the engine (its trials fail, in every study through it) or that a parent
+// checkpoint it did not write is unreadable (the file is deleted). A claim about a stage is
+// believed once workers of two different keys made it, or of every key connected when fewer are
+// connected (the operator's own workers share one key: one of them is believed at once); until
+// then the stage goes to a worker of another key.
+class Claims {
+ public:
+  // A worker of `key` made a claim about `stage`; true when the claim is now believed.
+  bool add(StageId stage, const std::string& key, size_t keys_connected);
+  // Whether a worker of `key` made a claim about the stage that is not yet believed.
+  bool made_by(StageId stage, const std::string& key) const;
+  // The stage trained, or its claim was acted on.
+  void clear(StageId stage);
+
+ private:
+  std::map<StageId, std::set<std::string>> keys_;  // stage -> the keys that made a claim
+};
+
 class WorkerPool {
  public:
-  // A worker said hello: it replaces any earlier worker of that peer, whose job is dropped.
-  ConnectedWorker& join(const std::string& peer, const protocol::Hello& hello);
+  // A worker said hello over the connection `peer`. It replaces an earlier worker of that
+  // connection, or of the same key and name (a reconnection), whose job is dropped; a name that a
+  // worker of another key has is refused (ProtocolError).
+  ConnectedWorker& join(const std::string& peer, const protocol::PeerIdentity& identity,
+                        const protocol::Hello& hello);
   ConnectedWorker* find(const std::string& peer);
   const std::map<std::string, ConnectedWorker>& workers() const { return workers_; }
   int64_t size() const { return static_cast<int64_t>(workers_.size()); }
   int64_t most_devices() const;
+  // How many different keys the connected workers have.
+  size_t keys() const;
+  bool any_runs_trainers() const;
 
   // Starts a job on an idle worker; its id is given here.
   RunningJob& start(ConnectedWorker& worker, RunningJob job);
@@ -62,6 +93,10 @@ class WorkerPool {
   void clear_storage_failures(StageId stage);
   // The workers a stage failed on while others remain to try, else null.
   const std::set<std::string>* excluded_for(StageId stage) const;
+  Claims& claims() { return claims_; }
+  // Whether the stage should go to another worker than `w`: w failed it on storage, or w's key
+  // made a claim about it, while a worker that did neither is connected.
+  bool should_avoid(StageId stage, const ConnectedWorker& w) const;
 
  private:
   struct StorageFailures {
@@ -71,6 +106,7 @@ class WorkerPool {
   std::map<std::string, ConnectedWorker> workers_;  // by peer identity
   std::map<int64_t, RunningJob> jobs_;              // running, by id
   std::map<StageId, StorageFailures> storage_failures_;
+  Claims claims_;
   int64_t next_job_ = 1;
 };
 

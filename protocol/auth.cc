@@ -5,13 +5,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "protocol/monitor.h"
 
 namespace hippo::protocol {
 namespace {
@@ -70,42 +72,10 @@ std::vector<zmq::message_t> receive_all(zmq::socket_t& socket) {
   return frames;
 }
 
-// A monitor event: [u16 event, u32 value][endpoint].
-struct Event {
-  uint16_t event = 0;
-  uint32_t value = 0;
-  std::string endpoint;
-};
-std::optional<Event> read_event(zmq::socket_t& monitor) {
-  std::vector<zmq::message_t> frames = receive_all(monitor);
-  if (frames.size() < 2 || frames[0].size() < 6) return std::nullopt;
-  Event e;
-  std::memcpy(&e.event, frames[0].data(), 2);
-  std::memcpy(&e.value, static_cast<const char*>(frames[0].data()) + 2, 4);
-  e.endpoint = frames[1].to_string();
-  return e;
-}
-
 std::string hex(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "0x%x", v);
   return buf;
-}
-
-// A fresh inproc address: a closed socket's address is released only later, by ZeroMQ's reaper.
-std::string unique_inproc(const char* what) {
-  static std::atomic<uint64_t> next{0};
-  return std::string("inproc://hippo-") + what + "-" + std::to_string(next++);
-}
-
-bool poll_in(zmq::socket_t& socket, int timeout_ms) {
-  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-  try {
-    return zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) > 0;
-  } catch (const zmq::error_t& e) {
-    if (e.num() == EINTR) return false;
-    throw;
-  }
 }
 
 }  // namespace
@@ -154,16 +124,74 @@ KeyPair read_secret_key(const std::string& path) {
   return keys;
 }
 
-ClientKeys load_client_keys(const std::string& master_key_file, const std::string& key_file,
-                            const std::string& master_option, const std::string& key_option) {
+std::string local_key_dir() {
+  if (const char* home = std::getenv("HIPPO_HOME"); home && *home) return home;
+  const char* user_home = std::getenv("HOME");
+  if (!user_home || !*user_home)
+    throw AuthError("no $HOME: set $HIPPO_HOME to a directory for this user's local key");
+  return std::string(user_home) + "/.hippo";
+}
+
+KeyPair local_key_pair() {
+  const std::string dir = local_key_dir(), path = dir + "/local.key";
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw AuthError(dir + ": cannot create: " + std::strerror(errno));
+  // Only this user may have made them: a directory or key that another user could have planted
+  // would make us admit, or obey, that user.
+  auto check_private = [](const std::string& p, bool directory) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) throw AuthError(p + ": " + std::strerror(errno));
+    if ((directory ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) || st.st_uid != ::geteuid())
+      throw AuthError(p + ": not a " + (directory ? "directory" : "file") + " of this user (uid " +
+                      std::to_string(::geteuid()) + "): the local key must be this user's alone");
+    if ((st.st_mode & 077) != 0)
+      throw AuthError(p + ": other users may " + (directory ? "enter" : "read") + " it (chmod " +
+                      (directory ? "700" : "600") +
+                      " it): the local key must be this user's alone");
+  };
+  check_private(dir, true);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    // Written whole under a temporary name, then linked in place: two processes that make it at
+    // once end up with the same key (the second link fails, and that process reads the first).
+    std::string temp = dir + "/local.key.XXXXXX";
+    int fd = ::mkstemp(temp.data());
+    if (fd < 0) throw AuthError(dir + ": cannot write the local key: " + std::strerror(errno));
+    const std::string text = generate_key_pair().secret_key + "\n";
+    bool ok = ::fchmod(fd, 0600) == 0 &&
+              ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+              ::fsync(fd) == 0;
+    int err = errno;
+    ::close(fd);
+    if (ok && ::link(temp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+      ok = false;
+      err = errno;
+    }
+    ::unlink(temp.c_str());
+    if (!ok) throw AuthError(path + ": cannot write: " + std::strerror(err));
+  }
+  check_private(path, false);
+  return read_secret_key(path);
+}
+
+ClientKeys resolve_client_keys(const std::string& master_key_file, const std::string& key_file,
+                               bool insecure, const std::string& master_option,
+                               const std::string& key_option) {
   if (master_key_file.empty() != key_file.empty())
     throw AuthError(master_key_file.empty()
                         ? key_option + " needs " + master_option + " (the master's public key)"
                         : master_option + " needs " + key_option + " (your own secret key)");
   ClientKeys keys;
-  if (master_key_file.empty()) return keys;
-  keys.master_public_key = read_public_key(master_key_file);
-  keys.own = read_secret_key(key_file);
+  if (!master_key_file.empty()) {
+    if (insecure) throw AuthError("--insecure contradicts " + master_option + " and " + key_option);
+    keys.source = ClientKeys::Source::kGiven;
+    keys.master_public_key = read_public_key(master_key_file);
+    keys.own = read_secret_key(key_file);
+  } else if (!insecure) {
+    keys.source = ClientKeys::Source::kLocal;
+    keys.own = local_key_pair();
+    keys.master_public_key = keys.own.public_key;
+  }
   return keys;
 }
 
@@ -174,83 +202,121 @@ void secure_client(zmq::socket_t& socket, const ClientKeys& keys) {
   socket.set(zmq::sockopt::curve_secretkey, keys.own.secret_key);
 }
 
-HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, bool curve)
-    : monitor_(context, zmq::socket_type::pair), curve_(curve) {
-  std::string address = unique_inproc("handshakes");
-  if (zmq_socket_monitor(socket.handle(), address.c_str(), kHandshakeEvents) != 0)
-    throw zmq::error_t();
-  monitor_.set(zmq::sockopt::linger, 0);
-  monitor_.connect(address);
-}
+HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket,
+                               ClientKeys::Source keys)
+    : monitor_(monitor_socket(context, socket, kHandshakeEvents)), keys_(keys) {}
 
 std::optional<std::string> HandshakeWatch::failure(int timeout_ms) {
-  for (int wait = timeout_ms; poll_in(monitor_, wait); wait = 0) {
-    std::optional<Event> e = read_event(monitor_);
+  using Source = ClientKeys::Source;
+  // The likely cause of each failure, by where our keys came from.
+  const char* refused =
+      keys_ == Source::kLocal
+          ? "this master runs with --auth and does not admit this user's local key: give "
+            "--master-key and --key (or set $HIPPO_MASTER_KEY and $HIPPO_KEY)"
+          : "its public key (.pub) must be in the master's --authorized directory (workers/ for a "
+            "worker, clients/ or admins/ for a client)";
+  const char* no_curve =
+      keys_ == Source::kNone
+          ? "the master requires CURVE authentication: without --insecure, the keys are found "
+            "by themselves for a master of this user (or give --master-key and --key for one "
+            "with --auth)"
+          : "the master runs without authentication (--insecure): connect with --insecure to "
+            "accept that, or it is not the master you know";
+  const char* broke_off =
+      keys_ == Source::kNone ? "it probably requires CURVE authentication: drop --insecure"
+      : keys_ == Source::kLocal
+          ? "either it runs with --auth (then give --master-key and --key) or with --insecure "
+            "(then give --insecure), or it is not this user's master (it cannot prove the local "
+            "key)"
+          : "either it runs without --auth, or --master-key is not its public key";
+  for (int wait = timeout_ms; wait_readable(monitor_, wait); wait = 0) {
+    std::optional<MonitorEvent> e = next_event(monitor_, 0);
     if (!e) continue;
     switch (e->event) {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         silent_failures_ = 0;
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
-        return "the master refused our key (status " + std::to_string(e->value) +
-               "): its public key (.pub) must be in the master's --authorized directory";
+        return "the master refused our key (status " + std::to_string(e->value) + "): " + refused;
       case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-        if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-          return curve_ ? "the master does not use CURVE authentication (it runs without --auth): "
-                          "drop --master-key and --key ($HIPPO_MASTER_KEY, $HIPPO_KEY)"
-                        : "the master requires CURVE authentication (it runs with --auth): give "
-                          "--master-key and --key (or set $HIPPO_MASTER_KEY and $HIPPO_KEY)";
+        if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) return std::string(no_curve);
         return "the handshake with the master failed (ZMTP protocol error " + hex(e->value) + ")";
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
         // The master closed the connection mid-handshake: under load this is also how a
         // mismatch of mechanisms can show.
         if (++silent_failures_ >= kSilentFailuresForGood)
           return "the master broke off the handshake " + std::to_string(kSilentFailuresForGood) +
-                 " times: " +
-                 (curve_ ? "either it runs without --auth (then drop --master-key and --key), or "
-                           "--master-key is not its public key"
-                         : "it probably requires CURVE authentication (it runs with --auth): give "
-                           "--master-key and --key (or set $HIPPO_MASTER_KEY and $HIPPO_KEY)");
+                 " times: " + broke_off;
         break;
     }
   }
   return std::nullopt;
 }
 
-std::vector<std::pair<std::string, std::string>> read_authorized_keys(const std::string& dir) {
+std::vector<PeerIdentity> read_authorized_keys(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw AuthError(dir + ": not a directory (of the *.pub files of the admitted peers)");
-  std::vector<std::pair<std::string, std::string>> keys;
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() != ".pub") continue;
-    keys.emplace_back(entry.path().stem().string(), read_public_key(entry.path().string()));
-  }
+    throw AuthError(dir + ": not a directory (of the admitted peers' keys, in " + kWorkersDir +
+                    "/, " + kClientsDir + "/ and " + kAdminsDir + "/)");
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".pub")
+      throw AuthError(entry.path().string() +
+                      ": a key directly in the authorized directory has no "
+                      "role: move it into " +
+                      kWorkersDir + "/ (a worker), " + kClientsDir + "/ (a client) or " +
+                      kAdminsDir + "/ (a client that may cancel any study)");
   if (ec) throw AuthError(dir + ": cannot list: " + ec.message());
-  std::sort(keys.begin(), keys.end());
+  std::vector<PeerIdentity> keys;
+  const std::pair<const char*, uint32_t> kRoleDirs[] = {{kWorkersDir, kWorkerRole},
+                                                        {kClientsDir, kClientRole},
+                                                        {kAdminsDir, kClientRole | kAdminRole}};
+  for (const auto& [sub, role] : kRoleDirs) {
+    const fs::path roles_dir = fs::path(dir) / sub;
+    if (!fs::exists(roles_dir, ec)) continue;
+    for (const fs::directory_entry& entry : fs::directory_iterator(roles_dir, ec)) {
+      if (entry.path().extension() != ".pub") continue;
+      std::string key = read_public_key(entry.path().string());
+      auto same = std::find_if(keys.begin(), keys.end(),
+                               [&](const PeerIdentity& k) { return k.key == key; });
+      if (same != keys.end())
+        same->roles |= role;
+      else
+        keys.push_back(PeerIdentity{key, role, entry.path().stem().string()});
+    }
+    if (ec) throw AuthError(roles_dir.string() + ": cannot list: " + ec.message());
+  }
+  std::sort(keys.begin(), keys.end(),
+            [](const PeerIdentity& a, const PeerIdentity& b) { return a.name < b.name; });
   return keys;
+}
+
+void RefusalLog::operator()(const std::string& line) {
+  auto now = std::chrono::steady_clock::now();
+  if (line == last_ && now - last_logged_ < std::chrono::seconds(10)) {
+    ++repeats_;
+    return;
+  }
+  if (repeats_ > 0) log_("(the refusal before came " + std::to_string(repeats_) + " more times)");
+  log_(line);
+  last_ = line;
+  last_logged_ = now;
+  repeats_ = 0;
 }
 
 CurveServer::CurveServer(zmq::context_t& context, zmq::socket_t& router, const ServerKeys& keys,
                          Log log)
     : authorized_dir_(keys.authorized_dir),
-      log_(std::move(log)),
+      admitted_(keys.admitted),
+      refuse_(std::move(log)),
       zap_(context, zmq::socket_type::rep),
-      monitor_(context, zmq::socket_type::pair),
       stop_in_(context, zmq::socket_type::pair),
       stop_out_(context, zmq::socket_type::pair) {
-  for (zmq::socket_t* s : {&zap_, &monitor_, &stop_in_, &stop_out_})
-    s->set(zmq::sockopt::linger, 0);
+  for (zmq::socket_t* s : {&zap_, &stop_in_, &stop_out_}) s->set(zmq::sockopt::linger, 0);
   // Bound before the ROUTER is: a CURVE server with no ZAP handler would admit every key.
   zap_.bind("inproc://zeromq.zap.01");
   std::string stop = unique_inproc("curve-stop");
   stop_in_.bind(stop);
   stop_out_.connect(stop);
-  std::string monitor = unique_inproc("curve-monitor");
-  if (zmq_socket_monitor(router.handle(), monitor.c_str(), ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) !=
-      0)
-    throw zmq::error_t();
-  monitor_.connect(monitor);
   router.set(zmq::sockopt::curve_server, 1);
   router.set(zmq::sockopt::curve_secretkey, keys.own.secret_key);
   thread_ = std::thread(&CurveServer::serve, this);
@@ -263,44 +329,29 @@ CurveServer::~CurveServer() {
 
 void CurveServer::serve() {
   zmq::pollitem_t items[] = {{zap_.handle(), 0, ZMQ_POLLIN, 0},
-                             {monitor_.handle(), 0, ZMQ_POLLIN, 0},
                              {stop_in_.handle(), 0, ZMQ_POLLIN, 0}};
   while (true) {
     try {
-      zmq::poll(items, 3, std::chrono::milliseconds(-1));
+      zmq::poll(items, 2, std::chrono::milliseconds(-1));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
-      log_(std::string("authentication stopped: ") + e.what());
+      refuse_(std::string("authentication stopped: ") + e.what());
       return;  // no answers any more: handshakes wait, nobody gets in
     }
-    if (items[2].revents & ZMQ_POLLIN) return;
+    if (items[1].revents & ZMQ_POLLIN) return;
     if (items[0].revents & ZMQ_POLLIN) {
       std::vector<zmq::message_t> request = receive_all(zap_);
       answer(request);
     }
-    if (items[1].revents & ZMQ_POLLIN) {
-      std::optional<Event> e = read_event(monitor_);
-      if (e && e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-        refuse("refused a peer on " + e->endpoint +
-               ": it does not use CURVE (a worker or client without --master-key and --key)");
-      else if (e)
-        refuse("refused a peer on " + e->endpoint + ": its CURVE handshake failed (ZMTP error " +
-               hex(e->value) + "; was it given this master's public key?)");
-    }
   }
 }
 
-void CurveServer::refuse(const std::string& line) {
-  auto now = std::chrono::steady_clock::now();
-  if (line == last_refusal_ && now - last_logged_ < std::chrono::seconds(10)) {
-    ++repeats_;
-    return;
-  }
-  if (repeats_ > 0) log_("(the refusal before came " + std::to_string(repeats_) + " more times)");
-  log_(line);
-  last_refusal_ = line;
-  last_logged_ = now;
-  repeats_ = 0;
+std::optional<PeerIdentity> CurveServer::admitted(const std::string& key) const {
+  const std::vector<PeerIdentity> keys =
+      authorized_dir_.empty() ? admitted_ : read_authorized_keys(authorized_dir_);
+  for (const PeerIdentity& peer : keys)
+    if (!key.empty() && peer.key == key) return peer;
+  return std::nullopt;
 }
 
 void CurveServer::answer(std::vector<zmq::message_t>& request) {
@@ -310,10 +361,10 @@ void CurveServer::answer(std::vector<zmq::message_t>& request) {
   zmq::message_t request_id;
   if (request.size() > 1) request_id.copy(request[1]);
   if (request.size() < 7 || request[0].to_string() != "1.0") {
-    refuse("refused a malformed ZAP request");
+    refuse_("refused a malformed ZAP request");
   } else {
     std::string address = request[3].to_string();
-    if (address.empty()) address = "a local (ipc) peer";
+    if (address.empty() || address.rfind("localhost:", 0) == 0) address = "a local (ipc) peer";
     std::string key;
     if (request[5].to_string() == "CURVE" && request[6].size() == 32) {
       char z85[kKeyLength + 1];
@@ -321,20 +372,19 @@ void CurveServer::answer(std::vector<zmq::message_t>& request) {
       key = z85;
     }
     try {
-      for (const auto& [name, authorized] : read_authorized_keys(authorized_dir_))
-        if (!key.empty() && authorized == key) {
-          status = "200";
-          text = "OK";
-          user = name;
-          break;
-        }
-      if (status != "200")
-        refuse("refused a connection from " + address + ": its key " + key + " is not in " +
-               authorized_dir_);
+      if (std::optional<PeerIdentity> peer = admitted(key)) {
+        status = "200";
+        text = "OK";
+        user = to_user_id(*peer);
+      } else {
+        refuse_("refused a connection from " + address + ": its key " + key + " is not " +
+                (authorized_dir_.empty() ? std::string("this master's local key")
+                                         : "in " + authorized_dir_));
+      }
     } catch (const AuthError& e) {
       status = "500";
       text = "authorized keys unreadable";
-      refuse("refused a connection from " + address + ": " + e.what());
+      refuse_("refused a connection from " + address + ": " + e.what());
     }
   }
   zap_.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);

@@ -20,6 +20,10 @@ std::vector<int64_t> held_states(const json& m) {
   return get_int_list(m, "held", kMaxHeldStates);
 }
 
+std::string incarnation_of(const json& m) {
+  return get_string(m, "incarnation", kMaxIncarnation);
+}
+
 // Lists of steps and snapshots in a job are bounded only by the message size; this bounds what
 // a decoder reserves for them.
 constexpr size_t kMaxJobSteps = size_t{1} << 21;
@@ -36,6 +40,7 @@ json Hello::to_json() const {
   m["devices"] = devices;
   m["pid"] = pid;
   m["held"] = held;
+  if (runs_trainers) m["runs_trainers"] = true;
   return m;
 }
 
@@ -47,6 +52,7 @@ Hello Hello::from_json(const json& m) {
   h.devices = m.contains("devices") ? get_int(m, "devices", 1, 4096) : 1;
   h.pid = get_int(m, "pid");
   if (m.contains("held")) h.held = held_states(m);
+  h.runs_trainers = get_bool(m, "runs_trainers", false);
   return h;
 }
 
@@ -55,6 +61,7 @@ json Heartbeat::to_json() const {
   if (job >= 0) {
     m["job"] = job;
     m["step"] = step;
+    m["incarnation"] = incarnation;
   }
   return m;
 }
@@ -64,6 +71,7 @@ Heartbeat Heartbeat::from_json(const json& m) {
   if (m.contains("job")) {
     h.job = get_int(m, "job");
     h.step = get_int(m, "step");
+    h.incarnation = incarnation_of(m);
   }
   return h;
 }
@@ -73,6 +81,7 @@ json Metric::to_json() const {
   m["job"] = job;
   m["step"] = step;
   m["metrics"] = metrics;
+  m["incarnation"] = incarnation;
   return m;
 }
 
@@ -83,6 +92,7 @@ Metric Metric::from_json(const json& m) {
   out.metrics = get_object(m, "metrics");
   for (const auto& [name, value] : out.metrics.items())
     if (!value.is_number()) throw ProtocolError("metric.metrics." + name + ": not a number");
+  out.incarnation = incarnation_of(m);
   return out;
 }
 
@@ -93,6 +103,7 @@ json Snapshot::to_json() const {
   m["state"] = state;
   m["file"] = file;
   m["bytes"] = bytes;
+  m["incarnation"] = incarnation;
   return m;
 }
 
@@ -105,12 +116,14 @@ Snapshot Snapshot::from_json(const json& m) {
   if (!s.file.empty() && !is_valid_file_name(s.file))
     throw ProtocolError("snapshot.file: \"" + s.file + "\" is not a plain file name");
   s.bytes = get_int(m, "bytes");
+  s.incarnation = incarnation_of(m);
   return s;
 }
 
 json Done::to_json() const {
   json m = envelope(kType);
   m["job"] = job;
+  m["incarnation"] = incarnation;
   m["step"] = step;
   m["busy_s"] = busy_s;
   m["held"] = held;
@@ -124,12 +137,14 @@ Done Done::from_json(const json& m) {
   d.busy_s = get_number(m, "busy_s");
   if (!(d.busy_s >= 0 && d.busy_s < 1e9)) throw ProtocolError("done.busy_s: out of range");
   if (m.contains("held")) d.held = held_states(m);
+  d.incarnation = incarnation_of(m);
   return d;
 }
 
 json Failed::to_json() const {
   json m = envelope(kType);
   m["job"] = job;
+  m["incarnation"] = incarnation;
   m["error"] = error;
   if (retry) m["retry"] = true;
   if (!lost_file.empty()) m["lost_file"] = lost_file;
@@ -144,12 +159,14 @@ Failed Failed::from_json(const json& m) {
   f.retry = get_bool(m, "retry", false);
   if (m.contains("lost_file")) f.lost_file = get_file_name(m, "lost_file");
   if (m.contains("held")) f.held = held_states(m);
+  f.incarnation = incarnation_of(m);
   return f;
 }
 
 json Abandoned::to_json() const {
   json m = envelope(kType);
   m["job"] = job;
+  m["incarnation"] = incarnation;
   m["held"] = held;
   return m;
 }
@@ -158,6 +175,7 @@ Abandoned Abandoned::from_json(const json& m) {
   Abandoned a;
   a.job = get_int(m, "job");
   if (m.contains("held")) a.held = held_states(m);
+  a.incarnation = incarnation_of(m);
   return a;
 }
 
@@ -172,7 +190,7 @@ json Welcome::to_json() const {
 
 Welcome Welcome::from_json(const json& m) {
   Welcome w;
-  if (m.contains("incarnation")) w.incarnation = get_string(m, "incarnation", 64);
+  if (m.contains("incarnation")) w.incarnation = incarnation_of(m);
   w.heartbeat_ms = get_int(m, "heartbeat_ms", 10, 60000);
   return w;
 }

@@ -8,6 +8,11 @@
 // Master -> worker: Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown.
 // Client -> master: Submit, Status, Cancel, ListWorkers; master -> client: Reply.
 // AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
+//
+// A worker's reports on a job (heartbeat with a job, metric, snapshot, done, failed, abandoned)
+// carry the incarnation of the master that gave the job (its welcome's): a restarted master
+// numbers its jobs anew, and drops a report of the master before it as stale. (The field has a
+// default initializer, so that the worker's designated initializers may leave it to the sender.)
 #pragma once
 
 #include <cstdint>
@@ -22,6 +27,8 @@ namespace hippo::protocol {
 
 // Lists of state ids a worker holds (hello, done, failed, abandoned) are at most this long.
 inline constexpr size_t kMaxHeldStates = 4096;
+// An incarnation (Welcome) is at most this long.
+inline constexpr size_t kMaxIncarnation = 64;
 
 // ---------------------------------------------------------------------------------------------
 // Worker -> master.
@@ -34,6 +41,8 @@ struct Hello {
   int64_t devices = 1;  // pipeline stages it can run at once (--devices); absent on the wire: 1
   int64_t pid = 0;
   std::vector<int64_t> held;  // state ids in its memory
+  // Its operator allowed it to run external trainers (--allow-exec trainer); absent: false.
+  bool runs_trainers = false;
   bool operator==(const Hello&) const = default;
   json to_json() const;
   static Hello from_json(const json& m);
@@ -42,8 +51,9 @@ struct Hello {
 // Alive; while training, how far the running job got.
 struct Heartbeat {
   static constexpr const char* kType = "heartbeat";
-  int64_t job = -1;  // -1: idle (no job or step on the wire)
+  int64_t job = -1;  // -1: idle (no job, step or incarnation on the wire)
   int64_t step = 0;
+  std::string incarnation{};
   bool operator==(const Heartbeat&) const = default;
   json to_json() const;
   static Heartbeat from_json(const json& m);
@@ -55,6 +65,7 @@ struct Metric {
   int64_t job = 0;
   int64_t step = 0;
   json metrics = json::object();  // {name: number}; built-in models: accuracy, loss
+  std::string incarnation{};
   bool operator==(const Metric&) const = default;
   json to_json() const;
   static Metric from_json(const json& m);
@@ -66,6 +77,7 @@ struct Snapshot {
   int64_t job = 0, step = 0, state = 0;
   std::string file;  // "" for a state kept in memory only
   int64_t bytes = 0;
+  std::string incarnation{};
   bool operator==(const Snapshot&) const = default;
   json to_json() const;
   static Snapshot from_json(const json& m);
@@ -77,6 +89,7 @@ struct Done {
   int64_t job = 0, step = 0;
   double busy_s = 0;  // time the job took on the worker
   std::vector<int64_t> held;
+  std::string incarnation{};
   bool operator==(const Done&) const = default;
   json to_json() const;
   static Done from_json(const json& m);
@@ -91,6 +104,7 @@ struct Failed {
   bool retry = false;
   std::string lost_file;  // "" when none
   std::vector<int64_t> held;
+  std::string incarnation{};
   bool operator==(const Failed&) const = default;
   json to_json() const;
   static Failed from_json(const json& m);
@@ -101,6 +115,7 @@ struct Abandoned {
   static constexpr const char* kType = "abandoned";
   int64_t job = 0;
   std::vector<int64_t> held;
+  std::string incarnation{};
   bool operator==(const Abandoned&) const = default;
   json to_json() const;
   static Abandoned from_json(const json& m);

@@ -2,20 +2,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <random>
 #include <vector>
+
+#include "protocol/monitor.h"
 
 namespace hippo::protocol {
 namespace {
-
-bool wait_readable(zmq::socket_t& socket, int timeout_ms) {
-  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-  try {
-    return zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) > 0;
-  } catch (const zmq::error_t& e) {
-    if (e.num() == EINTR) return false;  // a signal: the caller's loop checks its flag
-    throw;
-  }
-}
 
 // Reads every frame of the next message (never leaves a partial message in the socket).
 std::vector<zmq::message_t> receive_frames(zmq::socket_t& socket) {
@@ -35,17 +28,42 @@ void configure(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
 }
 
+void configure_router(zmq::socket_t& router) {
+  configure(router);
+  router.set(zmq::sockopt::router_handover, 0);
+  router.set(zmq::sockopt::heartbeat_ivl, 2000);
+  router.set(zmq::sockopt::heartbeat_timeout, 10000);
+}
+
+std::string random_routing_id() {
+  std::random_device random;
+  std::string id(16, '\0');
+  for (char& c : id) c = static_cast<char>(random());
+  id[0] = static_cast<char>(1 + random() % 255);  // ZeroMQ reserves ids that start with 0
+  return id;
+}
+
 std::optional<Envelope> router_receive(zmq::socket_t& router, int timeout_ms) {
   if (!wait_readable(router, timeout_ms)) return std::nullopt;
   std::vector<zmq::message_t> frames = receive_frames(router);
   Envelope e;
   if (!frames.empty()) e.peer = frames[0].to_string();
   if (frames.size() == 3 && frames[1].size() == 0) e.body = frames[2].to_string();
+  if (!frames.empty()) {
+    // Every frame after the identity came over the sender's connection and carries its
+    // properties (the identity frame is the ROUTER's own).
+    zmq::message_t& last = frames.back();
+    if (const char* user = zmq_msg_gets(last.handle(), "User-Id")) e.user = user;
+    e.source_fd = zmq_msg_get(last.handle(), ZMQ_SRCFD);
+  }
   return e;
 }
 
 void router_send(zmq::socket_t& router, const std::string& peer, const json& message) {
-  std::string body = serialize(message);
+  router_send_body(router, peer, serialize(message));
+}
+
+void router_send_body(zmq::socket_t& router, const std::string& peer, const std::string& body) {
   router.send(zmq::buffer(peer), zmq::send_flags::sndmore);
   router.send(zmq::message_t(), zmq::send_flags::sndmore);
   router.send(zmq::buffer(body), zmq::send_flags::none);
@@ -72,7 +90,7 @@ json request(zmq::context_t& context, const std::string& address, const json& me
   zmq::socket_t req(context, zmq::socket_type::req);
   configure(req);
   secure_client(req, keys);
-  HandshakeWatch handshakes(context, req, keys.enabled());
+  HandshakeWatch handshakes(context, req, keys.source);
   req.connect(address);
   std::string body = serialize(message);
   req.send(zmq::buffer(body), zmq::send_flags::none);

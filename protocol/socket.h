@@ -1,6 +1,7 @@
 // Framing of protocol messages on ZeroMQ sockets. The master binds one ROUTER; workers connect
 // DEALERs and clients connect REQs. Every body travels after an empty delimiter frame, so the
-// ROUTER sees [identity, "", body] from both kinds of peers.
+// ROUTER sees [identity, "", body] from both kinds of peers. With CURVE, every message also
+// carries the identity its connection proved (trust.h's user id, set by the master's ZAP handler).
 #pragma once
 
 #include <optional>
@@ -15,17 +16,29 @@ namespace hippo::protocol {
 // Sets the options every hippo socket has: no lingering on close, frames over kMaxMessageBytes
 // refused by ZeroMQ itself.
 void configure(zmq::socket_t& socket);
+// The master's ROUTER besides configure(): a routing identity that is in use is never handed over
+// to another connection, and ZMTP heartbeats drop a connection whose peer went silent (so that a
+// worker reconnecting after a network failure gets its identity back within seconds).
+void configure_router(zmq::socket_t& router);
+// A worker's routing identity: 16 random bytes (never a guessable name, so that no other peer can
+// claim it while the worker reconnects).
+std::string random_routing_id();
 
 struct Envelope {
   std::string peer;  // ROUTER identity of the sender
   std::string body;
+  std::string user;    // the ZAP user id of its connection ("" without authentication)
+  int source_fd = -1;  // the file descriptor of its connection (connection_watch.h), -1 unknown
 };
 
 // ROUTER side. Receives one message without waiting longer than timeout_ms (-1: forever);
 // nullopt when none came. Malformed envelopes (wrong number of frames, no delimiter) are
-// consumed and returned as a body that parse() will refuse.
+// consumed and returned as a body that parse() will refuse (with the sender's user id all the
+// same).
 std::optional<Envelope> router_receive(zmq::socket_t& router, int timeout_ms);
 void router_send(zmq::socket_t& router, const std::string& peer, const json& message);
+// The same with the message serialized already.
+void router_send_body(zmq::socket_t& router, const std::string& peer, const std::string& body);
 
 // DEALER side (workers).
 std::optional<std::string> dealer_receive(zmq::socket_t& dealer, int timeout_ms);

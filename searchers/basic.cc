@@ -26,31 +26,41 @@ class UpFrontSearcher : public Searcher {
     }
   }
 
-  std::vector<Operation> on_study_start() override {
+  std::vector<Operation> on_study_start() override { return next_batch(); }
+
+  // The next kTrialBatch trials: a large grid enters the plan a batch at a time, between the
+  // master's other work.
+  std::vector<Operation> next_batch() override {
     std::vector<Operation> ops;
-    for (uint64_t i = 0; i < trials_; ++i) {
-      Params params =
-          spec_.space.draw(spec_.seed, i, grid_ ? std::optional<uint64_t>(i) : std::nullopt);
-      RequestId id = static_cast<RequestId>(i);
+    for (uint64_t end = std::min(trials_, created_ + kTrialBatch); created_ < end; ++created_) {
+      Params params = spec_.space.draw(spec_.seed, created_,
+                                       grid_ ? std::optional<uint64_t>(created_) : std::nullopt);
+      RequestId id = static_cast<RequestId>(created_);
       ops.emplace_back(Create{id, params, std::nullopt});
       ops.emplace_back(Train{id, spec_.length_steps(params), spec_.eval_steps(params)});
     }
     return ops;
   }
 
+  std::optional<uint64_t> most_trials() const override { return trials_; }
+
   std::vector<Operation> on_validation(RequestId, int64_t, double) override { return {}; }
   std::vector<Operation> on_trial_closed(RequestId trial) override { return close(trial); }
   std::vector<Operation> on_trial_failed(RequestId trial) override { return close(trial); }
 
-  nlohmann::json save() const override { return {{"closed", closed_}}; }
+  nlohmann::json save() const override { return {{"created", created_}, {"closed", closed_}}; }
 
   void load(const nlohmann::json& state) override {
     Field f(state, "state");
-    f.check_keys({"closed"});
+    f.check_keys({"created", "closed"});
+    // A state saved before trials came in batches has every trial created.
+    const int64_t all = static_cast<int64_t>(trials_);
+    uint64_t created = f.has("created") ? f["created"].integer(0, all) : trials_;
     Field closed = f["closed"];
     std::set<RequestId> ids;
     for (size_t i = 0, n = closed.items(0); i < n; ++i)
-      ids.insert(closed[i].integer(0, static_cast<int64_t>(trials_) - 1));
+      ids.insert(closed[i].integer(0, static_cast<int64_t>(created) - 1));
+    created_ = created;
     closed_ = std::move(ids);
   }
 
@@ -67,6 +77,7 @@ class UpFrontSearcher : public Searcher {
   StudySpec spec_;
   bool grid_;
   uint64_t trials_ = 0;
+  uint64_t created_ = 0;  // trials 0 .. created_ - 1 were given out
   std::set<RequestId> closed_;
 };
 

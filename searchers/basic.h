@@ -1,7 +1,8 @@
 // The two searchers that decide everything up front: `grid` (every grid point, in grid order; the
 // leaves that are not grids are drawn per point) and `random` (max_trials draws of every leaf).
-// Both create and train all their trials on study start, ignore validations, and finish when
-// every trial is closed or failed. Draws are seeded by the spec's seed.
+// Both create and train every trial, kTrialBatch at a time (the first batch on study start, the
+// others when the driver asks: searcher.h's next_batch), ignore validations, and finish when every
+// trial is closed or failed. Draws are seeded by the spec's seed.
 #pragma once
 
 #include "searchers/searcher.h"

@@ -330,6 +330,8 @@ Operation ExternalSearcher::operation(const Field& f) {
     if (id != static_cast<RequestId>(trials_.size()))
       f["trial"].fail("expected " + std::to_string(trials_.size()) +
                       " (trial ids are 0, 1, 2, ... in creation order)");
+    if (spec_.searcher.max_trials && id >= *spec_.searcher.max_trials)
+      f["trial"].fail("the spec's max_trials is " + std::to_string(*spec_.searcher.max_trials));
     Field params = f["params"];
     try {
       spec_.hyperparams(params.json());
@@ -401,6 +403,11 @@ std::vector<Operation> ExternalSearcher::on_trial_closed(RequestId trial) {
 
 std::vector<Operation> ExternalSearcher::on_trial_failed(RequestId trial) {
   return operations(trial_event("trial_failed", trial));
+}
+
+std::optional<uint64_t> ExternalSearcher::most_trials() const {
+  if (!spec_.searcher.max_trials) return std::nullopt;
+  return static_cast<uint64_t>(*spec_.searcher.max_trials);
 }
 
 json ExternalSearcher::save() const {

@@ -46,6 +46,8 @@ class ExternalSearcher : public Searcher {
   // length needs), "finished": whether it said finish (its process has ended then)}.
   nlohmann::json save() const override;
   void load(const nlohmann::json& state) override;
+  // The spec's max_trials, if any (replies that create more are refused).
+  std::optional<uint64_t> most_trials() const override;
 
   // The process's id while it runs, else -1 (tests check that none outlives its searcher).
   pid_t pid() const;

@@ -74,6 +74,10 @@ class HalvingSearcher : public Searcher {
                       " trials; give max_trials to cap them");
   }
 
+  std::optional<uint64_t> most_trials() const override {
+    return static_cast<uint64_t>(brackets_.back().first + brackets_.back().size);
+  }
+
   std::vector<Operation> on_study_start() override {
     if (kind_ == Kind::kAsha) return fill();
     std::vector<Operation> ops;

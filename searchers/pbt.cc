@@ -62,6 +62,14 @@ class PbtSearcher : public Searcher {
     if (interval_ < 1) options["interval"].fail("an epoch has no steps here; give steps");
   }
 
+  // The population, and at each later generation the members it replaces.
+  std::optional<uint64_t> most_trials() const override {
+    int64_t generations = (length_ + interval_ - 1) / interval_;
+    int64_t replaced = std::min(
+        population_ / 2, std::max<int64_t>(1, std::llround(fraction_ * double(population_))));
+    return static_cast<uint64_t>(population_ + (generations - 1) * replaced);
+  }
+
   std::vector<Operation> on_study_start() override {
     std::vector<Operation> ops;
     target_ = std::min(interval_, length_);

@@ -35,6 +35,7 @@ class PoolSearcher : public Searcher {
   std::vector<Operation> on_trial_failed(RequestId trial) override;
   nlohmann::json save() const override;
   void load(const nlohmann::json& state) override;
+  std::optional<uint64_t> most_trials() const override { return max_trials_; }
 
  protected:
   enum class Status { kRunning, kClosed, kStopped, kFailed };

@@ -85,7 +85,18 @@ class Searcher {
   virtual nlohmann::json save() const = 0;
   // Replaces the state with a saved one; throws SpecError naming what is wrong in it.
   virtual void load(const nlohmann::json& state) = 0;
+
+  // Operations held back because there were too many to give at once (grid and random give their
+  // trials kTrialBatch at a time, so that a large study enters the plan between other work): the
+  // driver asks for them until none are left. None by default.
+  virtual std::vector<Operation> next_batch() { return {}; }
+  // The most trials it will ever create, when it knows (budget.h checks it against the master's
+  // limit before the study starts); nullopt when only its own decisions will tell.
+  virtual std::optional<uint64_t> most_trials() const { return std::nullopt; }
 };
+
+// Trials a searcher that holds them back gives per batch (next_batch).
+inline constexpr uint64_t kTrialBatch = 256;
 
 // How to make one kind of searcher.
 struct SearcherKind {

@@ -8,7 +8,7 @@ namespace hippo::worker {
 Connection::Connection(const Options& options)
     : options_(options),
       socket_(context_, zmq::socket_type::dealer),
-      handshakes_(context_, socket_, options.keys.enabled()) {
+      handshakes_(context_, socket_, options.keys.source) {
   connect();
 }
 
@@ -16,8 +16,7 @@ Connection::Connection(const Options& options)
 void Connection::connect() {
   protocol::configure(socket_);
   protocol::secure_client(socket_, options_.keys);
-  // A stable identity lets a restarted master recognize this worker's reconnection.
-  socket_.set(zmq::sockopt::routing_id, options_.name);
+  socket_.set(zmq::sockopt::routing_id, protocol::random_routing_id());
   socket_.connect(options_.master);
 }
 
@@ -25,7 +24,7 @@ void Connection::reconnect() {
   spdlog::warn("the connection to the master broke off; connecting again");
   broken_ = false;
   socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
-  handshakes_ = protocol::HandshakeWatch(context_, socket_, options_.keys.enabled());
+  handshakes_ = protocol::HandshakeWatch(context_, socket_, options_.keys.source);
   connect();
 }
 

@@ -1,7 +1,9 @@
-// The worker's link to its master: one ZeroMQ DEALER socket (a CURVE client with keys), whose
-// identity is the worker's name so that a restarted master recognizes a reconnection. ZeroMQ
-// gives a connection up for good after a protocol error (a frame over the size limit) and sends
-// fail from then on: the connection is then broken, and reconnect() makes a new socket.
+// The worker's link to its master: one ZeroMQ DEALER socket, a CURVE client that obeys only a
+// master that proves the key it knows (given, or the operator's local key), unless started with
+// --insecure. Its routing identity is random (socket.h): no other peer can claim it, and ZeroMQ
+// keeps it when it reconnects by itself. ZeroMQ gives a connection up for good after a protocol
+// error (a frame over the size limit) and sends fail from then on: the connection is then broken,
+// and reconnect() makes a new socket (and a new identity: the worker says hello again).
 #pragma once
 
 #include <optional>

@@ -89,10 +89,11 @@ bool JobRunner::run_on_engine(const JobHost& host) {
 
 // The stage on the study's own trainer command (external_trainer.h).
 bool JobRunner::run_external(const JobHost& host) {
-  if (!options_.allow_exec)
+  if (!options_.allow_trainers)
     throw std::runtime_error("worker " + options_.name + " refused to run the external trainer " +
                              job_.run.model["command"].dump() +
-                             ": it runs no commands it receives unless started with --allow-exec");
+                             ": it runs no commands it receives unless started with --allow-exec "
+                             "trainer");
   if (job_.parent_state >= 0) {
     // The trainer reads it: a regular file (not a symlink to someone else's, not a FIFO).
     if (job_.parent_file.empty())

@@ -42,9 +42,15 @@ int main(int argc, char** argv) {
   app.add_option("--master-key", master_key,
                  "public key file of a master with --auth (default $HIPPO_MASTER_KEY)");
   app.add_option("--key", key, "this worker's secret key file (default $HIPPO_KEY)");
-  app.add_flag("--allow-exec", options.allow_exec,
-               "run the trainer commands of studies with model.type external (off by default: "
-               "the commands come from the master)");
+  std::string allow_exec;
+  app.add_option("--allow-exec", allow_exec,
+                 "trainer: run the trainer commands of studies with model.type external (off by "
+                 "default: the commands come from the master)");
+  bool insecure = false;
+  app.add_flag("--insecure", insecure,
+               "connect without authentication, to a master started with --insecure (without "
+               "keys, the worker proves this user's local key and obeys only a master that "
+               "proves it too)");
   app.add_option("--trainer-timeout", options.trainer_timeout_s,
                  "seconds an external trainer may go without an output line")
       ->check(CLI::Range(0.1, 1e9));
@@ -59,8 +65,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    options.keys = hippo::protocol::load_client_keys(
-        master_key, key, "--master-key ($HIPPO_MASTER_KEY)", "--key ($HIPPO_KEY)");
+    hippo::protocol::ExecKinds kinds;
+    if (!allow_exec.empty()) kinds = hippo::protocol::parse_exec_kinds(allow_exec);
+    if (kinds.searcher)
+      throw std::invalid_argument("a worker runs no searchers: give --allow-exec trainer");
+    options.allow_trainers = kinds.trainer;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: --allow-exec: %s\n", e.what());
+    return 2;
+  }
+  try {
+    options.keys = hippo::protocol::resolve_client_keys(
+        master_key, key, insecure, "--master-key ($HIPPO_MASTER_KEY)", "--key ($HIPPO_KEY)");
   } catch (const hippo::protocol::AuthError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -15,8 +15,8 @@ struct Options {
   int cache_states = 4;
   int heartbeat_ms = 1000;
   std::string name;
-  protocol::ClientKeys keys;        // --master-key and --key: CURVE (protocol/auth.h)
-  bool allow_exec = false;          // run the commands of external-model jobs
+  protocol::ClientKeys keys;        // --master-key and --key, the local key, or none (--insecure)
+  bool allow_trainers = false;      // --allow-exec trainer: run the commands of external models
   double trainer_timeout_s = 3600;  // the longest an external trainer may go without a line
   // --devices: the device group that runs the stages of a pipelined job ("cpu:N": N stage
   // threads; "cuda:A-B": GPUs A..B); its size is the most pipeline stages this worker takes.

@@ -26,7 +26,10 @@ Worker::Worker(const Options& options)
       connection_(options_),
       cache_(options_.cache_states),
       snapshots_(options_.checkpoints, cache_,
-                 [this](const protocol::Snapshot& s) { connection_.send(s.to_json()); }),
+                 [this](protocol::Snapshot s) {
+                   s.incarnation = job_incarnation_;
+                   connection_.send(s.to_json());
+                 }),
       runner_(options_, cache_, snapshots_) {}
 
 int Worker::run() {
@@ -39,9 +42,18 @@ int Worker::run() {
     std::optional<protocol::json> message = connection_.receive(options_.heartbeat_ms);
     if (!message) {
       // A master that refuses our handshakes stays silent: say why instead of waiting forever.
+      // Once a master welcomed us, a failure is rather someone else at its address (while it
+      // is down): refused, and we wait for the master we know.
       if (std::optional<std::string> why = connection_.handshake_failure()) {
-        spdlog::error("{}", *why);
-        return 2;
+        if (!welcomed_once_) {
+          spdlog::error("{}", *why);
+          return 2;
+        }
+        if (Clock::now() - last_refusal_log_ > std::chrono::seconds(10)) {
+          spdlog::error("refused the peer at {}: {}; waiting for the master we know",
+                        options_.master, *why);
+          last_refusal_log_ = Clock::now();
+        }
       }
       connection_.send(protocol::Heartbeat{}.to_json());
       continue;
@@ -61,6 +73,7 @@ void Worker::hello() {
   m.devices = options_.device_count;
   m.pid = static_cast<int64_t>(getpid());
   m.held = cache_.ids();
+  m.runs_trainers = options_.allow_trainers;
   connection_.send(m.to_json());
 }
 
@@ -99,6 +112,8 @@ void Worker::on(const protocol::Welcome& m) {
   if (running_job_ >= 0) return;  // a second welcome (two hellos crossed): nothing new
   // State ids are the master's: a master that (re)starts names states anew.
   awaiting_welcome_ = false;
+  welcomed_once_ = true;
+  incarnation_ = m.incarnation;
   cache_.clear();
   last_job_ = 0;
   options_.heartbeat_ms = static_cast<int>(m.heartbeat_ms);
@@ -156,23 +171,30 @@ void Worker::on(const M&) {
 void Worker::execute(const protocol::Job& job) {
   const auto started = Clock::now();
   running_job_ = job.id;
+  job_incarnation_ = incarnation_;
   stop_job_ = false;
   abandon_ordered_ = false;
   last_heartbeat_ = started;
   JobHost host;
-  host.metric = [&](const protocol::Metric& m) { connection_.send(m.to_json()); };
+  host.metric = [&](protocol::Metric m) {
+    m.incarnation = job_incarnation_;
+    connection_.send(m.to_json());
+  };
   host.between_steps = [&](int64_t step) { return between_steps(step); };
   try {
     if (runner_.run(job, host)) {
       protocol::Done done;
       done.job = job.id;
       done.step = job.to;
+      done.incarnation = job_incarnation_;
       done.busy_s = std::chrono::duration<double>(Clock::now() - started).count();
       done.held = cache_.ids();
       connection_.send(done.to_json());
     } else if (abandon_ordered_) {
       // The master keeps this worker busy until it hears that the job stopped.
-      connection_.send(protocol::Abandoned{.job = job.id, .held = cache_.ids()}.to_json());
+      connection_.send(
+          protocol::Abandoned{.job = job.id, .held = cache_.ids(), .incarnation = job_incarnation_}
+              .to_json());
     }
   } catch (const StorageFailure& e) {
     snapshots_.settle();
@@ -188,6 +210,7 @@ void Worker::execute(const protocol::Job& job) {
 void Worker::fail(int64_t job, const std::string& error, bool retry, const std::string& lost_file) {
   protocol::Failed m;
   m.job = job;
+  m.incarnation = running_job_ >= 0 ? job_incarnation_ : incarnation_;
   m.error = error;
   m.retry = retry;
   m.lost_file = lost_file;
@@ -198,7 +221,9 @@ void Worker::fail(int64_t job, const std::string& error, bool retry, const std::
 bool Worker::between_steps(int64_t step) {
   if (Clock::now() - last_heartbeat_ >= std::chrono::milliseconds(options_.heartbeat_ms)) {
     last_heartbeat_ = Clock::now();
-    connection_.send(protocol::Heartbeat{.job = running_job_, .step = step}.to_json());
+    connection_.send(
+        protocol::Heartbeat{.job = running_job_, .step = step, .incarnation = job_incarnation_}
+            .to_json());
   }
   if (connection_.broken()) stop_job_ = true;  // the master forgets the job when we reconnect
   // Once the job stops, what follows (a welcome, a new job) is for the main loop.

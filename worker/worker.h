@@ -6,7 +6,8 @@
 //   number not above the last one since the welcome is a replay and is refused), SnapshotAt (one
 //   more snapshot for the running job), Abandon (stop the running job), Reset (the master
 //   restarted: drop the running job, say hello again), Shutdown (exit).
-//   worker -> master: Hello, Heartbeat, Metric, Snapshot (job_runner.h), Done, Failed, Abandoned.
+//   worker -> master: Hello, Heartbeat, Metric, Snapshot (job_runner.h), Done, Failed, Abandoned;
+//   each report on a job carries the incarnation of the master that gave it (its welcome's).
 #pragma once
 
 #include <chrono>
@@ -64,6 +65,10 @@ class Worker {
   SnapshotWriter snapshots_;
   JobRunner runner_;
   bool awaiting_welcome_ = false;
+  bool welcomed_once_ = false;  // a master proved its key and welcomed us
+  Clock::time_point last_refusal_log_;
+  std::string incarnation_;      // the welcome's
+  std::string job_incarnation_;  // the running job's: every report on it carries it
   Clock::time_point hello_sent_;
   Clock::time_point last_heartbeat_;
   int64_t last_job_ = 0;          // the newest job since the welcome (job ids start at 1)

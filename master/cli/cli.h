@@ -10,6 +10,8 @@
 #include <string>
 
 #include "protocol/auth.h"
+#include "protocol/trust.h"
+#include "searchers/budget.h"
 
 namespace hippo::cli {
 
@@ -21,6 +23,9 @@ struct GlobalOptions {
   // For a master with --auth: its public key file and ours (protocol/auth.h).
   std::string master_key;  // --master-key, else $HIPPO_MASTER_KEY
   std::string key;         // --key, else $HIPPO_KEY
+  // --insecure: no CURVE, for a master started with --insecure. Without it and without keys, a
+  // client proves the operator's local key (protocol/auth.h).
+  bool insecure = false;
   Format format = Format::kTable;
   std::string log_level = "info";  // --log-level, else $HIPPO_LOG_LEVEL (protocol/log.h)
 };
@@ -53,8 +58,16 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
 // dashboard, report
 void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* action);
 
-// The CURVE keys of --master-key and --key (none when neither is given); BadInput on a bad file.
+// The CURVE keys of --master-key and --key, none with --insecure, else the local key pair;
+// BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);
+
+// --max-trials, --max-steps and --max-evaluations (searchers/budget.h), for master, run, preview.
+void add_budget_options(CLI::App* cmd, Budget* budget);
+// --allow-exec KINDS, for master and run: the text goes to *kinds, parsed by exec_kinds.
+void add_exec_option(CLI::App* cmd, std::string* kinds, const std::string& what);
+// BadInput naming --allow-exec when the text is not searcher, trainer or both.
+protocol::ExecKinds exec_kinds(const std::string& text);
 // Sends one request to the master of --master and returns the fields of its reply. BadInput when no
 // master is given, our keys are refused, or the master refuses the request (its error); RunFailed
 // when the master does not answer.

@@ -1,5 +1,5 @@
 // `hippo keygen NAME`: a CURVE key pair for a master, a worker or a client (protocol/auth.h), and
-// the client side's reading of --master-key / --key.
+// the client side's keys: --master-key / --key, --insecure, or the operator's local key.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,8 +25,8 @@ int keygen(const std::string& name, const GlobalOptions& global) {
   } else {
     std::printf(
         "wrote %s.key (secret, mode 0600: keep it on its machine) and %s.pub (public: "
-        "copy it to the master's --authorized directory, or to the workers and clients "
-        "if this is the master's)\n",
+        "copy it into workers/, clients/ or admins/ of the master's --authorized directory, or "
+        "to the workers and clients if this is the master's)\n",
         name.c_str(), name.c_str());
   }
   return 0;
@@ -36,8 +36,8 @@ int keygen(const std::string& name, const GlobalOptions& global) {
 
 protocol::ClientKeys client_keys(const GlobalOptions& global) {
   try {
-    return protocol::load_client_keys(global.master_key, global.key,
-                                      "--master-key ($HIPPO_MASTER_KEY)", "--key ($HIPPO_KEY)");
+    return protocol::resolve_client_keys(global.master_key, global.key, global.insecure,
+                                         "--master-key ($HIPPO_MASTER_KEY)", "--key ($HIPPO_KEY)");
   } catch (const protocol::AuthError& e) {
     throw BadInput(e.what());
   }

@@ -1,7 +1,9 @@
-// `hippo preview SPEC`: what a study would do, without training. Runs the searcher's initial
-// operations (for grid and random: every trial), puts the trials into a stage tree, and prints the
-// trials, the tree and the step counts; `--format json` prints only the counts of INTERFACE.md as
-// one line, `--format csv` the trials.
+// `hippo preview SPEC`: what a study would do, without training. Checks the spec against the
+// budget (the master's default limits, or --max-trials ...), runs the searcher's initial
+// operations (for grid and random: every trial, batch after batch), puts the trials into a stage
+// tree, and prints the trials, the tree and the step counts; `--format json` prints only the
+// counts of INTERFACE.md as one line, `--format csv` the trials. It never starts a process: an
+// external searcher's trials are not known without running its command, so it shows none.
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -10,6 +12,7 @@
 
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
+#include "searchers/budget.h"
 #include "searchers/searcher.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
@@ -23,20 +26,30 @@ struct Preview {
   StageTree tree;
 };
 
-Preview build_preview(const std::string& path) {
+// Whether the spec's searcher runs a command (preview never starts one).
+bool runs_a_command(const StudySpec& spec) {
+  return spec.searcher.name == "external";
+}
+
+Preview build_preview(const std::string& path, const Budget& budget) {
   Preview p;
   try {
     p.spec = load_spec(path);
+    check_budget(p.spec, budget);
+    if (runs_a_command(p.spec)) return p;
     std::unique_ptr<Searcher> searcher = make_searcher(p.spec);
-    for (const Operation& op : searcher->on_study_start()) {
-      if (const Create* c = std::get_if<Create>(&op)) p.params[c->trial] = c->params;
-      const Train* t = std::get_if<Train>(&op);
-      if (!t) continue;  // Stop and Finish change nothing here
-      if (p.tree.has_trial(t->trial))
-        p.tree.extend_trial(t->trial, t->length);
-      else
-        p.tree.add_trial(t->trial, p.spec.root_key, p.spec.hyperparams(p.params.at(t->trial)),
-                         t->length);
+    std::vector<Operation> ops = searcher->on_study_start();
+    for (; !ops.empty(); ops = searcher->next_batch()) {
+      for (const Operation& op : ops) {
+        if (const Create* c = std::get_if<Create>(&op)) p.params[c->trial] = c->params;
+        const Train* t = std::get_if<Train>(&op);
+        if (!t) continue;  // Stop and Finish change nothing here
+        if (p.tree.has_trial(t->trial))
+          p.tree.extend_trial(t->trial, t->length);
+        else
+          p.tree.add_trial(t->trial, p.spec.root_key, p.spec.hyperparams(p.params.at(t->trial)),
+                           t->length);
+      }
     }
   } catch (const SpecError& e) {
     throw BadInput(e.what());
@@ -60,20 +73,23 @@ void print_preview(const Preview& p) {
   const TreeCounts counts = p.tree.counts();
   std::printf("study %s: searcher %s, root key %s\n\n", p.spec.name.c_str(),
               p.spec.searcher.name.c_str(), p.spec.root_key.c_str());
+  if (runs_a_command(p.spec))
+    std::printf(
+        "the external searcher decides the trials, and preview runs no command: none shown\n\n");
   std::printf("%lld trials:\n", static_cast<long long>(counts.trials));
   print_table(trial_rows(p));
   std::printf("\n%lld stages:\n", static_cast<long long>(counts.stages));
   print_tree(
       p.tree, [](StageId) { return true; }, [](TrialId id) { return std::to_string(id); }, false);
-  std::printf("\nsteps: trial-based %lld, unique %lld (ratio %.2f), critical path %lld\n",
-              static_cast<long long>(counts.steps_trial_based),
-              static_cast<long long>(counts.steps_unique),
-              double(counts.steps_trial_based) / double(counts.steps_unique),
-              static_cast<long long>(counts.critical_path_steps));
+  std::printf(
+      "\nsteps: trial-based %lld, unique %lld (ratio %.2f), critical path %lld\n",
+      static_cast<long long>(counts.steps_trial_based), static_cast<long long>(counts.steps_unique),
+      counts.steps_unique ? double(counts.steps_trial_based) / double(counts.steps_unique) : 0.0,
+      static_cast<long long>(counts.critical_path_steps));
 }
 
-int preview(const std::string& path, Format format) {
-  Preview p = build_preview(path);
+int preview(const std::string& path, const Budget& budget, Format format) {
+  Preview p = build_preview(path, budget);
   if (format == Format::kCsv) {
     print_csv(trial_rows(p));
   } else if (format == Format::kJson) {
@@ -97,9 +113,11 @@ void add_preview_command(CLI::App& app, const GlobalOptions& global, Action* act
       "preview", "show the trials, stage tree and step counts of a study, without training");
   cmd->fallthrough();  // global options may also follow the subcommand
   auto path = std::make_shared<std::string>();
+  auto budget = std::make_shared<Budget>();
   cmd->add_option("spec", *path, "study spec (JSON file)")->required();
-  cmd->callback([path, &global, action] {
-    *action = [path, &global] { return preview(*path, global.format); };
+  add_budget_options(cmd, budget.get());
+  cmd->callback([path, budget, &global, action] {
+    *action = [path, budget, &global] { return preview(*path, *budget, global.format); };
   });
 }
 

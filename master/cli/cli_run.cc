@@ -15,6 +15,7 @@
 
 #include "master/cli/cli.h"
 #include "master/master.h"
+#include "protocol/auth.h"
 #include "protocol/log.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
@@ -102,15 +103,38 @@ std::string worker_binary() {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
 }
 
+// The private directory of one `hippo run` (mode 0700: no other user can reach what is inside):
+// the master's socket, and the key pairs of the master and of its workers, so that nothing but
+// the workers it starts can connect. Removed at the end.
+struct RunDirectory {
+  RunDirectory() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "hippo-run-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw RunFailed("cannot make a directory in " + pattern);
+    path = pattern;
+    protocol::write_key_pair(path + "/master", master = protocol::generate_key_pair());
+    protocol::write_key_pair(path + "/worker", worker = protocol::generate_key_pair());
+  }
+  ~RunDirectory() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string address() const { return "ipc://" + path + "/master.sock"; }
+
+  std::string path;
+  protocol::KeyPair master, worker;
+};
+
 // `devices`: the pipeline stages of the study (each a thread of the worker).
-pid_t spawn_worker(const std::string& address, const std::string& checkpoints, int index,
-                   bool allow_exec, int devices) {
+pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int index,
+                   bool allow_trainers, int devices) {
   std::string binary = worker_binary();
   std::string name = "run-" + std::to_string(getpid()) + "-" + std::to_string(index);
-  std::vector<std::string> args = {binary,          "--master",  address,  "--threads", "1",
-                                   "--checkpoints", checkpoints, "--name", name};
+  std::vector<std::string> args = {binary,          "--master",  run.address(), "--threads", "1",
+                                   "--checkpoints", checkpoints, "--name",      name};
   args.insert(args.end(), {"--devices", "cpu:" + std::to_string(devices)});
-  if (allow_exec) args.push_back("--allow-exec");
+  args.insert(args.end(),
+              {"--master-key", run.path + "/master.pub", "--key", run.path + "/worker.key"});
+  if (allow_trainers) args.insert(args.end(), {"--allow-exec", "trainer"});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -121,16 +145,17 @@ pid_t spawn_worker(const std::string& address, const std::string& checkpoints, i
 }
 
 int run(const std::string& path, int workers, const std::string& policy_text,
-        std::string checkpoints, bool allow_exec, const GlobalOptions& global) {
+        std::string checkpoints, const master::StudyRules& rules, const GlobalOptions& global) {
   Policy policy = policy_of(policy_text);
   Loaded l = load(path);
   if (checkpoints.empty()) checkpoints = global.db + ".checkpoints";
-  std::string address = "ipc://" + (std::filesystem::temp_directory_path() /
-                                    ("hippo-run-" + std::to_string(getpid()) + ".sock"))
-                                       .string();
+  RunDirectory run_dir;
   master::Options options;
-  options.bind = address;
+  options.bind = run_dir.address();
   options.checkpoints = checkpoints;
+  options.rules = rules;
+  options.auth = protocol::ServerKeys{
+      run_dir.master, "", {{run_dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
   master::Master m(open_plan(global.db), options);
   int64_t study = 0;
   try {
@@ -149,7 +174,8 @@ int run(const std::string& path, int workers, const std::string& policy_text,
   unsetenv("HIPPO_KEY");
   std::vector<pid_t> children;
   for (int i = 0; i < workers; ++i)
-    children.push_back(spawn_worker(address, checkpoints, i, allow_exec, l.spec.pipeline.stages));
+    children.push_back(
+        spawn_worker(run_dir, checkpoints, i, rules.exec.trainer, l.spec.pipeline.stages));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
@@ -192,7 +218,6 @@ int run(const std::string& path, int workers, const std::string& policy_text,
     }
   }
   m.remove_unreported_checkpoints();
-  std::filesystem::remove(address.substr(6));
   if (g_interrupted) failure = "interrupted";
   if (!failure.empty() && m.study_running(study)) m.fail_study(study, failure);
   master::StudySummary summary = m.summary(study);
@@ -215,18 +240,26 @@ struct MasterAuth {
 };
 
 int serve(std::string bind, const std::string& checkpoints, double timeout_s,
-          int64_t snapshot_every, const MasterAuth& auth, const GlobalOptions& global) {
+          int64_t snapshot_every, const MasterAuth& auth, const master::StudyRules& rules,
+          const GlobalOptions& global) {
   master::Options options;
-  size_t admitted = 0;
+  options.rules = rules;
+  const bool insecure = auth.insecure || global.insecure;
+  std::string admits;
   if (auth.auth) {
     if (auth.key.empty() || auth.authorized.empty())
       throw BadInput(
           "--auth needs --key (this master's secret key file, from hippo keygen) and "
-          "--authorized (a directory of the .pub files of the workers and clients it admits)");
-    if (auth.insecure) throw BadInput("--insecure contradicts --auth");
+          "--authorized (a directory of the .pub files of the workers and clients it admits, in "
+          "its workers/, clients/ and admins/)");
+    if (insecure) throw BadInput("--insecure contradicts --auth");
     try {
-      options.auth = protocol::ServerKeys{protocol::read_secret_key(auth.key), auth.authorized};
-      admitted = protocol::read_authorized_keys(auth.authorized).size();  // a bad file: now
+      options.auth = protocol::ServerKeys{protocol::read_secret_key(auth.key), auth.authorized, {}};
+      size_t n = protocol::read_authorized_keys(auth.authorized).size();  // a bad file: now
+      admits = "CURVE authentication: admits the " + std::to_string(n) + " keys of " +
+               auth.authorized +
+               ", each with the role of its subdirectory (read again at every "
+               "connection)";
     } catch (const protocol::AuthError& e) {
       throw BadInput(e.what());
     }
@@ -235,26 +268,39 @@ int serve(std::string bind, const std::string& checkpoints, double timeout_s,
     if (!auth.key.empty() || !auth.authorized.empty())
       throw BadInput("--key and --authorized need --auth");
     if (bind.empty()) bind = "tcp://127.0.0.1:5555";
-    if (!loopback_only(bind) && !auth.insecure)
+    if (!loopback_only(bind) && !insecure)
       throw BadInput("--bind " + bind +
-                     ": other machines can reach it, and without --auth anyone who does can "
-                     "submit studies; start the master with --auth (README, Security), or add "
-                     "--insecure to accept that");
+                     ": other machines can reach it, and only the operator's own processes may "
+                     "connect to a master without --auth; start the master with --auth (README, "
+                     "Security), or add --insecure to let anyone who reaches it in");
+    if (!insecure) {
+      try {
+        protocol::KeyPair local = protocol::local_key_pair();
+        options.auth =
+            protocol::ServerKeys{local, "", {{local.public_key, protocol::kAllRoles, "local"}}};
+      } catch (const protocol::AuthError& e) {
+        throw BadInput(e.what());
+      }
+      admits = "admits only this user's local key (" + protocol::local_key_dir() +
+               "/local.key): the workers and clients of this OS user on this machine";
+    }
   }
   options.bind = bind;
   options.checkpoints = checkpoints.empty() ? global.db + ".checkpoints" : checkpoints;
   options.worker_timeout_s = timeout_s;
   options.snapshot_every = snapshot_every;
-  if (auth.auth)
-    spdlog::info("CURVE authentication: admits the {} keys of {} (read again at every connection)",
-                 admitted, auth.authorized);
-  else if (!loopback_only(bind))  // with --insecure
-    spdlog::warn(
-        "{} is reachable from other machines WITHOUT authentication (--insecure): anyone who can "
-        "reach this port can submit studies and run them on the workers",
-        bind);
+  if (!admits.empty())
+    spdlog::info("{}", admits);
   else
-    spdlog::info("loopback only (no --auth): workers and clients must run on this machine");
+    spdlog::warn(
+        "{} admits anyone who reaches it WITHOUT authentication (--insecure): any process that "
+        "can connect to it can submit studies, cancel them, and act as a worker",
+        bind);
+  if (rules.exec.searcher || rules.exec.trainer)
+    spdlog::warn(
+        "--allow-exec {}: studies may name commands of these kinds, which this master "
+        "(searcher) or its workers (trainer) run as their users",
+        protocol::to_string(rules.exec));
   master::Master m(open_plan(global.db), options);
   spdlog::info("listening on {}, search plan {}, checkpoints in {}", bind, global.db,
                options.checkpoints);
@@ -295,13 +341,40 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
 
 }  // namespace
 
+void add_budget_options(CLI::App* cmd, Budget* budget) {
+  cmd->add_option("--max-trials", budget->trials,
+                  "trials one study may create (default " + std::to_string(budget->trials) + ")")
+      ->check(CLI::Range(int64_t{1}, INT64_MAX));
+  cmd->add_option("--max-steps", budget->steps,
+                  "steps one study's trials may request in all (default " +
+                      std::to_string(budget->steps) + ")")
+      ->check(CLI::Range(int64_t{1}, INT64_MAX));
+  cmd->add_option("--max-evaluations", budget->evaluations,
+                  "evaluations one study's trials may request in all (default " +
+                      std::to_string(budget->evaluations) + ")")
+      ->check(CLI::Range(int64_t{1}, INT64_MAX));
+}
+
+void add_exec_option(CLI::App* cmd, std::string* kinds, const std::string& what) {
+  cmd->add_option("--allow-exec", *kinds, what + " (searcher, trainer or searcher,trainer)");
+}
+
+protocol::ExecKinds exec_kinds(const std::string& text) {
+  if (text.empty()) return {};
+  try {
+    return protocol::parse_exec_kinds(text);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string("--allow-exec: ") + e.what());
+  }
+}
+
 void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
   {
     CLI::App* cmd = app.add_subcommand("run", "run a study to the end with local worker processes");
     cmd->fallthrough();
     struct Args {
-      std::string spec, policy = "shared", checkpoints;
-      bool allow_exec = false;
+      std::string spec, policy = "shared", checkpoints, allow_exec;
+      Budget budget;
       int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     };
     auto a = std::make_shared<Args>();
@@ -311,11 +384,14 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
     cmd->add_option("--checkpoints", a->checkpoints,
                     "checkpoint directory (default DB.checkpoints)");
-    cmd->add_flag("--allow-exec", a->allow_exec,
-                  "let the local workers run the spec's external trainer command");
+    add_exec_option(cmd, &a->allow_exec,
+                    "run the spec's commands of these kinds: searcher (in this process), trainer "
+                    "(in the local workers)");
+    add_budget_options(cmd, &a->budget);
     cmd->callback([a, &global, action] {
       *action = [a, &global] {
-        return run(a->spec, a->workers, a->policy, a->checkpoints, a->allow_exec, global);
+        return run(a->spec, a->workers, a->policy, a->checkpoints,
+                   {a->budget, exec_kinds(a->allow_exec)}, global);
       };
     });
   }
@@ -324,22 +400,29 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         app.add_subcommand("master", "run a master that workers and clients connect to");
     cmd->fallthrough();
     struct Args {
-      std::string bind, checkpoints;
+      std::string bind, checkpoints, allow_exec;
       double timeout = 10;
       int64_t snapshot_every = 0;
       MasterAuth auth;
+      Budget budget;
     };
     auto a = std::make_shared<Args>();
     cmd->add_option("--bind", a->bind,
                     "address to listen on (default tcp://127.0.0.1:5555; with --auth "
                     "tcp://*:5555)");
     cmd->add_flag("--auth", a->auth.auth,
-                  "admit only workers and clients whose public key is in --authorized (CURVE)");
+                  "admit only the workers and clients whose public key is in --authorized "
+                  "(CURVE); without it, only this user's local key");
     cmd->add_option("--key", a->auth.key, "with --auth: this master's secret key file (keygen)");
     cmd->add_option("--authorized", a->auth.authorized,
-                    "with --auth: directory of the admitted peers' public key files (*.pub)");
+                    "with --auth: directory of the admitted peers' public key files, in workers/, "
+                    "clients/ and admins/");
     cmd->add_flag("--insecure", a->auth.insecure,
-                  "without --auth, allow a --bind that other machines can reach");
+                  "admit anyone who reaches the address, without authentication, on any --bind");
+    add_exec_option(cmd, &a->allow_exec,
+                    "accept studies whose commands are of these kinds: searcher (run by this "
+                    "master), trainer (run by the workers that allow it themselves)");
+    add_budget_options(cmd, &a->budget);
     cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory, shared with workers");
     cmd->add_option("--worker-timeout", a->timeout, "seconds of silence before a worker is lost")
         ->check(CLI::Range(0.1, 3600.0));
@@ -347,7 +430,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
     cmd->callback([a, &global, action] {
       *action = [a, &global] {
-        return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth, global);
+        return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
+                     {a->budget, exec_kinds(a->allow_exec)}, global);
       };
     });
   }

@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
                  "public key file of a master with --auth (default $HIPPO_MASTER_KEY)");
   app.add_option("--key", global.key,
                  "your secret key file, for a master with --auth (default $HIPPO_KEY)");
+  app.add_flag("--insecure", global.insecure,
+               "connect without authentication, to a master started with --insecure (without "
+               "keys, a client proves this user's local key)");
   app.add_option("--format", global.format, "output format: table, json or csv")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, Format>{

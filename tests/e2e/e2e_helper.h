@@ -1,15 +1,23 @@
 // What the end-to-end tests share: running commands, spawning the real `hippo` and
-// `hippo-worker` processes, and a fixture that gives each test its own temporary directory.
+// `hippo-worker` processes, and a fixture that gives each test its own temporary directory (and
+// its own $HIPPO_HOME, so that the operator's local key is the test's own).
+//
+// $HIPPO_E2E_BINARY runs the tests against another `hippo` (with its `hippo-worker` beside it),
+// e.g. the build of an older commit, to see which of them it fails.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -25,13 +33,71 @@ namespace hippo::e2e {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-inline const std::string kHippo = HIPPO_BINARY;
+inline const std::string kHippo =
+    std::getenv("HIPPO_E2E_BINARY") ? std::getenv("HIPPO_E2E_BINARY") : HIPPO_BINARY;
 inline const std::string kExamples = HIPPO_EXAMPLES;
 
 struct Result {
   int status = -1;
   std::string out;
 };
+
+using Clock = std::chrono::steady_clock;
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The loopback interface's address with `port` (0: any free port).
+inline sockaddr_in loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  return a;
+}
+
+// A TCP port on the loopback interface that nothing listens on right now.
+inline int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(0);
+  socklen_t n = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), n) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0)
+    ADD_FAILURE() << "no free port";
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A TCP connection to the loopback interface's `port` (a test failure if refused).
+inline int connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    ADD_FAILURE() << "cannot connect to port " << port;
+  return fd;
+}
+
+// Waits up to `seconds` for the process to exit; its exit status, or -1 if it still runs.
+inline int exit_status_within(pid_t pid, double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+// Waits up to 10 s for `text` to appear in a file.
+inline bool appears(const std::string& file, const std::string& text) {
+  for (int i = 0; i < 500; ++i) {
+    if (read_file(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
 
 // Runs a shell command, returns its exit status and standard output (stderr goes to the log).
 inline Result sh(const std::string& command) {
@@ -61,11 +127,43 @@ inline std::map<int64_t, std::string> metrics_by_trial(const json& trials) {
   return out;
 }
 
-// The summary of a study from a master, once the study has ended (null while it runs).
+// The operator's local key pair ($HIPPO_HOME/local.key, which a master without --auth makes on its
+// first start), as (public, secret) Z85 text; empty when there is none.
+inline std::pair<std::string, std::string> local_key_pair() {
+  const char* home = std::getenv("HIPPO_HOME");
+  std::ifstream in(std::string(home ? home : "") + "/local.key");
+  std::string secret;
+  std::getline(in, secret);
+  char public_key[41] = {};
+  if (secret.size() != 40 || zmq_curve_public(public_key, secret.c_str()) != 0) return {};
+  return {public_key, secret};
+}
+
+// Makes `socket` a CURVE client that proves the local key to a master that proves it too.
+// Waits up to 10 s for the key (a master just spawned makes it on its start).
+inline void use_local_key(zmq::socket_t& socket) {
+  std::pair<std::string, std::string> keys = local_key_pair();
+  for (int i = 0; i < 500 && keys.second.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    keys = local_key_pair();
+  }
+  const auto& [public_key, secret] = keys;
+  if (secret.empty()) {
+    ADD_FAILURE() << "no local key in $HIPPO_HOME";
+    return;
+  }
+  socket.set(zmq::sockopt::curve_serverkey, public_key);
+  socket.set(zmq::sockopt::curve_publickey, public_key);
+  socket.set(zmq::sockopt::curve_secretkey, secret);
+}
+
+// The summary of a study from a master without --auth (it admits the local key), once the study
+// has ended (null while it runs).
 inline json protocol_status(const std::string& address, const std::string& name) {
   zmq::context_t context;
   zmq::socket_t req(context, zmq::socket_type::req);
   req.set(zmq::sockopt::linger, 0);
+  use_local_key(req);
   req.connect(address);
   for (int64_t id = 1; id < 10; ++id) {
     std::string body = json{{"v", 1}, {"type", "status"}, {"study", id}}.dump();
@@ -88,6 +186,7 @@ class E2ETest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    setenv("HIPPO_HOME", path("home").c_str(), 1);  // inherited by every process of the test
   }
   void TearDown() override {
     for (pid_t pid : children_) {

@@ -355,7 +355,8 @@ print(json.dumps({"done": True}), flush=True)
                                                 {"command", {"/usr/bin/python3", trainer, mode}},
                                                 {"hidden", nullptr}}},
                                               {"fixed", {{"optimizer", nullptr}}}});
-    Result r = sh(hippo(name + ".db") + "run " + spec_file + " --workers 1 --allow-exec 2>&1");
+    Result r =
+        sh(hippo(name + ".db") + "run " + spec_file + " --workers 1 --allow-exec trainer 2>&1");
     if (message.empty()) {
       EXPECT_EQ(r.status, 0) << r.out;
       continue;

@@ -26,11 +26,11 @@ class Reliability : public E2ETest {};
 TEST_F(Reliability, ExternalTrainerSharesStagesExactly) {
   std::string root = "cd " + kExamples + "/.. && ";
   std::string file = kExamples + "/external-trainer.json";
-  Result shared =
-      sh(root + hippo("shared.db") + "--format json run " + file + " --workers 2 --allow-exec");
+  Result shared = sh(root + hippo("shared.db") + "--format json run " + file +
+                     " --workers 2 --allow-exec trainer");
   ASSERT_EQ(shared.status, 0) << shared.out;
   Result alone = sh(root + hippo("alone.db") + "--format json run " + file +
-                    " --workers 2 --allow-exec --policy trial-based");
+                    " --workers 2 --allow-exec trainer --policy trial-based");
   ASSERT_EQ(alone.status, 0) << alone.out;
   json s = last_json(shared.out), t = last_json(alone.out);
   EXPECT_EQ(s["trials"], 4);
@@ -51,8 +51,8 @@ TEST_F(Reliability, ExternalTrainerSharesStagesExactly) {
   EXPECT_TRUE(fs::is_empty(path("shared.db.checkpoints")));
 }
 
-// A worker runs no command it receives unless told to; a trainer that misbehaves fails its
-// trials with a message that says how, and nothing crashes.
+// No command runs unless the operator allowed it: `hippo run` refuses the spec at once; a trainer
+// that misbehaves fails its trials with a message that says how, and nothing crashes.
 TEST_F(Reliability, ExternalTrainerNeedsAllowExecAndFailsCleanly) {
   auto external = [&](const std::string& name, const json& command) {
     return spec(name, {{"model", {{"type", "external"}, {"command", command}, {"hidden", nullptr}}},
@@ -61,13 +61,14 @@ TEST_F(Reliability, ExternalTrainerNeedsAllowExecAndFailsCleanly) {
   std::string marker = path("ran");
   std::string refused = external("refused", {"/usr/bin/touch", marker});
   Result r = sh(hippo("a.db") + "run " + refused + " --workers 1 2>&1");
-  EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("unless started with --allow-exec"), std::string::npos) << r.out;
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("model.command: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--allow-exec trainer"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(marker));
-  for (const json& t : trials(path("a.db"), "refused")) {
-    EXPECT_EQ(t["status"], "failed");
-    EXPECT_NE(t["error"].get<std::string>().find("--allow-exec"), std::string::npos) << t;
-  }
+  EXPECT_EQ(sh(hippo("a.db") + "--format json studies").out, "[]\n");  // nothing was made
+  Result wrong = sh(hippo("b.db") + "run " + refused + " --workers 1 --allow-exec everything 2>&1");
+  EXPECT_EQ(wrong.status, 2) << wrong.out;
+  EXPECT_NE(wrong.out.find("--allow-exec: expected the kinds"), std::string::npos) << wrong.out;
 
   const std::vector<std::pair<json, std::string>> broken = {
       {{"/bin/sh", "-c", "echo 'not json'"}, "expected one JSON object on one line"},
@@ -80,7 +81,7 @@ TEST_F(Reliability, ExternalTrainerNeedsAllowExecAndFailsCleanly) {
   for (const auto& [command, message] : broken) {
     std::string name = "broken" + std::to_string(i++);
     Result b = sh(hippo(name + ".db") + "run " + external(name, command) +
-                  " --workers 1 --allow-exec 2>&1");
+                  " --workers 1 --allow-exec trainer 2>&1");
     EXPECT_EQ(b.status, 1) << b.out;
     EXPECT_NE(b.out.find(message), std::string::npos) << message << "\n" << b.out;
   }
@@ -256,6 +257,7 @@ TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
   zmq::socket_t worker(context, zmq::socket_type::dealer);
   worker.set(zmq::sockopt::linger, 0);
   worker.set(zmq::sockopt::rcvtimeo, 10000);
+  use_local_key(worker);  // the operator's own (fake) worker
   worker.connect(address);
   auto send = [&](json m) {
     m["v"] = 1;
@@ -278,7 +280,9 @@ TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
         {"threads", 1},
         {"pid", getpid()},
         {"held", json::array()}});
-  ASSERT_FALSE(receive("welcome").is_null());
+  const json welcome = receive("welcome");
+  ASSERT_FALSE(welcome.is_null());
+  const json incarnation = welcome["incarnation"];  // every report on a job carries it
   ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
   json job = receive("job");
   ASSERT_FALSE(job.is_null());
@@ -293,8 +297,10 @@ TEST_F(Reliability, TrialWhoseLastStateCameBeforeARestartCloses) {
     send({{"type", "metric"},
           {"job", job["job"]},
           {"step", step},
-          {"metrics", {{"accuracy", 0.5}, {"loss", 1.0}}}});
+          {"metrics", {{"accuracy", 0.5}, {"loss", 1.0}}},
+          {"incarnation", incarnation}});
   send({{"type", "snapshot"},
+        {"incarnation", incarnation},
         {"job", job["job"]},
         {"step", to},
         {"state", order["state"]},

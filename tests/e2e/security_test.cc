@@ -1,8 +1,8 @@
 // Security, end to end: CURVE keys from `hippo keygen`, a master with --auth that admits only the
-// keys of its --authorized directory, the loopback rule of a master without --auth, and a worker
-// that a hostile master (a real ROUTER socket in this test) cannot derail.
-#include <arpa/inet.h>
-#include <netinet/in.h>
+// keys of its --authorized directory (with their roles), the rules of a master without --auth
+// (the local key, loopback unless --insecure), and a worker that a hostile master (a real ROUTER
+// socket, started with --insecure on both sides) cannot derail. The attacks on the trust
+// boundaries themselves are trust_test.cc's.
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -16,70 +16,15 @@
 namespace hippo::e2e {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// The loopback interface's address with `port` (0: any free port).
-sockaddr_in loopback(int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  return a;
-}
-
-// A TCP port on the loopback interface that nothing listens on right now.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = loopback(0);
-  socklen_t n = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), n) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0)
-    ADD_FAILURE() << "no free port";
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// A TCP connection to the loopback interface's `port` (a test failure if refused).
-int connect_loopback(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = loopback(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-    ADD_FAILURE() << "cannot connect to port " << port;
-  return fd;
-}
-
-// Waits up to `seconds` for the process to exit; its exit status, or -1 if it still runs.
-int exit_status_within(pid_t pid, double seconds) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (Clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return -1;
-}
-
-// Waits up to 10 s for `text` to appear in a file.
-bool appears(const std::string& file, const std::string& text) {
-  for (int i = 0; i < 500; ++i) {
-    if (read_file(file).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
 class Security : public E2ETest {
  protected:
-  // `hippo keygen` NAME; the public half also into `authorized` when given.
+  // `hippo keygen` NAME; the public half also into `authorized` (e.g. authorized/workers) when
+  // given.
   void keygen(const std::string& name, const std::string& authorized = "") {
     ASSERT_EQ(sh(kHippo + " keygen " + path(name) + " >/dev/null").status, 0);
-    if (!authorized.empty())
-      fs::copy_file(path(name + ".pub"), path(authorized + "/" + name + ".pub"));
+    if (authorized.empty()) return;
+    fs::create_directories(path(authorized));
+    fs::copy_file(path(name + ".pub"), path(authorized + "/" + name + ".pub"));
   }
   std::string log_path(pid_t pid) const { return path("process-" + std::to_string(pid) + ".log"); }
 };
@@ -119,7 +64,8 @@ TEST_F(Security, MasterWithoutAuthStaysOnLoopbackUnlessInsecure) {
 
   pid_t loopback =
       spawn({kHippo, "--db", path("lo.db"), "master", "--bind", "tcp://127.0.0.1:" + port});
-  EXPECT_TRUE(appears(log_path(loopback), "loopback only")) << read_file(log_path(loopback));
+  EXPECT_TRUE(appears(log_path(loopback), "admits only this user's local key"))
+      << read_file(log_path(loopback));
   kill(loopback, SIGKILL);  // frees the port for the next master
   waitpid(loopback, nullptr, 0);
 
@@ -127,10 +73,15 @@ TEST_F(Security, MasterWithoutAuthStaysOnLoopbackUnlessInsecure) {
       {kHippo, "--db", path("in.db"), "master", "--bind", "tcp://0.0.0.0:" + port, "--insecure"});
   EXPECT_TRUE(appears(log_path(insecure), "WITHOUT authentication"))
       << read_file(log_path(insecure));
-  // It serves: a study can be submitted (by anyone: that is what the warning says).
-  Result r =
-      sh(kHippo + " --master tcp://127.0.0.1:" + port + " submit " + spec("open", json::object()));
+  // It serves: a study can be submitted (by anyone: that is what the warning says), by a client
+  // that accepts to connect without authentication; one that does not stops with the reason.
+  std::string open_client = kHippo + " --master tcp://127.0.0.1:" + port + " ";
+  Result r = sh(open_client + "--insecure submit " + spec("open", json::object()));
   EXPECT_EQ(r.status, 0) << r.out;
+  Result careful = sh(open_client + "submit " + spec("careful", json::object()) + " 2>&1");
+  EXPECT_EQ(careful.status, 2) << careful.out;
+  // (Which side sees the mismatch of mechanisms first varies: both causes name --insecure.)
+  EXPECT_NE(careful.out.find("--insecure"), std::string::npos) << careful.out;
 
   // Options that contradict each other are bad input.
   EXPECT_EQ(sh(hippo("x.db") + "master --key " + path("none.key") + " 2>/dev/null").status, 2);
@@ -140,10 +91,9 @@ TEST_F(Security, MasterWithoutAuthStaysOnLoopbackUnlessInsecure) {
 // A master with --auth; one worker and one client whose keys are in its --authorized directory,
 // and strangers: a key it does not know, no key, the wrong master key.
 TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
-  fs::create_directories(path("authorized"));
   keygen("master");
-  keygen("worker", "authorized");
-  keygen("client", "authorized");
+  keygen("worker", "authorized/workers");
+  keygen("client", "authorized/clients");
   keygen("stranger");
   const int port = free_port();
   std::string address = "tcp://127.0.0.1:" + std::to_string(port);
@@ -155,7 +105,8 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   ASSERT_TRUE(appears(master_log, "listening on")) << read_file(master_log);
   EXPECT_NE(read_file(master_log).find("admits the 2 keys"), std::string::npos);
 
-  // Workers that the master refuses stop with the reason, in bounded time.
+  // Workers that the master refuses stop with the reason, in bounded time: a stranger's key, and
+  // a worker given no keys (it expects the master to prove this user's local key, which it cannot).
   pid_t unknown =
       spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name",
              "unknown", "--master-key", path("master.pub"), "--key", path("stranger.key")});
@@ -165,7 +116,9 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   EXPECT_NE(read_file(log_path(unknown)).find("refused our key"), std::string::npos)
       << read_file(log_path(unknown));
   EXPECT_EQ(exit_status_within(keyless, 20), 2);
-  EXPECT_NE(read_file(log_path(keyless)).find("requires CURVE"), std::string::npos)
+  EXPECT_NE(
+      read_file(log_path(keyless)).find("runs with --auth (then give --master-key and --key)"),
+      std::string::npos)
       << read_file(log_path(keyless));
 
   // Clients likewise: a clear error and exit status 2, within seconds, not the 30 s timeout.
@@ -178,7 +131,17 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   EXPECT_NE(stranger.out.find("refused our key"), std::string::npos) << stranger.out;
   Result keyless_client = sh(client + "submit " + spec_file + " 2>&1");
   EXPECT_EQ(keyless_client.status, 2);
-  EXPECT_NE(keyless_client.out.find("requires CURVE"), std::string::npos) << keyless_client.out;
+  EXPECT_NE(keyless_client.out.find("runs with --auth (then give --master-key and --key)"),
+            std::string::npos)
+      << keyless_client.out;
+  Result open_client = sh(client + "--insecure submit " + spec_file + " 2>&1");
+  EXPECT_EQ(open_client.status, 2);
+  EXPECT_NE(open_client.out.find("requires CURVE"), std::string::npos) << open_client.out;
+  // A worker's key is no client's.
+  Result worker_key = sh(client + "--master-key " + path("master.pub") + " --key " +
+                         path("worker.key") + " submit " + spec_file + " 2>&1");
+  EXPECT_EQ(worker_key.status, 2);
+  EXPECT_NE(worker_key.out.find("is not a client"), std::string::npos) << worker_key.out;
   Result wrong_master = sh(client + "--master-key " + path("stranger.pub") + " --key " +
                            path("client.key") + " submit " + spec_file + " 2>&1");
   EXPECT_EQ(wrong_master.status, 2);
@@ -224,6 +187,13 @@ TEST_F(Security, AuthenticatedClusterAdmitsOnlyItsKeys) {
   std::string text = read_file(master_log);
   EXPECT_NE(text.find("refused a connection from 127.0.0.1: its key"), std::string::npos) << text;
   EXPECT_EQ(text.find("refused a message"), std::string::npos) << text;
+  // A key directly in the authorized directory has no role: the master refuses to start.
+  fs::copy_file(path("stranger.pub"), path("authorized/stranger.pub"));
+  Result flat =
+      sh(hippo("flat.db") + "master --bind tcp://127.0.0.1:" + std::to_string(free_port()) +
+         " --auth --key " + path("master.key") + " --authorized " + path("authorized") + " 2>&1");
+  EXPECT_EQ(flat.status, 2) << flat.out;
+  EXPECT_NE(flat.out.find("has no role"), std::string::npos) << flat.out;
   Result joined =
       sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = 'worker_joined'\"");
   EXPECT_EQ(joined.out, "1\n");
@@ -270,9 +240,11 @@ TEST_F(Security, WorkerSurvivesAHostileMaster) {
   std::string address = "ipc://" + path("fake.sock");
   router.bind(address);
   pid_t worker = spawn({kHippo, "worker", "--master", address, "--checkpoints", path("ck"),
-                        "--name", "w", "--heartbeat-ms", "100"});
+                        "--name", "w", "--heartbeat-ms", "100", "--insecure"});
   std::string worker_log = log_path(worker);
 
+  // The worker's routing identity (random, new at each reconnection): taken from its messages.
+  std::string peer;
   // The next message of the worker with the given type (others are skipped), or null.
   auto next = [&](const std::string& type) -> json {
     for (auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
@@ -284,6 +256,7 @@ TEST_F(Security, WorkerSurvivesAHostileMaster) {
         (void)router.recv(frames.back());
       } while (frames.back().more());
       if (frames.size() != 3) continue;
+      peer = frames[0].to_string();
       json m = json::parse(frames[2].to_string(), nullptr, false);
       if (!m.is_discarded() && m.value("type", "") == type) return m;
     }
@@ -293,7 +266,7 @@ TEST_F(Security, WorkerSurvivesAHostileMaster) {
   auto send_frames = [&](const std::vector<std::string>& frames) {
     for (int attempt = 0; attempt < 200; ++attempt) {
       try {
-        router.send(zmq::str_buffer("w"), zmq::send_flags::sndmore);
+        router.send(zmq::buffer(peer), zmq::send_flags::sndmore);
       } catch (const zmq::error_t& e) {
         if (e.num() != EHOSTUNREACH) throw;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -363,8 +336,10 @@ TEST_F(Security, WorkerSurvivesAHostileMaster) {
   EXPECT_NE(text.find("job 7 failed: job.run"), std::string::npos) << text;
   EXPECT_EQ(waitpid(worker, nullptr, WNOHANG), 0) << "the worker exited:\n" << text;
 
-  // Still a worker: the next real job runs and reports its metric.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // reconnected after the big frame
+  // Still a worker: it reconnects after the big frame (a new socket, a new identity, a hello),
+  // and the next real job runs and reports its metric.
+  ASSERT_FALSE(next("hello").is_null()) << read_file(worker_log);
+  send(json{{"v", 1}, {"type", "welcome"}, {"heartbeat_ms", 100}}.dump());
   job["job"] = 2;
   send(job.dump());
   json metric = next("metric");

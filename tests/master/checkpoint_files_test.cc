@@ -95,7 +95,7 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
     SearchPlan plan = SearchPlan::open(plan_file);
     StageTree tree = plan.load_tree();
     StateRegistry states(kIncarnation);
-    StudyDriver driver(plan, tree, states, ck(), [](const Change&) {});
+    StudyDriver driver(plan, tree, states, ck(), {}, [](const Change&) {});
     const int64_t study = driver.submit(spec, spec_json, Policy::kShared);
     // A state at step 8 of each trial, with its file and its row, as a worker would report it.
     for (TrialId trial : {0, 1}) {
@@ -120,7 +120,7 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
   StateRegistry states("fedcba9876543210");
   for (const CheckpointRow& row : plan.checkpoints())
     states.add_restored({row.stage, row.step, row.file, row.id});
-  StudyDriver driver(plan, tree, states, ck(), [](const Change&) {});
+  StudyDriver driver(plan, tree, states, ck(), {}, [](const Change&) {});
   driver.restore();
   ASSERT_TRUE(driver.running(1));
   driver.cancel(1);

@@ -52,6 +52,17 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(Cancel{"my-study"});
   expect_round_trip(Cancel{7});
   expect_round_trip(ListWorkers{});
+  // A worker's reports carry the incarnation of the master that gave the job; a hello whether
+  // its operator lets it run external trainers.
+  Hello trainer{"w2", "cpu", 1, 1, 78, {}};
+  trainer.runs_trainers = true;
+  expect_round_trip(trainer);
+  expect_round_trip(Heartbeat{3, 17, "abcd"});
+  expect_round_trip(Metric{3, 20, {{"accuracy", 0.5}}, "abcd"});
+  expect_round_trip(Snapshot{3, 30, 5, "state-x-5.ckpt", 1234, "abcd"});
+  expect_round_trip(Done{3, 40, 1.5, {5, 6}, "abcd"});
+  expect_round_trip(Failed{3, "disk full", true, "", {}, "abcd"});
+  expect_round_trip(Abandoned{3, {5}, "abcd"});
   expect_round_trip(Reply{true, "", {{"study", 4}, {"name", "s"}}});
   expect_round_trip(Reply{false, "no study 9", json::object()});
 }
@@ -82,6 +93,13 @@ TEST(Messages, BadFieldsAreRefusedByName) {
   expect_refused(R"({"v":1,"type":"job","job":7,"run":{}})", "job.run.model: missing");
   expect_refused(R"({"v":1,"type":"cancel","study":[1]})", "cancel.study");
   expect_refused(R"({"v":1,"type":"welcome","heartbeat_ms":1})", "welcome.heartbeat_ms");
+  expect_refused(R"({"v":1,"type":"done","job":1,"step":2,"busy_s":1})",
+                 "done.incarnation: missing");
+  expect_refused(R"({"v":1,"type":"heartbeat","job":1,"step":2})",
+                 "heartbeat.incarnation: missing");
+  json long_incarnation =
+      Metric{1, 2, json::object(), std::string(kMaxIncarnation + 1, 'a')}.to_json();
+  expect_refused(long_incarnation.dump(), "metric.incarnation");
 }
 
 }  // namespace
