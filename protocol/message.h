@@ -122,8 +122,9 @@ struct Welcome {
 struct RunSpec {
   json model;  // {"type": "mlp", ...} as in the study spec
   std::string data;
-  int64_t train_samples = 0;
+  int64_t train_samples = 0;  // 0: not given (an external model's own data set)
   int64_t eval_samples = 0;
+  json data_fields = json::object();  // an external model's other data fields (absent: none)
   uint64_t seed = 0;
   json fixed;  // the study's fixed settings
   // The spec's "pipeline": micro-batches per optimizer step, and the pipeline stages (1: none),
