@@ -39,7 +39,7 @@ class Stage:
     """One stage: train steps [start, end) from the parent state, evaluate and checkpoint where
     asked. Attributes: seed, fixed (the study's fixed settings), data (the spec's data fields),
     model (the spec's model), start, end, eval_steps, checkpoint_steps, input (the stage's JSON
-    as it came)."""
+    as it came), restored_from (after restore(): "memory", "file", or None)."""
 
     def __init__(self, stage_input, out, memory=None, keep=4):
         self.input = stage_input
@@ -60,6 +60,7 @@ class Stage:
         self._reported = set()
         self._saved = set()
         self._restored = False
+        self.restored_from = None  # after restore(): "memory", "file", or None at a root
         self._last_progress = time.monotonic()
 
     # -- settings -------------------------------------------------------------------------------
@@ -104,10 +105,12 @@ class Stage:
             return False
         state_id = self.input.get("input_state")
         data = self._memory.get(state_id) if self._memory is not None else None
+        self.restored_from = "memory"
         if data is None:
             with open(path, "rb") as f:
                 data = f.read()
             self._hold(state_id, data)
+            self.restored_from = "file"
         load_fn(io.BytesIO(data))
         return True
 

@@ -60,10 +60,10 @@ def toy_train(calls=None):
 
         def load(f):
             model.update(pickle.load(f))
-            if calls is not None:
-                calls.append(("load", stage.start))
 
         stage.restore(load)
+        if calls is not None and stage.restored_from:
+            calls.append((stage.restored_from, stage.start))
         for step in stage.steps(evaluate=lambda: {"sum": model["sum"], "loss": 1.0},
                                 save=save):
             model["sum"] += stage.value("lr", step)
@@ -119,7 +119,7 @@ def test_a_long_lived_trainer_forks_from_memory_and_lists_what_it_holds(tmp_path
                      {"done": True, "held": [2, 1]}]
     assert {"step": 4, "metric": "sum", "value": 2.0} in lines
     assert {"step": 3, "metric": "sum", "value": 1.5} in lines
-    assert calls == [("load", 2), ("load", 2)]
+    assert calls == [("memory", 2), ("file", 2)]
 
 
 def test_keep_bounds_the_states_in_memory(tmp_path):
@@ -250,3 +250,15 @@ def test_a_failing_trainer_exits_non_zero_with_the_step_on_stderr(tmp_path):
     assert done.returncode != 0
     assert done.stdout == ""
     assert "StageError: step 7: no evaluation was asked for at this step" in done.stderr
+
+
+def test_the_readme_example_is_the_file_that_runs():
+    """python/README.md shows examples/pytorch/minimal.py as it is (test_pytorch_examples runs it),
+    in under 40 lines with the code that runs its study."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(root, "python", "README.md")) as f:
+        blocks = f.read().split("```python\n")
+    trainer, study = (block.split("```")[0] for block in blocks[1:3])
+    with open(os.path.join(root, "examples", "pytorch", "minimal.py")) as f:
+        assert trainer == f.read()
+    assert len((trainer + study).splitlines()) < 40
