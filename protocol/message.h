@@ -82,8 +82,9 @@ struct Done {
   static Done from_json(const json& m);
 };
 
-// The job failed. retry: on storage (a checkpoint could not be written), another worker may
-// succeed; lost_file: the parent checkpoint could not be read (missing or corrupt).
+// The job failed. retry: on storage (a checkpoint could not be written) or in an external
+// trainer's process (it died), another attempt may succeed; lost_file: the parent checkpoint
+// could not be read (missing or corrupt).
 struct Failed {
   static constexpr const char* kType = "failed";
   int64_t job = 0;  // -1: a job message that did not decode far enough to name its id

@@ -377,10 +377,9 @@ namespace {
 // Whether a value has the form of a schedule or a distribution (an object with "schedule", or
 // with the one key of a distribution).
 bool looks_variable(const json& v) {
-  return v.is_object() &&
-         (v.contains("schedule") ||
-          (v.size() == 1 && std::find(std::begin(kDistNames), std::end(kDistNames),
-                                      v.begin().key()) != std::end(kDistNames)));
+  return v.is_object() && (v.contains("schedule") ||
+                           (v.size() == 1 && std::find(std::begin(kDistNames), std::end(kDistNames),
+                                                       v.begin().key()) != std::end(kDistNames)));
 }
 
 }  // namespace

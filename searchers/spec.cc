@@ -308,9 +308,9 @@ StudySpec parse_spec(const json& spec) {
   for (const NamedField& h : hp_fields)
     if (s.fixed.contains(h.name)) h.field.fail("\"" + h.name + "\" is also given under fixed");
   rules.no_epochs = s.data.train_samples == 0
-                       ? "data.train_samples is not given (an epoch is floor(train_samples / "
-                         "batch_size) steps)"
-                       : epoch_problem(s.fixed, hyperparameters);
+                        ? "data.train_samples is not given (an epoch is floor(train_samples / "
+                          "batch_size) steps)"
+                        : epoch_problem(s.fixed, hyperparameters);
   s.no_epochs = rules.no_epochs;
   s.space = SearchSpace(hp_fields, rules);
   if (rules.builtin) {

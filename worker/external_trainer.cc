@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "protocol/clock.h"
 #include "stagetree/sequence_json.h"
@@ -50,21 +51,20 @@ json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
   data["name"] = job.run.data;
   if (job.run.train_samples > 0) data["train_samples"] = job.run.train_samples;
   if (job.run.eval_samples > 0) data["eval_samples"] = job.run.eval_samples;
-  json input = {
-      {"hippo_trainer", 1},
-      {"model", job.run.model},
-      {"data", data},
-      {"seed", job.run.seed},
-      {"fixed", job.run.fixed},
-      {"from", job.from},
-      {"to", job.to},
-      {"input_checkpoint",
-       job.parent_file.empty() ? json(nullptr) : json((dir / job.parent_file).string())},
-      {"input_state", job.parent_state >= 0 ? json(job.parent_state) : json(nullptr)},
-      {"checkpoints", outputs},
-      {"eval_steps", job.eval_steps},
-      {"hyperparameters", sequences},
-      {"values", values}};
+  json input = {{"hippo_trainer", 1},
+                {"model", job.run.model},
+                {"data", data},
+                {"seed", job.run.seed},
+                {"fixed", job.run.fixed},
+                {"from", job.from},
+                {"to", job.to},
+                {"input_checkpoint",
+                 job.parent_file.empty() ? json(nullptr) : json((dir / job.parent_file).string())},
+                {"input_state", job.parent_state >= 0 ? json(job.parent_state) : json(nullptr)},
+                {"checkpoints", outputs},
+                {"eval_steps", job.eval_steps},
+                {"hyperparameters", sequences},
+                {"values", values}};
   if (held) input["held"] = *held;
   return input;
 }
@@ -96,8 +96,8 @@ TrainerLine parse_trainer_line(std::string_view text) {
       const json& held = j["held"];
       if (!held.is_array() || held.size() > protocol::kMaxHeldStates ||
           !std::all_of(held.begin(), held.end(), natural))
-        throw bad("held: expected a list of at most " +
-                  std::to_string(protocol::kMaxHeldStates) + " state ids");
+        throw bad("held: expected a list of at most " + std::to_string(protocol::kMaxHeldStates) +
+                  " state ids");
       line.held = held.get<std::vector<int64_t>>();
     }
   } else if (j.contains("checkpoint")) {
@@ -164,12 +164,12 @@ class StageReader {
       case TrainerLine::Kind::kMetric:
         if (!metrics_.empty() && line.step != evals[next_eval_]) flush_metrics();
         if (next_eval_ >= evals.size() || line.step != evals[next_eval_])
-          throw process_.error(where + "a metric for step " + std::to_string(line.step) +
-                               (next_eval_ < evals.size()
-                                    ? ", but the next evaluation step is " +
-                                          std::to_string(evals[next_eval_])
-                                    : ", but no more evaluations were asked for") +
-                               " (eval_steps: " + json(evals).dump() + ")");
+          throw process_.error(
+              where + "a metric for step " + std::to_string(line.step) +
+              (next_eval_ < evals.size()
+                   ? ", but the next evaluation step is " + std::to_string(evals[next_eval_])
+                   : ", but no more evaluations were asked for") +
+              " (eval_steps: " + json(evals).dump() + ")");
         if (metrics_.contains(line.metric))
           throw process_.error(where + "metric " + line.metric + " for step " +
                                std::to_string(line.step) + " twice");
@@ -223,7 +223,8 @@ class StageReader {
   }
   // Every ordered checkpoint up to `upto` must exist now; each is reported once, in step order.
   void report_checkpoints(int64_t upto) {
-    for (; next_checkpoint_ < job_.snapshots.size() && job_.snapshots[next_checkpoint_].step <= upto;
+    for (;
+         next_checkpoint_ < job_.snapshots.size() && job_.snapshots[next_checkpoint_].step <= upto;
          ++next_checkpoint_) {
       const protocol::SnapshotOrder& order = job_.snapshots[next_checkpoint_];
       if (order.file.empty()) continue;
@@ -309,9 +310,10 @@ bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& che
     if (seconds_since(last_line) > hooks.timeout_s) throw process.error(silent);
     return true;
   };
-  const std::string silence = "no output line for " +
-                              std::to_string(static_cast<int64_t>(hooks.timeout_s)) +
-                              " s (the worker's --trainer-timeout); killed";
+  std::ostringstream timeout;
+  timeout << hooks.timeout_s;
+  const std::string silence =
+      "no output line for " + timeout.str() + " s (the worker's --trainer-timeout); killed";
   bool open = true;
   while (open && !(many && reader.done())) {
     open = process.pump(hooks.tick_ms, on_line);

@@ -49,7 +49,7 @@ class JobRunner {
   StateCache& cache_;
   SnapshotWriter& snapshots_;
   EngineCache engines_;
-  ExternalTrainer trainer_;  // a long-lived trainer stays here between its stages
+  ExternalTrainer trainer_;   // a long-lived trainer stays here between its stages
   protocol::Job job_;         // the running job (its snapshots grow with SnapshotAt orders)
   int64_t step_ = 0;          // the step it has reached
   size_t next_snapshot_ = 0;  // the first of job_.snapshots not yet taken

@@ -70,7 +70,7 @@ TrainerProcess::TrainerProcess(const std::vector<std::string>& argv) {
     // A trainer outlives no worker (a long-lived one would wait for stages forever otherwise).
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // the worker died before prctl took effect
-    ::dup2(in[0], 0);  // dup2 clears close-on-exec on the new descriptor
+    ::dup2(in[0], 0);                         // dup2 clears close-on-exec on the new descriptor
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execvp(args[0], args.data());

@@ -30,7 +30,7 @@ spec["data"].update(train_samples=args.train_samples, eval_samples=500)
 if args.master:
     summary = hippo.submit(spec, master=args.master)
 else:
-    summary = hippo.run(spec, workers=2, db=db, cwd=os.path.join(HERE, "..", ".."))
+    summary = hippo.run(spec, workers=2, allow_exec=True, db=db, cwd=os.path.join(HERE, "..", ".."))
 print(f"{summary['study']}: {summary['status']}, {summary['trials']} trials, "
       f"{summary['steps_executed']} steps trained of {summary['steps_trial_based']} "
       f"trial by trial, {summary['wall_s']} s")

@@ -83,12 +83,13 @@ class _SpecFile:
             os.unlink(self._tmp)
 
 
-def run(spec, workers=None, policy="shared", allow_exec=True, db=None, checkpoints=None,
+def run(spec, workers=None, policy="shared", allow_exec=False, db=None, checkpoints=None,
         cwd=None):
     """Runs a study to its end with a master in the hippo process and `workers` local worker
     processes (default: one per core), as `hippo run`; returns its summary, INTERFACE.md's JSON
     line (status "done", or "failed" with "error"). `spec`: a dict or a file. `allow_exec` lets
-    the workers run the spec's trainer command; `cwd` is where the command runs."""
+    the workers run the spec's trainer command (as `hippo run --allow-exec`: off unless asked,
+    like the CLI's); `cwd` is where the command runs."""
     with _SpecFile(spec) as path:
         args = ["run", path, "--policy", policy]
         if workers is not None:

@@ -1,5 +1,5 @@
-"""The PyTorch examples (examples/pytorch/) end to end, on prefixes of their data: real hippo, worker
-and trainer processes (Debian's /usr/bin/python3 with python3-torch), a real search plan.
+"""The PyTorch examples (examples/pytorch/) end to end, on prefixes of their data: real hippo,
+worker and trainer processes (Debian's /usr/bin/python3 with python3-torch), a real search plan.
 
 - For each example, the shared run and the trial-based run give every trial's metrics bit for bit
   equal, and the shared run trains each step of the tree once (steps_executed == steps_unique).
@@ -55,7 +55,7 @@ def small_minimal(name="minimal"):
 
 def run(spec, tmp_path, policy="shared", workers=2):
     db = tmp_path / f"{spec['name']}-{policy}.db"
-    summary = hippo.run(spec, workers=workers, policy=policy, db=db, cwd=ROOT)
+    summary = hippo.run(spec, workers=workers, policy=policy, allow_exec=True, db=db, cwd=ROOT)
     assert summary["status"] == "done", summary
     return summary, {t["trial"]: t["metrics"] for t in hippo.trials(spec["name"], db=db)}
 
@@ -92,18 +92,30 @@ def test_an_asha_study_of_the_cnn(tmp_path):
     assert lengths[-1] > lengths[0]  # promoted trials went further than stopped ones
 
 
-@pytest.mark.parametrize("how", ["raise", "kill"])
-def test_a_trainer_that_crashes_costs_only_the_steps_since_its_last_state(how, tmp_path):
-    calm, calm_metrics = run(small_cnn("crash"), tmp_path, policy="shared")
-    # Branch points (checkpoints) are at the epochs, steps 8 and 16; the crash is at step 12.
-    crash_at, last_state = 12, 8
+def crashing_cnn(crash_at, marker, how, log):
     spec = small_cnn("crash")
-    log, marker = tmp_path / "stages.log", tmp_path / "crashed"
     spec["model"]["command"] = ["/usr/bin/python3", "tests/python/crash_once.py",
                                 "examples/pytorch/fashion_mnist.py", str(crash_at), str(marker),
                                 how, str(log)]
+    return spec
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_trainer_that_crashes_costs_only_the_steps_since_its_last_state(how, tmp_path):
+    # Undisturbed (it never reaches step 1000): its stages' log shows the long-lived trainers
+    # forking children from the states they hold in memory (the master sends a child stage to
+    # the worker whose trainer holds its parent).
+    calm_log = tmp_path / "calm.log"
+    calm, calm_metrics = run(crashing_cnn(1000, tmp_path / "never", how, calm_log), tmp_path)
+    restored = [line.split()[3] for line in calm_log.read_text().splitlines()]
+    assert restored.count("None") == 2  # the two roots (one per initial learning rate)
+    assert restored.count("memory") >= 1, restored
+    # Branch points (checkpoints) are at the epochs, steps 8 and 16; the crash is at step 12.
+    crash_at, last_state = 12, 8
+    log, marker = tmp_path / "stages.log", tmp_path / "crashed"
+    spec = crashing_cnn(crash_at, marker, how, log)
     db = tmp_path / f"crash-{how}.db"
-    summary = hippo.run(spec, workers=2, db=db, cwd=ROOT)
+    summary = hippo.run(spec, workers=2, allow_exec=True, db=db, cwd=ROOT)
     assert marker.exists()
     assert summary["status"] == "done", summary
     metrics = {t["trial"]: t["metrics"] for t in hippo.trials("crash", db=db)}
@@ -130,7 +142,7 @@ def test_the_helpers_misuse_fails_the_trial_with_the_step(tmp_path):
     spec = small_cnn("misuse")
     spec["model"]["command"] = ["/usr/bin/python3", str(script)]
     spec["hyperparameters"]["lr"] = 0.1
-    summary = hippo.run(spec, workers=1, db=tmp_path / "misuse.db", cwd=ROOT)
+    summary = hippo.run(spec, workers=1, allow_exec=True, db=tmp_path / "misuse.db", cwd=ROOT)
     assert summary["status"] == "failed"
     [trial] = hippo.trials("misuse", db=tmp_path / "misuse.db")
     assert trial["status"] == "failed"

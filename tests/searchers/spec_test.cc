@@ -179,18 +179,24 @@ TEST(Spec, ExternalModelsTakeTheirOwnDataAndSettings) {
     change(k);
     return spec_error(k);
   };
-  EXPECT_EQ(refused([](json& k) { k["length"] = {{"epochs", 2}}; }),
+  EXPECT_EQ(refused([](json& k) {
+              k["length"] = {{"epochs", 2}};
+            }),
             "length.epochs: epoch units are not possible here: data.train_samples is not given "
             "(an epoch is floor(train_samples / batch_size) steps)");
   EXPECT_EQ(refused([](json& k) {
-              k["hyperparameters"]["lr"] = {
-                  {"schedule", "step_decay"}, {"unit", "epoch"}, {"init", 0.1}, {"every", 1},
-                  {"gamma", 0.5}};
+              k["hyperparameters"]["lr"] = {{"schedule", "step_decay"},
+                                            {"unit", "epoch"},
+                                            {"init", 0.1},
+                                            {"every", 1},
+                                            {"gamma", 0.5}};
             }).rfind("hyperparameters.lr.unit: epoch units are not possible here: data.train", 0),
             0u);
   EXPECT_EQ(refused([](json& k) {
-              k["searcher"] = {{"name", "asha"},          {"metric", "loss"},
-                               {"mode", "min"},           {"max_trials", 4},
+              k["searcher"] = {{"name", "asha"},
+                               {"metric", "loss"},
+                               {"mode", "min"},
+                               {"max_trials", 4},
                                {"min_length", {{"epochs", 1}}}};
             }).rfind("searcher.min_length.epochs: epoch units are not possible here: data.", 0),
             0u);
@@ -199,19 +205,24 @@ TEST(Spec, ExternalModelsTakeTheirOwnDataAndSettings) {
   sized["data"]["train_samples"] = 80;
   sized["length"] = {{"epochs", 2}};
   EXPECT_EQ(parse_spec(sized).length_steps(Params::object()), 20);
-  EXPECT_EQ(refused([](json& k) { k["fixed"]["dropout"] = {{"uniform", {0.1, 0.2}}}; }),
+  EXPECT_EQ(refused([](json& k) {
+              k["fixed"]["dropout"] = {{"uniform", {0.1, 0.2}}};
+            }),
             "fixed.dropout: expected a value, got {\"uniform\":[0.1,0.2]} (schedules and "
             "distributions go under hyperparameters)");
-  EXPECT_EQ(refused([](json& k) { k["fixed"]["dropout"] = nullptr; })
-                .rfind("fixed.dropout: expected a value, got null", 0),
+  EXPECT_EQ(refused([](json& k) {
+              k["fixed"]["dropout"] = nullptr;
+            }).rfind("fixed.dropout: expected a value, got null", 0),
             0u);
   EXPECT_EQ(refused([](json& k) { k["model"]["long_lived"] = "yes"; }),
             "model.long_lived: expected true or false, got \"yes\"");
-  EXPECT_EQ(refused([](json& k) { k["data"]["name"] = ""; })
-                .rfind("data.name: expected a name of 1 to 64 characters", 0),
+  EXPECT_EQ(refused([](json& k) {
+              k["data"]["name"] = "";
+            }).rfind("data.name: expected a name of 1 to 64 characters", 0),
             0u);
-  EXPECT_EQ(refused([](json& k) { k["data"]["train_samples"] = 0; })
-                .rfind("data.train_samples: expected an integer in [1, ", 0),
+  EXPECT_EQ(refused([](json& k) {
+              k["data"]["train_samples"] = 0;
+            }).rfind("data.train_samples: expected an integer in [1, ", 0),
             0u);
   // Built-in models keep their strict checks.
   json builtin = example_spec();

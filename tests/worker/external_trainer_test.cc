@@ -131,10 +131,9 @@ TEST_F(ExternalTrainers, InputHasTheStageAndEveryValue) {
   own.run.train_samples = 0;
   own.run.eval_samples = 0;
   own.run.data_fields = {{"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}};
-  EXPECT_EQ(trainer_input(own, dir_.string())["data"],
-            json({{"name", "my-corpus"},
-                  {"path", "/data/corpus.txt"},
-                  {"vocab", {{"size", 256}}}}));
+  EXPECT_EQ(
+      trainer_input(own, dir_.string())["data"],
+      json({{"name", "my-corpus"}, {"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}}));
 }
 
 TEST_F(ExternalTrainers, ParsesTheFourLinesAndRefusesTheRest) {
@@ -151,8 +150,8 @@ TEST_F(ExternalTrainers, ParsesTheFourLinesAndRefusesTheRest) {
   for (const char* bad :
        {"", "hello", "[1]", "{\"done\": false}", "{\"done\": true, \"x\": 1}", "{\"step\": -1}",
         "{\"done\": true, \"held\": 3}", "{\"done\": true, \"held\": [-1]}",
-        "{\"done\": true, \"held\": [\"3\"]}", "{\"done\": false, \"held\": []}",
-        "{\"step\": 1.5}", "{\"step\": 99999999999999999999}", "{\"checkpoint\": \"4\"}",
+        "{\"done\": true, \"held\": [\"3\"]}", "{\"done\": false, \"held\": []}", "{\"step\": 1.5}",
+        "{\"step\": 99999999999999999999}", "{\"checkpoint\": \"4\"}",
         "{\"step\": 4, \"metric\": \"acc\"}", "{\"step\": 4, \"metric\": \"\", \"value\": 1}",
         "{\"step\": 4, \"metric\": \"acc\", \"value\": \"1\"}",
         "{\"step\": 4, \"metric\": \"acc\", \"value\": NaN}", "{\"other\": 1}",
@@ -223,9 +222,11 @@ TEST_F(ExternalTrainers, EveryMisbehaviourIsAClearError) {
     std::string error = failure(script, 10, &crashed);
     EXPECT_EQ(error.rfind("external trainer: ", 0), 0u) << error;
     EXPECT_NE(error.find(message), std::string::npos) << script << "\n -> " << error;
-    EXPECT_EQ(crashed, std::any_of(crashes.begin(), crashes.end(), [&](const std::string& c) {
-                return message.find(c) != std::string::npos;
-              })) << message;
+    EXPECT_EQ(crashed, std::any_of(crashes.begin(), crashes.end(),
+                                   [&](const std::string& c) {
+                                     return message.find(c) != std::string::npos;
+                                   }))
+        << message;
   }
   protocol::Job missing = job("");
   missing.run.model["command"] = {in_dir("no-such-program")};
@@ -294,8 +295,8 @@ TEST_F(ExternalTrainers, LongLivedTrainerServesStageAfterStage) {
       "n=0; while read -r stage; do n=$((n+1)); printf '%s\\n' \"$stage\" >> " + inputs +
       "; echo \"{\\\"step\\\": 4, \\\"metric\\\": \\\"acc\\\", \\\"value\\\": $n}\"; "
       "echo \"{\\\"step\\\": 6, \\\"metric\\\": \\\"acc\\\", \\\"value\\\": $n}\"; "
-      "touch " + in_dir("a.ckpt") + " " + in_dir("b.ckpt") +
-      "; echo '{\"done\": true, \"held\": [12]}'; done";
+      "touch " +
+      in_dir("a.ckpt") + " " + in_dir("b.ckpt") + "; echo '{\"done\": true, \"held\": [12]}'; done";
   protocol::Job stage = job(script);
   stage.run.model["long_lived"] = true;
   ExternalTrainer trainer;
@@ -370,8 +371,7 @@ TEST_F(ExternalTrainers, LongLivedTrainerMisbehaviours) {
     trainer.run(liar, dir_.string(), hooks(seen));
     ADD_FAILURE() << "no error";
   } catch (const TrainerError& e) {
-    EXPECT_NE(std::string(e.what()).find("held: state 99 is none of the states"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("held: state 99 is none of the states"), std::string::npos)
         << e.what();
     EXPECT_FALSE(e.crashed);
   }
@@ -389,6 +389,20 @@ TEST_F(ExternalTrainers, LongLivedTrainerMisbehaviours) {
               std::string::npos)
         << e.what();
   }
+
+  // Silent on its second stage: the timeout, as for a one-shot trainer.
+  protocol::Job mute = long_lived("read -r stage; " + stage_lines +
+                                  "echo '{\"done\": true}'; read -r stage; sleep 30");
+  ASSERT_TRUE(trainer.run(mute, dir_.string(), hooks(seen)));
+  try {
+    trainer.run(mute, dir_.string(), hooks(seen, 20, 0.3));
+    ADD_FAILURE() << "no error";
+  } catch (const TrainerError& e) {
+    EXPECT_NE(std::string(e.what()).find("no output line for 0.3 s"), std::string::npos)
+        << e.what();
+    EXPECT_FALSE(e.crashed);
+  }
+  EXPECT_EQ(trainer.kept_pid(), -1);
 
   // Killed mid-stage: a crash (the master retries the stage), and nothing is kept.
   protocol::Job killed = long_lived("while read stage; do kill -9 $$; done");
