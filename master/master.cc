@@ -229,6 +229,11 @@ void Master::log_event(std::optional<int64_t> study, const std::string& kind, co
 }
 
 void Master::on_hello(const std::string& peer, const protocol::Hello& m) {
+  // A worker that says hello again while it had a job (it restarted) lost that job.
+  if (const ConnectedWorker* old = pool_.find(peer); old && old->job >= 0) {
+    const RunningJob& job = pool_.jobs().at(old->job);
+    record_execution(job, *old, ExecutionOutcome::kLost, job.progress_step);
+  }
   ConnectedWorker& w = pool_.join(peer, m);
   schedule_changed_ = true;
   log_event(std::nullopt, "worker_joined", {{"name", w.hello.name}, {"device", w.hello.device}});
@@ -328,6 +333,7 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   // has changed yet and the message is retried whole.
   plan_.transaction([&] {
     mark_progress(job, m.step);
+    record_execution(job, w, ExecutionOutcome::kDone, m.step);
     if (orphan) driver_.collect_checkpoints();
     // Trials whose last step this job trained (and that need no more evaluations) close now.
     driver_.close_trials_ending(job.representative, job.order.from, m.step);
@@ -336,7 +342,8 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   if (steps > 0 && m.busy_s > 0)
     step_costs_.add(tree_.trial(job.representative).root_key, m.busy_s, steps);
   driver_.count_busy(job.studies, m.busy_s);
-  pool_.clear_storage_failures(first_stage(tree_, job.representative, job.order.from));
+  pool_.clear_storage_failures(
+      first_stage(tree_, job.representative, job.order.from, job.order.to));
   pool_.end_job(w, m.held);
   schedule_changed_ = true;
 }
@@ -346,7 +353,7 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
   if (!m.lost_file.empty() && (m.lost_file != job.order.parent_file || job.order.parent_state < 0))
     throw protocol::ProtocolError("failed.lost_file: not the job's parent checkpoint");
   std::string error = m.error;
-  StageId stage = first_stage(tree_, job.representative, job.order.from);
+  StageId stage = first_stage(tree_, job.representative, job.order.from, job.order.to);
   if (!m.lost_file.empty()) {
     // The parent checkpoint is missing or corrupt: rebuilt by replay, the stage is not at fault.
     if (states_.has(job.order.parent_state)) forget_state(job.order.parent_state, error);
@@ -361,6 +368,7 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
     plan_.transaction([&] { driver_.fail_trials_through(stage, error); });
   }
   if (m.retry && m.lost_file.empty()) pool_.add_storage_failure(stage, w.peer);
+  record_execution(job, w, ExecutionOutcome::kFailed, job.progress_step, error);
   // Steps trained after its last snapshot are lost, and trained again: they count as executed.
   count_lost_steps(job);
   pool_.end_job(w, m.held);
@@ -371,6 +379,7 @@ void Master::on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m) {
   const RunningJob& job = pool_.job_of(w, m.job, "abandoned");
   if (!job.abandoned)
     throw protocol::ProtocolError("abandoned.job: not a job this worker was told to abandon");
+  record_execution(job, w, ExecutionOutcome::kAbandoned, job.progress_step);
   count_lost_steps(job);
   pool_.end_job(w, m.held);
   schedule_changed_ = true;
@@ -382,6 +391,7 @@ void Master::on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m) {
 void Master::check_workers() {
   std::vector<std::string> lost =
       pool_.expire(options_.worker_timeout_s, [&](const RunningJob& job) {
+        record_execution(job, *pool_.find(job.worker), ExecutionOutcome::kLost, job.progress_step);
         // The steps it trained after its last snapshot are lost and will be trained again: they
         // count as executed (the heartbeats said how far it got).
         count_lost_steps(job);
@@ -397,6 +407,29 @@ void Master::check_workers() {
 
 void Master::count_lost_steps(const RunningJob& job) {
   driver_.count_executed(job.studies, std::max<int64_t>(0, job.progress_step - job.reported_step));
+}
+
+void Master::record_execution(const RunningJob& job, const ConnectedWorker& w,
+                              ExecutionOutcome outcome, int64_t reached, const std::string& error) {
+  const protocol::Job& order = job.order;
+  ExecutionRow row;
+  row.stage = first_stage(tree_, job.representative, order.from, order.to);
+  row.trial = job.representative;
+  row.kind = job.kind;
+  row.from = order.from;
+  row.to = order.to;
+  row.reached = std::clamp(reached, order.from, order.to);
+  row.worker = w.hello.name;
+  row.started_at = job.started_at;
+  row.ended_at = std::max(job.started_at, unix_seconds());
+  row.outcome = outcome;
+  row.error = error;
+  row.studies.assign(job.studies.begin(), job.studies.end());
+  try {
+    plan_.add_execution(row);
+  } catch (const std::exception& e) {
+    spdlog::warn("execution of job {} not recorded: {}", order.id, e.what());
+  }
 }
 
 void Master::mark_progress(RunningJob& job, int64_t step) {
@@ -479,7 +512,7 @@ void Master::dispatch() {
   auto usable = [&](const WorkItem& item, const IdleWorker& w) {
     // A stage that failed on a worker's storage goes to another worker, while there is one.
     const std::set<std::string>* excluded =
-        pool_.excluded_for(first_stage(tree_, item.representative, item.from));
+        pool_.excluded_for(first_stage(tree_, item.representative, item.from, item.to));
     return w.devices >= devices_for(item) && (!excluded || !excluded->count(w.peer));
   };
   for (const Assignment& a : assign(work, idle, usable)) send_job(*pool_.find(a.peer), a.work);
@@ -501,7 +534,12 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work) {
   job.representative = work.representative;
   job.reported_step = work.from;
   job.progress_step = work.from;
-  job.studies = driver_.studies_through(first_stage(tree_, work.representative, work.from));
+  job.started_at = unix_seconds();
+  job.kind = work.from == work.to     ? ExecutionKind::kEvaluate
+             : work.stage == kNoStage ? ExecutionKind::kReplay
+                                      : ExecutionKind::kTrain;
+  job.studies =
+      driver_.studies_through(first_stage(tree_, work.representative, work.from, work.to));
   protocol::Job& order = job.order;
   order.run = run_spec(study.spec);
   order.hyperparams = tree_.trial(work.representative).hyperparams;

@@ -112,6 +112,11 @@ class Master {
   void check_workers();
   // The steps a job trained past its last reported state are lost: they count as executed.
   void count_lost_steps(const RunningJob& job);
+  // Adds the job's row to the plan's executions (the dashboard's timeline) as it ends; `reached`
+  // is clamped to its steps. A log, like events: a row that cannot be written is reported, not
+  // fatal.
+  void record_execution(const RunningJob& job, const ConnectedWorker& w, ExecutionOutcome outcome,
+                        int64_t reached, const std::string& error = "");
   // The job trained its path over [from, step) and the worker holds the state at `step`.
   void mark_progress(RunningJob& job, int64_t step);
   void abandon_orphan_jobs();

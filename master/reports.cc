@@ -40,24 +40,16 @@ json StudySummary::to_json() const {
 Progress progress(const StudyDriver& driver, const StageTree& tree, int64_t study) {
   Progress p;
   const TrackedStudy& s = driver.studies().at(study);
-  std::map<StageId, int64_t> needed;  // stage -> the end this study needs of it
+  std::map<TrialId, int64_t> needed;  // trial -> the steps this study needs of it
   for (const auto& [req, tid] : s.trials) {
     const TrackedTrial& t = *driver.trial(tid);
     ++p.trials;
     if (t.status != TrialStatus::kPending && t.status != TrialStatus::kRunning) ++p.trials_closed;
-    if (!t.in_tree) continue;
-    int64_t need = t.needed_length();
-    for (StageId id : tree.path(tid)) {
-      if (tree.stage(id).start >= need) break;
-      int64_t end = std::min(tree.stage(id).end, need);
-      needed[id] = std::max(needed[id], end);
-    }
+    if (t.in_tree) needed[tid] = t.needed_length();
   }
-  for (const auto& [id, end] : needed) {
-    const Stage& x = tree.stage(id);
-    p.steps_unique += end - x.start;
-    p.steps_trained += std::max<int64_t>(0, std::min(end, x.trained_until) - x.start);
-  }
+  StageTree::NeededSteps steps = tree.needed_steps(needed);
+  p.steps_unique = steps.unique;
+  p.steps_trained = steps.trained;
   p.elapsed_s = seconds_since(s.started);
   return p;
 }

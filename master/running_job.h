@@ -10,6 +10,7 @@
 #include "protocol/message.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
+#include "storage/plan.h"
 
 namespace hippo::master {
 
@@ -21,13 +22,15 @@ struct RunningJob {
   int64_t reported_step = 0;    // the latest step whose state the worker reported
   int64_t progress_step = 0;    // the latest step the worker said it reached
   bool abandoned = false;       // no running study needs it; the worker was told to stop
+  double started_at = 0;        // unix seconds, for the plan's record of executions
+  ExecutionKind kind = ExecutionKind::kTrain;
 };
 
-// The stage that holds step `from` of `trial`'s path, the first one a job starting there trains;
-// for an evaluation-only job at the trial's last step, the stage that made that state. A job's
-// failure is this stage's.
-inline StageId first_stage(const StageTree& tree, TrialId trial, int64_t from) {
-  return tree.stage_at(trial, std::min(from + 1, tree.trial(trial).length));
+// The stage a job over [from, to) of `trial`'s path trains first: the one that holds step
+// `from`; for an evaluation-only job (from == to), the stage that made the evaluated state. A
+// job's failure is this stage's.
+inline StageId first_stage(const StageTree& tree, TrialId trial, int64_t from, int64_t to) {
+  return tree.stage_at(trial, to > from ? from + 1 : from);
 }
 
 // What a worker must know of a study to build its engine (every field of its root key).

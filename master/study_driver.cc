@@ -490,28 +490,17 @@ void StudyDriver::charge_master_time(double seconds) {
 }
 
 int64_t StudyDriver::trained_length(const TrackedTrial& t) const {
-  if (!t.in_tree) return 0;
-  for (StageId id : tree_.path(t.id)) {
-    const Stage& x = tree_.stage(id);
-    if (x.trained_until < std::min(x.end, t.length)) return x.trained_until;
-  }
-  return t.length;
+  return t.in_tree ? tree_.trained_length(t.id) : 0;
 }
 
 std::unordered_map<StageId, int64_t> StudyDriver::needed_ends() const {
-  std::unordered_map<StageId, int64_t> out;
+  std::map<TrialId, int64_t> lengths;
   for (const auto& [id, t] : trials_) {
     // Work of a study that ended (done, failed, cancelled) is not trained any further.
     if (!t.in_tree || t.status == TrialStatus::kFailed || !running(t.study)) continue;
-    int64_t need = t.needed_length();
-    for (StageId s : tree_.path(id)) {
-      const Stage& x = tree_.stage(s);
-      if (x.start >= need) break;
-      int64_t& end = out[s];
-      end = std::max(end, std::min(x.end, need));
-    }
+    lengths[id] = t.needed_length();
   }
-  return out;
+  return tree_.needed_ends(lengths);
 }
 
 std::set<int64_t> StudyDriver::studies_through(StageId stage) const {

@@ -14,6 +14,11 @@ inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Seconds since the Unix epoch (wall-clock time, for records that people read).
+inline double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // CPU time of this thread: without the time it waits for a core while other processes on the
 // same machine keep them busy.
 inline double thread_cpu_seconds() {

@@ -288,6 +288,37 @@ TreeCounts StageTree::counts() const {
   return c;
 }
 
+int64_t StageTree::trained_length(TrialId id) const {
+  const int64_t length = trial(id).length;
+  for (StageId s : path(id)) {
+    const Stage& x = stages_[s];
+    if (x.trained_until < std::min(x.end, length)) return x.trained_until;
+  }
+  return length;
+}
+
+std::unordered_map<StageId, int64_t> StageTree::needed_ends(
+    const std::map<TrialId, int64_t>& lengths) const {
+  std::unordered_map<StageId, int64_t> out;  // stage -> the end some trial needs of it
+  for (const auto& [id, need] : lengths)
+    for (StageId s : path(id)) {
+      if (stages_[s].start >= need) break;
+      int64_t& end = out[s];
+      end = std::max(end, std::min(stages_[s].end, need));
+    }
+  return out;
+}
+
+StageTree::NeededSteps StageTree::needed_steps(const std::map<TrialId, int64_t>& lengths) const {
+  NeededSteps out;
+  for (const auto& [id, end] : needed_ends(lengths)) {
+    const Stage& x = stages_[id];
+    out.unique += end - x.start;
+    out.trained += std::max<int64_t>(0, std::min(end, x.trained_until) - x.start);
+  }
+  return out;
+}
+
 std::unordered_map<StageId, double> StageTree::priorities(
     const std::function<double(const std::string& root_key)>& cost_per_step) const {
   // Pre-order from the top stages puts every stage before its descendants; walking it backwards

@@ -114,6 +114,19 @@ class StageTree {
 
   TreeCounts counts() const;
 
+  // How far a trial's path has been trained from step 0 without a gap (at most its length).
+  int64_t trained_length(TrialId id) const;
+  // For every stage that some trial needs, each up to its own length in `lengths` (trial ->
+  // steps, at most its length): the end up to which it is needed.
+  std::unordered_map<StageId, int64_t> needed_ends(const std::map<TrialId, int64_t>& lengths) const;
+  // The steps of needed_ends(lengths): `unique` counts every stage's needed part once, `trained`
+  // what of that is trained. A study's steps_unique and its progress.
+  struct NeededSteps {
+    int64_t unique = 0;
+    int64_t trained = 0;
+  };
+  NeededSteps needed_steps(const std::map<TrialId, int64_t>& lengths) const;
+
   // Critical-path priority of every stage that has pending steps: its pending steps times
   // cost_per_step(root key), plus the largest priority below it (over children, pending or not).
   std::unordered_map<StageId, double> priorities(

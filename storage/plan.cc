@@ -30,6 +30,13 @@ Enum parse_name(const char* const (&names)[N], const std::string& text, const ch
 const char* const kPolicies[] = {"shared", "trial-based"};
 const char* const kStudyStatuses[] = {"running", "done", "failed", "cancelled"};
 const char* const kTrialStatuses[] = {"pending", "running", "done", "stopped", "failed"};
+const char* const kExecutionKinds[] = {"train", "replay", "evaluate"};
+const char* const kExecutionOutcomes[] = {"done", "failed", "abandoned", "lost"};
+
+// The first version whose tables this binary's reads expect (studies.deleted_at), and the first
+// with executions.
+constexpr int kFirstReadableVersion = 2;
+constexpr int kExecutionsVersion = 3;
 
 }  // namespace
 
@@ -56,6 +63,18 @@ StudyStatus parse_study_status(const std::string& t) {
 }
 TrialStatus parse_trial_status(const std::string& t) {
   return parse_name<TrialStatus>(kTrialStatuses, t, "trial status");
+}
+const char* to_string(ExecutionKind k) {
+  return kExecutionKinds[static_cast<int>(k)];
+}
+const char* to_string(ExecutionOutcome o) {
+  return kExecutionOutcomes[static_cast<int>(o)];
+}
+ExecutionKind parse_execution_kind(const std::string& t) {
+  return parse_name<ExecutionKind>(kExecutionKinds, t, "execution kind");
+}
+ExecutionOutcome parse_execution_outcome(const std::string& t) {
+  return parse_name<ExecutionOutcome>(kExecutionOutcomes, t, "execution outcome");
 }
 
 bool MetricRow::operator==(const MetricRow& o) const {
@@ -223,6 +242,42 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
   plan.exec("PRAGMA foreign_keys = ON");
   plan.migrate();
   return plan;
+}
+
+SearchPlan SearchPlan::open_read_only(const std::string& path) {
+  SearchPlan plan(path);
+  // READONLY: SQLite itself refuses any write through this connection. (It may still create the
+  // -wal and -shm files beside a plan whose last writer closed: they are SQLite's shared index,
+  // not data.)
+  if (sqlite3_open_v2(path.c_str(), &plan.db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    plan.fail("cannot open");
+  }
+  sqlite3_extended_result_codes(plan.db_, 1);
+  plan.set_busy_timeout(Options{}.busy_timeout_ms);
+  int version = plan.schema_version();
+  if (version > latest_schema_version()) {
+    throw std::runtime_error(path + ": schema version " + std::to_string(version) +
+                             " is newer than this binary's " +
+                             std::to_string(latest_schema_version()) + "; use a newer hippo");
+  }
+  if (version < kFirstReadableVersion) {
+    throw std::runtime_error(
+        path + ": schema version " + std::to_string(version) +
+        (version == 0 ? " (not a search plan)"
+                      : " is too old to read without migrating; any hippo command that opens it "
+                        "for writing (e.g. `hippo --db FILE studies`) migrates it"));
+  }
+  return plan;
+}
+
+void SearchPlan::snapshot(const std::function<void()>& fn) {
+  in_transaction("BEGIN", fn);
+}
+
+int64_t SearchPlan::data_version() {
+  Query q(*this, "PRAGMA data_version");
+  q.next();
+  return q.int64(0);
 }
 
 int SearchPlan::set_busy_timeout(int ms) {
@@ -596,6 +651,83 @@ std::vector<MetricRow> SearchPlan::study_metrics(int64_t study) {
           "ORDER BY m.trial_id, m.step, m.name",
           study);
   return read_metrics(q);
+}
+
+// ---- executions ----
+
+int64_t SearchPlan::add_execution(const ExecutionRow& row) {
+  const std::string what = "execution of trial " + std::to_string(row.trial) + " [" +
+                           std::to_string(row.from) + ", " + std::to_string(row.to) + ")";
+  if (row.from < 0 || row.to < row.from || row.reached < row.from || row.reached > row.to)
+    throw std::invalid_argument(what + ": reached step " + std::to_string(row.reached) +
+                                " is not within its steps");
+  if (row.ended_at < row.started_at)
+    throw std::invalid_argument(what + ": ended before it started");
+  std::optional<std::string> error;
+  if (!row.error.empty()) error = row.error;
+  int64_t id = 0;
+  transaction([&] {
+    if (!exists("trials", row.trial))
+      throw std::invalid_argument(what + ": no trial with id " + std::to_string(row.trial));
+    Query(*this,
+          "INSERT INTO executions (stage_id, trial_id, kind, from_step, to_step, reached_step, "
+          "worker, started_at, ended_at, outcome, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          row.stage, row.trial, to_string(row.kind), row.from, row.to, row.reached, row.worker,
+          row.started_at, row.ended_at, to_string(row.outcome), error)
+        .run();
+    id = sqlite3_last_insert_rowid(db_);
+    for (int64_t study : row.studies) {
+      if (!exists("studies", study))
+        throw std::invalid_argument(what + ": no study with id " + std::to_string(study));
+      Query(*this, "INSERT OR IGNORE INTO execution_studies (execution_id, study_id) VALUES (?, ?)",
+            id, study)
+          .run();
+    }
+  });
+  return id;
+}
+
+std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
+  std::vector<ExecutionRow> rows;
+  if (schema_version() < kExecutionsVersion) return rows;  // a version-2 file, read only
+#define EXECUTION_COLUMNS                                                                    \
+  "e.id, e.stage_id, e.trial_id, e.kind, e.from_step, e.to_step, e.reached_step, e.worker, " \
+  "e.started_at, e.ended_at, e.outcome, e.error, "                                           \
+  "(SELECT group_concat(study_id) FROM execution_studies WHERE execution_id = e.id)"
+  auto q = study ? std::make_unique<Query>(*this,
+                                           "SELECT " EXECUTION_COLUMNS
+                                           " FROM execution_studies s JOIN executions e ON "
+                                           "e.id = s.execution_id WHERE s.study_id = ? "
+                                           "ORDER BY e.started_at, e.id",
+                                           *study)
+                 : std::make_unique<Query>(*this, "SELECT " EXECUTION_COLUMNS
+                                                  " FROM executions e ORDER BY started_at, id");
+#undef EXECUTION_COLUMNS
+  while (q->next()) {
+    ExecutionRow r;
+    r.id = q->int64(0);
+    r.stage = q->int64(1);
+    r.trial = q->int64(2);
+    r.kind = parse_execution_kind(q->text(3));
+    r.from = q->int64(4);
+    r.to = q->int64(5);
+    r.reached = q->int64(6);
+    r.worker = q->text(7);
+    r.started_at = q->real(8);
+    r.ended_at = q->real(9);
+    r.outcome = parse_execution_outcome(q->text(10));
+    r.error = q->text(11);
+    const std::string ids = q->text(12);
+    for (size_t at = 0; at < ids.size();) {
+      size_t comma = ids.find(',', at);
+      if (comma == std::string::npos) comma = ids.size();
+      r.studies.push_back(std::stoll(ids.substr(at, comma - at)));
+      at = comma + 1;
+    }
+    std::sort(r.studies.begin(), r.studies.end());
+    rows.push_back(std::move(r));
+  }
+  return rows;
 }
 
 // ---- events ----

@@ -44,15 +44,25 @@ struct PlanBusy : std::runtime_error {
 enum class Policy { kShared, kTrialBased };
 enum class StudyStatus { kRunning, kDone, kFailed, kCancelled };
 enum class TrialStatus { kPending, kRunning, kDone, kStopped, kFailed };
+// What a job did: trained its steps, trained them again to rebuild a lost state (a replay), or
+// only evaluated a state (from == to).
+enum class ExecutionKind { kTrain, kReplay, kEvaluate };
+// How a job ended: its done came, it failed, it was abandoned (no running study needed it), or
+// its worker was lost (silent past the timeout, or said hello again).
+enum class ExecutionOutcome { kDone, kFailed, kAbandoned, kLost };
 
 // The names stored in the file and shown to users: "shared", "trial-based"; "running", ...
 const char* to_string(Policy policy);
 const char* to_string(StudyStatus status);
 const char* to_string(TrialStatus status);
+const char* to_string(ExecutionKind kind);
+const char* to_string(ExecutionOutcome outcome);
 // Inverses; throw std::invalid_argument naming the unknown text.
 Policy parse_policy(const std::string& text);
 StudyStatus parse_study_status(const std::string& text);
 TrialStatus parse_trial_status(const std::string& text);
+ExecutionKind parse_execution_kind(const std::string& text);
+ExecutionOutcome parse_execution_outcome(const std::string& text);
 // How users name a study: by its name, or by its id when the text is all digits (and no study
 // has it as a name). The id such a text stands for, if any.
 std::optional<int64_t> study_id_in(const std::string& text);
@@ -100,6 +110,22 @@ struct CheckpointRow {
   double created_at = 0;  // assigned by add_checkpoint
 };
 
+// One job a worker ran (schema version 3): what `hippo dashboard` draws on its timeline.
+struct ExecutionRow {
+  int64_t id = 0;            // assigned by add_execution
+  StageId stage = kNoStage;  // the stage of its first step, when it ended
+  TrialId trial = -1;        // the trial whose path it trained (the stage's representative)
+  ExecutionKind kind = ExecutionKind::kTrain;
+  int64_t from = 0;     // it was given the state after `from` steps ...
+  int64_t to = 0;       // ... and trained it to `to` (from == to: an evaluation only)
+  int64_t reached = 0;  // the step it got to: `to` when done, the last one heard of otherwise
+  std::string worker;   // the worker's name
+  double started_at = 0, ended_at = 0;  // unix seconds
+  ExecutionOutcome outcome = ExecutionOutcome::kDone;
+  std::string error;             // why it failed
+  std::vector<int64_t> studies;  // the studies whose trials needed it, ascending
+};
+
 struct EventRow {
   int64_t id = 0;
   double time = 0;
@@ -119,6 +145,11 @@ class SearchPlan {
   // schema version than this binary.
   static SearchPlan open(const std::string& path, const Options& options);
   static SearchPlan open(const std::string& path) { return open(path, Options{}); }
+  // Opens an existing file for reading only (the dashboard): SQLite refuses every write on this
+  // connection, nothing is migrated, and a reader never blocks a master writing the file (WAL).
+  // A file at version 2 (before executions) is read as it is: executions() is empty. Throws
+  // std::runtime_error for a missing file, a file that is not a plan, or a newer version.
+  static SearchPlan open_read_only(const std::string& path);
 
   SearchPlan(SearchPlan&&) noexcept;
   SearchPlan& operator=(SearchPlan&&) noexcept;
@@ -134,6 +165,12 @@ class SearchPlan {
   // writes are undone if it throws, and the outer one decides about the rest). An in-memory
   // StageTree changed inside a failed transaction is ahead of the file: reload it (load_tree).
   void transaction(const std::function<void()>& fn);
+  // Runs fn's reads in one read transaction: they all see the file as it was at its first read,
+  // whatever other processes commit meanwhile. It takes no lock that a writer waits for.
+  void snapshot(const std::function<void()>& fn);
+  // A number that changes whenever another connection (process) has committed to the file since
+  // this one last looked: a cheap "has anything changed?" (SQLite's PRAGMA data_version).
+  int64_t data_version();
 
   // Studies. create_study throws std::invalid_argument if a study that is not deleted has the name.
   int64_t create_study(const std::string& name, const nlohmann::json& spec, Policy policy);
@@ -170,6 +207,12 @@ class SearchPlan {
   void add_metric(const MetricRow& row);
   std::vector<MetricRow> metrics(TrialId trial);        // by (step, name)
   std::vector<MetricRow> study_metrics(int64_t study);  // by (trial, step, name)
+
+  // Executions: what the workers ran. add_execution throws std::invalid_argument (and stores
+  // nothing) for an unknown trial or study, or steps or times out of order; it returns the id.
+  int64_t add_execution(const ExecutionRow& row);
+  // Those that served `study` (every one for nullopt), by start time.
+  std::vector<ExecutionRow> executions(std::optional<int64_t> study);
 
   // Events: an append-only log of what happened.
   void add_event(std::optional<int64_t> study, const std::string& kind,

@@ -90,8 +90,36 @@ DROP INDEX studies_by_name;
 CREATE UNIQUE INDEX studies_by_name ON studies (name) WHERE deleted_at IS NULL;
 )sql";
 
+// Version 3: what each worker ran when (the dashboard's timeline). One row per job that ended:
+// the stage of its first step and the trial whose path it trained (the stage's representative
+// then: a later split gives the upper steps a new stage id, the trial's path stays), the steps it
+// was given [from_step, to_step) and how far it got, done / failed / abandoned / lost. A job
+// serves every study whose trials need its stages: execution_studies says which.
+static const char* const kVersion3 = R"sql(
+CREATE TABLE executions (
+  id INTEGER PRIMARY KEY,
+  stage_id INTEGER NOT NULL,
+  trial_id INTEGER NOT NULL REFERENCES trials (id),
+  kind TEXT NOT NULL CHECK (kind IN ('train', 'replay', 'evaluate')),
+  from_step INTEGER NOT NULL CHECK (from_step >= 0),
+  to_step INTEGER NOT NULL CHECK (to_step >= from_step),
+  reached_step INTEGER NOT NULL CHECK (reached_step >= from_step AND reached_step <= to_step),
+  worker TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  ended_at REAL NOT NULL CHECK (ended_at >= started_at),
+  outcome TEXT NOT NULL CHECK (outcome IN ('done', 'failed', 'abandoned', 'lost')),
+  error TEXT
+);
+CREATE TABLE execution_studies (
+  execution_id INTEGER NOT NULL REFERENCES executions (id),
+  study_id INTEGER NOT NULL REFERENCES studies (id),
+  PRIMARY KEY (execution_id, study_id)
+) WITHOUT ROWID;
+CREATE INDEX execution_studies_by_study ON execution_studies (study_id);
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3};
   return steps;
 }
 

@@ -50,6 +50,8 @@ void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* ac
 void add_key_commands(CLI::App& app, const GlobalOptions& global, Action* action);
 // cancel, workers
 void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* action);
+// dashboard, report
+void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* action);
 
 // The CURVE keys of --master-key and --key (none when neither is given); BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   add_pipeline_command(app, global, &action);
   add_key_commands(app, global, &action);
   add_cluster_commands(app, global, &action);
+  add_dashboard_commands(app, global, &action);
 
   try {
     app.parse(argc, argv);

@@ -14,11 +14,15 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "storage/plan.h"
 #include "tests/e2e/e2e_helper.h"
 
 namespace {
 
 using namespace hippo::e2e;
+using hippo::ExecutionOutcome;
+using hippo::ExecutionRow;
+using hippo::SearchPlan;
 
 class E2E : public E2ETest {
  protected:
@@ -394,6 +398,17 @@ TEST_F(E2E, LostWorkerStageIsRequeued) {
   json b = json::parse(sh(kHippo + " --db " + db + " --format json trials lost").out);
   ASSERT_EQ(a.size(), 4u);
   EXPECT_EQ(metrics_by_trial(a), metrics_by_trial(b));
+  // The plan's executions (the dashboard's timeline) say what happened: the victim's job lost,
+  // the rescue's done. With a one-second timeout a loaded machine can also lose a job of a live
+  // worker (it hellos again and is given work), so the count is at least one, not exactly one.
+  SearchPlan plan = SearchPlan::open_read_only(db);
+  int lost = 0, rescued = 0;
+  for (const ExecutionRow& e : plan.executions(std::nullopt)) {
+    lost += e.worker == "victim" && e.outcome == ExecutionOutcome::kLost;
+    rescued += e.worker == "rescue" && e.outcome == ExecutionOutcome::kDone;
+  }
+  EXPECT_GE(lost, 1);
+  EXPECT_GT(rescued, 0);
 }
 
 // `hippo workers` shows who trains what; `hippo cancel` ends one of two running studies: its
@@ -444,6 +459,17 @@ TEST_F(E2E, CancelEndsOneStudyAndFreesItsWorkers) {
     if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(idle) << list.dump();
+  // Their jobs are in the plan's executions as abandoned, for the cancelled study.
+  for (int i = 0; i < 500; ++i) {
+    int abandoned = 0;
+    SearchPlan plan = SearchPlan::open_read_only(db);
+    int64_t long_id = plan.study_by_name("long")->id;
+    for (const ExecutionRow& e : plan.executions(long_id))
+      abandoned += e.outcome == ExecutionOutcome::kAbandoned;
+    if (abandoned == 2) break;
+    ASSERT_LT(i, 499) << "the abandoned jobs are not in the plan's executions";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 
   // The other study runs to the end on the freed workers, with the metrics it has alone.
   Result other = sh(client + "submit " + short_study + " --wait");

@@ -40,6 +40,28 @@ TEST(StageTree, InterfaceExampleStudy) {
   EXPECT_EQ(tree.top_stages().size(), 3u);
 }
 
+TEST(StageTree, TrainedLengthAndNeededSteps) {
+  StageTree tree;
+  // 0 and 1 share [0, 10); 1 goes on to 30; 2 is alone.
+  tree.add_trial(0, "r", lr(steps({{0, 0.1}, {10, 0.01}})), 20);
+  tree.add_trial(1, "r", lr(steps({{0, 0.1}, {10, 0.05}})), 30);
+  tree.add_trial(2, "r", lr(Sequence::constant(0.3)), 15);
+  EXPECT_EQ(tree.trained_length(1), 0);
+  StageId shared = tree.stage_at(1, 10), upper = tree.stage_at(1, 30);
+  tree.mark_trained(shared, 10);
+  tree.mark_trained(upper, 18);
+  EXPECT_EQ(tree.trained_length(1), 18);
+  EXPECT_EQ(tree.trained_length(0), 10);
+  // All of them: 10 shared + 10 + 20 + 15 unique; trained: 10 + 8.
+  auto all = tree.needed_steps({{0, 20}, {1, 30}, {2, 15}});
+  EXPECT_EQ(all.unique, 55);
+  EXPECT_EQ(all.trained, 18);
+  // Trial 1 stopped at 12: only [10, 12) of its own stage is needed.
+  auto stopped = tree.needed_steps({{0, 20}, {1, 12}});
+  EXPECT_EQ(stopped.unique, 10 + 10 + 2);
+  EXPECT_EQ(stopped.trained, 10 + 2);
+}
+
 TEST(StageTree, SplitKeepsTheIdOnTheLowerPart) {
   StageTree tree;
   tree.add_trial(0, "r", lr(steps({{0, 1}, {100, 2}})), 200);

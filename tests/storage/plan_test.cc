@@ -519,5 +519,110 @@ TEST_F(PlanTest, AWriteWaitsForAnotherProcessThenFailsClearly) {
   EXPECT_TRUE(plan.events(std::nullopt, 10).empty());
 }
 
+TEST_F(PlanTest, StoresExecutionsWithTheirStudies) {
+  auto plan = SearchPlan::open(file_.string());
+  int64_t s1 = study_with_trials(plan, "first", 2, 0);
+  int64_t s2 = study_with_trials(plan, "second", 1, 2);
+  ExecutionRow done{0,    3,     0,     ExecutionKind::kTrain,   0,  10,      10,
+                    "w1", 100.0, 102.5, ExecutionOutcome::kDone, "", {s2, s1}};
+  ExecutionRow lost{0,    4,     1,     ExecutionKind::kReplay,  5,  10,  7,
+                    "w2", 101.0, 104.0, ExecutionOutcome::kLost, "", {s1}};
+  ExecutionRow failed{0,    4,     2,     ExecutionKind::kEvaluate,  10,         10,  10,
+                      "w1", 103.0, 103.5, ExecutionOutcome::kFailed, "diverged", {s2}};
+  done.id = plan.add_execution(done);
+  lost.id = plan.add_execution(lost);
+  failed.id = plan.add_execution(failed);
+  done.studies = {s1, s2};  // read back in ascending order
+
+  auto same = [](const ExecutionRow& a, const ExecutionRow& b) {
+    return a.id == b.id && a.stage == b.stage && a.trial == b.trial && a.kind == b.kind &&
+           a.from == b.from && a.to == b.to && a.reached == b.reached && a.worker == b.worker &&
+           a.started_at == b.started_at && a.ended_at == b.ended_at && a.outcome == b.outcome &&
+           a.error == b.error && a.studies == b.studies;
+  };
+  auto all = plan.executions(std::nullopt);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_TRUE(same(all[0], done));
+  EXPECT_TRUE(same(all[1], lost));
+  EXPECT_TRUE(same(all[2], failed));
+  auto of_first = plan.executions(s1);
+  ASSERT_EQ(of_first.size(), 2u);
+  EXPECT_TRUE(same(of_first[0], done));
+  EXPECT_TRUE(same(of_first[1], lost));
+  ASSERT_EQ(plan.executions(s2).size(), 2u);
+
+  // Bad rows are refused whole.
+  ExecutionRow bad = done;
+  bad.reached = 11;
+  EXPECT_THROW(plan.add_execution(bad), std::invalid_argument);
+  bad = done;
+  bad.ended_at = 99;
+  EXPECT_THROW(plan.add_execution(bad), std::invalid_argument);
+  bad = done;
+  bad.trial = 42;
+  EXPECT_THROW(plan.add_execution(bad), std::invalid_argument);
+  bad = done;
+  bad.studies = {s1, 77};
+  EXPECT_THROW(plan.add_execution(bad), std::invalid_argument);
+  EXPECT_EQ(plan.executions(std::nullopt).size(), 3u);
+  EXPECT_EQ(plan.executions(s1).size(), 2u);
+}
+
+TEST_F(PlanTest, MigratesAVersion2FileToExecutions) {
+  raw_exec(file_, std::string(migrations()[0]) + std::string(migrations()[1]) +
+                      "PRAGMA user_version = 2;"
+                      "INSERT INTO studies (name, spec, policy, status, created_at) "
+                      "VALUES ('old', '{}', 'shared', 'done', 1.7e9);");
+  {
+    // Read only, a version-2 file is read as it is: no executions yet, nothing migrated.
+    auto reader = SearchPlan::open_read_only(file_.string());
+    EXPECT_EQ(reader.schema_version(), 2);
+    EXPECT_TRUE(reader.executions(std::nullopt).empty());
+    EXPECT_EQ(reader.studies().size(), 1u);
+  }
+  auto plan = SearchPlan::open(file_.string());
+  EXPECT_EQ(plan.schema_version(), latest_schema_version());
+  EXPECT_TRUE(plan.executions(std::nullopt).empty());
+}
+
+TEST_F(PlanTest, AReadOnlyPlanRefusesWritesAndSeesOthersCommits) {
+  auto writer = SearchPlan::open(file_.string());
+  int64_t study = study_with_trials(writer, "s", 2, 0);
+  auto reader = SearchPlan::open_read_only(file_.string());
+  EXPECT_THROW(reader.create_study("x", {}, Policy::kShared), std::runtime_error);
+  EXPECT_THROW(reader.add_metric({0, 1, "loss", 1.0}), std::runtime_error);
+
+  int64_t version = reader.data_version();
+  EXPECT_EQ(reader.data_version(), version);  // nothing committed meanwhile
+  writer.add_metric({0, 5, "loss", 0.5});
+  EXPECT_NE(reader.data_version(), version);
+  EXPECT_EQ(reader.study_metrics(study).size(), 1u);
+
+  // A snapshot sees one state: the writer's commit during it shows only after it.
+  reader.snapshot([&] {
+    EXPECT_EQ(reader.study_metrics(study).size(), 1u);
+    writer.add_metric({1, 5, "loss", 0.25});  // the writer is not blocked by the reader
+    EXPECT_EQ(reader.study_metrics(study).size(), 1u);
+  });
+  EXPECT_EQ(reader.study_metrics(study).size(), 2u);
+}
+
+TEST_F(PlanTest, ReadOnlyOpeningRefusesMissingForeignAndNewerFiles) {
+  EXPECT_THROW(SearchPlan::open_read_only((dir_ / "missing.db").string()), std::runtime_error);
+  EXPECT_FALSE(fs::exists(dir_ / "missing.db"));
+  std::ofstream(dir_ / "text.db") << std::string(8192, 'x');
+  EXPECT_THROW(SearchPlan::open_read_only((dir_ / "text.db").string()), std::runtime_error);
+  raw_exec(dir_ / "empty.db", "CREATE TABLE t (x);");
+  try {
+    SearchPlan::open_read_only((dir_ / "empty.db").string());
+    FAIL() << "opened a database that is no plan";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a search plan"), std::string::npos) << e.what();
+  }
+  { SearchPlan::open(file_.string()); }
+  raw_exec(file_, "PRAGMA user_version = " + std::to_string(latest_schema_version() + 1));
+  EXPECT_THROW(SearchPlan::open_read_only(file_.string()), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace hippo

@@ -1,0 +1,44 @@
+// The dashboard's figures as SVG text, drawn by our own code from a StudyView: no charting
+// library, no script needed to see them, the same bytes in the live pages and the one-file report.
+// Every element that stands for something in the plan carries it in data-* attributes (a curve
+// its trial, a tree box its stage, a timeline bar its execution), which the browser tests read
+// and dashboard.js shows on hover; timeline bars also have a <title>. Text from the plan is
+// escaped.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dashboard/model.h"
+
+namespace hippo::dashboard {
+
+// Text escaped for HTML and SVG, in element content and in quoted attributes.
+std::string escape(std::string_view text);
+// A number as people read it: up to 4 significant digits ("0.8184", "1.2e+04").
+std::string number(double value);
+
+// Optimization history: each trial's best value of the metric by trial number, and the best so
+// far as a step line.
+std::string history_svg(const StudyView& study);
+// Learning curves: one path per trial with values (class "curve", data-trial = its number), the
+// metric by step; trials that share stages share those evaluations, so their curves coincide up
+// to the step where they diverge. Long curves are downsampled (min and max per pixel column).
+std::string curves_svg(const StudyView& study);
+// Parallel coordinates: an axis per parameter and one for the metric, a line per trial that has
+// a value, coloured by that value (best yellow, worst purple).
+std::string parallel_svg(const StudyView& study);
+// Slice plots: for each parameter, the trials' best values against the parameter's value.
+std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& study);
+// The stage tree along the step axis: a box per stage (class "stage", data-stage = its id,
+// data-state), branching where trials diverge, coloured by state, the trained part darker.
+std::string tree_svg(const StudyView& study);
+// The timeline: a lane per worker, a bar per execution (class "execution"), idle time blank;
+// each lane says how busy its worker was, bars on the critical path are outlined.
+std::string timeline_svg(const StudyView& study);
+// Several studies' best so far by trial number, one line each (the comparison page).
+std::string compare_svg(const std::vector<const StudyView*>& studies);
+
+}  // namespace hippo::dashboard

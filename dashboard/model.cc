@@ -1,0 +1,181 @@
+#include "dashboard/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_map>
+
+namespace hippo::dashboard {
+namespace {
+
+bool better(double a, double b, bool maximize) {
+  return maximize ? a > b : a < b;
+}
+
+// The stages on the study's trials' paths, each parent before its children (pre-order from the
+// top stages, children in creation order).
+std::vector<StageId> study_stages(const StageTree& tree, const std::set<StageId>& on_paths) {
+  std::vector<StageId> order;
+  std::vector<StageId> todo;
+  for (StageId top : tree.top_stages())
+    if (on_paths.count(top)) todo.push_back(top);
+  std::reverse(todo.begin(), todo.end());
+  while (!todo.empty()) {
+    StageId s = todo.back();
+    todo.pop_back();
+    order.push_back(s);
+    const auto& children = tree.stage(s).children;
+    for (auto it = children.rbegin(); it != children.rend(); ++it)
+      if (on_paths.count(*it)) todo.push_back(*it);
+  }
+  return order;
+}
+
+StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tree,
+                     const std::map<StageId, std::vector<int64_t>>& checkpoints,
+                     std::vector<ExecutionRow> executions, double now) {
+  StudyView v;
+  v.row = row;
+  const nlohmann::json searcher = row.spec.value("searcher", nlohmann::json::object());
+  if (searcher.is_object()) {
+    v.metric = searcher.value("metric", std::string("accuracy"));
+    v.maximize = searcher.value("mode", std::string("max")) != "min";
+  }
+  v.executions = std::move(executions);
+  const bool running = row.status == StudyStatus::kRunning;
+
+  std::unordered_map<TrialId, size_t> index;
+  for (TrialRow& t : plan.trials(row.id)) {
+    index[t.id] = v.trials.size();
+    v.trials.push_back({std::move(t), {}, {}, std::nullopt, 0, 0});
+  }
+  for (const MetricRow& m : plan.study_metrics(row.id)) {
+    auto it = index.find(m.trial);
+    if (it == index.end()) continue;
+    TrialView& t = v.trials[it->second];
+    t.last[m.name] = m.value;  // rows come by step: the last one stays
+    if (m.name != v.metric || std::isnan(m.value)) continue;
+    t.curve.emplace_back(m.step, m.value);
+    if (!t.best || better(m.value, *t.best, v.maximize)) t.best = m.value;
+    if (!v.best || better(m.value, v.best->value, v.maximize))
+      v.best = StudyView::Best{t.row.number, m.value, m.step};
+  }
+
+  // Steps as the master counts them (Master::summary): a stopped trial needs what it had been
+  // trained to, every other its length.
+  std::map<TrialId, int64_t> needed;  // by trial id, for the tree's needed_steps
+  std::set<StageId> on_paths;
+  for (TrialView& t : v.trials) {
+    const TrialRow& r = t.row;
+    if (r.status != TrialStatus::kPending && r.status != TrialStatus::kRunning) ++v.trials_closed;
+    if (!tree.has_trial(r.id)) continue;
+    t.trained = tree.trained_length(r.id);
+    t.needed = r.status == TrialStatus::kStopped ? std::min(r.length, t.trained) : r.length;
+    needed[r.id] = t.needed;
+    v.steps_trial_based += t.needed;
+    v.critical_path_steps = std::max(v.critical_path_steps, t.needed);
+    for (StageId s : tree.path(r.id)) on_paths.insert(s);
+  }
+  StageTree::NeededSteps steps = tree.needed_steps(needed);
+  v.steps_unique = steps.unique;
+  v.steps_trained = steps.trained;
+  for (const ExecutionRow& e : v.executions) v.steps_executed += e.reached - e.from;
+  v.wall_s = std::max(0.0, (row.ended_at ? *row.ended_at : now) - row.created_at);
+
+  // The stages: what this study needs of each, and what its still running trials need.
+  std::unordered_map<StageId, int64_t> needed_end, active_end, through;
+  std::unordered_map<StageId, std::vector<int64_t>> ending;
+  TrialId longest = -1;  // the trial that needs the most steps: its path is the critical path
+  int64_t longest_needed = -1;
+  for (const TrialView& t : v.trials) {
+    const TrialRow& r = t.row;
+    if (!tree.has_trial(r.id)) continue;
+    if (t.needed > longest_needed) {
+      longest = r.id;
+      longest_needed = t.needed;
+    }
+    const bool active =
+        running && (r.status == TrialStatus::kPending || r.status == TrialStatus::kRunning);
+    std::vector<StageId> path = tree.path(r.id);
+    ending[path.back()].push_back(r.number);
+    for (StageId s : path) {
+      const Stage& x = tree.stage(s);
+      ++through[s];
+      int64_t end = std::clamp(t.needed, x.start, x.end);
+      needed_end[s] = std::max(needed_end[s], end);
+      if (active) active_end[s] = std::max(active_end[s], std::min(r.length, x.end));
+    }
+  }
+  std::set<StageId> critical;
+  if (longest >= 0)
+    for (StageId s : tree.path(longest)) critical.insert(s);
+  for (StageId id : study_stages(tree, on_paths)) {
+    StageView s;
+    s.stage = tree.stage(id);
+    s.needed_end = std::max(needed_end[id], s.stage.start);
+    const int64_t trained = s.stage.trained_until;
+    if (trained >= s.stage.end) {
+      s.state = StageState::kTrained;
+    } else if (active_end[id] > trained) {
+      s.state = trained > s.stage.start ? StageState::kTraining : StageState::kPending;
+    } else if (s.needed_end > s.stage.start && trained >= s.needed_end) {
+      s.state = StageState::kTrained;  // what is needed is trained; the rest was pruned
+    } else {
+      s.state = StageState::kPruned;
+    }
+    s.trials_ending = ending[id];
+    std::sort(s.trials_ending.begin(), s.trials_ending.end());
+    s.trials_through = through[id];
+    auto c = checkpoints.find(id);
+    if (c != checkpoints.end()) s.checkpoints = c->second;
+    s.on_critical_path = critical.count(id) != 0;
+    v.stages.push_back(std::move(s));
+  }
+  return v;
+}
+
+}  // namespace
+
+const char* to_string(StageState state) {
+  static const char* const names[] = {"trained", "training", "pending", "pruned"};
+  return names[static_cast<int>(state)];
+}
+
+double StudyView::saving() const {
+  return steps_unique > 0 ? static_cast<double>(steps_trial_based) / steps_unique : 0;
+}
+
+const TrialView* StudyView::trial(int64_t number) const {
+  if (number < 1 || number > static_cast<int64_t>(trials.size())) return nullptr;
+  const TrialView& t = trials[number - 1];  // numbers are 1, 2, ... in order
+  return t.row.number == number ? &t : nullptr;
+}
+
+std::shared_ptr<const StudyView> PlanView::find(const std::string& name_or_id) const {
+  for (const auto& s : studies)
+    if (s->row.name == name_or_id) return s;
+  if (std::optional<int64_t> id = study_id_in(name_or_id))
+    for (const auto& s : studies)
+      if (s->row.id == *id) return s;
+  return nullptr;
+}
+
+PlanView read_plan(SearchPlan& plan, double now) {
+  PlanView view;
+  view.read_at = now;
+  plan.snapshot([&] {
+    view.version = plan.data_version();
+    StageTree tree = plan.load_tree();  // joins this snapshot
+    std::map<StageId, std::vector<int64_t>> checkpoints;
+    for (const CheckpointRow& c : plan.checkpoints()) checkpoints[c.stage].push_back(c.step);
+    std::map<int64_t, std::vector<ExecutionRow>> executions;
+    for (ExecutionRow& e : plan.executions(std::nullopt))
+      for (int64_t study : e.studies) executions[study].push_back(e);
+    for (const StudyRow& row : plan.studies())
+      view.studies.push_back(std::make_shared<StudyView>(
+          read_study(plan, row, tree, checkpoints, std::move(executions[row.id]), now)));
+  });
+  return view;
+}
+
+}  // namespace hippo::dashboard

@@ -1,0 +1,76 @@
+// What the dashboard shows, read from the search plan: one PlanView per state of the file, built
+// in one read snapshot, never written back. Pure computation over the plan's rows and stage tree
+// (no HTTP, no SVG): the pages and the report draw from it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "storage/plan.h"
+
+namespace hippo::dashboard {
+
+struct TrialView {
+  TrialRow row;
+  std::vector<std::pair<int64_t, double>> curve;  // (step, value) of the study's metric, by step
+  std::map<std::string, double> last;             // each metric's value at its last step
+  std::optional<double> best;                     // the trial's best value of the study's metric
+  int64_t needed = 0;   // steps it needs: its length, or how far it got when it was stopped
+  int64_t trained = 0;  // how far its path is trained from step 0
+};
+
+// How a stage looks on the tree: trained to its end, training (partly trained, still needed),
+// pending (nothing trained, still needed), pruned (no trial that is still running needs the rest).
+enum class StageState { kTrained, kTraining, kPending, kPruned };
+const char* to_string(StageState state);
+
+struct StageView {
+  Stage stage;             // as stored (its end is the largest any trial asked for)
+  int64_t needed_end = 0;  // the end that this study's trials need
+  StageState state = StageState::kPending;
+  std::vector<int64_t> trials_ending;  // numbers of this study's trials ending in it
+  int64_t trials_through = 0;          // this study's trials that pass through it
+  std::vector<int64_t> checkpoints;    // steps with a checkpoint
+  bool on_critical_path = false;       // on the path of the study's longest trial
+};
+
+struct StudyView {
+  StudyRow row;
+  std::string metric = "accuracy";
+  bool maximize = true;
+  std::vector<TrialView> trials;  // by number
+  std::vector<StageView> stages;  // the study's part of the tree, each parent before its children
+  std::vector<ExecutionRow> executions;  // those that served the study, by start
+  int64_t trials_closed = 0;
+  int64_t steps_trial_based = 0, steps_unique = 0, steps_trained = 0, steps_executed = 0;
+  int64_t critical_path_steps = 0;
+  double wall_s = 0;
+  // The best (trial number, value, step) over every value of the metric, if any.
+  struct Best {
+    int64_t trial = 0;
+    double value = 0;
+    int64_t step = 0;
+  };
+  std::optional<Best> best;
+  // steps_trial_based / steps_unique: what sharing saved (1 = nothing), 0 before any work.
+  double saving() const;
+  const TrialView* trial(int64_t number) const;  // nullptr if none
+};
+
+struct PlanView {
+  int64_t version = 0;  // SearchPlan::data_version() it was read at
+  double read_at = 0;   // unix seconds
+  std::vector<std::shared_ptr<const StudyView>> studies;  // not deleted, by id
+  // A study named by its name or id (study_id_in); nullptr if none.
+  std::shared_ptr<const StudyView> find(const std::string& name_or_id) const;
+};
+
+// Reads every study in one snapshot of the plan. `now` (unix seconds) is the end of the wall
+// time of running studies.
+PlanView read_plan(SearchPlan& plan, double now);
+
+}  // namespace hippo::dashboard

@@ -1,0 +1,327 @@
+#include "dashboard/pages.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <set>
+
+#include "dashboard/assets.h"
+#include "dashboard/figures.h"
+
+namespace hippo::dashboard {
+namespace {
+
+// Base64 of the bytes that hex digits spell: CSP wants a hash as base64, cmake gives hex.
+std::string hex_to_base64(std::string_view hex) {
+  static const char* const digits =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes += static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16));
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t n = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 2]);
+    out += digits[(n >> 18) & 63];
+    out += digits[(n >> 12) & 63];
+    out += i + 1 < bytes.size() ? digits[(n >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? digits[n & 63] : '=';
+  }
+  return out;
+}
+
+std::string duration(double seconds) {
+  char buf[32];
+  if (seconds < 120) {
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  } else if (seconds < 7200) {
+    std::snprintf(buf, sizeof buf, "%.1f min", seconds / 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f h", seconds / 3600);
+  }
+  return buf;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string study_link(const StudyView& s, const std::string& suffix = "") {
+  return "/study/" + std::to_string(s.row.id) + suffix;
+}
+
+// JSON text that is safe inside a <script type="application/json"> element.
+std::string script_json(const nlohmann::json& j) {
+  std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '<') {
+      out += "\\u003c";  // no "</script>" can end the element early
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The numbers a study is judged by, as definition-list items with data-* for the tests.
+std::string summary(const StudyView& s) {
+  std::string best = "-";
+  if (s.best)
+    best = number(s.best->value) + " (trial " + std::to_string(s.best->trial) + ", step " +
+           std::to_string(s.best->step) + ")";
+  double progress = s.steps_unique > 0 ? static_cast<double>(s.steps_trained) / s.steps_unique : 0;
+  std::string out =
+      "<dl class=\"summary\" data-study=\"" + std::to_string(s.row.id) + "\" data-trials=\"" +
+      std::to_string(s.trials.size()) + "\" data-closed=\"" + std::to_string(s.trials_closed) +
+      "\" data-steps-trial-based=\"" + std::to_string(s.steps_trial_based) +
+      "\" data-steps-unique=\"" + std::to_string(s.steps_unique) + "\" data-steps-trained=\"" +
+      std::to_string(s.steps_trained) + "\" data-steps-executed=\"" +
+      std::to_string(s.steps_executed) + "\" data-saving=\"" + fixed(s.saving(), 4) + "\">";
+  auto item = [&](const std::string& term, const std::string& value, const std::string& cls) {
+    out += "<div class=\"" + cls + "\"><dt>" + term + "</dt><dd>" + value + "</dd></div>";
+  };
+  item("status",
+       "<span class=\"status " + std::string(to_string(s.row.status)) + "\">" +
+           to_string(s.row.status) + "</span>" +
+           (s.row.error.empty() ? "" : " " + escape(s.row.error)),
+       "status-item");
+  item("trials", std::to_string(s.trials_closed) + " closed of " + std::to_string(s.trials.size()),
+       "trials");
+  item("best " + escape(s.metric) + (s.maximize ? " (max)" : " (min)"), best, "best");
+  item("steps trial-based / unique / executed",
+       std::to_string(s.steps_trial_based) + " / " + std::to_string(s.steps_unique) + " / " +
+           std::to_string(s.steps_executed),
+       "steps");
+  item("saving",
+       s.steps_unique > 0 ? "<span class=\"saving\">" + fixed(s.saving(), 2) + "×</span>" : "-",
+       "saving-item");
+  item("wall time", duration(s.wall_s), "wall");
+  item("trained",
+       "<progress class=\"progress\" max=\"1\" value=\"" + fixed(progress, 4) + "\"></progress> " +
+           std::to_string(s.steps_trained) + " of " + std::to_string(s.steps_unique) + " steps",
+       "progress-item");
+  return out + "</dl>";
+}
+
+std::string nav(const StudyView& s, const std::string& here) {
+  std::string out = "<nav class=\"study-nav\">";
+  const std::pair<const char*, std::string> links[] = {
+      {"study", study_link(s)},
+      {"stage tree", study_link(s, "/tree")},
+      {"timeline", study_link(s, "/timeline")},
+      {"report (one file)", "/report/" + std::to_string(s.row.id)}};
+  for (const auto& [name, href] : links)
+    out += here == name ? "<strong>" + std::string(name) + "</strong>"
+                        : "<a href=\"" + href + "\">" + name + "</a>";
+  return out + "</nav>";
+}
+
+// A value for the table: numbers to 6 significant digits (the table shows 4; full doubles would
+// make a large study's page a third heavier).
+nlohmann::json cell_value(const nlohmann::json& v) {
+  if (!v.is_number_float()) return v;
+  double d = v.get<double>();
+  if (!std::isfinite(d)) return nullptr;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", d);
+  return std::strtod(buf, nullptr);
+}
+
+// The trial table's rows as JSON for dashboard.js (sortable, filterable, paged).
+std::string trial_table(const StudyView& s) {
+  std::set<std::string> param_names, metric_names;
+  for (const TrialView& t : s.trials) {
+    if (t.row.params.is_object())
+      for (const auto& [k, v] : t.row.params.items()) param_names.insert(k);
+    for (const auto& [k, v] : t.last) metric_names.insert(k);
+  }
+  nlohmann::json columns = {"trial", "status", "end reason", "steps"};
+  for (const std::string& p : param_names) columns.push_back(p);
+  columns.push_back("best " + s.metric);
+  for (const std::string& m : metric_names) columns.push_back("last " + m);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const TrialView& t : s.trials) {
+    nlohmann::json row = {t.row.number, to_string(t.row.status), t.row.end_reason, t.needed};
+    for (const std::string& p : param_names)
+      row.push_back(t.row.params.is_object() && t.row.params.contains(p) ? t.row.params[p]
+                                                                         : nlohmann::json());
+    row.push_back(t.best ? nlohmann::json(*t.best) : nlohmann::json());
+    for (const std::string& m : metric_names) {
+      auto it = t.last.find(m);
+      row.push_back(it == t.last.end() || std::isnan(it->second) ? nlohmann::json()
+                                                                 : nlohmann::json(it->second));
+    }
+    rows.push_back(std::move(row));
+  }
+  return "<section class=\"table\"><h2>Trials</h2><div class=\"trial-table\" data-rows=\"" +
+         std::to_string(s.trials.size()) +
+         "\"><noscript>The table needs JavaScript.</noscript></div>"
+         "<script type=\"application/json\" class=\"trial-data\">" +
+         script_json({{"columns", columns}, {"rows", rows}}) + "</script></section>";
+}
+
+std::string figure(const std::string& title, const std::string& svg, const std::string& note = "") {
+  return "<figure><figcaption>" + title + "</figcaption>" + svg +
+         (note.empty() ? "" : "<p class=\"note\">" + note + "</p>") + "</figure>";
+}
+
+std::string study_figures(const StudyView& s) {
+  std::string out = "<div class=\"figures\">";
+  out += figure("Optimization history", history_svg(s));
+  out += figure("Learning curves (" + escape(s.metric) + ")", curves_svg(s),
+                "one line per trial; trials that share stages coincide up to their divergence");
+  out += figure("Parallel coordinates", parallel_svg(s));
+  out += "</div><h2>Slices</h2><div class=\"slices\">";
+  for (const auto& [name, svg] : slice_svgs(s)) out += figure(escape(name), svg);
+  return out + "</div>";
+}
+
+std::string legend(const std::vector<std::pair<std::string, std::string>>& items) {
+  std::string out = "<ul class=\"legend\">";
+  for (const auto& [cls, text] : items)
+    out += "<li><span class=\"swatch " + cls + "\"></span>" + text + "</li>";
+  return out + "</ul>";
+}
+
+std::string tree_section(const StudyView& s) {
+  size_t trained = 0;
+  for (const StageView& st : s.stages) trained += st.state == StageState::kTrained;
+  return "<p>" + std::to_string(s.stages.size()) + " stages (" + std::to_string(trained) +
+         " trained) along the step axis; a branch is where trials diverge. Hover or select a "
+         "stage for its trials, steps and checkpoints.</p>" +
+         legend({{"trained", "trained"},
+                 {"training", "training"},
+                 {"pending", "pending"},
+                 {"pruned", "pruned (no running trial needs it)"},
+                 {"checkpoint", "checkpoint"}}) +
+         figure("Stage tree", tree_svg(s)) +
+         "<div class=\"stage-details\" aria-live=\"polite\"></div>";
+}
+
+std::string timeline_section(const StudyView& s) {
+  return "<p>What each worker ran when: " + std::to_string(s.executions.size()) +
+         " executions; blank is idle. Outlined bars trained stages on the critical path (the "
+         "longest trial, " +
+         std::to_string(s.critical_path_steps) + " steps).</p>" +
+         legend({{"train", "train"},
+                 {"replay", "replay (rebuilding a lost state)"},
+                 {"evaluate", "evaluate"},
+                 {"failed", "failed, lost or abandoned"}}) +
+         figure("Timeline", timeline_svg(s));
+}
+
+}  // namespace
+
+std::string content_security_policy(bool live) {
+  return "default-src 'none'; script-src 'sha256-" + hex_to_base64(kScriptSha256) +
+         "'; style-src 'sha256-" + hex_to_base64(kStyleSha256) + "'; img-src data:; connect-src " +
+         (live ? "'self'" : "'none'") + "; base-uri 'none'; form-action " +
+         (live ? "'self'" : "'none'");
+}
+
+Page studies_page(const PlanView& plan) {
+  Page p{"hippo: studies", ""};
+  std::string& out = p.content;
+  out = "<h1>Studies</h1>";
+  if (plan.studies.empty()) {
+    out += "<p class=\"empty\">No studies in this search plan yet.</p>";
+    return p;
+  }
+  out +=
+      "<form action=\"/compare\" method=\"get\"><table "
+      "class=\"studies\"><thead><tr><th>compare</th>"
+      "<th>id</th><th>name</th><th>status</th><th>policy</th><th>trials</th><th>best</th>"
+      "<th>steps trial-based</th><th>unique</th><th>executed</th><th>saving</th><th>wall "
+      "time</th><th>trained</th></tr></thead><tbody>";
+  for (const auto& sp : plan.studies) {
+    const StudyView& s = *sp;
+    double progress =
+        s.steps_unique > 0 ? static_cast<double>(s.steps_trained) / s.steps_unique : 0;
+    out += "<tr class=\"study\" data-study=\"" + std::to_string(s.row.id) + "\" data-saving=\"" +
+           fixed(s.saving(), 4) +
+           "\"><td><input type=\"checkbox\" "
+           "name=\"id\" value=\"" +
+           std::to_string(s.row.id) + "\" aria-label=\"compare " + escape(s.row.name) +
+           "\"></td><td>" + std::to_string(s.row.id) + "</td><td><a href=\"" + study_link(s) +
+           "\">" + escape(s.row.name) + "</a></td><td><span class=\"status " +
+           to_string(s.row.status) + "\">" + to_string(s.row.status) + "</span></td><td>" +
+           to_string(s.row.policy) + "</td><td>" + std::to_string(s.trials_closed) + "/" +
+           std::to_string(s.trials.size()) + "</td><td>" +
+           (s.best ? escape(s.metric) + " " + number(s.best->value) : "-") + "</td><td>" +
+           std::to_string(s.steps_trial_based) + "</td><td>" + std::to_string(s.steps_unique) +
+           "</td><td>" + std::to_string(s.steps_executed) + "</td><td class=\"saving\">" +
+           (s.steps_unique > 0 ? fixed(s.saving(), 2) + "×" : "-") + "</td><td>" +
+           duration(s.wall_s) + "</td><td><progress max=\"1\" value=\"" + fixed(progress, 4) +
+           "\"></progress></td></tr>";
+  }
+  out += "</tbody></table><button type=\"submit\">Compare selected studies</button></form>";
+  return p;
+}
+
+Page compare_page(const std::vector<const StudyView*>& studies) {
+  Page p{"hippo: compare", "<h1>Studies side by side</h1><div class=\"compare\">"};
+  for (const StudyView* s : studies)
+    p.content += "<section class=\"compared\"><h2><a href=\"" + study_link(*s) + "\">" +
+                 escape(s->row.name) + "</a></h2>" + summary(*s) + "</section>";
+  p.content += "</div>" + figure("Best so far", compare_svg(studies));
+  return p;
+}
+
+Page study_page(const StudyView& s) {
+  Page p{"hippo: " + s.row.name, ""};
+  p.content = "<h1>Study " + escape(s.row.name) + "</h1>" + nav(s, "study") + summary(s) +
+              study_figures(s) + trial_table(s);
+  return p;
+}
+
+Page tree_page(const StudyView& s) {
+  return {"hippo: " + s.row.name + " stage tree", "<h1>Stage tree of " + escape(s.row.name) +
+                                                      "</h1>" + nav(s, "stage tree") + summary(s) +
+                                                      tree_section(s)};
+}
+
+Page timeline_page(const StudyView& s) {
+  return {"hippo: " + s.row.name + " timeline", "<h1>Timeline of " + escape(s.row.name) + "</h1>" +
+                                                    nav(s, "timeline") + summary(s) +
+                                                    timeline_section(s)};
+}
+
+Page error_page(int status, const std::string& message) {
+  return {"hippo: " + std::to_string(status), "<h1>" + std::to_string(status) +
+                                                  "</h1><p class=\"error\">" + escape(message) +
+                                                  "</p><p><a href=\"/\">All studies</a></p>"};
+}
+
+std::string document(const Page& page, bool live, const std::string& version) {
+  return "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta http-equiv=\"Content-Security-Policy\" content=\"" +
+         content_security_policy(live) +
+         "\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>" +
+         escape(page.title) + "</title><style>" + std::string(kStyle) +
+         "</style></head><body data-live=\"" + (live ? "1" : "0") +
+         "\"><header><a class=\"home\" href=\"" + (live ? "/" : "#") +
+         "\">hippo</a><span class=\"live-state\"></span></header><main id=\"content\" "
+         "data-version=\"" +
+         escape(version) + "\">" + page.content + "</main><script>" + std::string(kScript) +
+         "</script></body></html>";
+}
+
+std::string report(const StudyView& s) {
+  char when[64] = "";
+  std::time_t t = std::time(nullptr);
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  Page p{"hippo report: " + s.row.name, ""};
+  p.content = "<h1>Study " + escape(s.row.name) + "</h1><p class=\"note\">Report written " + when +
+              " by hippo from the search plan; this file needs no network.</p>" + summary(s) +
+              study_figures(s) + "<h2>Stage tree</h2>" + tree_section(s) + "<h2>Timeline</h2>" +
+              timeline_section(s) + trial_table(s);
+  return document(p, false, "report");
+}
+
+}  // namespace hippo::dashboard

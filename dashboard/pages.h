@@ -1,0 +1,39 @@
+// The dashboard's HTML: whole pages (figures.h's SVG, the trial table as JSON that
+// dashboard.js renders, the style and script inlined) and the one-file report. Nothing here
+// refers to anything outside the page: no external script, style, font or image, and the
+// Content-Security-Policy says so to the browser.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dashboard/model.h"
+
+namespace hippo::dashboard {
+
+// A page: its title and the inner HTML of its <main>, which the live pages re-fetch alone (the
+// "content" part) when the plan changes.
+struct Page {
+  std::string title;
+  std::string content;
+};
+
+Page studies_page(const PlanView& plan);
+Page compare_page(const std::vector<const StudyView*>& studies);
+Page study_page(const StudyView& study);
+Page tree_page(const StudyView& study);
+Page timeline_page(const StudyView& study);
+Page error_page(int status, const std::string& message);
+
+// The whole document. `live`: the page polls its own URL for a newer content part (the
+// dashboard); otherwise it is a static file (the report). `version` is the ETag of the content.
+std::string document(const Page& page, bool live, const std::string& version);
+
+// The report: every figure of the study, its stage tree and timeline in one self-contained file.
+std::string report(const StudyView& study);
+
+// The Content-Security-Policy of every page: the inlined script and style only (by their
+// hashes), images only as data:, requests only to the page's own origin (none for the report).
+std::string content_security_policy(bool live);
+
+}  // namespace hippo::dashboard

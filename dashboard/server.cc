@@ -1,0 +1,501 @@
+#include "dashboard/server.h"
+
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "dashboard/pages.h"
+#include "storage/plan.h"
+
+namespace hippo::dashboard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxHeadBytes = 64 * 1024;  // request line and headers
+constexpr int kMaxRequestsPerConnection = 100;
+constexpr size_t kMaxNameLength = 256;  // a study's name or id in a URL
+constexpr size_t kMaxCompared = 16;
+constexpr size_t kMaxCachedPages = 256;
+constexpr int kWriteSeconds = 30;  // for a client to take a response (a large page, slowly)
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int millis_until(Clock::time_point t) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 60000));
+}
+
+// A connection's socket as httplib's Stream, with the limits httplib 0.11 does not have: a
+// request's head must come whole before a deadline and within kMaxHeadBytes. (httplib bounds
+// each read, so a client that sends a byte every few seconds would hold its thread for hours.)
+class DeadlineStream : public httplib::Stream {
+ public:
+  explicit DeadlineStream(int fd) : fd_(fd) {}
+
+  // A new request may start: its head gets `timeout_s` and kMaxHeadBytes from now, and its
+  // response must be taken by the client within kWriteSeconds after that.
+  void start_request(double timeout_s) {
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(timeout_s));
+    write_deadline_ = deadline_ + std::chrono::seconds(kWriteSeconds);
+    received_ = 0;
+    written_ = 0;
+    timed_out_ = over_limit_ = false;
+  }
+  // Waits for the next request's first byte (or buffered bytes) for up to timeout_s.
+  bool wait_for_request(double timeout_s) {
+    if (begin_ < end_) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(timeout_s * 1000)) > 0 && (p.revents & POLLIN);
+  }
+  bool timed_out() const { return timed_out_; }
+  bool over_limit() const { return over_limit_; }
+  bool wrote() const { return written_ > 0; }
+
+  bool is_readable() const override { return begin_ < end_ || wait(POLLIN, deadline_); }
+  bool is_writable() const override { return wait(POLLOUT, write_deadline_); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (begin_ == end_) {
+      if (received_ >= kMaxHeadBytes) {
+        over_limit_ = true;
+        return -1;
+      }
+      if (!wait(POLLIN, deadline_)) {
+        timed_out_ = true;
+        return -1;
+      }
+      ssize_t n = recv(fd_, buffer_, std::min(sizeof buffer_, kMaxHeadBytes - received_), 0);
+      if (n <= 0) return -1;
+      received_ += static_cast<size_t>(n);
+      begin_ = 0;
+      end_ = static_cast<size_t>(n);
+    }
+    size_t n = std::min(size, end_ - begin_);
+    std::memcpy(ptr, buffer_ + begin_, n);
+    begin_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    // A request cut short gets our 431 or 408, not the 400 httplib would make of its half.
+    if (over_limit_ || timed_out_) return -1;
+    if (!wait(POLLOUT, write_deadline_)) return -1;
+    ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
+    if (n > 0) written_ += static_cast<size_t>(n);
+    return n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    address(getpeername, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    address(getsockname, ip, port);
+  }
+  int socket() const override { return fd_; }
+
+ private:
+  bool wait(short events, Clock::time_point until) const {
+    pollfd p{fd_, events, 0};
+    for (;;) {
+      int r = poll(&p, 1, millis_until(until));
+      if (r > 0) return (p.revents & (events | POLLHUP)) != 0;
+      if (r == 0 || errno != EINTR) return false;
+    }
+  }
+  void address(int (*get)(int, sockaddr*, socklen_t*), std::string& ip, int& port) const {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    ip.clear();
+    port = 0;
+    if (get(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return;
+    char text[INET6_ADDRSTRLEN] = "";
+    if (a.ss_family == AF_INET) {
+      auto* v4 = reinterpret_cast<sockaddr_in*>(&a);
+      inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+      port = ntohs(v4->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      auto* v6 = reinterpret_cast<sockaddr_in6*>(&a);
+      inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+      port = ntohs(v6->sin6_port);
+    }
+    ip = text;
+  }
+
+  int fd_;
+  Clock::time_point deadline_ = Clock::now(), write_deadline_ = Clock::now();
+  size_t received_ = 0, written_ = 0;
+  bool timed_out_ = false, over_limit_ = false;
+  char buffer_[4096];
+  size_t begin_ = 0, end_ = 0;
+};
+
+// Set on the accepting thread while it turns a connection away (the pool's queue is full).
+thread_local bool turning_away = false;
+
+// httplib's task queue: `threads` threads, at most `queue` connections waiting; past that, a
+// connection is handled at once on the accepting thread, which answers it 503 without reading.
+class BoundedPool : public httplib::TaskQueue {
+ public:
+  BoundedPool(int threads, int queue) : limit_(static_cast<size_t>(queue)) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (jobs_.size() < limit_) {
+        jobs_.push_back(std::move(fn));
+        ready_.notify_one();
+        return;
+      }
+    }
+    turning_away = true;
+    fn();
+    turning_away = false;
+  }
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and nothing left
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+  size_t limit_;
+  std::vector<std::thread> threads_;
+  std::deque<std::function<void()>> jobs_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  bool stopping_ = false;
+};
+
+void send_canned(int fd, int status, const char* reason) {
+  std::string text = std::string(reason) + "\n";
+  std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                         "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+                         std::to_string(text.size()) + "\r\nConnection: close\r\n" +
+                         (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n" + text;
+  (void)send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// httplib's server with our connection loop (DeadlineStream, a request budget per connection).
+class HardenedServer : public httplib::Server {
+ public:
+  explicit HardenedServer(const ServerOptions& o) : options_(o) {
+    new_task_queue = [this] { return new BoundedPool(options_.threads, options_.queue); };
+  }
+  // httplib listens with a backlog of 5: a burst of connections would overflow it, and the
+  // kernel would make the overflow wait seconds for a SYN-ACK resent. Listening again on the
+  // bound socket raises the backlog (our accepting thread never blocks: full means 503).
+  void deepen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    if (turning_away) {
+      send_canned(sock, 503, "Service Unavailable");
+    } else {
+      DeadlineStream stream(sock);
+      for (int left = kMaxRequestsPerConnection; left > 0; --left) {
+        double wait = left == kMaxRequestsPerConnection ? options_.request_timeout_s
+                                                        : options_.idle_timeout_s;
+        if (!stream.wait_for_request(wait)) break;
+        stream.start_request(options_.request_timeout_s);
+        bool closed = false;
+        bool ok = process_request(stream, left == 1, closed, nullptr);
+        if (!stream.wrote()) {
+          if (stream.over_limit()) send_canned(sock, 431, "Request Header Fields Too Large");
+          if (stream.timed_out()) send_canned(sock, 408, "Request Timeout");
+        }
+        if (!ok || closed || stream.over_limit() || stream.timed_out()) break;
+      }
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return true;
+  }
+
+  ServerOptions options_;
+};
+
+// Sends `body` as it is. httplib 0.11 would compress a body set with set_content with brotli at
+// its slowest setting whenever the browser accepts it (seconds of CPU for a large study's page,
+// at every refresh); a body given by a content provider of known length goes out unencoded.
+void send(httplib::Response& res, std::string body, const char* type) {
+  auto shared = std::make_shared<const std::string>(std::move(body));
+  res.set_content_provider(shared->size(), type,
+                           [shared](size_t offset, size_t length, httplib::DataSink& sink) {
+                             return sink.write(shared->data() + offset, length);
+                           });
+}
+
+constexpr const char* kHtml = "text/html; charset=utf-8";
+
+std::string random_tag() {
+  std::random_device random;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", random(), random());
+  return buf;
+}
+
+}  // namespace
+
+bool is_loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+struct Server::Impl {
+  ServerOptions options;
+  std::string instance = random_tag();  // ETags of one run never match another's
+  HardenedServer http;
+  int bound_port = -1;
+
+  // The plan and the latest view of it.
+  std::mutex plan_mutex;
+  SearchPlan plan;
+  std::shared_ptr<const PlanView> view;
+  Clock::time_point checked;
+
+  // Rendered content, per request key, for view->version.
+  std::mutex pages_mutex;
+  int64_t pages_version = -1;
+  std::map<std::string, std::shared_ptr<const Page>> pages;
+
+  Impl(const std::string& db, const ServerOptions& o)
+      : options(o), http(o), plan(SearchPlan::open_read_only(db)) {
+    view = std::make_shared<PlanView>(read_plan(plan, unix_now()));
+    checked = Clock::now();
+  }
+
+  // The latest view: the plan is re-read when it changed, at most once per refresh_s.
+  std::shared_ptr<const PlanView> current() {
+    std::lock_guard<std::mutex> lock(plan_mutex);
+    auto now = Clock::now();
+    if (now - checked < std::chrono::duration<double>(options.refresh_s)) return view;
+    checked = now;
+    try {
+      if (plan.data_version() != view->version)
+        view = std::make_shared<PlanView>(read_plan(plan, unix_now()));
+    } catch (const std::exception& e) {
+      // Busy or mid-migration: keep showing the last good view, and say so.
+      if (!options.quiet) std::fprintf(stderr, "dashboard: re-reading the plan: %s\n", e.what());
+    }
+    return view;
+  }
+
+  std::string etag(const PlanView& v) const {
+    return "\"" + instance + "-" + std::to_string(v.version) + "\"";
+  }
+
+  // Answers with a page built by `make` (cached per plan version and key), or the 4xx it throws.
+  void answer(const httplib::Request& req, httplib::Response& res, const std::string& key,
+              const std::function<Page(const PlanView&)>& make) {
+    std::shared_ptr<const PlanView> v = current();
+    const std::string tag = etag(*v);
+    res.set_header("ETag", tag);
+    res.set_header("Vary", "X-Hippo-Part");
+    if (req.get_header_value("If-None-Match") == tag) {
+      res.status = 304;
+      return;
+    }
+    std::shared_ptr<const Page> page;
+    {
+      std::lock_guard<std::mutex> lock(pages_mutex);
+      if (pages_version != v->version) {
+        pages.clear();
+        pages_version = v->version;
+      }
+      auto it = pages.find(key);
+      if (it != pages.end()) page = it->second;
+    }
+    if (!page) {
+      page = std::make_shared<Page>(make(*v));
+      std::lock_guard<std::mutex> lock(pages_mutex);
+      if (pages_version == v->version && pages.size() < kMaxCachedPages) pages[key] = page;
+    }
+    if (req.get_header_value("X-Hippo-Part") == "content") {
+      send(res, page->content, kHtml);
+    } else {
+      send(res, document(*page, true, tag), kHtml);
+    }
+  }
+
+  static void fail(httplib::Response& res, int status, const std::string& message) {
+    res.status = status;
+    send(res, document(error_page(status, message), true, "error"), kHtml);
+  }
+
+  // The study a URL names, or a 4xx.
+  std::shared_ptr<const StudyView> study(const PlanView& v, const std::string& name) {
+    if (name.size() > kMaxNameLength) throw std::invalid_argument("a study name that long");
+    auto s = v.find(name);
+    if (!s) throw std::out_of_range("no study named " + name + " in this search plan");
+    return s;
+  }
+
+  void study_route(const char* pattern, Page (*make)(const StudyView&)) {
+    http.Get(pattern, [this, make](const httplib::Request& req, httplib::Response& res) {
+      const std::string name = req.matches[1];
+      answer(req, res, req.path, [&](const PlanView& v) { return make(*study(v, name)); });
+    });
+  }
+
+  void routes() {
+    http.Get("/", [this](const httplib::Request& req, httplib::Response& res) {
+      answer(req, res, "/", studies_page);
+    });
+    http.Get("/compare", [this](const httplib::Request& req, httplib::Response& res) {
+      size_t n = req.get_param_value_count("id");
+      if (n == 0 || n > kMaxCompared)
+        throw std::invalid_argument("compare: give 1 to " + std::to_string(kMaxCompared) +
+                                    " studies as ?id=...&id=...");
+      std::string key = "/compare";
+      std::vector<std::string> names;
+      for (size_t i = 0; i < n; ++i) {
+        names.push_back(req.get_param_value("id", i));
+        key += "\n" + names.back();
+      }
+      answer(req, res, key, [&](const PlanView& v) {
+        std::vector<std::shared_ptr<const StudyView>> keep;
+        std::vector<const StudyView*> studies;
+        for (const std::string& name : names) {
+          keep.push_back(study(v, name));
+          studies.push_back(keep.back().get());
+        }
+        return compare_page(studies);
+      });
+    });
+    study_route(R"(/study/([^/]+))", study_page);
+    study_route(R"(/study/([^/]+)/tree)", tree_page);
+    study_route(R"(/study/([^/]+)/timeline)", timeline_page);
+    http.Get(R"(/report/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      auto s = study(*current(), req.matches[1]);
+      res.set_header("Content-Disposition", "attachment; filename=\"hippo-report-" +
+                                                std::to_string(s->row.id) + ".html\"");
+      send(res, report(*s), kHtml);
+    });
+    // Errors thrown by routes: unknown studies 404, other bad requests 400, anything else 500.
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::out_of_range& e) {
+            fail(res, 404, e.what());
+          } catch (const std::invalid_argument& e) {
+            fail(res, 400, e.what());
+          } catch (const std::exception& e) {
+            fail(res, 500, e.what());
+          } catch (...) {
+            fail(res, 500, "unknown error");
+          }
+        });
+    // Called for every 4xx and 5xx: only those without a page of ours (unknown paths) get one.
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty() || res.content_length_ > 0) return;
+      fail(res, res.status,
+           res.status == 404 ? "nothing at " + req.path.substr(0, 200)
+                             : "status " + std::to_string(res.status));
+    });
+    const bool check_host = is_loopback(options.host);
+    http.set_pre_routing_handler(
+        [this, check_host](const httplib::Request& req, httplib::Response& res) {
+          if (req.method != "GET" && req.method != "HEAD") {
+            res.set_header("Allow", "GET, HEAD");
+            fail(res, 405, "the dashboard only reads: " + req.method.substr(0, 16) + " is refused");
+            return httplib::Server::HandlerResponse::Handled;
+          }
+          // A page elsewhere whose name resolves to 127.0.0.1 must not read the plan (DNS
+          // rebinding): on loopback, only loopback names are served.
+          if (check_host && req.has_header("Host")) {
+            std::string host = req.get_header_value("Host");
+            size_t colon = host.rfind(':');
+            if (colon != std::string::npos && host.find(']') == std::string::npos) {
+              host = host.substr(0, colon);
+            } else if (host.size() > 2 && host.front() == '[') {
+              host = host.substr(1, host.find(']') - 1);
+            }
+            if (!is_loopback(host)) {
+              fail(res, 421,
+                   "this dashboard answers to loopback names only, not " + host.substr(0, 64));
+              return httplib::Server::HandlerResponse::Handled;
+            }
+          }
+          return httplib::Server::HandlerResponse::Unhandled;
+        });
+    http.set_payload_max_length(0);  // GET and HEAD only: no body
+    http.set_default_headers({{"Content-Security-Policy", content_security_policy(true)},
+                              {"X-Content-Type-Options", "nosniff"},
+                              {"X-Frame-Options", "DENY"},
+                              {"Referrer-Policy", "no-referrer"},
+                              {"Cache-Control", "no-cache"}});
+  }
+};
+
+Server::Server(const std::string& db_path, const ServerOptions& options)
+    : impl_(std::make_unique<Impl>(db_path, options)) {
+  impl_->routes();
+}
+
+Server::~Server() = default;
+
+void Server::bind() {
+  Impl& i = *impl_;
+  if (i.options.port == 0) {
+    i.bound_port = i.http.bind_to_any_port(i.options.host);
+  } else if (i.http.bind_to_port(i.options.host, i.options.port)) {
+    i.bound_port = i.options.port;
+  }
+  if (i.bound_port <= 0)
+    throw std::runtime_error("cannot listen on " + i.options.host + ":" +
+                             std::to_string(i.options.port) + " (in use, or not an address here)");
+  i.http.deepen_backlog();
+}
+
+int Server::port() const {
+  return impl_->bound_port;
+}
+
+void Server::run() {
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() {
+  impl_->http.stop();
+}
+
+}  // namespace hippo::dashboard

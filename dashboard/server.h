@@ -1,0 +1,56 @@
+// `hippo dashboard`: an HTTP server (cpp-httplib, from Debian) over one read-only connection to
+// the search plan.
+//
+// Reading. The plan is re-read (model.h's read_plan, one snapshot) only when a request comes and
+// the file has changed (SearchPlan::data_version), and at most once per `refresh_s`, so a master
+// writing the file meanwhile is never blocked (WAL) and pays nothing while nobody looks. Rendered
+// pages are kept per plan version; the live pages ask for their content with If-None-Match and
+// get 304 while nothing changed.
+//
+// Hostile clients. Only GET and HEAD of the known routes; anything else is a 4xx with a short
+// page. A request's head must arrive whole within `request_timeout_s` and within 64 KiB (431
+// otherwise) and its response be taken within 30 s more, so a slow or endless client holds a
+// thread for a bounded time; `threads` threads
+// serve connections, `queue` more wait, and beyond that a connection is answered 503 at once.
+// Bound to loopback, requests must name a loopback Host (DNS rebinding). Nothing is ever written.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace hippo::dashboard {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (see Server::port)
+  double refresh_s = 1.0;
+  int threads = 16;
+  int queue = 64;
+  double request_timeout_s = 5.0;  // for a request's head, from its first byte
+  double idle_timeout_s = 5.0;     // between requests on a kept-alive connection
+  bool quiet = false;              // no log line per refused connection
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback(const std::string& host);
+
+class Server {
+ public:
+  // Opens the plan read-only and reads it once: throws std::runtime_error naming the problem
+  // (missing file, not a plan, newer schema).
+  Server(const std::string& db_path, const ServerOptions& options);
+  ~Server();
+  // Binds the socket; throws std::runtime_error when it cannot.
+  void bind();
+  int port() const;
+  // Serves until stop() (from another thread or a signal handler's thread).
+  void run();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hippo::dashboard
