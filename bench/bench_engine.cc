@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
       std::vector<double> copy_ms, write_ms;
       const std::string path = checkpoint_dir + "/bench_engine.ckpt";
       for (int i = 0; i < 5; ++i) {
+        std::filesystem::remove(path);  // a checkpoint file is never overwritten
         auto t0 = std::chrono::steady_clock::now();
         const std::vector<char> bytes = hippo::worker::encode_checkpoint(state, 0);
         auto t1 = std::chrono::steady_clock::now();

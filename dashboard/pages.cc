@@ -149,13 +149,13 @@ std::string trial_table(const StudyView& s) {
   for (const TrialView& t : s.trials) {
     nlohmann::json row = {t.row.number, to_string(t.row.status), t.row.end_reason, t.needed};
     for (const std::string& p : param_names)
-      row.push_back(t.row.params.is_object() && t.row.params.contains(p) ? t.row.params[p]
-                                                                         : nlohmann::json());
-    row.push_back(t.best ? nlohmann::json(*t.best) : nlohmann::json());
+      row.push_back(t.row.params.is_object() && t.row.params.contains(p)
+                        ? cell_value(t.row.params[p])
+                        : nlohmann::json());
+    row.push_back(t.best ? cell_value(*t.best) : nlohmann::json());
     for (const std::string& m : metric_names) {
       auto it = t.last.find(m);
-      row.push_back(it == t.last.end() || std::isnan(it->second) ? nlohmann::json()
-                                                                 : nlohmann::json(it->second));
+      row.push_back(it == t.last.end() ? nlohmann::json() : cell_value(it->second));
     }
     rows.push_back(std::move(row));
   }

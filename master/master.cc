@@ -49,6 +49,7 @@ Master::Master(SearchPlan plan, const Options& options)
   std::filesystem::create_directories(options_.checkpoints);
   tree_ = plan_.load_tree();
   restore_checkpoints();
+  sweep_checkpoints();
   driver_.restore();
   trials_to_close_ = true;  // the previous master may have died between a snapshot and its done
 }
@@ -68,6 +69,19 @@ void Master::restore_checkpoints() {
     }
     states_.add_restored({row.stage, row.step, row.file, row.id});
   }
+}
+
+void Master::sweep_checkpoints() {
+  std::set<std::string> incarnations, named;
+  for (const EventRow& event : plan_.events_of_kind("master_started"))
+    incarnations.insert(event.detail.value("incarnation", ""));
+  for (const CheckpointRow& row : plan_.checkpoints()) named.insert(row.file);
+  const int64_t removed = sweep_checkpoint_files(options_.checkpoints, incarnations, named);
+  spdlog::info("removed {} checkpoint file(s) in {} that no row of the search plan names", removed,
+               options_.checkpoints);
+  // Before any worker hears of the incarnation: the next start knows the files it names.
+  plan_.add_event(std::nullopt, "master_started",
+                  {{"incarnation", states_.incarnation()}, {"checkpoint_files_removed", removed}});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -100,7 +114,7 @@ void Master::remove_unreported_checkpoints() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(options_.checkpoints, ec)) {
     std::string name = entry.path().filename().string();
-    if (named_by(states_.incarnation(), name) && !known.count(name))
+    if (incarnation_of(name) == states_.incarnation() && !known.count(name))
       remove_checkpoint_file(options_.checkpoints, name);
   }
 }
@@ -309,7 +323,7 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
     // Made twice (a replay raced with a late snapshot: keep the first), or an orphan: this file
     // goes.
     if (!(known && order->file == states_.info(*known).file))
-      remove_checkpoint_file(options_.checkpoints, order->file);
+      remove_after_commit(plan_, options_.checkpoints, order->file);
     return;
   }
   states_.add(m.state, info);
@@ -462,9 +476,9 @@ void Master::forget_state(int64_t state, const std::string& why) {
   plan_.transaction([&] {
     if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
     plan_.add_event(std::nullopt, "checkpoint_lost", {{"file", info.file}, {"why", why}});
+    remove_after_commit(plan_, options_.checkpoints, info.file);  // a corrupt file goes
   });
   spdlog::warn("checkpoint {} is lost ({}); its state will be replayed", info.file, why);
-  remove_checkpoint_file(options_.checkpoints, info.file);  // a corrupt file goes
   states_.forget(state);
   pool_.forget_state(state);
 }

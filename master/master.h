@@ -61,7 +61,8 @@ class StepCosts {
 
 class Master {
  public:
-  // Opens the socket, restores the tree, the checkpoints and every running study from the plan.
+  // Opens the socket, restores the tree, the checkpoints and every running study from the plan,
+  // and removes the checkpoint files of this plan's earlier masters that no row names.
   Master(SearchPlan plan, const Options& options);
   ~Master();
 
@@ -89,6 +90,9 @@ class Master {
   static const std::map<std::string, Handler>& handlers();
 
   void restore_checkpoints();
+  // Removes the files of earlier masters of this plan that no checkpoint row names (left by a
+  // crash), logs how many, and records this master's incarnation (checkpoint_files.h).
+  void sweep_checkpoints();
   // Handles one message. False when the search plan is locked by another process: the message
   // changed nothing and waits in deferred_, to be retried in order.
   bool try_handle(const protocol::Envelope& envelope);

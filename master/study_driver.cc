@@ -462,7 +462,8 @@ void StudyDriver::collect_checkpoints() {
   }
   for (const StateInfo& info : states_.forget_unreachable(reachable)) {
     if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
-    remove_checkpoint_file(checkpoint_dir_, info.file);
+    // Only once the row's deletion is committed: a rollback keeps the row, which needs its file.
+    remove_after_commit(plan_, checkpoint_dir_, info.file);
   }
 }
 

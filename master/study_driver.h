@@ -106,7 +106,8 @@ class StudyDriver {
   // A stage failed in the engine (bad settings, a diverged model): retrying would fail again, so
   // every trial through it fails and it is never scheduled again (call inside a transaction).
   void fail_trials_through(StageId stage, const std::string& error);
-  // Deletes the checkpoints that no trial of a running study can reach any more (a trial of a
+  // Deletes the checkpoints that no trial of a running study can reach any more (their rows now,
+  // their files once the transaction that deletes the rows has committed; a trial of a
   // running study may still be extended, so its whole path is reachable).
   void collect_checkpoints();
 

@@ -175,6 +175,7 @@ SearchPlan::SearchPlan(SearchPlan&& o) noexcept
     : path_(std::move(o.path_)),
       db_(std::exchange(o.db_, nullptr)),
       depth_(o.depth_),
+      after_commit_(std::move(o.after_commit_)),
       busy_timeout_ms_(o.busy_timeout_ms_),
       statements_(std::move(o.statements_)) {}
 
@@ -182,6 +183,7 @@ SearchPlan& SearchPlan::operator=(SearchPlan&& o) noexcept {
   std::swap(path_, o.path_);
   std::swap(db_, o.db_);
   std::swap(depth_, o.depth_);
+  std::swap(after_commit_, o.after_commit_);
   std::swap(busy_timeout_ms_, o.busy_timeout_ms_);
   std::swap(statements_, o.statements_);
   return *this;
@@ -237,8 +239,9 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
   // WAL: readers (the CLI querying a running master) never block the writer, and a commit is a
   // single append to the WAL.
   plan.exec("PRAGMA journal_mode = WAL");
-  // NORMAL: commits survive process crashes (the invariant), without an fsync each (plan.h).
-  plan.exec("PRAGMA synchronous = NORMAL");
+  // FULL: a commit is on disk when it returns (the WAL is fsynced), so what the master has
+  // acknowledged to a client or acted on survives a power loss too (plan.h).
+  plan.exec("PRAGMA synchronous = FULL");
   plan.exec("PRAGMA foreign_keys = ON");
   plan.migrate();
   return plan;
@@ -315,10 +318,12 @@ void SearchPlan::in_transaction(const char* begin, const std::function<void()>& 
   if (depth_ > 0) {
     exec("SAVEPOINT nested");
     ++depth_;
+    const size_t actions = after_commit_.size();
     try {
       fn();
     } catch (...) {
       --depth_;
+      after_commit_.resize(actions);       // what the savepoint undoes does not follow a commit
       if (!sqlite3_get_autocommit(db_)) {  // else an error has already rolled back everything
         exec("ROLLBACK TO nested");
         exec("RELEASE nested");
@@ -336,11 +341,20 @@ void SearchPlan::in_transaction(const char* begin, const std::function<void()>& 
     exec("COMMIT");  // deferred foreign keys are checked here and may throw
   } catch (...) {
     depth_ = 0;
+    after_commit_.clear();
     // Some errors (I/O, out of memory) have already rolled back the transaction.
     if (!sqlite3_get_autocommit(db_)) exec("ROLLBACK");
     throw;
   }
   depth_ = 0;
+  for (const std::function<void()>& action : std::exchange(after_commit_, {})) action();
+}
+
+void SearchPlan::after_commit(std::function<void()> action) {
+  if (depth_ == 0)
+    action();
+  else
+    after_commit_.push_back(std::move(action));
 }
 
 // ---- studies ----
@@ -758,6 +772,18 @@ std::vector<EventRow> SearchPlan::events(std::optional<int64_t> study, int64_t l
     rows.push_back({q->int64(0), q->real(1), s, q->text(3), q->json(4)});
   }
   std::reverse(rows.begin(), rows.end());
+  return rows;
+}
+
+std::vector<EventRow> SearchPlan::events_of_kind(const std::string& kind) {
+  Query q(*this, "SELECT id, time, study_id, kind, detail FROM events WHERE kind = ? ORDER BY id",
+          kind);
+  std::vector<EventRow> rows;
+  while (q.next()) {
+    std::optional<int64_t> s;
+    if (!q.is_null(2)) s = q.int64(2);
+    rows.push_back({q.int64(0), q.real(1), s, q.text(3), q.json(4)});
+  }
   return rows;
 }
 

@@ -1,6 +1,5 @@
 #include "worker/job_runner.h"
 
-#include <filesystem>
 #include <stdexcept>
 
 #include "worker/engine/checkpoint.h"
@@ -37,10 +36,13 @@ bool JobRunner::run_on_engine(const JobHost& host) {
   } else if (const TrainState* held = cache_.find(job_.parent_state)) {
     state = *held;  // fork in memory: one copy per buffer
   } else if (!job_.parent_file.empty()) {
+    // Every field is checked against what this run holds at job_.from: a file that is not that
+    // state (missing, corrupt, forged, a FIFO) is lost, and the master rebuilds it by replay.
+    const CheckpointShape shape =
+        engine.checkpoint_shape(job_.from, job_.hyperparams, job_.run.fixed);
     try {
-      state = load_checkpoint(snapshots_.path_of(job_.parent_file), engine.config_hash(),
-                              engine.backend());
-    } catch (const CheckpointError& e) {  // missing or corrupt: the master rebuilds it
+      state = load_checkpoint(snapshots_.path_of(job_.parent_file), shape, engine.backend());
+    } catch (const CheckpointError& e) {
       throw StorageFailure(e.what(), job_.parent_file);
     }
   } else {
@@ -91,11 +93,16 @@ bool JobRunner::run_external(const JobHost& host) {
                              job_.run.model["command"].dump() +
                              ": it runs no commands it receives unless started with --allow-exec");
   if (job_.parent_state >= 0) {
-    std::error_code ec;
-    if (job_.parent_file.empty() ||
-        !std::filesystem::is_regular_file(snapshots_.path_of(job_.parent_file), ec))
-      throw StorageFailure("the parent checkpoint " + job_.parent_file + " is missing",
-                           job_.parent_file);
+    // The trainer reads it: a regular file (not a symlink to someone else's, not a FIFO).
+    if (job_.parent_file.empty())
+      throw StorageFailure(
+          "the parent checkpoint of state " + std::to_string(job_.parent_state) + " has no file",
+          job_.parent_file);
+    try {
+      checked_file_size(snapshots_.path_of(job_.parent_file));
+    } catch (const CheckpointError& e) {
+      throw StorageFailure(e.what(), job_.parent_file);
+    }
   }
   TrainerHooks hooks;
   hooks.tick_ms = options_.heartbeat_ms;
@@ -105,14 +112,15 @@ bool JobRunner::run_external(const JobHost& host) {
   };
   hooks.checkpoint = [&](int64_t step) {
     for (const protocol::SnapshotOrder& order : job_.snapshots) {
-      if (order.step != step) continue;
-      std::error_code ec;
-      auto bytes = std::filesystem::file_size(snapshots_.path_of(order.file), ec);
-      snapshots_.announce_written({.job = job_.id,
-                                   .step = step,
-                                   .state = order.state,
-                                   .file = order.file,
-                                   .bytes = ec ? int64_t{0} : static_cast<int64_t>(bytes)});
+      if (order.step != step || order.file.empty()) continue;
+      // Durable (fsynced, with its directory) and not empty before the master hears of it: a
+      // trainer that only renamed its file, or wrote nothing, fails here, not at the next load.
+      const int64_t bytes = checked_file_size(snapshots_.path_of(order.file), true);
+      if (bytes == 0)
+        throw std::runtime_error("the trainer's checkpoint for step " + std::to_string(step) +
+                                 " (" + order.file + ") is empty");
+      snapshots_.announce_written(
+          {.job = job_.id, .step = step, .state = order.state, .file = order.file, .bytes = bytes});
     }
   };
   hooks.tick = [&](int64_t step) {

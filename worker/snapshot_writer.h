@@ -37,8 +37,9 @@ class SnapshotWriter {
   void take(int64_t job, const TrainState& s, const protocol::SnapshotOrder& order,
             uint64_t config_hash);
   // Announces the snapshots whose files are written, in order (wait: all of them, waiting for
-  // their writes). A failed write (e.g. a full disk: nothing is left behind) throws
-  // StorageFailure; the snapshots after it are dropped unannounced and their files removed.
+  // their writes). A failed write (e.g. a full disk, or a name at which something exists already,
+  // which is never replaced: nothing is left behind) throws StorageFailure; the snapshots after
+  // it are dropped unannounced and their files removed.
   void announce(bool wait);
   // After a job failed: announces the snapshots taken before the failure whose files could be
   // written (they are good states), and drops the others.

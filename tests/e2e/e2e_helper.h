@@ -110,6 +110,32 @@ class E2ETest : public ::testing::Test {
     }
   }
 
+  // Waits until the search plan's only study has ended; its status ("running" if it has not).
+  std::string wait_for_end(const std::string& db, int seconds) {
+    for (int i = 0; i < seconds * 10; ++i) {
+      Result r = sh(kHippo + " --db " + db + " --format json studies 2>/dev/null");
+      if (r.status == 0) {
+        json studies = json::parse(r.out);
+        if (studies.size() == 1 && studies[0]["status"] != "running") return studies[0]["status"];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return "running";
+  }
+  // A study's trials as `hippo trials --format json` prints them.
+  json trials(const std::string& db, const std::string& study) {
+    return json::parse(sh(kHippo + " --db " + db + " --format json trials " + study).out);
+  }
+  // How many events of a kind the search plan holds.
+  int64_t events(const std::string& db, const std::string& kind) {
+    Result r = sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = '" + kind + "'\"");
+    return std::stoll(r.out);
+  }
+  // A grid of 4 trials whose checkpoints are large enough to hit a small file-size limit.
+  std::string small_study(const std::string& name) {
+    return spec(name, {{"model", {{"hidden", {128}}}}});
+  }
+
   // Writes a spec file: the CI example with some fields replaced.
   std::string spec(const std::string& name, const json& changes) {
     std::ifstream in(kExamples + "/fmnist-mlp-ci.json");

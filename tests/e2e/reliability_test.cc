@@ -18,32 +18,7 @@ namespace {
 using namespace hippo::e2e;
 using namespace std::chrono_literals;
 
-class Reliability : public E2ETest {
- protected:
-  // Waits until the search plan's only study has ended; its status.
-  std::string wait_for_end(const std::string& db, int seconds) {
-    for (int i = 0; i < seconds * 10; ++i) {
-      Result r = sh(kHippo + " --db " + db + " --format json studies 2>/dev/null");
-      if (r.status == 0) {
-        json studies = json::parse(r.out);
-        if (studies.size() == 1 && studies[0]["status"] != "running") return studies[0]["status"];
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-    return "running";
-  }
-  json trials(const std::string& db, const std::string& study) {
-    return json::parse(sh(kHippo + " --db " + db + " --format json trials " + study).out);
-  }
-  int64_t events(const std::string& db, const std::string& kind) {
-    Result r = sh("sqlite3 " + db + " \"SELECT count(*) FROM events WHERE kind = '" + kind + "'\"");
-    return std::stoll(r.out);
-  }
-  // A grid of 4 trials whose checkpoints are large enough to hit a small file-size limit.
-  std::string small_study(const std::string& name) {
-    return spec(name, {{"model", {{"hidden", {128}}}}});
-  }
-};
+class Reliability : public E2ETest {};
 
 // The example external trainer (numpy softmax regression) through the stage tree: the study
 // shares its first epochs like the built-in engine does, and every trial's metrics equal those of

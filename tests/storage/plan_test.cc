@@ -220,6 +220,40 @@ TEST_F(PlanTest, AFailedTransactionLeavesNothing) {
   EXPECT_EQ(plan.studies()[0].name, "kept");
 }
 
+// after_commit: what must follow a commit (removing a checkpoint's file once its row is gone)
+// runs after it, and never for writes that were rolled back, nor for a savepoint's.
+TEST_F(PlanTest, AfterCommitActionsRunOnlyOnceCommitted) {
+  auto plan = SearchPlan::open(file_.string());
+  std::vector<std::string> ran;
+  plan.after_commit([&] { ran.push_back("outside"); });  // no transaction: at once
+  EXPECT_EQ(ran, std::vector<std::string>{"outside"});
+  ran.clear();
+  plan.transaction([&] {
+    plan.create_study("a", {}, Policy::kShared);
+    plan.after_commit([&] {
+      // The commit is visible to another connection when the action runs.
+      auto other = SearchPlan::open(file_.string());
+      ran.push_back(other.study_by_name("a") ? "committed" : "not yet");
+    });
+    plan.transaction([&] { plan.after_commit([&] { ran.push_back("kept savepoint"); }); });
+    EXPECT_THROW(plan.transaction([&] {
+      plan.after_commit([&] { ran.push_back("undone savepoint"); });
+      throw std::runtime_error("inner");
+    }),
+                 std::runtime_error);
+    EXPECT_TRUE(ran.empty());
+  });
+  EXPECT_EQ(ran, (std::vector<std::string>{"committed", "kept savepoint"}));
+  ran.clear();
+  EXPECT_THROW(plan.transaction([&] {
+    plan.after_commit([&] { ran.push_back("rolled back"); });
+    throw std::runtime_error("outer");
+  }),
+               std::runtime_error);
+  plan.transaction([] {});
+  EXPECT_TRUE(ran.empty());
+}
+
 TEST_F(PlanTest, RefusesBadInputWithoutChangingAnything) {
   auto plan = SearchPlan::open(file_.string());
   int64_t study = study_with_trials(plan, "s", 2, 0);

@@ -1,15 +1,17 @@
 #include "worker/engine/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -18,7 +20,7 @@ namespace {
 
 constexpr char kMagic[8] = {'H', 'I', 'P', 'P', 'O', 'C', 'K', 'P'};
 constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderSize = 64;
+constexpr size_t kHeaderSize = 64, kTrailerSize = 4;
 constexpr std::array<const char*, 4> kOptimizers = {"", "sgd", "adam", "adamw"};
 
 template <typename T>
@@ -49,17 +51,108 @@ uint32_t crc(const char* data, size_t n) {
   throw CheckpointError("checkpoint " + path + ": " + what);
 }
 
+std::string error_text(int err) {
+  return std::strerror(err);
+}
+
+// A file descriptor, closed when it goes.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// 16 hex digits from the kernel's random source: a temporary name at which nobody can have
+// planted anything in advance.
+std::string random_suffix(const std::string& path) {
+  uint64_t r = 0;
+  if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
+    fail(path, "getrandom failed: " + error_text(errno));
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(r));
+  return text;
+}
+
+// The directory of `path`, opened, and the last component of `path`.
+std::pair<Fd, std::string> open_parent(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string name = p.filename().string();
+  if (name.empty() || name == "." || name == "..") fail(path, "not a file name");
+  const std::string dir = p.parent_path().empty() ? "." : p.parent_path().string();
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() < 0) fail(path, "cannot open its directory " + dir + ": " + error_text(errno));
+  return {std::move(dfd), name};
+}
+
+// Renames dir/from to dir/to unless dir/to exists (whatever it is: a file, a symlink, a FIFO).
+// Returns 0 or an errno (EEXIST when it exists).
+int rename_without_replacing(int dfd, const std::string& from, const std::string& to) {
+  if (::renameat2(dfd, from.c_str(), dfd, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) return errno;
+  // A file system without RENAME_NOREPLACE (NFS, older kernels): a hard link fails with EEXIST
+  // just as atomically; then the temporary name goes.
+  if (::linkat(dfd, from.c_str(), dfd, to.c_str(), 0) != 0) return errno;
+  ::unlinkat(dfd, from.c_str(), 0);
+  return 0;
+}
+
+// Opens an existing file to read it as a checkpoint: never through a symlink, never blocking (a
+// FIFO opens at once with O_NONBLOCK, and is then refused), a regular file only. Its size.
+std::pair<Fd, int64_t> open_regular(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int err = errno;
+    if (err == ELOOP) fail(path, "is a symbolic link (a checkpoint must be a regular file)");
+    if (err == ENOENT) fail(path, "cannot open: missing");
+    fail(path, "cannot open: " + error_text(err));
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) fail(path, "cannot stat: " + error_text(errno));
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISFIFO(st.st_mode)                         ? "a FIFO"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISDIR(st.st_mode)                        ? "a directory"
+                                                                    : "a special file";
+    fail(path, std::string("is ") + kind + ", not a regular file");
+  }
+  return {std::move(fd), static_cast<int64_t>(st.st_size)};
+}
+
 void write_all(int fd, const char* data, size_t n, const std::string& path) {
   while (n > 0) {
     const ssize_t done = ::write(fd, data, n);
     if (done < 0 && errno == EINTR) continue;
-    if (done < 0) fail(path, std::string("write failed: ") + std::strerror(errno));
+    if (done < 0) fail(path, std::string("write failed: ") + error_text(errno));
     data += done;
     n -= static_cast<size_t>(done);
   }
 }
 
+void fsync_directory(int dfd, const std::string& path) {
+  // Some file systems cannot fsync a directory (EINVAL): their renames are as durable as they get.
+  if (::fsync(dfd) != 0 && errno != EINVAL)
+    fail(path, "fsync of its directory failed: " + error_text(errno));
+}
+
 }  // namespace
+
+int64_t CheckpointShape::file_bytes() const {
+  constexpr int64_t kFixed = kHeaderSize + kTrailerSize;
+  constexpr int64_t kMost = (std::numeric_limits<int64_t>::max() - kFixed) / 4;
+  if (param_count < 0 || opt_state_count < 0 || param_count > kMost ||
+      opt_state_count > kMost - param_count)
+    return -1;
+  return kFixed + 4 * (param_count + opt_state_count);
+}
 
 std::vector<char> encode_checkpoint(const TrainState& s, uint64_t config_hash) {
   uint32_t optimizer = 0;
@@ -68,7 +161,8 @@ std::vector<char> encode_checkpoint(const TrainState& s, uint64_t config_hash) {
     throw CheckpointError("cannot save a state of the unknown optimizer \"" + s.optimizer + "\"");
 
   std::vector<char> out(kMagic, kMagic + sizeof kMagic);
-  out.reserve(kHeaderSize + static_cast<size_t>(s.params.bytes() + s.opt_state.bytes()) + 4);
+  out.reserve(kHeaderSize + static_cast<size_t>(s.params.bytes() + s.opt_state.bytes()) +
+              kTrailerSize);
   put(out, kVersion);
   put(out, optimizer);
   put(out, s.step);
@@ -93,48 +187,68 @@ void save_checkpoint(const std::string& path, const TrainState& s, uint64_t conf
 void write_checkpoint_file(const std::string& path, const std::vector<char>& out) {
   std::vector<char> trailer;
   put(trailer, crc(out.data(), out.size()));
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, "cannot create " + tmp + ": " + std::strerror(errno));
+  auto [dir, name] = open_parent(path);
+  // Refused here already (clearer than after the write); the rename below is what guarantees it.
+  struct stat st;
+  if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+    fail(path, "exists already (a checkpoint file is never overwritten)");
+  const std::string tmp = name + ".tmp." + random_suffix(path);
+  {
+    Fd fd(::openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   0644));
+    if (fd.get() < 0) fail(path, "cannot create " + tmp + ": " + error_text(errno));
+    try {
+      write_all(fd.get(), out.data(), out.size(), path);
+      write_all(fd.get(), trailer.data(), trailer.size(), path);
+      if (::fsync(fd.get()) != 0) fail(path, "fsync failed: " + error_text(errno));
+    } catch (...) {
+      ::unlinkat(dir.get(), tmp.c_str(), 0);
+      throw;
+    }
+  }
+  if (const int err = rename_without_replacing(dir.get(), tmp, name); err != 0) {
+    ::unlinkat(dir.get(), tmp.c_str(), 0);
+    fail(path, err == EEXIST ? "exists already (a checkpoint file is never overwritten)"
+                             : "cannot rename " + tmp + ": " + error_text(err));
+  }
   try {
-    write_all(fd, out.data(), out.size(), path);
-    write_all(fd, trailer.data(), trailer.size(), path);
-    if (::fsync(fd) != 0) fail(path, std::string("fsync failed: ") + std::strerror(errno));
+    fsync_directory(dir.get(), path);  // the rename itself is durable
   } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
+    ::unlinkat(dir.get(), name.c_str(), 0);  // not durable: nothing is left behind
     throw;
-  }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail(path, "cannot rename " + tmp + ": " + std::strerror(err));
-  }
-  // Make the rename itself durable.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
   }
 }
 
-TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash,
+TrainState load_checkpoint(const std::string& path, const CheckpointShape& expected,
                            const std::shared_ptr<const kernels::Backend>& backend) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot open: " + std::string(std::strerror(errno)));
-  const std::vector<char> in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return read_checkpoint(std::string_view(in.data(), in.size()), path, expected_config_hash,
-                         backend);
+  const int64_t want = expected.file_bytes();
+  if (want < 0) fail(path, "the state it should hold has sizes out of range");
+  auto [fd, size] = open_regular(path);
+  // The size is checked before anything is allocated or read.
+  if (size != want)
+    fail(path, std::string(size < want ? "truncated" : "size mismatch") + ": " +
+                   std::to_string(size) + " bytes, a checkpoint of this state (" +
+                   std::to_string(expected.param_count) + " parameters, " +
+                   std::to_string(expected.opt_state_count) + " optimizer values) has " +
+                   std::to_string(want));
+  std::vector<char> in(static_cast<size_t>(size));
+  size_t got = 0;
+  while (got < in.size()) {
+    const ssize_t n = ::pread(fd.get(), in.data() + got, in.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path, "read failed: " + error_text(errno));
+    if (n == 0) fail(path, "truncated while it was read");
+    got += static_cast<size_t>(n);
+  }
+  return read_checkpoint(std::string_view(in.data(), in.size()), path, expected, backend);
 }
 
 TrainState read_checkpoint(std::string_view in, const std::string& path,
-                           uint64_t expected_config_hash,
+                           const CheckpointShape& expected,
                            const std::shared_ptr<const kernels::Backend>& backend) {
   if (in.size() < sizeof kMagic || std::memcmp(in.data(), kMagic, sizeof kMagic) != 0)
     fail(path, "not a hippo checkpoint (wrong magic)");
-  if (in.size() < kHeaderSize + 4)
+  if (in.size() < kHeaderSize + kTrailerSize)
     fail(path, "truncated: " + std::to_string(in.size()) + " bytes, shorter than the header");
   const uint32_t version = get<uint32_t>(in, 8);
   if (version != kVersion)
@@ -142,26 +256,48 @@ TrainState read_checkpoint(std::string_view in, const std::string& path,
                    std::to_string(kVersion));
   const uint64_t nparams = get<uint64_t>(in, 48), nopt = get<uint64_t>(in, 56);
   // Sizes from a corrupted header may be huge; compare without overflowing.
-  const uint64_t body = in.size() - kHeaderSize - 4;
+  const uint64_t body = in.size() - kHeaderSize - kTrailerSize;
   if (nparams > body / 4 || nopt > body / 4 || 4 * (nparams + nopt) != body)
     fail(path, "size mismatch: the header announces " + std::to_string(nparams) +
                    " parameters and " + std::to_string(nopt) + " optimizer values, the file has " +
                    std::to_string(in.size()) + " bytes (truncated or corrupted)");
-  const uint32_t stored = get<uint32_t>(in, in.size() - 4);
-  if (crc(in.data(), in.size() - 4) != stored) fail(path, "checksum mismatch (corrupted)");
+  const uint32_t stored = get<uint32_t>(in, in.size() - kTrailerSize);
+  if (crc(in.data(), in.size() - kTrailerSize) != stored)
+    fail(path, "checksum mismatch (corrupted)");
   const uint32_t optimizer = get<uint32_t>(in, 12);
   if (optimizer >= kOptimizers.size())
     fail(path, "unknown optimizer code " + std::to_string(optimizer));
   const uint64_t hash = get<uint64_t>(in, 40);
-  if (hash != expected_config_hash)
+  if (hash != expected.config_hash)
     fail(path, "made for config hash " + std::to_string(hash) + ", expected " +
-                   std::to_string(expected_config_hash) + " (a different model, data or seed)");
+                   std::to_string(expected.config_hash) + " (a different model, data or seed)");
 
+  // A valid checksum says nothing of who wrote the file: every field must be the one the run
+  // holds at this step (a forged data position would send the data loader out of bounds).
   TrainState s;
   s.step = get<int64_t>(in, 16);
   s.data_position = get<int64_t>(in, 24);
   s.rng_counter = get<uint64_t>(in, 32);
   s.optimizer = kOptimizers[optimizer];
+  const std::string forged = " (corrupted, or not written by this run)";
+  if (s.step != expected.step)
+    fail(path, "step " + std::to_string(s.step) + ", the state continued from is at step " +
+                   std::to_string(expected.step) + forged);
+  if (s.data_position != expected.data_position)
+    fail(path, "data_position " + std::to_string(s.data_position) + ", but " +
+                   std::to_string(expected.step) + " steps of this run's batch sizes end at " +
+                   std::to_string(expected.data_position) + forged);
+  if (s.rng_counter != expected.rng_counter)
+    fail(path, "rng_counter " + std::to_string(s.rng_counter) + ", expected " +
+                   std::to_string(expected.rng_counter) + forged);
+  if (s.optimizer != expected.optimizer)
+    fail(path, "optimizer \"" + s.optimizer + "\", the run's is \"" + expected.optimizer + "\"" +
+                   (expected.step == 0 ? " (none before the first step)" : "") + forged);
+  if (nparams != static_cast<uint64_t>(expected.param_count) ||
+      nopt != static_cast<uint64_t>(expected.opt_state_count))
+    fail(path, std::to_string(nparams) + " parameters and " + std::to_string(nopt) +
+                   " optimizer values, the model has " + std::to_string(expected.param_count) +
+                   " and " + std::to_string(expected.opt_state_count) + forged);
   const char* body_start = in.data() + kHeaderSize;
   for (auto [v, count] : {std::pair{&s.params, nparams}, std::pair{&s.opt_state, nopt}}) {
     // The body is not aligned for floats: the backend copies bytes.
@@ -170,6 +306,16 @@ TrainState read_checkpoint(std::string_view in, const std::string& path,
     body_start += 4 * count;
   }
   return s;
+}
+
+int64_t checked_file_size(const std::string& path, bool sync) {
+  auto [fd, size] = open_regular(path);
+  if (sync) {
+    if (::fsync(fd.get()) != 0) fail(path, "fsync failed: " + error_text(errno));
+    auto [dir, name] = open_parent(path);
+    fsync_directory(dir.get(), path);
+  }
+  return size;
 }
 
 }  // namespace hippo::worker

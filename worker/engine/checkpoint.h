@@ -6,8 +6,18 @@
 //            param_count u64, opt_state_count u64                              (64 bytes)
 //   body     params f32[param_count], opt_state f32[opt_state_count]
 //   trailer  CRC-32 (zlib) of header and body, u32
-// Saving writes a temporary file next to the target, fsyncs it, renames it over the target and
-// fsyncs the directory, so a reader sees the old file or the new one, never a torn one.
+//
+// A checkpoint directory may be writable by others (a group, an NFS export), so a file is never
+// trusted for being there. Saving creates a temporary file with an unpredictable name beside the
+// target ("<name>.tmp.<16 hex digits>"), through a descriptor of the directory, with
+// O_CREAT|O_EXCL|O_NOFOLLOW (a symlink or file planted there is never followed nor truncated),
+// fsyncs it, renames it to the target without ever replacing an existing file
+// (renameat2(RENAME_NOREPLACE), or link + unlink on a file system without it) and fsyncs the
+// directory: a reader sees the whole file or none, and a file that exists is never overwritten.
+// Loading opens without following a symlink and without blocking (O_NOFOLLOW|O_NONBLOCK), refuses
+// anything but a regular file of exactly the size the expected state has (before reading a byte:
+// a FIFO, /dev/zero or a huge file cost nothing), then checks every field of the header against
+// what the run must hold at that step (CheckpointShape): a valid checksum is not enough.
 #pragma once
 
 #include <cstdint>
@@ -21,31 +31,53 @@
 
 namespace hippo::worker {
 
-// A checkpoint that cannot be written, or read back as exactly what was saved for this config.
+// A checkpoint that cannot be written, or read back as exactly the state the run needs.
 class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// What the checkpoint of a run after `step` steps must hold, field by field (the engine knows it:
+// Engine::checkpoint_shape, from the run's config and the batch sizes of the steps before).
+struct CheckpointShape {
+  uint64_t config_hash = 0;
+  int64_t step = 0;
+  int64_t data_position = 0;
+  uint64_t rng_counter = 0;
+  std::string optimizer;  // "" at step 0 (no optimizer state yet), else sgd, adam or adamw
+  int64_t param_count = 0;
+  int64_t opt_state_count = 0;
+
+  // The exact size of such a file in bytes; -1 if the counts are negative or too large for one.
+  int64_t file_bytes() const;
 };
 
 // The header and body of the checkpoint file of `state`: its buffers copied to host memory (for a
 // GPU state, through pinned staging). This is the part of saving that must happen before training
 // goes on; the write can then run in the background.
 std::vector<char> encode_checkpoint(const TrainState& state, uint64_t config_hash);
-// Writes encode_checkpoint's bytes and their checksum at `path` durably (temp file, fsync,
-// rename, fsync of the directory). On failure (e.g. a full disk) throws CheckpointError and
-// leaves nothing behind.
+// Writes encode_checkpoint's bytes and their checksum at `path` durably (above). Throws
+// CheckpointError, leaving nothing behind, when it cannot: `path` exists (whatever it is), the
+// directory is missing, the disk is full.
 void write_checkpoint_file(const std::string& path, const std::vector<char>& bytes);
 // Both, one after the other.
 void save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
-// Refuses (CheckpointError naming the file and the problem) a missing file, a wrong magic or
-// version, a truncated or extended file, a checksum mismatch and a config hash other than
-// expected_config_hash. The state's buffers are placed in `backend`'s memory.
-TrainState load_checkpoint(const std::string& path, uint64_t expected_config_hash,
+// Refuses (CheckpointError naming the file and the problem) a missing file, a symlink, anything
+// but a regular file, a size other than expected.file_bytes(), a wrong magic or version, a
+// checksum mismatch, and any field other than `expected` says (config hash, step, data position,
+// RNG counter, optimizer, sizes). The state's buffers are placed in `backend`'s memory.
+TrainState load_checkpoint(const std::string& path, const CheckpointShape& expected,
                            const std::shared_ptr<const kernels::Backend>& backend);
 // The same from the bytes of a checkpoint file, `name` naming it in errors (load_checkpoint reads
 // the file and calls this; fuzz/ feeds it arbitrary bytes).
 TrainState read_checkpoint(std::string_view bytes, const std::string& name,
-                           uint64_t expected_config_hash,
+                           const CheckpointShape& expected,
                            const std::shared_ptr<const kernels::Backend>& backend);
+
+// The size of the regular file at `path`, opened as load_checkpoint opens it (no symlink, no
+// blocking on a FIFO); CheckpointError for anything else. With `sync`, the file and its directory
+// are also fsynced: a file another process wrote (an external trainer's checkpoint) is durable
+// once this returns.
+int64_t checked_file_size(const std::string& path, bool sync = false);
 
 }  // namespace hippo::worker

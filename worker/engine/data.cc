@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -97,22 +98,28 @@ std::vector<int32_t> permutation(int64_t n, uint64_t seed, int64_t epoch) {
   return p;
 }
 
-int64_t SampleOrder::take(int64_t position, int64_t batch, int32_t* indices) {
-  if (batch < 1 || batch > n_)
+int64_t next_position(int64_t n, int64_t position, int64_t batch) {
+  if (batch < 1 || batch > n)
     throw std::invalid_argument("batch_size " + std::to_string(batch) + " must be in [1, " +
-                                std::to_string(n_) + "] (the number of training samples)");
-  int64_t epoch = position / n_, offset = position % n_;
+                                std::to_string(n) + "] (the number of training samples)");
+  // Negative: no training produced it; so large that the next epoch's end would overflow: neither.
+  if (position < 0 || position > std::numeric_limits<int64_t>::max() - 2 * n)
+    throw std::invalid_argument("data position " + std::to_string(position) +
+                                " is outside [0, 2^63 - 2N]");
   // position == (e + 1) * N (offset N of epoch e) reads as (e + 1, 0): the same next batch.
-  if (offset + batch > n_) {
-    ++epoch;
-    offset = 0;
-  }
+  if (position % n + batch <= n) return position + batch;
+  return (position / n + 1) * n + batch;  // the rest of the epoch is dropped
+}
+
+int64_t SampleOrder::take(int64_t position, int64_t batch, int32_t* indices) {
+  const int64_t next = next_position(n_, position, batch);
+  const int64_t epoch = (next - batch) / n_, offset = (next - batch) % n_;
   if (epoch != cached_epoch_) {
     order_ = permutation(n_, seed_, epoch);
     cached_epoch_ = epoch;
   }
   std::copy(order_.begin() + offset, order_.begin() + offset + batch, indices);
-  return epoch * n_ + offset + batch;
+  return next;
 }
 
 }  // namespace hippo::worker

@@ -32,6 +32,11 @@ struct Dataset {
 // std::runtime_error naming the file when one is missing or malformed.
 std::shared_ptr<const Dataset> load_fashion_mnist(const std::string& dir, const std::string& split);
 
+// The position after a step with batch size `batch` at `position` among n samples (the rule above;
+// SampleOrder::take reads that step's samples). Throws std::invalid_argument if batch is not in
+// [1, n] or position is negative (a state that no training produced).
+int64_t next_position(int64_t n, int64_t position, int64_t batch);
+
 // A permutation of [0, n) that is a pure function of (n, seed, epoch) (Fisher-Yates driven by the
 // counter-based generator).
 std::vector<int32_t> permutation(int64_t n, uint64_t seed, int64_t epoch);
@@ -41,7 +46,8 @@ class SampleOrder {
  public:
   SampleOrder(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
   // Writes the `batch` sample indices that a step at `position` reads into indices[batch] and
-  // returns the position after the step. Throws std::invalid_argument if batch is not in [1, N].
+  // returns the position after the step (next_position). Throws std::invalid_argument as
+  // next_position does.
   int64_t take(int64_t position, int64_t batch, int32_t* indices);
 
  private:

@@ -53,6 +53,23 @@ TrainState Engine::initial_state() const {
   return s;
 }
 
+CheckpointShape Engine::checkpoint_shape(int64_t step, const Hyperparams& hp,
+                                         const nlohmann::json& fixed) const {
+  if (step < 0) throw std::invalid_argument("step " + std::to_string(step) + " is negative");
+  check_settings(hp, fixed);
+  CheckpointShape shape;
+  shape.config_hash = config_hash_;
+  shape.step = step;
+  for (int64_t i = 0; i < step; ++i)
+    shape.data_position =
+        next_position(config_.train_samples, shape.data_position, batch_size_at(hp, fixed, i));
+  shape.rng_counter = 0;  // the built-in models draw no random numbers while training
+  shape.optimizer = step == 0 ? "" : settings_at(hp, fixed, 0).optimizer;
+  shape.param_count = param_count();
+  shape.opt_state_count = opt_state_size(shape.optimizer, shape.param_count);
+  return shape;
+}
+
 bool Engine::in_my_memory(const kernels::Buffer<float>& b) const {
   return b.backend() && std::string(b.backend()->name()) == backend_->name();
 }

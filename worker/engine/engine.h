@@ -13,6 +13,7 @@
 //   engine.train(s, 1000, hp, fixed, [&](const TrainState& st) { return true; });
 //   Metrics m = engine.evaluate(s);
 //   save_checkpoint(path, s, engine.config_hash());
+//   s = load_checkpoint(path, engine.checkpoint_shape(s.step, hp, fixed), engine.backend());
 #pragma once
 
 #include <cstdint>
@@ -85,6 +86,12 @@ class Engine {
   // Of the model spec, data name, sample counts and seed: a checkpoint of another config is
   // refused.
   uint64_t config_hash() const { return config_hash_; }
+  // What the state of a run with these settings holds after `step` steps, as a checkpoint must
+  // (load_checkpoint checks every field against it): the data position is replayed from the batch
+  // size of every step before, the optimizer is step 0's. Throws std::invalid_argument for bad
+  // settings, as train() would.
+  CheckpointShape checkpoint_shape(int64_t step, const Hyperparams& hp,
+                                   const nlohmann::json& fixed) const;
   int64_t param_count() const;
   const std::shared_ptr<const kernels::Backend>& backend() const { return backend_; }
 

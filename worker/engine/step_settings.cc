@@ -93,12 +93,16 @@ void check_settings(const Hyperparams& hp, const nlohmann::json& fixed) {
   settings_at(hp, fixed, 0);
 }
 
+int64_t batch_size_at(const Hyperparams& hp, const nlohmann::json& fixed, int64_t step) {
+  return static_cast<int64_t>(value_at("batch_size", hp, fixed, step).number);
+}
+
 StepSettings settings_at(const Hyperparams& hp, const nlohmann::json& fixed, int64_t step) {
   auto number = [&](std::string_view name) { return value_at(name, hp, fixed, step).number; };
   auto text = [&](std::string_view name) { return value_at(name, hp, fixed, step).text; };
   StepSettings s;
   s.lr = number("lr");
-  s.batch_size = static_cast<int64_t>(number("batch_size"));
+  s.batch_size = batch_size_at(hp, fixed, step);
   s.optimizer = text("optimizer");
   s.momentum = number("momentum");
   s.nesterov = number("nesterov") != 0;

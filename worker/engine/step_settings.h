@@ -27,5 +27,7 @@ void check_settings(const Hyperparams& hp, const nlohmann::json& fixed);
 // The values at `step`; throws std::invalid_argument naming the setting and the step when a value
 // is out of its range or of the wrong kind (e.g. batch_size 12.5).
 StepSettings settings_at(const Hyperparams& hp, const nlohmann::json& fixed, int64_t step);
+// settings_at(...).batch_size alone (checking a checkpoint's data position reads every step's).
+int64_t batch_size_at(const Hyperparams& hp, const nlohmann::json& fixed, int64_t step);
 
 }  // namespace hippo::worker

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 namespace hippo::worker {
@@ -77,6 +78,21 @@ TEST(DataTest, ChangedBatchSizeContinuesFromTheSameOffset) {
             std::vector<int32_t>(epoch0.begin() + 7, epoch0.end()));
   EXPECT_THROW(order.take(0, 11, got.data()), std::invalid_argument);
   EXPECT_THROW(order.take(0, 0, got.data()), std::invalid_argument);
+}
+
+// A position no training produces (a forged checkpoint's) is refused, never read out of bounds.
+TEST(DataTest, PositionOutsideTheDataIsRefused) {
+  EXPECT_EQ(next_position(10, 0, 3), 3);
+  EXPECT_EQ(next_position(10, 9, 3), 13);   // the rest of epoch 0 is dropped
+  EXPECT_EQ(next_position(10, 10, 3), 13);  // offset N of epoch 0 is offset 0 of epoch 1
+  EXPECT_EQ(next_position(10, 27, 3), 30);
+  SampleOrder order(10, 1);
+  std::vector<int32_t> got(3);
+  for (int64_t bad : {int64_t{-1}, int64_t{-10}, INT64_MIN, INT64_MAX, INT64_MAX - 19}) {
+    EXPECT_THROW(next_position(10, bad, 3), std::invalid_argument) << bad;
+    EXPECT_THROW(order.take(bad, 3, got.data()), std::invalid_argument) << bad;
+  }
+  EXPECT_EQ(next_position(10, INT64_MAX - 20, 5), INT64_MAX - 12);  // offset 7: a new epoch
 }
 
 }  // namespace

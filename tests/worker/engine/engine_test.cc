@@ -69,7 +69,8 @@ TEST_P(ExactnessTest, SplitRunsEqualOneRun) {
     const std::string path = temp_path("split.ckpt");
     save_checkpoint(path, head, engine.config_hash());
     Engine other(small_config(model), 2);
-    TrainState loaded = load_checkpoint(path, other.config_hash(), other.backend());
+    TrainState loaded =
+        load_checkpoint(path, other.checkpoint_shape(k, hp, fixed), other.backend());
     EXPECT_TRUE(loaded == head);
     other.train(loaded, kSteps, hp, fixed, {});
     EXPECT_TRUE(loaded == whole);
@@ -90,10 +91,12 @@ TEST_P(ExactnessTest, FreshProcessContinuesBitForBit) {
     save_checkpoint(in, train_alone(engine, recipe_hp(0.05), recipe_fixed(optimizer), k),
                     engine.config_hash());
     const std::string command = std::string(ENGINE_HELPER) + " " + model + " " + optimizer +
-                                " 0.05 2 " + in + " " + std::to_string(kSteps) + " " + out + " > " +
-                                out + ".json";
+                                " 0.05 2 " + in + " " + std::to_string(k) + " " +
+                                std::to_string(kSteps) + " " + out + " > " + out + ".json";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
-    EXPECT_TRUE(load_checkpoint(out, engine.config_hash(), engine.backend()) == whole);
+    const CheckpointShape shape =
+        engine.checkpoint_shape(kSteps, recipe_hp(0.05), recipe_fixed(optimizer));
+    EXPECT_TRUE(load_checkpoint(out, shape, engine.backend()) == whole);
     std::ifstream metrics(out + ".json");
     const nlohmann::json m = nlohmann::json::parse(metrics);
     EXPECT_EQ(m["accuracy"].get<double>(), whole_metrics.accuracy);
@@ -132,6 +135,33 @@ INSTANTIATE_TEST_SUITE_P(Models, ExactnessTest,
                          [](const auto& info) {
                            return info.param.model + "_" + info.param.optimizer;
                          });
+
+// What a checkpoint is checked against is what training holds, at every step: batch sizes that
+// drop the end of an epoch (48 of 200 samples) and change mid-epoch (to 30 at step 6), each
+// optimizer.
+TEST(EngineTest, CheckpointShapeIsWhatTrainingHolds) {
+  Engine engine(small_config("mlp"), 1);
+  const Hyperparams hp = {{"lr", Sequence::constant(0.05)},
+                          {"batch_size", piecewise({{0, 48}, {6, 30}})}};
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    const nlohmann::json fixed = recipe_fixed(optimizer);
+    TrainState s = engine.initial_state();
+    for (int64_t step = 0; step <= 14; ++step) {
+      if (step > 0) engine.train(s, step, hp, fixed, {});
+      const CheckpointShape shape = engine.checkpoint_shape(step, hp, fixed);
+      EXPECT_EQ(shape.step, s.step);
+      EXPECT_EQ(shape.data_position, s.data_position) << "step " << step;
+      EXPECT_EQ(shape.rng_counter, s.rng_counter);
+      EXPECT_EQ(shape.optimizer, s.optimizer);
+      EXPECT_EQ(shape.param_count, s.params.size());
+      EXPECT_EQ(shape.opt_state_count, s.opt_state.size());
+    }
+    // Epoch 0: 4 batches of 48 (8 samples dropped); epoch 1: 2 of 48, 3 of 30 (14 dropped);
+    // epoch 2: 5 of 30.
+    EXPECT_EQ(s.data_position, 2 * 200 + 150);
+  }
+  EXPECT_THROW(engine.checkpoint_shape(-1, hp, recipe_fixed("sgd")), std::invalid_argument);
+}
 
 TEST(EngineTest, AfterStepSeesEveryStepAndCanStop) {
   Engine engine(small_config("mlp"), 1);
