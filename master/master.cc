@@ -442,13 +442,12 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
         (missing || believed("checkpoint " + m.lost_file + " is unreadable")))
       forget_state(job.order.parent_state, error);
   } else if (m.retry && pool_.storage_failures(stage) + 1 < kStorageAttempts) {
-    // The worker could not write a checkpoint (a full disk): another worker, if there is one,
-    // tries again from the newest state reported.
+    // The worker could not write a checkpoint (a full disk), or its trainer process died:
+    // another worker, if there is one, tries again from the newest state reported.
     log_event(std::nullopt, "stage_retry", {{"worker", w.hello.name}, {"error", error}});
-    spdlog::warn("worker {} failed a stage on storage, retrying: {}", w.hello.name, error);
+    spdlog::warn("worker {} failed a stage, retrying: {}", w.hello.name, error);
   } else if (m.retry || believed("the stage fails")) {
-    if (m.retry)
-      error += " (the stage failed on storage " + std::to_string(kStorageAttempts) + " times)";
+    if (m.retry) error += " (the stage failed " + std::to_string(kStorageAttempts) + " times)";
     // One transaction first: if the plan is locked, nothing has changed and this is retried.
     plan_.transaction([&] { driver_.fail_trials_through(stage, error); });
     pool_.claims().clear(stage);

@@ -40,6 +40,7 @@ inline protocol::RunSpec run_spec(const StudySpec& spec) {
   run.data = spec.data.name;
   run.train_samples = spec.data.train_samples;
   run.eval_samples = spec.data.eval_samples;
+  run.data_fields = spec.data.fields;
   run.seed = spec.seed;
   run.fixed = spec.fixed;
   run.microbatches = spec.pipeline.microbatches;

@@ -31,8 +31,8 @@ struct ConnectedWorker {
   std::set<int64_t> held;  // state ids in its memory
 };
 
-// How many times a stage may fail on storage (a checkpoint that cannot be written) before the
-// trials that need it fail.
+// How many times a stage may fail with `retry` (a checkpoint that cannot be written, a trainer
+// process that died) before the trials that need it fail.
 inline constexpr int kStorageAttempts = 3;
 
 // Claims that one worker cannot make good alone, because they would let it destroy others' work:

@@ -196,25 +196,31 @@ Welcome Welcome::from_json(const json& m) {
 }
 
 json to_json(const RunSpec& r) {
-  return json{{"model", r.model},
-              {"data", r.data},
-              {"train_samples", r.train_samples},
-              {"eval_samples", r.eval_samples},
-              {"seed", r.seed},
-              {"fixed", r.fixed},
-              {"pipeline",
-               {{"stages", r.pipeline_stages},
-                {"microbatches", r.microbatches},
-                {"schedule", r.pipeline_schedule},
-                {"chunks", r.pipeline_chunks}}}};
+  json j{{"model", r.model},
+         {"data", r.data},
+         {"train_samples", r.train_samples},
+         {"eval_samples", r.eval_samples},
+         {"seed", r.seed},
+         {"fixed", r.fixed},
+         {"pipeline",
+          {{"stages", r.pipeline_stages},
+           {"microbatches", r.microbatches},
+           {"schedule", r.pipeline_schedule},
+           {"chunks", r.pipeline_chunks}}}};
+  if (!r.data_fields.empty()) j["data_fields"] = r.data_fields;
+  return j;
 }
 
 RunSpec run_spec_from_json(const json& j) {
   RunSpec r;
   r.model = get_object(j, "model");
   r.data = get_string(j, "data", 64);
-  r.train_samples = get_int(j, "train_samples", 1);
-  r.eval_samples = get_int(j, "eval_samples", 1);
+  // An external model's own data set may leave its sizes out (0); the engine's never does.
+  auto type = r.model.find("type");
+  const int64_t least = type != r.model.end() && *type == "external" ? 0 : 1;
+  r.train_samples = get_int(j, "train_samples", least);
+  r.eval_samples = get_int(j, "eval_samples", least);
+  if (j.contains("data_fields")) r.data_fields = get_object(j, "data_fields");
   r.seed = static_cast<uint64_t>(get_int(j, "seed"));
   r.fixed = get_object(j, "fixed");
   if (j.contains("pipeline")) {

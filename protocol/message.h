@@ -95,8 +95,9 @@ struct Done {
   static Done from_json(const json& m);
 };
 
-// The job failed. retry: on storage (a checkpoint could not be written), another worker may
-// succeed; lost_file: the parent checkpoint could not be read (missing or corrupt).
+// The job failed. retry: on storage (a checkpoint could not be written) or in an external
+// trainer's process (it died), another attempt may succeed; lost_file: the parent checkpoint
+// could not be read (missing or corrupt).
 struct Failed {
   static constexpr const char* kType = "failed";
   int64_t job = 0;  // -1: a job message that did not decode far enough to name its id
@@ -137,8 +138,9 @@ struct Welcome {
 struct RunSpec {
   json model;  // {"type": "mlp", ...} as in the study spec
   std::string data;
-  int64_t train_samples = 0;
+  int64_t train_samples = 0;  // 0: not given (an external model's own data set)
   int64_t eval_samples = 0;
+  json data_fields = json::object();  // an external model's other data fields (absent: none)
   uint64_t seed = 0;
   json fixed;  // the study's fixed settings
   // The spec's "pipeline": micro-batches per optimizer step, and the pipeline stages (1: none),

@@ -147,10 +147,13 @@ class HalvingSearcher : public Searcher {
     int64_t u = batch_drawn ? 0 : spec_.steps_per_epoch(Params::object());
     auto length = [&](const std::string& key) {
       Span span = parse_span(options[key]);
-      if (span.epochs && !batch_drawn && u == 0)
+      const bool no_samples = spec_.data.train_samples == 0;  // an external data set
+      if (span.epochs && ((!batch_drawn && u == 0) || no_samples))
         options[key]["epochs"].fail(
-            "epoch units are not possible here: the trials have no batch size that is constant "
-            "within a trial");
+            "epoch units are not possible here: " +
+            (no_samples
+                 ? spec_.no_epochs
+                 : std::string("the trials have no batch size that is constant within a trial")));
       return span;
     };
     min_ = length("min_length");

@@ -34,6 +34,8 @@ class MedianStopSearcher : public PoolSearcher {
       : PoolSearcher(spec, median_stop_trials(spec)), grid_(has_grid(spec.space)) {
     Field options(spec.searcher.options, "searcher");
     if (options.has("grace")) grace_ = parse_span(options["grace"]);
+    if (grace_ && grace_->epochs && !spec.no_epochs.empty())
+      options["grace"]["epochs"].fail("epoch units are not possible here: " + spec.no_epochs);
     if (options.has("min_trials")) min_trials_ = options["min_trials"].integer(1, 1'000'000);
   }
 

@@ -31,6 +31,7 @@ Rule rule_for(const SettingInfo* s) {
 const Rule kFactor{Rule::kNumber, 0, kInf, {}};               // gamma
 const Rule kIntegerFactor{Rule::kInteger, 1, 1 << 20, {}};    // gamma of an integer setting
 const Rule kUnits{Rule::kInteger, 1, double(kMaxUnits), {}};  // lengths, milestones
+const Rule kStart{Rule::kInteger, 0, double(kMaxUnits), {}};  // a piecewise point's start
 
 std::string number_text(double v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -177,30 +178,26 @@ class Parser {
     params_->push_back(std::move(p));
   }
 
+  // The smallest and largest value a leaf parsed since `params_before` can take: its constant, or
+  // its distribution's range.
+  std::pair<double, double> leaf_range(const Field& f, size_t params_before) const {
+    if (params_->size() == params_before) return {f.number(), f.number()};
+    const Param& p = params_->back();
+    if (p.kind != DistKind::kGrid && p.kind != DistKind::kChoice) return {p.lo, p.hi};
+    std::pair<double, double> range = {kInf, -kInf};
+    for (const json& v : p.values)
+      range = {std::min(range.first, v.get<double>()), std::max(range.second, v.get<double>())};
+    return range;
+  }
+
   // `{"schedule": NAME, "unit": ..., fields}`; `unit` defaults to the enclosing schedule's.
   void schedule(const Field& f, const Rule& value, const std::string& name,
                 const json::json_pointer& where, const std::string& outer_unit) {
-    enum Kind { kValue, kFactorField, kUnitsField, kUnitsList, kPoints, kAfter };
-    struct Shape {
-      std::string_view name;
-      std::vector<std::pair<std::string_view, Kind>> fields;
-      bool integer_ok;  // keeps integer settings integral
-    };
-    static const std::vector<Shape> kShapes = {
-        {"constant", {{"value", kValue}}, true},
-        {"multistep",
-         {{"init", kValue}, {"milestones", kUnitsList}, {"gamma", kFactorField}},
-         true},
-        {"step_decay", {{"init", kValue}, {"every", kUnitsField}, {"gamma", kFactorField}}, false},
-        {"exponential", {{"init", kValue}, {"gamma", kFactorField}}, false},
-        {"cosine", {{"init", kValue}, {"final", kValue}, {"length", kUnitsField}}, false},
-        {"warmup_linear", {{"init", kValue}, {"warmup", kUnitsField}, {"after", kAfter}}, false},
-        {"piecewise", {{"points", kPoints}}, true},
-    };
+    using K = ScheduleField;
     Field kind = f["schedule"];
-    const Shape* shape = nullptr;
+    const ScheduleShape* shape = nullptr;
     std::string names;
-    for (const Shape& s : kShapes) {
+    for (const ScheduleShape& s : schedule_shapes()) {
       if (kind.json() == s.name) shape = &s;
       names += (names.empty() ? "" : ", ") + std::string(s.name);
     }
@@ -210,7 +207,7 @@ class Parser {
       kind.fail("an integer setting takes constant, multistep or piecewise, got " +
                 brief(kind.json()));
     std::vector<std::string_view> keys = {"schedule", "unit"};
-    for (const auto& field : shape->fields) keys.push_back(field.first);
+    for (const ScheduleField& field : shape->fields) keys.push_back(field.name);
     f.check_keys(keys);
     std::string unit = outer_unit;
     if (f.has("unit")) {
@@ -221,38 +218,50 @@ class Parser {
     if (unit == "epoch" && !rules_.no_epochs.empty())
       (f.has("unit") ? f["unit"] : f)
           .fail("epoch units are not possible here: " + rules_.no_epochs);
-    for (const auto& [key_view, k] : shape->fields) {
-      std::string key(key_view);
+    for (const ScheduleField& field : shape->fields) {
+      std::string key(field.name);
       Field sub = f[key];
       std::string sub_name = name + "." + key;
       json::json_pointer sub_where = where / key;
-      switch (k) {
-        case kValue:
+      switch (field.kind) {
+        case K::kValue:
           leaf(sub, value, sub_name, sub_where);
           break;
-        case kFactorField:
+        case K::kFactor:
           leaf(sub, integer ? kIntegerFactor : kFactor, sub_name, sub_where);
           break;
-        case kUnitsField:
+        case K::kUnits:
           leaf(sub, kUnits, sub_name, sub_where);
           break;
-        case kUnitsList:
+        case K::kUnitsList:
           for (size_t i = 0, n = sub.items(1); i < n; ++i)
             leaf(sub[i], kUnits, sub_name + "[" + std::to_string(i) + "]", sub_where / i);
           break;
-        case kPoints:
+        case K::kPoints: {
+          // A start may be drawn too; every trial's starts must increase, so the ranges of two
+          // neighbouring starts may not overlap.
+          double previous_last = -1;
           for (size_t i = 0, n = sub.items(1); i < n; ++i) {
             Field point = sub[i];
             if (point.items(2) != 2)
               point.fail("expected [start, value], got " + brief(point.json()));
-            int64_t start = point[0].integer(0, kMaxUnits);
-            if (i == 0 && start != 0) point[0].fail("the first point must start at 0");
-            if (i > 0 && start <= sub[i - 1][0].integer(0, kMaxUnits))
-              point[0].fail("point starts must increase");
-            leaf(point[1], value, sub_name + "[" + std::to_string(i) + "][1]", sub_where / i / 1);
+            const std::string point_name = sub_name + "[" + std::to_string(i) + "]";
+            size_t before = params_->size();
+            leaf(point[0], kStart, point_name + "[0]", sub_where / i / 0);
+            auto [first, last] = leaf_range(point[0], before);
+            if (i == 0 && last != 0) point[0].fail("the first point must start at 0");
+            if (i > 0 && first <= previous_last)
+              point[0].fail(point[0].is_object()
+                                ? "point starts must increase: this point may start at " +
+                                      number_text(first) + ", the one before at " +
+                                      number_text(previous_last)
+                                : "point starts must increase");
+            previous_last = last;
+            leaf(point[1], value, point_name + "[1]", sub_where / i / 1);
           }
           break;
-        case kAfter:
+        }
+        case K::kAfter:
           if (!sub.is_object() || !sub.has("schedule"))
             sub.fail("expected a schedule, got " + brief(sub.json()));
           schedule(sub, value, sub_name, sub_where, unit);
@@ -312,6 +321,22 @@ double uniform01(uint64_t seed, uint64_t counter, uint64_t leaf) {
 
 }  // namespace
 
+const std::vector<ScheduleShape>& schedule_shapes() {
+  using K = ScheduleField;
+  static const std::vector<ScheduleShape> kShapes = {
+      {"constant", {{"value", K::kValue}}, true},
+      {"multistep",
+       {{"init", K::kValue}, {"milestones", K::kUnitsList}, {"gamma", K::kFactor}},
+       true},
+      {"step_decay", {{"init", K::kValue}, {"every", K::kUnits}, {"gamma", K::kFactor}}, false},
+      {"exponential", {{"init", K::kValue}, {"gamma", K::kFactor}}, false},
+      {"cosine", {{"init", K::kValue}, {"final", K::kValue}, {"length", K::kUnits}}, false},
+      {"warmup_linear", {{"init", K::kValue}, {"warmup", K::kUnits}, {"after", K::kAfter}}, false},
+      {"piecewise", {{"points", K::kPoints}}, true},
+  };
+  return kShapes;
+}
+
 bool Param::admits(const json& value) const {
   switch (kind) {
     case DistKind::kGrid:
@@ -347,10 +372,32 @@ std::vector<NamedField> setting_fields(const Field& object) {
   return out;
 }
 
+namespace {
+
+// Whether a value has the form of a schedule or a distribution (an object with "schedule", or
+// with the one key of a distribution).
+bool looks_variable(const json& v) {
+  return v.is_object() && (v.contains("schedule") ||
+                           (v.size() == 1 && std::find(std::begin(kDistNames), std::end(kDistNames),
+                                                       v.begin().key()) != std::end(kDistNames)));
+}
+
+}  // namespace
+
 json fixed_settings(const std::vector<NamedField>& fixed, const SpaceRules& rules) {
   json out = json::object();
   for (const NamedField& s : fixed) {
-    Rule rule = rule_for(setting_info(s, rules));
+    const SettingInfo* info = setting_info(s, rules);
+    if (!info) {
+      // An external trainer's own setting: any JSON value (a list of layer widths, an object of
+      // options) is passed to it as it is.
+      if (s.field.json().is_null() || looks_variable(s.field.json()))
+        s.field.fail("expected a value, got " + brief(s.field.json()) +
+                     " (schedules and distributions go under hyperparameters)");
+      out[s.name] = s.field.json();
+      continue;
+    }
+    Rule rule = rule_for(info);
     check_scalar(s.field, rule, " (schedules and distributions go under hyperparameters)");
     const json& v = s.field.json();
     if (rule.type == Rule::kInteger)

@@ -22,6 +22,27 @@
 
 namespace hippo {
 
+// The schedules of INTERFACE.md and their fields, as the parser reads them: one table, also walked
+// by the tests (every numeric field of every schedule may be a number or a distribution).
+struct ScheduleField {
+  enum Kind {
+    kValue,      // a value of the setting (init, final, a point's value)
+    kFactor,     // gamma
+    kUnits,      // a length in units (every, length, warmup): an integer >= 1
+    kUnitsList,  // milestones: a list of lengths
+    kPoints,     // [[start, value], ...]: starts are integers from 0, increasing
+    kAfter,      // a nested schedule
+  };
+  std::string_view name;
+  Kind kind;
+};
+struct ScheduleShape {
+  std::string_view name;
+  std::vector<ScheduleField> fields;
+  bool integer_ok;  // may shape an integer setting (its values stay integral)
+};
+const std::vector<ScheduleShape>& schedule_shapes();
+
 // A trial's values: an object, flat leaf name -> number or string.
 using Params = nlohmann::json;
 

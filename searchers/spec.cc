@@ -50,10 +50,11 @@ json parse_model(const Field& f) {
     check_sizes(f["channels"], 1);
     check_sizes(f["fc"], 0);
   } else if (t == "external") {
-    f.check_keys({"type", "command"});
+    f.check_keys({"type", "command", "long_lived"});
     Field command = f["command"];
     for (size_t i = 0, n = command.items(1); i < n; ++i)
       if (command[i].text().empty()) command[i].fail("expected a non-empty string");
+    if (f.has("long_lived")) f["long_lived"].boolean();
   } else if (t == "gpt") {
     return parse_gpt(f);
   } else {
@@ -68,7 +69,31 @@ json parse_model(const Field& f) {
 constexpr int64_t kFortunesTrainTokens = 588288, kFortunesEvalTokens = 68654;
 constexpr int64_t kFortunesVocab = 96;
 
+constexpr int64_t kFashionMnistTrain = 60000, kFashionMnistEval = 10000;
+constexpr int64_t kMaxSamples = 1'000'000'000'000;
+
+// An external model's data: any name, with train_samples and eval_samples when the study needs
+// them (epoch units need train_samples), and any other fields for the trainer. `fashion-mnist`
+// keeps its sizes (the whole data set) as defaults; other names have none.
+DataSpec parse_external_data(const Field& f) {
+  DataSpec d;
+  d.name = f["name"].text();
+  if (d.name.empty() || d.name.size() > 64)
+    f["name"].fail("expected a name of 1 to 64 characters, got " + brief(f["name"].json()));
+  const bool fmnist = d.name == "fashion-mnist";
+  d.train_samples = fmnist ? kFashionMnistTrain : 0;
+  d.eval_samples = fmnist ? kFashionMnistEval : 0;
+  if (f.has("train_samples"))
+    d.train_samples = f["train_samples"].integer(1, fmnist ? kFashionMnistTrain : kMaxSamples);
+  if (f.has("eval_samples"))
+    d.eval_samples = f["eval_samples"].integer(1, fmnist ? kFashionMnistEval : kMaxSamples);
+  for (const auto& [key, value] : f.json().items())
+    if (key != "name" && key != "train_samples" && key != "eval_samples") d.fields[key] = value;
+  return d;
+}
+
 DataSpec parse_data(const Field& f, const Field& model) {
+  if (model["type"].text() == "external") return parse_external_data(f);
   f.check_keys({"name", "train_samples", "eval_samples"});
   DataSpec d;
   d.name = f["name"].text();
@@ -90,7 +115,7 @@ DataSpec parse_data(const Field& f, const Field& model) {
     }
   } else {
     f["name"].fail("unknown data set " + brief(f["name"].json()) +
-                   " (known: fashion-mnist, fortunes)");
+                   " (known: fashion-mnist, fortunes; an external model reads any)");
   }
   const int64_t train = d.train_samples, eval = d.eval_samples;
   if (f.has("train_samples")) d.train_samples = f["train_samples"].integer(1, train);
@@ -282,7 +307,11 @@ StudySpec parse_spec(const json& spec) {
   s.fixed = fixed_settings(fixed_fields, rules);
   for (const NamedField& h : hp_fields)
     if (s.fixed.contains(h.name)) h.field.fail("\"" + h.name + "\" is also given under fixed");
-  rules.no_epochs = epoch_problem(s.fixed, hyperparameters);
+  rules.no_epochs = s.data.train_samples == 0
+                        ? "data.train_samples is not given (an epoch is floor(train_samples / "
+                          "batch_size) steps)"
+                        : epoch_problem(s.fixed, hyperparameters);
+  s.no_epochs = rules.no_epochs;
   s.space = SearchSpace(hp_fields, rules);
   if (rules.builtin) {
     for (const SettingInfo& info : builtin_settings()) {
@@ -300,7 +329,7 @@ StudySpec parse_spec(const json& spec) {
     }
   }
   int64_t batch = largest_batch_size(s);
-  if (batch > s.data.train_samples)
+  if (s.data.train_samples > 0 && batch > s.data.train_samples)
     (s.fixed.contains("batch_size") ? fixed : hyperparameters)["batch_size"].fail(
         "a batch size of " + std::to_string(batch) + " is more than data.train_samples (" +
         std::to_string(s.data.train_samples) + ")");
@@ -325,11 +354,15 @@ StudySpec parse_spec(const json& spec) {
       check_microbatches(s, root["pipeline"]["microbatches"]);
   }
 
-  json identity = {{"model", s.model},
-                   {"data",
-                    {{"name", s.data.name},
-                     {"train_samples", s.data.train_samples},
-                     {"eval_samples", s.data.eval_samples}}},
+  // Whether a trainer serves one stage or many changes no result.
+  json model = s.model;
+  model.erase("long_lived");
+  json data = {{"name", s.data.name},
+               {"train_samples", s.data.train_samples},
+               {"eval_samples", s.data.eval_samples}};
+  if (!s.data.fields.empty()) data["fields"] = s.data.fields;
+  json identity = {{"model", model},
+                   {"data", data},
                    {"seed", s.seed},
                    {"fixed", s.fixed},
                    {"hyperparameters", s.space.names()}};

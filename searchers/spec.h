@@ -29,10 +29,13 @@ struct Span {
 };
 
 struct DataSpec {
-  std::string name;  // "fashion-mnist", or "fortunes" (gpt)
+  std::string name;  // "fashion-mnist", or "fortunes" (gpt); any name for an external model
   // Prefixes of the splits; by default all of them (fortunes: the windows of the model's context).
+  // 0 for an external model's own data set that does not give them (lengths must be in steps).
   int64_t train_samples = 60000;
   int64_t eval_samples = 10000;
+  // An external model's other data fields, as written: passed to its trainer as they are.
+  nlohmann::json fields = nlohmann::json::object();
 };
 
 // "pipeline": how the gpt model is cut into stages that run in a pipeline (pipeline/). Only
@@ -56,7 +59,9 @@ struct SearcherSpec {
 
 struct StudySpec {
   std::string name;
-  nlohmann::json model;  // as written (gpt: with every field); type mlp, cnn, gpt or external
+  // As written (gpt: with every field); type mlp, cnn, gpt or external (command, and long_lived:
+  // the trainer serves many stages, worker/README.md).
+  nlohmann::json model;
   DataSpec data;
   uint64_t seed = 0;
   // Settings that every trial shares: name -> number, string or boolean, with `betas` expanded
@@ -67,6 +72,9 @@ struct StudySpec {
   Span length;
   std::optional<Span> eval_every;  // none: evaluate at the end only
   PipelineSpec pipeline;
+  // Why lengths in epochs are refused (no batch size constant within a trial, or an external
+  // data set without train_samples); empty when they are possible.
+  std::string no_epochs;
   // A stable hash (16 hex digits) of model, data, seed, fixed and the hyper-parameter names: trials
   // of studies with the same root key can share stages.
   std::string root_key;

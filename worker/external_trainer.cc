@@ -1,17 +1,13 @@
 #include "worker/external_trainer.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <vector>
+#include <set>
+#include <sstream>
 
 #include "protocol/clock.h"
 #include "stagetree/sequence_json.h"
@@ -20,119 +16,25 @@ namespace hippo::worker {
 namespace {
 
 using nlohmann::json;
-constexpr size_t kMaxLineBytes = 1 << 20;
-constexpr size_t kStderrTailBytes = 2000;
 
-// The running trainer: its process group and our ends of its stdin, stdout and stderr. The
-// destructor kills whatever is left of it, so no error path leaves a trainer behind.
-struct Child {
-  pid_t pid = -1;
-  int in = -1, out = -1, err = -1;
-  std::string stderr_tail;  // the last bytes it wrote to stderr, for error messages
-
-  ~Child() {
-    kill_group();
-    for (int* fd : {&in, &out, &err}) close_fd(*fd);
+std::vector<std::string> command_of(const protocol::RunSpec& run) {
+  const json& command = run.model.contains("command") ? run.model["command"] : json();
+  if (!command.is_array() || command.empty())
+    throw TrainerError("external trainer: model.command: expected a list of strings");
+  std::vector<std::string> argv;
+  for (const json& a : command) {
+    if (!a.is_string() || a.get<std::string>().empty() ||
+        a.get<std::string>().find('\0') != std::string::npos)
+      throw TrainerError("external trainer: model.command: expected non-empty strings");
+    argv.push_back(a);
   }
-  static void close_fd(int& fd) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-  void kill_group() {
-    if (pid <= 0) return;
-    ::kill(-pid, SIGKILL);  // the trainer and anything it started
-    ::waitpid(pid, nullptr, 0);
-    pid = -1;
-  }
-  // The error for `what`, with the last lines of stderr.
-  TrainerError error(const std::string& what) const {
-    std::string message = "external trainer: " + what;
-    std::string tail = stderr_tail;
-    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
-    if (!tail.empty()) message += "; its stderr ends with: " + tail;
-    return TrainerError(message);
-  }
-};
-
-// Starts argv in a process group of its own with pipes for stdin, stdout and stderr. A command
-// that cannot be executed is reported here (through a close-on-exec pipe that carries errno).
-void start(Child& child, const std::vector<std::string>& argv) {
-  std::vector<char*> args;  // built before fork: the child may only call async-signal-safe code
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  int pipes[4][2];
-  for (int i = 0; i < 4; ++i)
-    if (::pipe2(pipes[i], O_CLOEXEC) != 0) {
-      int e = errno;
-      for (int j = 0; j < i; ++j) {
-        ::close(pipes[j][0]);
-        ::close(pipes[j][1]);
-      }
-      throw TrainerError(std::string("external trainer: cannot make a pipe: ") + std::strerror(e));
-    }
-  int *in = pipes[0], *out = pipes[1], *err = pipes[2], *exec_error = pipes[3];
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(in[0], 0);  // dup2 clears close-on-exec on the new descriptor
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    ::execvp(args[0], args.data());
-    int e = errno;
-    ssize_t ignored = ::write(exec_error[1], &e, sizeof e);
-    (void)ignored;
-    ::_exit(127);
-  }
-  for (int fd : {in[0], out[1], err[1], exec_error[1]}) ::close(fd);
-  if (pid < 0) {
-    for (int fd : {in[1], out[0], err[0], exec_error[0]}) ::close(fd);
-    throw TrainerError(std::string("external trainer: cannot fork: ") + std::strerror(errno));
-  }
-  child.pid = pid;
-  child.in = in[1];
-  child.out = out[0];
-  child.err = err[0];
-  ::fcntl(child.in, F_SETFL, O_NONBLOCK);  // the stage is written as the trainer reads it
-  int e = 0;
-  ssize_t n;
-  do n = ::read(exec_error[0], &e, sizeof e);
-  while (n < 0 && errno == EINTR);
-  ::close(exec_error[0]);
-  if (n == static_cast<ssize_t>(sizeof e)) {
-    ::waitpid(pid, nullptr, 0);
-    child.pid = -1;
-    throw TrainerError("external trainer: cannot run " + argv[0] + ": " + std::strerror(e));
-  }
-}
-
-// write() to the trainer's stdin. A trainer that has exited makes it fail with EPIPE and raise
-// SIGPIPE, whose default action would end this process: the signal is blocked for this thread
-// during the write, and consumed if it came.
-ssize_t write_to_pipe(int fd, const char* data, size_t n) {
-  sigset_t pipe_signal, old;
-  sigemptyset(&pipe_signal);
-  sigaddset(&pipe_signal, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
-  ssize_t w = ::write(fd, data, n);
-  int saved = errno;
-  if (w < 0 && saved == EPIPE) {
-    timespec none{};
-    sigtimedwait(&pipe_signal, nullptr, &none);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = saved;
-  return w;
-}
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
-  return "ended with wait status " + std::to_string(status);
+  return argv;
 }
 
 }  // namespace
 
-json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir) {
+json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
+                   const std::vector<int64_t>* held) {
   const std::filesystem::path dir = std::filesystem::absolute(checkpoint_dir);
   json sequences = json::object(), values = json::object();
   for (const auto& [name, seq] : job.hyperparams) {
@@ -143,23 +45,28 @@ json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir) 
   }
   json outputs = json::array();
   for (const protocol::SnapshotOrder& order : job.snapshots)
-    if (!order.file.empty()) outputs.push_back({{"step", order.step}, {"path", dir / order.file}});
-  return {{"hippo_trainer", 1},
-          {"model", job.run.model},
-          {"data",
-           {{"name", job.run.data},
-            {"train_samples", job.run.train_samples},
-            {"eval_samples", job.run.eval_samples}}},
-          {"seed", job.run.seed},
-          {"fixed", job.run.fixed},
-          {"from", job.from},
-          {"to", job.to},
-          {"input_checkpoint",
-           job.parent_file.empty() ? json(nullptr) : json((dir / job.parent_file).string())},
-          {"checkpoints", outputs},
-          {"eval_steps", job.eval_steps},
-          {"hyperparameters", sequences},
-          {"values", values}};
+    if (!order.file.empty())
+      outputs.push_back({{"step", order.step}, {"path", dir / order.file}, {"state", order.state}});
+  json data = job.run.data_fields;
+  data["name"] = job.run.data;
+  if (job.run.train_samples > 0) data["train_samples"] = job.run.train_samples;
+  if (job.run.eval_samples > 0) data["eval_samples"] = job.run.eval_samples;
+  json input = {{"hippo_trainer", 1},
+                {"model", job.run.model},
+                {"data", data},
+                {"seed", job.run.seed},
+                {"fixed", job.run.fixed},
+                {"from", job.from},
+                {"to", job.to},
+                {"input_checkpoint",
+                 job.parent_file.empty() ? json(nullptr) : json((dir / job.parent_file).string())},
+                {"input_state", job.parent_state >= 0 ? json(job.parent_state) : json(nullptr)},
+                {"checkpoints", outputs},
+                {"eval_steps", job.eval_steps},
+                {"hyperparameters", sequences},
+                {"values", values}};
+  if (held) input["held"] = *held;
+  return input;
 }
 
 TrainerLine parse_trainer_line(std::string_view text) {
@@ -171,18 +78,28 @@ TrainerLine parse_trainer_line(std::string_view text) {
   if (json_nesting_beyond(text, 8) != std::string_view::npos) throw bad("nested too deeply");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) throw bad("expected one JSON object on one line");
+  auto natural = [](const json& v) {  // an integer >= 0 that fits in int64
+    return v.is_number_integer() &&
+           (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+                                   : v.get<int64_t>() >= 0);
+  };
   auto step_of = [&](const char* key) {
-    const json& v = j[key];
-    if (!v.is_number_integer() ||
-        (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                                : v.get<int64_t>() < 0))
-      throw bad(std::string(key) + ": expected a step (an integer >= 0)");
-    return v.get<int64_t>();
+    if (!natural(j[key])) throw bad(std::string(key) + ": expected a step (an integer >= 0)");
+    return j[key].get<int64_t>();
   };
   TrainerLine line;
   if (j.contains("done")) {
-    if (j.size() != 1 || j["done"] != true) throw bad("a done line is exactly {\"done\": true}");
+    if (j["done"] != true || j.size() != (j.contains("held") ? 2u : 1u))
+      throw bad("a done line is exactly {\"done\": true} or {\"done\": true, \"held\": [IDS]}");
     line.kind = TrainerLine::Kind::kDone;
+    if (j.contains("held")) {
+      const json& held = j["held"];
+      if (!held.is_array() || held.size() > protocol::kMaxHeldStates ||
+          !std::all_of(held.begin(), held.end(), natural))
+        throw bad("held: expected a list of at most " + std::to_string(protocol::kMaxHeldStates) +
+                  " state ids");
+      line.held = held.get<std::vector<int64_t>>();
+    }
   } else if (j.contains("checkpoint")) {
     if (j.size() != 1) throw bad("a checkpoint line is exactly {\"checkpoint\": STEP}");
     line.kind = TrainerLine::Kind::kCheckpoint;
@@ -207,187 +124,217 @@ TrainerLine parse_trainer_line(std::string_view text) {
   return line;
 }
 
-bool run_external_trainer(const protocol::Job& job, const std::string& checkpoint_dir,
-                          const TrainerHooks& hooks) {
-  std::vector<std::string> argv;
-  const json& command = job.run.model.contains("command") ? job.run.model["command"] : json();
-  if (!command.is_array() || command.empty())
-    throw TrainerError("external trainer: model.command: expected a list of strings");
-  for (const json& a : command) {
-    if (!a.is_string() || a.get<std::string>().empty() ||
-        a.get<std::string>().find('\0') != std::string::npos)
-      throw TrainerError("external trainer: model.command: expected non-empty strings");
-    argv.push_back(a);
+bool long_lived(const protocol::RunSpec& run) {
+  auto it = run.model.find("long_lived");
+  return it != run.model.end() && *it == true;
+}
+
+namespace {
+
+// What a trainer reports during one stage, checked line by line against the job.
+class StageReader {
+ public:
+  StageReader(const protocol::Job& job, const std::string& checkpoint_dir,
+              const std::vector<int64_t>* held_before, const TrainerHooks& hooks,
+              const TrainerProcess& process)
+      : job_(job), dir_(checkpoint_dir), hooks_(hooks), process_(process), step_(job.from) {
+    // The states a long-lived trainer may say it holds: those it held, and this stage's.
+    if (held_before) known_states_.insert(held_before->begin(), held_before->end());
+    if (job.parent_state >= 0) known_states_.insert(job.parent_state);
+    for (const protocol::SnapshotOrder& order : job.snapshots)
+      if (!order.file.empty()) known_states_.insert(order.state);
   }
-  const std::string input = trainer_input(job, checkpoint_dir).dump() + "\n";
 
-  Child child;
-  start(child, argv);
+  int64_t step() const { return step_; }
+  bool done() const { return done_; }
+  const std::vector<int64_t>& held() const { return held_; }
 
-  // What the trainer has reported so far.
-  int64_t step = job.from;
-  size_t next_eval = 0;  // index of the evaluation step whose metrics are being collected
-  json metrics = json::object();
-  size_t next_checkpoint = 0;  // index of the first snapshot order not yet reported
-  bool done = false;
-  int line_number = 0;
-
-  auto flush_metrics = [&] {
-    if (metrics.empty()) return;
-    hooks.metrics(job.eval_steps[next_eval], metrics);
-    metrics = json::object();
-    ++next_eval;
-  };
-  // Every ordered checkpoint up to `upto` must exist now; each is reported once, in step order.
-  auto report_checkpoints = [&](int64_t upto) {
-    for (; next_checkpoint < job.snapshots.size() && job.snapshots[next_checkpoint].step <= upto;
-         ++next_checkpoint) {
-      const protocol::SnapshotOrder& order = job.snapshots[next_checkpoint];
-      if (order.file.empty()) continue;
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(std::filesystem::path(checkpoint_dir) / order.file, ec))
-        throw child.error("the checkpoint for step " + std::to_string(order.step) + " (" +
-                          order.file + ") was not written");
-      hooks.checkpoint(order.step);
-    }
-  };
-  auto handle_line = [&](std::string_view text) {
-    ++line_number;
-    if (done) throw child.error("output after the done line: '" + std::string(text) + "'");
+  void handle(std::string_view text) {
+    ++line_number_;
+    if (done_) throw process_.error("output after the done line: '" + std::string(text) + "'");
     TrainerLine line;
     try {
       line = parse_trainer_line(text);
     } catch (const TrainerError& e) {
-      throw child.error(e.what());
+      throw process_.error(e.what());
     }
-    const std::string where = "line " + std::to_string(line_number) + ": ";
+    const std::string where = "line " + std::to_string(line_number_) + ": ";
+    const std::vector<int64_t>& evals = job_.eval_steps;
     switch (line.kind) {
       case TrainerLine::Kind::kMetric:
-        if (!metrics.empty() && line.step != job.eval_steps[next_eval]) flush_metrics();
-        if (next_eval >= job.eval_steps.size() || line.step != job.eval_steps[next_eval])
-          throw child.error(where + "a metric for step " + std::to_string(line.step) +
-                            (next_eval < job.eval_steps.size()
-                                 ? ", but the next evaluation step is " +
-                                       std::to_string(job.eval_steps[next_eval])
-                                 : ", but no more evaluations were asked for") +
-                            " (eval_steps: " + json(job.eval_steps).dump() + ")");
-        if (metrics.contains(line.metric))
-          throw child.error(where + "metric " + line.metric + " for step " +
-                            std::to_string(line.step) + " twice");
-        metrics[line.metric] = line.value;
-        step = std::max(step, line.step);
+        if (!metrics_.empty() && line.step != evals[next_eval_]) flush_metrics();
+        if (next_eval_ >= evals.size() || line.step != evals[next_eval_])
+          throw process_.error(
+              where + "a metric for step " + std::to_string(line.step) +
+              (next_eval_ < evals.size()
+                   ? ", but the next evaluation step is " + std::to_string(evals[next_eval_])
+                   : ", but no more evaluations were asked for") +
+              " (eval_steps: " + json(evals).dump() + ")");
+        if (metrics_.contains(line.metric))
+          throw process_.error(where + "metric " + line.metric + " for step " +
+                               std::to_string(line.step) + " twice");
+        metrics_[line.metric] = line.value;
+        step_ = std::max(step_, line.step);
         break;
       case TrainerLine::Kind::kCheckpoint: {
         flush_metrics();
         bool ordered = false;
-        for (size_t i = next_checkpoint; i < job.snapshots.size(); ++i)
+        for (size_t i = next_checkpoint_; i < job_.snapshots.size(); ++i)
           ordered =
-              ordered || (job.snapshots[i].step == line.step && !job.snapshots[i].file.empty());
+              ordered || (job_.snapshots[i].step == line.step && !job_.snapshots[i].file.empty());
         if (!ordered)
-          throw child.error(where + "a checkpoint for step " + std::to_string(line.step) +
-                            ", which is not an output checkpoint still to write");
+          throw process_.error(where + "a checkpoint for step " + std::to_string(line.step) +
+                               ", which is not an output checkpoint still to write");
         report_checkpoints(line.step);
-        step = std::max(step, line.step);
+        step_ = std::max(step_, line.step);
         break;
       }
       case TrainerLine::Kind::kProgress:
-        if (line.step < step || line.step > job.to)
-          throw child.error(where + "progress to step " + std::to_string(line.step) +
-                            " is outside [" + std::to_string(step) + ", " + std::to_string(job.to) +
-                            "]");
-        if (!metrics.empty() && line.step > job.eval_steps[next_eval]) flush_metrics();
-        step = line.step;
+        if (line.step < step_ || line.step > job_.to)
+          throw process_.error(where + "progress to step " + std::to_string(line.step) +
+                               " is outside [" + std::to_string(step_) + ", " +
+                               std::to_string(job_.to) + "]");
+        if (!metrics_.empty() && line.step > evals[next_eval_]) flush_metrics();
+        step_ = line.step;
         break;
       case TrainerLine::Kind::kDone:
         flush_metrics();
-        if (next_eval < job.eval_steps.size())
-          throw child.error(where + "done, but no metrics came for step " +
-                            std::to_string(job.eval_steps[next_eval]));
-        report_checkpoints(job.to);
-        step = job.to;
-        done = true;
+        if (next_eval_ < evals.size())
+          throw process_.error(where + "done, but no metrics came for step " +
+                               std::to_string(evals[next_eval_]));
+        report_checkpoints(job_.to);
+        for (int64_t id : line.held)
+          if (!known_states_.count(id))
+            throw process_.error(where + "held: state " + std::to_string(id) +
+                                 " is none of the states this trainer was given");
+        held_ = line.held;
+        step_ = job_.to;
+        done_ = true;
         break;
     }
-  };
+  }
 
-  size_t written = 0;
-  std::string pending;  // stdout bytes after the last newline
-  auto last_line = Clock::now(), last_tick = Clock::now();
-  char buf[65536];
-  while (child.out >= 0 || child.err >= 0) {
-    pollfd fds[3];
-    nfds_t n = 0;
-    for (int fd : {child.in, child.out, child.err})
-      if (fd >= 0) fds[n++] = {fd, static_cast<short>(fd == child.in ? POLLOUT : POLLIN), 0};
-    if (::poll(fds, n, hooks.tick_ms) < 0 && errno != EINTR)
-      throw child.error(std::string("poll failed: ") + std::strerror(errno));
-    for (nfds_t i = 0; i < n; ++i) {
-      if (fds[i].revents == 0) continue;
-      if (fds[i].fd == child.in) {
-        ssize_t w = write_to_pipe(child.in, input.data() + written, input.size() - written);
-        if (w > 0) written += static_cast<size_t>(w);
-        // Fully written, or the trainer closed its stdin (its exit status will tell why).
-        if (written == input.size() || (w < 0 && errno != EAGAIN && errno != EINTR))
-          Child::close_fd(child.in);
-        continue;
-      }
-      ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
-      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (r <= 0) {
-        Child::close_fd(fds[i].fd == child.out ? child.out : child.err);
-        continue;
-      }
-      if (fds[i].fd == child.err) {
-        // Passed on to the worker's log, and kept for the error message.
-        ssize_t ignored = ::write(2, buf, static_cast<size_t>(r));
-        (void)ignored;
-        child.stderr_tail.append(buf, static_cast<size_t>(r));
-        if (child.stderr_tail.size() > kStderrTailBytes)
-          child.stderr_tail.erase(0, child.stderr_tail.size() - kStderrTailBytes);
-        continue;
-      }
-      pending.append(buf, static_cast<size_t>(r));
-      size_t start = 0, end;
-      while ((end = pending.find('\n', start)) != std::string::npos) {
-        std::string_view text(pending.data() + start, end - start);
-        if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
-        if (!text.empty()) handle_line(text);
-        start = end + 1;
-        last_line = Clock::now();
-      }
-      pending.erase(0, start);
-      if (pending.size() > kMaxLineBytes)
-        throw child.error("an output line longer than " + std::to_string(kMaxLineBytes) + " bytes");
+ private:
+  void flush_metrics() {
+    if (metrics_.empty()) return;
+    hooks_.metrics(job_.eval_steps[next_eval_], metrics_);
+    metrics_ = json::object();
+    ++next_eval_;
+  }
+  // Every ordered checkpoint up to `upto` must exist now; each is reported once, in step order.
+  void report_checkpoints(int64_t upto) {
+    for (;
+         next_checkpoint_ < job_.snapshots.size() && job_.snapshots[next_checkpoint_].step <= upto;
+         ++next_checkpoint_) {
+      const protocol::SnapshotOrder& order = job_.snapshots[next_checkpoint_];
+      if (order.file.empty()) continue;
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(std::filesystem::path(dir_) / order.file, ec))
+        throw process_.error("the checkpoint for step " + std::to_string(order.step) + " (" +
+                             order.file + ") was not written");
+      hooks_.checkpoint(order.step);
     }
+  }
+
+  const protocol::Job& job_;
+  const std::string& dir_;
+  const TrainerHooks& hooks_;
+  const TrainerProcess& process_;
+  std::set<int64_t> known_states_;
+  int64_t step_;
+  size_t next_eval_ = 0;  // index of the evaluation step whose metrics are being collected
+  json metrics_ = json::object();
+  size_t next_checkpoint_ = 0;  // index of the first snapshot order not yet reported
+  bool done_ = false;
+  std::vector<int64_t> held_;
+  int line_number_ = 0;
+};
+
+}  // namespace
+
+void ExternalTrainer::stop() {
+  process_.reset();  // kills its process group
+  held_.clear();
+  serves_ = nullptr;
+}
+
+bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoint_dir,
+                          const TrainerHooks& hooks, const std::vector<int64_t>& may_hold) {
+  const std::vector<std::string> argv = command_of(job.run);
+  const bool many = long_lived(job.run);
+  const json serves = protocol::to_json(job.run);
+  if (process_ && (!many || serves != serves_ || process_->exited())) stop();
+  std::erase_if(held_, [&](int64_t id) {
+    return std::find(may_hold.begin(), may_hold.end(), id) == may_hold.end();
+  });
+  try {
+    if (process_) {
+      // Between two stages a long-lived trainer says nothing; one whose output ended is ending.
+      bool open = process_->pump(0, [&](std::string_view text) {
+        throw process_->error("output after its done line, before the next stage: '" +
+                              std::string(text) + "'");
+      });
+      if (!open) stop();
+    }
+    if (!process_) {
+      process_ = std::make_unique<TrainerProcess>(argv);
+      serves_ = serves;
+    }
+    bool finished = run_stage(job, checkpoint_dir, hooks, many);
+    if (!finished || !many) stop();  // abandoned (killed), or a one-shot trainer that has exited
+    return finished;
+  } catch (...) {
+    stop();
+    throw;
+  }
+}
+
+bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& checkpoint_dir,
+                                const TrainerHooks& hooks, bool many) {
+  TrainerProcess& process = *process_;
+  const std::vector<int64_t>* held_before = many ? &held_ : nullptr;
+  StageReader reader(job, checkpoint_dir, held_before, hooks, process);
+  process.write(trainer_input(job, checkpoint_dir, held_before).dump() + "\n",
+                /*close_after=*/!many);
+  auto last_line = Clock::now(), last_tick = Clock::now();
+  auto on_line = [&](std::string_view text) {
+    reader.handle(text);
+    last_line = Clock::now();
+  };
+  // Ticks, and the timeout (`silent`: the error then); false when tick() abandons the stage.
+  auto keep_going = [&](const std::string& silent) {
     if (seconds_since(last_tick) * 1000 >= hooks.tick_ms) {
       last_tick = Clock::now();
-      if (!hooks.tick(step)) return false;  // ~Child kills it
+      if (!hooks.tick(reader.step())) return false;
     }
-    if (seconds_since(last_line) > hooks.timeout_s)
-      throw child.error("no output line for " +
-                        std::to_string(static_cast<int64_t>(hooks.timeout_s)) +
-                        " s (the worker's --trainer-timeout); killed");
+    if (seconds_since(last_line) > hooks.timeout_s) throw process.error(silent);
+    return true;
+  };
+  std::ostringstream timeout;
+  timeout << hooks.timeout_s;
+  const std::string silence =
+      "no output line for " + timeout.str() + " s (the worker's --trainer-timeout); killed";
+  bool open = true;
+  while (open && !(many && reader.done())) {
+    open = process.pump(hooks.tick_ms, on_line);
+    if (!keep_going(silence)) return false;
   }
-  if (!pending.empty()) handle_line(pending);  // a last line without its newline
+  if (many && reader.done()) {
+    held_ = reader.held();
+    return true;  // it waits for the next stage
+  }
+  if (std::string rest = process.take_partial_line(); !rest.empty())
+    on_line(rest);  // a last line without its newline
 
   // Both of its outputs are closed: it has ended, or will in a moment.
-  int status = 0;
-  while (true) {
-    pid_t r = ::waitpid(child.pid, &status, WNOHANG);
-    if (r == child.pid) break;
-    if (r < 0 && errno != EINTR)
-      throw child.error(std::string("waitpid failed: ") + std::strerror(errno));
-    if (seconds_since(last_tick) * 1000 >= hooks.tick_ms) {
-      last_tick = Clock::now();
-      if (!hooks.tick(step)) return false;
-    }
-    if (seconds_since(last_line) > hooks.timeout_s)
-      throw child.error("closed its output but did not exit; killed");
+  while (!process.exited()) {
+    if (!keep_going("closed its output but did not exit; killed")) return false;
     ::usleep(10000);
   }
-  child.pid = -1;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw child.error(describe_status(status));
-  if (!done) throw child.error("exited without a done line");
+  const int status = process.wait_status();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw process.error(describe_status(status), /*crashed=*/true);
+  if (!reader.done()) throw process.error("exited without a done line", /*crashed=*/true);
   return true;
 }
 

@@ -1,8 +1,11 @@
-// External trainers: a user's command (`model.type: external`, `command`: argv) that trains a stage
-// in place of the built-in engine, so that users bring their own models. The worker runs the
-// command (fork/exec, no shell) once per stage, writes the stage to its stdin as one JSON line,
-// and reads JSON lines from its stdout: metrics, written checkpoints, progress, and a final done
-// line. The protocol is worker/README.md's ("External trainers").
+// External trainers: a user's command (`model.type: external`, `command`: argv) that trains stages
+// in place of the built-in engine, so that users bring their own models. The worker writes a stage
+// to the trainer's stdin as one JSON line and reads JSON lines from its stdout: metrics, written
+// checkpoints, progress, and a done line. A one-shot trainer is started for each stage and exits
+// after it; a long-lived one (`model.long_lived: true`) is started once and kept: its stdin stays
+// open and the next stage is the next line, so it pays its start (a PyTorch import) once and may
+// keep states in memory, which it lists in its done line. The protocol is worker/README.md's
+// ("External trainers"); the process itself is trainer_process.h's.
 //
 // Every way a trainer can go wrong (it cannot be started, a malformed or unexpected line, a
 // metric for a step that was not asked for, a missing output checkpoint, no done line, a non-zero
@@ -12,25 +15,26 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "protocol/message.h"
+#include "worker/trainer_process.h"
 
 namespace hippo::worker {
 
-struct TrainerError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// The stage as the trainer reads it: model (with its command), data, seed, fixed settings, the
-// step range, the input checkpoint path (null at a root), the output checkpoints with their
-// steps, the evaluation steps, and every hyper-parameter as its sequence (canonical segments) and
-// as its value at each step of [from, to). Checkpoint paths are the job's file names joined with
-// checkpoint_dir (made absolute, so the trainer may change directory).
-nlohmann::json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir);
+// The stage as the trainer reads it: model (with its command), data (name, the sample counts
+// that are known, and the spec's other data fields), seed, fixed settings, the step range, the
+// input checkpoint path (null at a root) and its state id, the output checkpoints with their
+// steps and state ids, the evaluation steps, and every hyper-parameter as its sequence (canonical
+// segments) and as its value at each step of [from, to). Checkpoint paths are the job's file
+// names joined with checkpoint_dir (made absolute, so the trainer may change directory). `held`
+// (a long-lived trainer's): the states of earlier stages it may still use; absent for one-shot.
+nlohmann::json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
+                             const std::vector<int64_t>* held = nullptr);
 
 // One line of the trainer's output.
 struct TrainerLine {
@@ -39,10 +43,15 @@ struct TrainerLine {
   int64_t step = 0;  // metric, checkpoint, progress
   std::string metric;
   double value = 0;
+  std::vector<int64_t> held;  // done: the states it keeps in memory
 };
-// {"step": S, "metric": NAME, "value": X}, {"checkpoint": S}, {"step": S} or {"done": true};
-// anything else throws TrainerError naming the problem.
+// {"step": S, "metric": NAME, "value": X}, {"checkpoint": S}, {"step": S} or
+// {"done": true} (optionally with "held": [state ids]); anything else throws TrainerError naming
+// the problem.
 TrainerLine parse_trainer_line(std::string_view line);
+
+// Whether a run's trainer serves many stages (model.long_lived).
+bool long_lived(const protocol::RunSpec& run);
 
 struct TrainerHooks {
   // All metrics of one evaluation step, {"name": value, ...}, once the trainer has moved past it.
@@ -56,10 +65,33 @@ struct TrainerHooks {
   double timeout_s = 3600;  // the longest the trainer may go without a line on stdout
 };
 
-// Runs job.run.model["command"] on the stage. Returns true when the trainer ended the stage as the
-// protocol says (every evaluation reported, every checkpoint written, a done line, exit status 0),
-// false when tick() abandoned it. Throws TrainerError otherwise.
-bool run_external_trainer(const protocol::Job& job, const std::string& checkpoint_dir,
-                          const TrainerHooks& hooks);
+// Runs the stages of external-model jobs, one at a time, and keeps a long-lived trainer between
+// them: for the next stage of the same run spec (model, data, seed, fixed settings) it is reused;
+// another run spec, an exit, a failure or an abandoned stage ends it (a new one starts when
+// needed).
+class ExternalTrainer {
+ public:
+  // Trains the job's stage. `may_hold`: the states of earlier stages a long-lived trainer may
+  // still use (the worker's view: after a master restart, none); it forgets the others. Returns
+  // true when the trainer ended the stage as the protocol says (every evaluation reported, every
+  // checkpoint written, a done line; a one-shot trainer also exited with status 0), false when
+  // tick() abandoned it. Throws TrainerError otherwise.
+  bool run(const protocol::Job& job, const std::string& checkpoint_dir, const TrainerHooks& hooks,
+           const std::vector<int64_t>& may_hold = {});
+  // The states the long-lived trainer said it holds in memory; empty when none is running.
+  const std::vector<int64_t>& held() const { return held_; }
+  // The pid of the long-lived trainer kept between stages, -1 when none.
+  pid_t kept_pid() const { return process_ ? process_->pid() : -1; }
+  // Ends a long-lived trainer (killed with its process group); what it held is forgotten.
+  void stop();
+
+ private:
+  bool run_stage(const protocol::Job& job, const std::string& checkpoint_dir,
+                 const TrainerHooks& hooks, bool many);
+
+  std::unique_ptr<TrainerProcess> process_;
+  nlohmann::json serves_;  // the run spec whose stages the kept trainer trains
+  std::vector<int64_t> held_;
+};
 
 }  // namespace hippo::worker

@@ -3,7 +3,6 @@
 #include <stdexcept>
 
 #include "worker/engine/checkpoint.h"
-#include "worker/external_trainer.h"
 
 namespace hippo::worker {
 
@@ -129,7 +128,16 @@ bool JobRunner::run_external(const JobHost& host) {
     step_ = step;
     return host.between_steps(step);
   };
-  return run_external_trainer(job_, options_.checkpoints, hooks);
+  // What a long-lived trainer holds is reported with the worker's own states, however the stage
+  // ends (a trainer that failed or was stopped holds nothing).
+  try {
+    bool finished = trainer_.run(job_, options_.checkpoints, hooks, cache_.trainer_states());
+    cache_.set_trainer_states(trainer_.held());
+    return finished;
+  } catch (...) {
+    cache_.set_trainer_states(trainer_.held());
+    throw;
+  }
 }
 
 }  // namespace hippo::worker

@@ -11,6 +11,7 @@
 
 #include "protocol/message.h"
 #include "worker/engine_cache.h"
+#include "worker/external_trainer.h"
 #include "worker/options.h"
 #include "worker/snapshot_writer.h"
 #include "worker/state_cache.h"
@@ -30,7 +31,8 @@ class JobRunner {
 
   // Runs the job: true when it reached its end (every evaluation reported and every snapshot
   // announced), false when between_steps stopped it (its snapshots not yet announced are
-  // dropped). Throws StorageFailure (the disk) or another exception (the stage failed): the
+  // dropped). Throws StorageFailure (the disk), TrainerError (an external trainer; `crashed`:
+  // its process died, another attempt may succeed) or another exception (the stage failed): the
   // caller settles the snapshots and reports the failure.
   bool run(const protocol::Job& job, const JobHost& host);
 
@@ -47,6 +49,7 @@ class JobRunner {
   StateCache& cache_;
   SnapshotWriter& snapshots_;
   EngineCache engines_;
+  ExternalTrainer trainer_;   // a long-lived trainer stays here between its stages
   protocol::Job job_;         // the running job (its snapshots grow with SnapshotAt orders)
   int64_t step_ = 0;          // the step it has reached
   size_t next_snapshot_ = 0;  // the first of job_.snapshots not yet taken

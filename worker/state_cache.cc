@@ -1,5 +1,7 @@
 #include "worker/state_cache.h"
 
+#include <algorithm>
+
 namespace hippo::worker {
 
 const TrainState* StateCache::find(int64_t id) {
@@ -23,6 +25,8 @@ void StateCache::put(int64_t id, const TrainState& state) {
 std::vector<int64_t> StateCache::ids() const {
   std::vector<int64_t> out;
   for (const auto& e : entries_) out.push_back(e.first);
+  for (int64_t id : trainer_states_)
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
   return out;
 }
 

@@ -199,6 +199,12 @@ void Worker::execute(const protocol::Job& job) {
   } catch (const StorageFailure& e) {
     snapshots_.settle();
     fail(job.id, e.what(), true, e.lost_file);
+  } catch (const TrainerError& e) {
+    // A trainer process that died mid-stage: the master tries the stage again from its newest
+    // snapshot (a protocol error fails it at once).
+    spdlog::error("job {} failed: {}", job.id, e.what());
+    snapshots_.settle();
+    fail(job.id, e.what(), e.crashed, "");
   } catch (const std::exception& e) {
     spdlog::error("job {} failed: {}", job.id, e.what());
     snapshots_.settle();

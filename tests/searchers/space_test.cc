@@ -1,6 +1,7 @@
 // The search space: grid enumeration, seeded draws, and instantiation into sequences.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -129,6 +130,139 @@ TEST(Space, GridPointsDrawTheirOtherLeaves) {
   std::iota(values.begin(), values.end(), 0);
   for (char name = 'a'; name < 'a' + 10; ++name) huge[std::string(1, name)] = {{"grid", values}};
   EXPECT_EQ(space_of(huge, false).grid_size(), UINT64_MAX);
+}
+
+// An example of each schedule of the parser's table with every numeric field a constant: values
+// are fractions, lengths integers (so that the walk below can tell them apart).
+json example_schedule(const ScheduleShape& shape) {
+  using K = ScheduleField;
+  json s = {{"schedule", shape.name}, {"unit", "step"}};
+  double value = 0.5;
+  for (const ScheduleField& f : shape.fields) {
+    std::string key(f.name);
+    switch (f.kind) {
+      case K::kValue:
+        s[key] = value;
+        value /= 2;
+        break;
+      case K::kFactor:
+        s[key] = 0.5;
+        break;
+      case K::kUnits:
+        s[key] = 3;
+        break;
+      case K::kUnitsList:
+        s[key] = {2, 4};
+        break;
+      case K::kPoints:
+        s[key] = {{0, 0.5}, {3, 0.25}};
+        break;
+      case K::kAfter:
+        for (const ScheduleShape& other : schedule_shapes())
+          if (other.name == "cosine") s[key] = example_schedule(other);
+        break;
+    }
+  }
+  return s;
+}
+
+// Every number inside a JSON value, by its pointer.
+void numbers_in(const json& v, const json::json_pointer& at, std::vector<json::json_pointer>* out) {
+  if (v.is_number()) out->push_back(at);
+  if (v.is_object())
+    for (const auto& [key, child] : v.items()) numbers_in(child, at / key, out);
+  if (v.is_array())
+    for (size_t i = 0; i < v.size(); ++i) numbers_in(v[i], at / i, out);
+}
+
+// The leaf name of a field: lr.points[1][0] for /points/1/0.
+std::string leaf_name(const json::json_pointer& at) {
+  std::string name = "lr", text = at.to_string();
+  size_t start = 1;
+  while (start <= text.size()) {
+    size_t end = text.find('/', start);
+    if (end == std::string::npos) end = text.size();
+    std::string token = text.substr(start, end - start);
+    name += std::isdigit(static_cast<unsigned char>(token[0])) ? "[" + token + "]" : "." + token;
+    start = end + 1;
+  }
+  return name;
+}
+
+// INTERFACE.md: every numeric field of every schedule may be a number or a distribution (an
+// integer one where the field is a length). Walks every number of every schedule of the parser's
+// own table: as a grid of two values it makes two trials whose sequences differ; a length refuses
+// a uniform distribution; the first point of a piecewise schedule must start at 0.
+TEST(Space, EveryNumericFieldOfEveryScheduleTakesADistribution) {
+  size_t fields = 0;
+  for (const ScheduleShape& shape : schedule_shapes()) {
+    const json schedule = example_schedule(shape);
+    SCOPED_TRACE(schedule.dump());
+    ASSERT_EQ(space_of({{"lr", schedule}}).grid_size(), 1u);
+    std::vector<json::json_pointer> numbers;
+    numbers_in(schedule, json::json_pointer(), &numbers);
+    ASSERT_FALSE(numbers.empty());
+    for (const json::json_pointer& at : numbers) {
+      SCOPED_TRACE(at.to_string());
+      ++fields;
+      const json v = schedule[at];
+      const bool length = v.is_number_integer();
+      json with = schedule;
+      if (at.to_string() == "/points/0/0") {  // a first start other than 0 is refused
+        with[at] = {{"grid", {0, 1}}};
+        EXPECT_THROW(
+            {
+              try {
+                space_of({{"lr", with}});
+              } catch (const SpecError& e) {
+                EXPECT_STREQ(e.what(),
+                             "hyperparameters.lr.points[0][0]: the first point must start at 0");
+                throw;
+              }
+            },
+            SpecError);
+        continue;
+      }
+      with[at] = {{"grid", {v, length ? json(v.get<int64_t>() + 1) : json(v.get<double>() / 2)}}};
+      SearchSpace space = space_of({{"lr", with}});
+      ASSERT_EQ(space.grid_size(), 2u);
+      ASSERT_EQ(space.params().size(), 1u);
+      EXPECT_EQ(space.params()[0].name, leaf_name(at));
+      Params a = space.draw(0, 0, 0), b = space.draw(0, 1, 1);
+      EXPECT_NE(space.instantiate(a, 10).at("lr"), space.instantiate(b, 10).at("lr"));
+      if (length) {
+        with[at] = {{"uniform", {1, 3}}};
+        EXPECT_THROW(space_of({{"lr", with}}), SpecError);
+        with[at] = {{"int", {v.get<int64_t>(), v.get<int64_t>() + 1}}};
+        EXPECT_EQ(space_of({{"lr", with}}).params()[0].kind, DistKind::kInt);
+      } else {
+        with[at] = {{"uniform", {0.1, 0.2}}};
+        EXPECT_EQ(space_of({{"lr", with}}).params()[0].kind, DistKind::kUniform);
+      }
+    }
+  }
+  EXPECT_GE(fields, 20u);
+}
+
+// Drawn piecewise starts: every trial's starts must increase, so neighbouring ranges may not
+// overlap.
+TEST(Space, PiecewiseStartsMayBeDrawnWithoutOverlap) {
+  json points = {{0, 0.1}, {{{"grid", {2, 3}}}, 0.05}, {{{"int", {4, 6}}}, 0.01}};
+  SearchSpace space = space_of({{"lr", {{"schedule", "piecewise"}, {"points", points}}}});
+  EXPECT_EQ(space.grid_size(), 2u);
+  Hyperparams h = space.instantiate({{"lr.points[1][0]", 3}, {"lr.points[2][0]", 5}}, 10);
+  EXPECT_EQ(h.at("lr").value_at(2), 0.1);
+  EXPECT_EQ(h.at("lr").value_at(3), 0.05);
+  EXPECT_EQ(h.at("lr").value_at(5), 0.01);
+  points[2][0] = {{"int", {3, 6}}};
+  try {
+    space_of({{"lr", {{"schedule", "piecewise"}, {"points", points}}}});
+    FAIL() << "accepted";
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(),
+                 "hyperparameters.lr.points[2][0]: point starts must increase: this point may "
+                 "start at 3, the one before at 3");
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "tests/searchers/spec_helpers.h"
@@ -143,6 +144,93 @@ TEST(Spec, ExternalModelsTakeAnySetting) {
   EXPECT_EQ(h.at("width"), Sequence::constant(20));
   j["fixed"]["batch_size"] = "big";  // batch_size keeps its meaning: epochs are made of it
   EXPECT_EQ(spec_error(j).rfind("fixed.batch_size: expected an integer", 0), 0u);
+}
+
+// An external model's data: any name, its sizes only where the study needs them, and any other
+// fields for the trainer; fixed settings of any JSON; long_lived changes no result.
+TEST(Spec, ExternalModelsTakeTheirOwnDataAndSettings) {
+  json j = {
+      {"name", "own"},
+      {"model", {{"type", "external"}, {"command", {"/usr/bin/python3", "lm.py"}}}},
+      {"data", {{"name", "my-corpus"}, {"path", "/data/corpus.txt"}, {"lowercase", true}}},
+      {"fixed", {{"layers", {64, 64}}, {"tokenizer", {{"kind", "bytes"}}}, {"batch_size", 8}}},
+      {"hyperparameters", {{"lr", {{"grid", {0.1, 0.01}}}}}},
+      {"searcher", {{"name", "grid"}, {"metric", "perplexity"}, {"mode", "min"}}},
+      {"length", {{"steps", 100}}},
+      {"eval", {{"every", {{"steps", 50}}}}}};
+  StudySpec s = parse_spec(j);
+  EXPECT_EQ(s.data.name, "my-corpus");
+  EXPECT_EQ(s.data.train_samples, 0);  // not given: lengths are in steps
+  EXPECT_EQ(s.data.fields, json({{"path", "/data/corpus.txt"}, {"lowercase", true}}));
+  EXPECT_EQ(s.fixed["layers"], json({64, 64}));
+  EXPECT_EQ(s.fixed["tokenizer"], json({{"kind", "bytes"}}));
+  EXPECT_EQ(s.eval_steps(Params::object()), std::vector<int64_t>({50, 100}));
+
+  json other = j;  // other data fields: another root key
+  other["data"]["lowercase"] = false;
+  EXPECT_NE(parse_spec(other).root_key, s.root_key);
+  other = j;  // one stage per process or many: the same results, the same tree
+  other["model"]["long_lived"] = true;
+  EXPECT_EQ(parse_spec(other).root_key, s.root_key);
+  EXPECT_EQ(parse_spec(other).model["long_lived"], true);
+
+  auto refused = [&](const std::function<void(json&)>& change) {
+    json k = j;
+    change(k);
+    return spec_error(k);
+  };
+  EXPECT_EQ(refused([](json& k) {
+              k["length"] = {{"epochs", 2}};
+            }),
+            "length.epochs: epoch units are not possible here: data.train_samples is not given "
+            "(an epoch is floor(train_samples / batch_size) steps)");
+  EXPECT_EQ(refused([](json& k) {
+              k["hyperparameters"]["lr"] = {{"schedule", "step_decay"},
+                                            {"unit", "epoch"},
+                                            {"init", 0.1},
+                                            {"every", 1},
+                                            {"gamma", 0.5}};
+            }).rfind("hyperparameters.lr.unit: epoch units are not possible here: data.train", 0),
+            0u);
+  EXPECT_EQ(refused([](json& k) {
+              k["searcher"] = {{"name", "asha"},
+                               {"metric", "loss"},
+                               {"mode", "min"},
+                               {"max_trials", 4},
+                               {"min_length", {{"epochs", 1}}}};
+            }).rfind("searcher.min_length.epochs: epoch units are not possible here: data.", 0),
+            0u);
+  // With train_samples, epochs are possible again.
+  json sized = j;
+  sized["data"]["train_samples"] = 80;
+  sized["length"] = {{"epochs", 2}};
+  EXPECT_EQ(parse_spec(sized).length_steps(Params::object()), 20);
+  EXPECT_EQ(refused([](json& k) {
+              k["fixed"]["dropout"] = {{"uniform", {0.1, 0.2}}};
+            }),
+            "fixed.dropout: expected a value, got {\"uniform\":[0.1,0.2]} (schedules and "
+            "distributions go under hyperparameters)");
+  EXPECT_EQ(refused([](json& k) {
+              k["fixed"]["dropout"] = nullptr;
+            }).rfind("fixed.dropout: expected a value, got null", 0),
+            0u);
+  EXPECT_EQ(refused([](json& k) { k["model"]["long_lived"] = "yes"; }),
+            "model.long_lived: expected true or false, got \"yes\"");
+  EXPECT_EQ(refused([](json& k) {
+              k["data"]["name"] = "";
+            }).rfind("data.name: expected a name of 1 to 64 characters", 0),
+            0u);
+  EXPECT_EQ(refused([](json& k) {
+              k["data"]["train_samples"] = 0;
+            }).rfind("data.train_samples: expected an integer in [1, ", 0),
+            0u);
+  // Built-in models keep their strict checks.
+  json builtin = example_spec();
+  builtin["data"]["path"] = "/x";
+  EXPECT_EQ(spec_error(builtin), "data.path: unknown field");
+  builtin = example_spec();
+  builtin["fixed"]["hidden"] = {1, 2};
+  EXPECT_EQ(spec_error(builtin).rfind("fixed.hidden: unknown setting \"hidden\"", 0), 0u);
 }
 
 TEST(Spec, NonFiniteNumbersAreRefused) {

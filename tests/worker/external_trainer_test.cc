@@ -1,14 +1,16 @@
 // The external trainer runner: the stage it writes, the lines it accepts, and real trainer
-// processes (small /bin/sh scripts) that behave and misbehave.
+// processes (small /bin/sh scripts) that behave and misbehave, one-shot and long-lived.
 #include "worker/external_trainer.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class ExternalTrainer : public ::testing::Test {
+class ExternalTrainers : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
@@ -71,12 +73,20 @@ class ExternalTrainer : public ::testing::Test {
   }
   std::string in_dir(const std::string& name) const { return (dir_ / name).string(); }
 
-  // Runs the job and returns the TrainerError's message ("" when it succeeded).
-  std::string failure(const std::string& script, double timeout_s = 10) {
+  // Runs a job on a trainer of its own (one-shot unless the job says long_lived).
+  bool run_once(const protocol::Job& j, const TrainerHooks& h) const {
+    ExternalTrainer trainer;
+    return trainer.run(j, dir_.string(), h);
+  }
+
+  // Runs the job and returns the TrainerError's message ("" when it succeeded); `crashed` gets
+  // whether the error says that the process died.
+  std::string failure(const std::string& script, double timeout_s = 10, bool* crashed = nullptr) {
     Seen seen;
     try {
-      run_external_trainer(job(script), dir_.string(), hooks(seen, 20, timeout_s));
+      run_once(job(script), hooks(seen, 20, timeout_s));
     } catch (const TrainerError& e) {
+      if (crashed) *crashed = e.crashed;
       return e.what();
     }
     return "";
@@ -85,7 +95,7 @@ class ExternalTrainer : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(ExternalTrainer, InputHasTheStageAndEveryValue) {
+TEST_F(ExternalTrainers, InputHasTheStageAndEveryValue) {
   json in = trainer_input(job("true"), dir_.string());
   EXPECT_EQ(in["from"], 2);
   EXPECT_EQ(in["to"], 6);
@@ -94,22 +104,39 @@ TEST_F(ExternalTrainer, InputHasTheStageAndEveryValue) {
   EXPECT_EQ(in["fixed"]["batch_size"], 32);
   EXPECT_EQ(in["input_checkpoint"], in_dir("parent.ckpt"));
   EXPECT_EQ(in["checkpoints"],
-            json::parse("[{\"step\": 4, \"path\": \"" + in_dir("a.ckpt") + "\"}, {\"step\": 6, " +
-                        "\"path\": \"" + in_dir("b.ckpt") + "\"}]"));
+            json::parse("[{\"step\": 4, \"path\": \"" + in_dir("a.ckpt") + "\", \"state\": 11}, " +
+                        "{\"step\": 6, \"path\": \"" + in_dir("b.ckpt") + "\", \"state\": 12}]"));
   EXPECT_EQ(in["eval_steps"], json({4, 6}));
   EXPECT_EQ(in["values"]["lr"], json({0.1, 0.1, 0.05, 0.05}));  // steps 2, 3, 4, 5
   EXPECT_EQ(in["values"]["optimizer"], json({"sgd", "sgd", "sgd", "sgd"}));
   EXPECT_EQ(in["hyperparameters"]["lr"]["segments"].size(), 2u);
+
+  EXPECT_EQ(in["input_state"], 1);
+  EXPECT_EQ(in["checkpoints"][1]["state"], 12);
+  EXPECT_FALSE(in.contains("held"));  // a one-shot trainer's input
+  const std::vector<int64_t> held = {3, 5};
+  EXPECT_EQ(trainer_input(job("true"), dir_.string(), &held)["held"], json({3, 5}));
 
   protocol::Job root = job("true");
   root.parent_state = -1;
   root.parent_file.clear();
   root.from = 0;
   EXPECT_TRUE(trainer_input(root, dir_.string())["input_checkpoint"].is_null());
+  EXPECT_TRUE(trainer_input(root, dir_.string())["input_state"].is_null());
   EXPECT_TRUE(fs::path(trainer_input(root, "relative")["checkpoints"][0]["path"]).is_absolute());
+
+  // A data set of the user's own: its fields as written, sizes only where the spec gave them.
+  protocol::Job own = job("true");
+  own.run.data = "my-corpus";
+  own.run.train_samples = 0;
+  own.run.eval_samples = 0;
+  own.run.data_fields = {{"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}};
+  EXPECT_EQ(
+      trainer_input(own, dir_.string())["data"],
+      json({{"name", "my-corpus"}, {"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}}));
 }
 
-TEST_F(ExternalTrainer, ParsesTheFourLinesAndRefusesTheRest) {
+TEST_F(ExternalTrainers, ParsesTheFourLinesAndRefusesTheRest) {
   TrainerLine m = parse_trainer_line(R"({"step": 4, "metric": "acc", "value": 0.5})");
   EXPECT_EQ(m.kind, TrainerLine::Kind::kMetric);
   EXPECT_EQ(m.step, 4);
@@ -118,9 +145,13 @@ TEST_F(ExternalTrainer, ParsesTheFourLinesAndRefusesTheRest) {
   EXPECT_EQ(parse_trainer_line(R"({"checkpoint": 6})").kind, TrainerLine::Kind::kCheckpoint);
   EXPECT_EQ(parse_trainer_line(R"({"step": 5})").kind, TrainerLine::Kind::kProgress);
   EXPECT_EQ(parse_trainer_line(R"({"done": true})").kind, TrainerLine::Kind::kDone);
+  EXPECT_EQ(parse_trainer_line(R"({"done": true, "held": [3, 7]})").held,
+            std::vector<int64_t>({3, 7}));
   for (const char* bad :
        {"", "hello", "[1]", "{\"done\": false}", "{\"done\": true, \"x\": 1}", "{\"step\": -1}",
-        "{\"step\": 1.5}", "{\"step\": 99999999999999999999}", "{\"checkpoint\": \"4\"}",
+        "{\"done\": true, \"held\": 3}", "{\"done\": true, \"held\": [-1]}",
+        "{\"done\": true, \"held\": [\"3\"]}", "{\"done\": false, \"held\": []}", "{\"step\": 1.5}",
+        "{\"step\": 99999999999999999999}", "{\"checkpoint\": \"4\"}",
         "{\"step\": 4, \"metric\": \"acc\"}", "{\"step\": 4, \"metric\": \"\", \"value\": 1}",
         "{\"step\": 4, \"metric\": \"acc\", \"value\": \"1\"}",
         "{\"step\": 4, \"metric\": \"acc\", \"value\": NaN}", "{\"other\": 1}",
@@ -136,7 +167,7 @@ TEST_F(ExternalTrainer, ParsesTheFourLinesAndRefusesTheRest) {
 
 // A trainer that reads its stage, reports two metrics per evaluation step, writes and announces
 // its checkpoints: the hooks see each step's metrics together, in order, and each checkpoint.
-TEST_F(ExternalTrainer, RunsAWellBehavedTrainer) {
+TEST_F(ExternalTrainers, RunsAWellBehavedTrainer) {
   const std::string script =
       "read stage; "
       "echo '{\"step\": 3}'; "
@@ -151,7 +182,7 @@ TEST_F(ExternalTrainer, RunsAWellBehavedTrainer) {
       "; "  // not announced: reported with the done line
       "echo '{\"done\": true}'";
   Seen seen;
-  EXPECT_TRUE(run_external_trainer(job(script), dir_.string(), hooks(seen)));
+  EXPECT_TRUE(run_once(job(script), hooks(seen)));
   ASSERT_EQ(seen.metrics.size(), 2u);
   EXPECT_EQ(seen.metrics[0].first, 4);
   EXPECT_EQ(seen.metrics[0].second, json({{"acc", 0.25}, {"loss", 2}}));
@@ -160,7 +191,7 @@ TEST_F(ExternalTrainer, RunsAWellBehavedTrainer) {
   EXPECT_EQ(seen.checkpoints, std::vector<int64_t>({4, 6}));
 }
 
-TEST_F(ExternalTrainer, EveryMisbehaviourIsAClearError) {
+TEST_F(ExternalTrainers, EveryMisbehaviourIsAClearError) {
   const std::string metrics =
       "echo '{\"step\": 4, \"metric\": \"acc\", \"value\": 1}'; "
       "echo '{\"step\": 6, \"metric\": \"acc\", \"value\": 1}'; ";
@@ -180,12 +211,22 @@ TEST_F(ExternalTrainer, EveryMisbehaviourIsAClearError) {
       {"echo '{\"step\": 4, \"metric\": \"acc\", \"value\": 1}' '{\"done\": true}'",
        "expected one JSON object on one line"},
   };
+  // The process died without finishing its stage: a new one may succeed (the master retries);
+  // anything else breaks the protocol and fails the stage at once.
+  const std::set<std::string> crashes = {"exited without a done line", "exited with status 4",
+                                         "was killed by signal 9"};
   for (const auto& [script, message] : cases) {
     fs::remove(in_dir("a.ckpt"));
     fs::remove(in_dir("b.ckpt"));
-    std::string error = failure(script);
+    bool crashed = false;
+    std::string error = failure(script, 10, &crashed);
     EXPECT_EQ(error.rfind("external trainer: ", 0), 0u) << error;
     EXPECT_NE(error.find(message), std::string::npos) << script << "\n -> " << error;
+    EXPECT_EQ(crashed, std::any_of(crashes.begin(), crashes.end(),
+                                   [&](const std::string& c) {
+                                     return message.find(c) != std::string::npos;
+                                   }))
+        << message;
   }
   protocol::Job missing = job("");
   missing.run.model["command"] = {in_dir("no-such-program")};
@@ -193,7 +234,7 @@ TEST_F(ExternalTrainer, EveryMisbehaviourIsAClearError) {
   EXPECT_THROW(
       {
         try {
-          run_external_trainer(missing, dir_.string(), hooks(seen));
+          run_once(missing, hooks(seen));
         } catch (const TrainerError& e) {
           EXPECT_NE(std::string(e.what()).find("cannot run"), std::string::npos) << e.what();
           throw;
@@ -204,14 +245,14 @@ TEST_F(ExternalTrainer, EveryMisbehaviourIsAClearError) {
 
 // A trainer that exits without reading its stage (here larger than a pipe's buffer) fails the
 // stage; the write to its closed stdin does not end this process with SIGPIPE.
-TEST_F(ExternalTrainer, TrainerThatIgnoresItsInput) {
+TEST_F(ExternalTrainers, TrainerThatIgnoresItsInput) {
   protocol::Job long_stage = job("exit 0");
   long_stage.to = 200000;
   long_stage.eval_steps = {200000};
   long_stage.snapshots.clear();
   Seen seen;
   try {
-    run_external_trainer(long_stage, dir_.string(), hooks(seen));
+    run_once(long_stage, hooks(seen));
     ADD_FAILURE() << "no error";
   } catch (const TrainerError& e) {
     EXPECT_NE(std::string(e.what()).find("exited without a done line"), std::string::npos)
@@ -221,7 +262,7 @@ TEST_F(ExternalTrainer, TrainerThatIgnoresItsInput) {
 
 // Silence past the timeout kills the trainer, and so does an abandoned stage: the whole process
 // group goes, not only the command itself.
-TEST_F(ExternalTrainer, TimeoutAndAbandonKillTheProcessGroup) {
+TEST_F(ExternalTrainers, TimeoutAndAbandonKillTheProcessGroup) {
   auto started = std::chrono::steady_clock::now();
   std::string error = failure("sleep 30", 0.3);
   EXPECT_NE(error.find("no output line for"), std::string::npos) << error;
@@ -231,8 +272,7 @@ TEST_F(ExternalTrainer, TimeoutAndAbandonKillTheProcessGroup) {
   Seen seen;
   TrainerHooks h = hooks(seen);
   h.tick = [&](int64_t) { return !fs::exists(pid_file); };
-  EXPECT_FALSE(
-      run_external_trainer(job("sleep 30 & echo $! > " + pid_file + "; wait"), dir_.string(), h));
+  EXPECT_FALSE(run_once(job("sleep 30 & echo $! > " + pid_file + "; wait"), h));
   std::ifstream in(pid_file);
   pid_t grandchild = 0;
   in >> grandchild;
@@ -243,6 +283,138 @@ TEST_F(ExternalTrainer, TimeoutAndAbandonKillTheProcessGroup) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(gone) << "the trainer's own child survived";
+}
+
+// A long-lived trainer (model.long_lived) is started once: the second stage of the same run spec
+// goes to the same process as the next line on its stdin, with the states it said it holds.
+// Another run spec, or states the worker no longer vouches for, are not carried over.
+TEST_F(ExternalTrainers, LongLivedTrainerServesStageAfterStage) {
+  const std::string inputs = in_dir("inputs.jsonl");
+  // Reports its stage count as the metric, holds the state of b.ckpt (id 12).
+  const std::string script =
+      "n=0; while read -r stage; do n=$((n+1)); printf '%s\\n' \"$stage\" >> " + inputs +
+      "; echo \"{\\\"step\\\": 4, \\\"metric\\\": \\\"acc\\\", \\\"value\\\": $n}\"; "
+      "echo \"{\\\"step\\\": 6, \\\"metric\\\": \\\"acc\\\", \\\"value\\\": $n}\"; "
+      "touch " +
+      in_dir("a.ckpt") + " " + in_dir("b.ckpt") + "; echo '{\"done\": true, \"held\": [12]}'; done";
+  protocol::Job stage = job(script);
+  stage.run.model["long_lived"] = true;
+  ExternalTrainer trainer;
+  Seen seen;
+  ASSERT_TRUE(trainer.run(stage, dir_.string(), hooks(seen)));
+  const pid_t first = trainer.kept_pid();
+  EXPECT_GT(first, 0);
+  EXPECT_EQ(trainer.held(), std::vector<int64_t>({12}));
+
+  stage.id = 8;
+  ASSERT_TRUE(trainer.run(stage, dir_.string(), hooks(seen), /*may_hold=*/{12}));
+  EXPECT_EQ(trainer.kept_pid(), first);
+  ASSERT_EQ(seen.metrics.size(), 4u);
+  EXPECT_EQ(seen.metrics[3].second, json({{"acc", 2}}));  // the same process's second stage
+
+  // The worker forgot state 12 (its master restarted): the trainer is told to forget it too.
+  ASSERT_TRUE(trainer.run(stage, dir_.string(), hooks(seen), /*may_hold=*/{}));
+  EXPECT_EQ(seen.metrics.back().second, json({{"acc", 3}}));
+
+  // Another run spec: a new process.
+  stage.run.seed = 4;
+  ASSERT_TRUE(trainer.run(stage, dir_.string(), hooks(seen), {12}));
+  EXPECT_NE(trainer.kept_pid(), first);
+  EXPECT_EQ(seen.metrics.back().second, json({{"acc", 1}}));
+
+  std::ifstream in(inputs);
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0]["held"], json::array());
+  EXPECT_EQ(lines[1]["held"], json({12}));
+  EXPECT_EQ(lines[2]["held"], json::array());
+  EXPECT_EQ(lines[3]["held"], json::array());
+
+  trainer.stop();
+  EXPECT_EQ(trainer.kept_pid(), -1);
+  EXPECT_TRUE(trainer.held().empty());
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = kill(first, 0) != 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
+}
+
+// A long-lived trainer that exits after its done line is started anew for the next stage; one
+// that claims a state it was never given, or prints between stages, fails the stage.
+TEST_F(ExternalTrainers, LongLivedTrainerMisbehaviours) {
+  const std::string stage_lines =
+      "echo '{\"step\": 4, \"metric\": \"acc\", \"value\": 1}'; "
+      "echo '{\"step\": 6, \"metric\": \"acc\", \"value\": 1}'; touch " +
+      in_dir("a.ckpt") + " " + in_dir("b.ckpt") + "; ";
+  auto long_lived = [&](const std::string& script) {
+    protocol::Job j = job(script);
+    j.run.model["long_lived"] = true;
+    return j;
+  };
+  ExternalTrainer trainer;
+  Seen seen;
+  // Serves one stage and exits: fine, and the next stage gets a new process.
+  protocol::Job once = long_lived("read stage; " + stage_lines + "echo '{\"done\": true}'");
+  ASSERT_TRUE(trainer.run(once, dir_.string(), hooks(seen)));
+  const pid_t first = trainer.kept_pid();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(trainer.run(once, dir_.string(), hooks(seen)));
+  EXPECT_NE(trainer.kept_pid(), first);
+  trainer.stop();
+
+  protocol::Job liar = long_lived("while read stage; do " + stage_lines +
+                                  "echo '{\"done\": true, \"held\": [99]}'; done");
+  try {
+    trainer.run(liar, dir_.string(), hooks(seen));
+    ADD_FAILURE() << "no error";
+  } catch (const TrainerError& e) {
+    EXPECT_NE(std::string(e.what()).find("held: state 99 is none of the states"), std::string::npos)
+        << e.what();
+    EXPECT_FALSE(e.crashed);
+  }
+  EXPECT_EQ(trainer.kept_pid(), -1);
+
+  protocol::Job chatty = long_lived("while read stage; do " + stage_lines +
+                                    "echo '{\"done\": true}'; sleep 0.1; echo hello; done");
+  ASSERT_TRUE(trainer.run(chatty, dir_.string(), hooks(seen)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  try {
+    trainer.run(chatty, dir_.string(), hooks(seen));
+    ADD_FAILURE() << "no error";
+  } catch (const TrainerError& e) {
+    EXPECT_NE(std::string(e.what()).find("output after its done line, before the next stage"),
+              std::string::npos)
+        << e.what();
+  }
+
+  // Silent on its second stage: the timeout, as for a one-shot trainer.
+  protocol::Job mute = long_lived("read -r stage; " + stage_lines +
+                                  "echo '{\"done\": true}'; read -r stage; sleep 30");
+  ASSERT_TRUE(trainer.run(mute, dir_.string(), hooks(seen)));
+  try {
+    trainer.run(mute, dir_.string(), hooks(seen, 20, 0.3));
+    ADD_FAILURE() << "no error";
+  } catch (const TrainerError& e) {
+    EXPECT_NE(std::string(e.what()).find("no output line for 0.3 s"), std::string::npos)
+        << e.what();
+    EXPECT_FALSE(e.crashed);
+  }
+  EXPECT_EQ(trainer.kept_pid(), -1);
+
+  // Killed mid-stage: a crash (the master retries the stage), and nothing is kept.
+  protocol::Job killed = long_lived("while read stage; do kill -9 $$; done");
+  try {
+    trainer.run(killed, dir_.string(), hooks(seen));
+    ADD_FAILURE() << "no error";
+  } catch (const TrainerError& e) {
+    EXPECT_TRUE(e.crashed) << e.what();
+    EXPECT_NE(std::string(e.what()).find("killed by signal 9"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(trainer.kept_pid(), -1);
+  EXPECT_TRUE(trainer.held().empty());
 }
 
 }  // namespace

@@ -1,0 +1,311 @@
+"""The trainer side of hippo: the stage protocol of worker/README.md ("External trainers") as a
+training loop.
+
+    def train(stage):
+        model, opt = build(stage.fixed)              # settings: stage.fixed / stage.value()
+        state = hippo.torch_state(model=model, optimizer=opt)
+        stage.restore(state.load)                    # the parent state (not at step 0)
+        for step in stage.steps(evaluate=lambda: evaluate(model), save=state.save):
+            lr = stage.value("lr", step)             # the value of hyper-parameter lr at step
+            ...one optimizer step...
+
+    hippo.serve(train)
+
+serve() reads stages from stdin (one JSON line each; a long-lived trainer gets many) and calls
+train(stage) for each. The helper writes the protocol's lines: metrics, checkpoints (written to a
+temporary name, fsynced, renamed, announced), progress and the done line. Steps count as in hippo:
+step s is the optimizer step that takes the model from state s to state s + 1; evaluations and
+checkpoints are of states (after `step` steps).
+
+Misuse raises StageError naming the step: a report or a save at a step that was not asked for,
+twice, out of order, or a stage that ends with something asked for and not done.
+"""
+import io
+import json
+import math
+import os
+import sys
+import time
+from collections import OrderedDict
+
+_MISSING = object()
+
+
+class StageError(RuntimeError):
+    """The trainer broke the stage's rules (the message names the step)."""
+
+
+class Stage:
+    """One stage: train steps [start, end) from the parent state, evaluate and checkpoint where
+    asked. Attributes: seed, fixed (the study's fixed settings), data (the spec's data fields),
+    model (the spec's model), start, end, eval_steps, checkpoint_steps, input (the stage's JSON
+    as it came), restored_from (after restore(): "memory", "file", or None)."""
+
+    def __init__(self, stage_input, out, memory=None, keep=4):
+        self.input = stage_input
+        self.seed = stage_input["seed"]
+        self.fixed = stage_input["fixed"]
+        self.data = stage_input["data"]
+        self.model = stage_input["model"]
+        self.start = stage_input["from"]
+        self.end = stage_input["to"]
+        self.eval_steps = list(stage_input["eval_steps"])
+        self.checkpoint_steps = [c["step"] for c in stage_input["checkpoints"]]
+        self._checkpoints = {c["step"]: c for c in stage_input["checkpoints"]}
+        self._values = stage_input["values"]
+        self._out = out
+        self._memory = memory  # state id -> checkpoint bytes (a long-lived trainer), or None
+        self._keep = keep
+        self._state = self.start  # the state the model is at (or gets to in the running step)
+        self._reported = set()
+        self._saved = set()
+        self._restored = False
+        self.restored_from = None  # after restore(): "memory", "file", or None at a root
+        self._last_progress = time.monotonic()
+
+    # -- settings -------------------------------------------------------------------------------
+
+    @property
+    def hyperparameters(self):
+        """The names of the settings that follow a sequence (the spec's hyperparameters)."""
+        return sorted(self._values)
+
+    def value(self, name, step, default=_MISSING):
+        """The value of setting `name` at step `step` (a hyper-parameter's value at that step, or
+        the fixed setting), else `default`."""
+        if name in self._values:
+            if not self.start <= step < self.end:
+                raise StageError(f"step {step}: value({name!r}) is known for the steps "
+                                 f"{self.start} to {self.end - 1} of this stage")
+            return self._values[name][step - self.start]
+        if name in self.fixed:
+            return self.fixed[name]
+        if default is not _MISSING:
+            return default
+        raise StageError(f"step {step}: no setting {name!r} (the spec has neither "
+                         f"fixed.{name} nor hyperparameters.{name})")
+
+    def evaluates(self, step):
+        """Whether an evaluation is asked for the state after `step` steps."""
+        return step in self.eval_steps
+
+    def saves(self, step):
+        """Whether a checkpoint is ordered for the state after `step` steps."""
+        return step in self._checkpoints
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def restore(self, load_fn):
+        """Loads the parent state: calls load_fn(file), `file` a binary file object with what a
+        save_fn wrote (from memory when this process holds it, else from the input checkpoint).
+        Returns False at a root (step 0: initialize from the seed), where load_fn is not called."""
+        self._restored = True
+        path = self.input.get("input_checkpoint")
+        if path is None:
+            return False
+        state_id = self.input.get("input_state")
+        data = self._memory.get(state_id) if self._memory is not None else None
+        self.restored_from = "memory"
+        if data is None:
+            with open(path, "rb") as f:
+                data = f.read()
+            self._hold(state_id, data)
+            self.restored_from = "file"
+        load_fn(io.BytesIO(data))
+        return True
+
+    def steps(self, evaluate=None, save=None):
+        """The steps to train, start to end - 1. Once the loop's body has trained step s, the
+        state is s + 1: an evaluation asked there calls evaluate() (a dict of metrics, reported)
+        unless the body reported it itself; a checkpoint ordered there calls save(file) unless
+        the body saved it. The stage's start state is handled the same way before the first
+        step (an evaluation-only stage has no steps)."""
+        if self.input.get("input_checkpoint") is not None and not self._restored:
+            raise StageError(f"step {self.start}: this stage starts from a checkpoint; call "
+                             "stage.restore(load_fn) before training")
+        self._complete(self.start, evaluate, save)
+        for s in range(self.start, self.end):
+            self._state = s
+            yield s
+            self._state = s + 1
+            self._complete(s + 1, evaluate, save)
+            now = time.monotonic()
+            if now - self._last_progress > 0.5:  # the worker's heartbeats carry it
+                self._emit({"step": s + 1})
+                self._last_progress = now
+
+    def report(self, step, **metrics):
+        """Reports the metrics of the state after `step` steps, e.g.
+        stage.report(100, accuracy=0.91, loss=0.25). Only where an evaluation is asked, once."""
+        if step not in self.eval_steps:
+            raise StageError(f"step {step}: no evaluation was asked for at this step (this "
+                             f"stage's eval_steps: {self.eval_steps})")
+        if step in self._reported:
+            raise StageError(f"step {step}: reported twice")
+        self._check_reachable(step, "report")
+        if not metrics:
+            raise StageError(f"step {step}: report() needs at least one metric")
+        for name, value in metrics.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value):
+                raise StageError(f"step {step}: metric {name} is {value!r}, not a finite number")
+            if not 1 <= len(name) <= 64:
+                raise StageError(f"step {step}: metric name {name!r} is not 1 to 64 characters")
+        for earlier in self.eval_steps:
+            if earlier < step and earlier not in self._reported:
+                raise StageError(f"step {step}: reported before step {earlier}, which is asked "
+                                 "for too (report in step order)")
+        for name, value in metrics.items():
+            self._emit({"step": step, "metric": name, "value": value})
+        self._reported.add(step)
+
+    def save(self, step, save_fn):
+        """Writes the checkpoint ordered for the state after `step` steps: save_fn(file) writes
+        the state to a binary file object (e.g. torch.save(obj, file)); the helper writes it to a
+        temporary name, fsyncs it, renames it into place and announces it."""
+        if step not in self._checkpoints:
+            raise StageError(f"step {step}: no checkpoint was ordered at this step (this stage's "
+                             f"checkpoint_steps: {self.checkpoint_steps})")
+        if step in self._saved:
+            raise StageError(f"step {step}: saved twice")
+        self._check_reachable(step, "save")
+        buffer = io.BytesIO()
+        save_fn(buffer)
+        data = buffer.getvalue()
+        order = self._checkpoints[step]
+        _write_durably(order["path"], data)
+        self._hold(order.get("state"), data)
+        self._saved.add(step)
+        self._emit({"checkpoint": step})
+
+    # -- the helper's side ----------------------------------------------------------------------
+
+    def _check_reachable(self, step, what):
+        # The body of step s may act on state s (before its update) or s + 1 (after it).
+        if not self.start <= step <= min(self._state + 1, self.end):
+            raise StageError(f"step {step}: {what} of a state this stage has not reached (it is "
+                             f"at step {self._state}, from {self.start} to {self.end})")
+
+    def _complete(self, step, evaluate, save):
+        if step in self.eval_steps and step not in self._reported:
+            if evaluate is None:
+                raise StageError(f"step {step}: an evaluation is asked for here and was not "
+                                 f"reported: call stage.report({step}, ...) once the state is "
+                                 "at that step, or give steps(evaluate=...)")
+            metrics = evaluate()
+            if not isinstance(metrics, dict):
+                raise StageError(f"step {step}: evaluate() returned {type(metrics).__name__}, "
+                                 "not a dict of metrics")
+            self.report(step, **metrics)
+        if step in self._checkpoints and step not in self._saved:
+            if save is None:
+                raise StageError(f"step {step}: a checkpoint is ordered here and was not saved: "
+                                 f"call stage.save({step}, save_fn), or give steps(save=...)")
+            self.save(step, save)
+
+    def _finish(self):
+        """After train(stage): everything asked for is done; the done line."""
+        if self._state != self.end:
+            raise StageError(f"step {self._state}: train() returned before the stage's end "
+                             f"(step {self.end}); iterate stage.steps() to its end")
+        for step in self.eval_steps:
+            if step not in self._reported:
+                raise StageError(f"step {step}: an evaluation was asked for and not reported")
+        for step in self.checkpoint_steps:
+            if step not in self._saved:
+                raise StageError(f"step {step}: a checkpoint was ordered and not saved")
+        done = {"done": True}
+        if self._memory is not None:
+            done["held"] = list(self._memory)
+        self._emit(done)
+
+    def _hold(self, state_id, data):
+        if self._memory is None or state_id is None:
+            return
+        self._memory[state_id] = data
+        self._memory.move_to_end(state_id)
+        while len(self._memory) > self._keep:
+            self._memory.popitem(last=False)
+
+    def _emit(self, line):
+        self._out.write(json.dumps(line) + "\n")
+        self._out.flush()
+
+
+def _write_durably(path, data):
+    """Writes `data` to `path` so that no reader sees half of it: a temporary name, fsync,
+    rename, then the directory fsynced."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _protocol_stream():
+    """The stream the protocol's lines go to: the process's stdout. What the training code prints
+    (print(), a library's messages) is sent to stderr, the worker's log, instead: a stray line on
+    stdout would break the protocol."""
+    fd = os.dup(1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    return os.fdopen(fd, "w", buffering=1)
+
+
+def serve(train, keep=4, stdin=None, stdout=None):
+    """Runs train(stage) for every stage that comes on stdin, one JSON line each, until its end.
+    A long-lived trainer (the spec's model.long_lived) gets stage after stage and keeps up to
+    `keep` states in memory (the bytes its save_fn wrote), so that a child stage forks from its
+    parent without reading a file; a one-shot trainer gets one stage."""
+    stdin = sys.stdin if stdin is None else stdin
+    out = _protocol_stream() if stdout is None else stdout
+    memory = OrderedDict()
+    while True:
+        line = stdin.readline()
+        if not line:
+            return
+        stage_input = json.loads(line)
+        if stage_input.get("hippo_trainer") != 1:
+            raise StageError("stdin: not a hippo stage (no \"hippo_trainer\": 1)")
+        long_lived = "held" in stage_input
+        if long_lived:  # the worker says which earlier states may still be used
+            allowed = set(stage_input["held"])
+            for state_id in [s for s in memory if s not in allowed]:
+                del memory[state_id]
+        stage = Stage(stage_input, out, memory if long_lived else None, keep)
+        train(stage)
+        stage._finish()
+
+
+class _TorchState:
+    def __init__(self, objects):
+        self._objects = objects
+
+    def save(self, f):
+        import torch
+
+        from .determinism import rng_state
+        torch.save({"state_dicts": {k: o.state_dict() for k, o in self._objects.items()},
+                    "rng": rng_state()}, f)
+
+    def load(self, f):
+        import torch
+
+        from .determinism import set_rng_state
+        saved = torch.load(f)
+        for name, obj in self._objects.items():
+            obj.load_state_dict(saved["state_dicts"][name])
+        set_rng_state(saved["rng"])
+
+
+def torch_state(**objects):
+    """save and load functions for stage.save / stage.restore that keep the state dicts of the
+    given objects (model=..., optimizer=..., scheduler=...) and the generators' states:
+    state = torch_state(model=model, optimizer=opt); stage.restore(state.load)."""
+    return _TorchState(objects)

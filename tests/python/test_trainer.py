@@ -1,0 +1,264 @@
+"""hippo.trainer: the stage protocol as the helper writes it, its checkpoints, its memory of states
+(long-lived), and every misuse it refuses with an error naming the step. The stages are fed as
+the worker writes them (one JSON line each); a toy model (a counter and a running sum, in plain
+Python) stands in for PyTorch so that these tests take milliseconds."""
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+import hippo
+from hippo import StageError
+
+TRAINER_SCRIPT = """
+import pickle, sys
+import hippo
+
+def train(stage):
+    model = {"sum": 0.0}
+    def save(f): pickle.dump(model, f)
+    def load(f): model.update(pickle.load(f))
+    stage.restore(load)
+    print("a line for humans, not for the worker")  # goes to stderr
+    for step in stage.steps(evaluate=lambda: {"sum": model["sum"]}, save=save):
+        model["sum"] += stage.value("lr", step)
+
+hippo.serve(train)
+"""
+
+
+def stage_line(tmp_path, start, end, evals, checkpoints, parent=None, held=None, lr=0.5,
+               parent_state=None):
+    """A stage as the worker writes it (worker/README.md)."""
+    stage = {
+        "hippo_trainer": 1, "model": {"type": "external", "command": ["x"]},
+        "data": {"name": "toy", "train_samples": 8}, "seed": 3, "fixed": {"batch_size": 2},
+        "from": start, "to": end,
+        "input_checkpoint": None if parent is None else str(tmp_path / parent),
+        "input_state": parent_state,
+        "checkpoints": [{"step": s, "path": str(tmp_path / f), "state": state}
+                        for s, f, state in checkpoints],
+        "eval_steps": evals, "hyperparameters": {},
+        "values": {"lr": [lr] * (end - start)},
+    }
+    if held is not None:
+        stage["held"] = held
+    return json.dumps(stage) + "\n"
+
+
+def toy_train(calls=None):
+    """A trainer: the model is a running sum of the learning rates."""
+    def train(stage):
+        model = {"sum": 0.0}
+
+        def save(f):
+            pickle.dump(model, f)
+
+        def load(f):
+            model.update(pickle.load(f))
+
+        stage.restore(load)
+        if calls is not None and stage.restored_from:
+            calls.append((stage.restored_from, stage.start))
+        for step in stage.steps(evaluate=lambda: {"sum": model["sum"], "loss": 1.0},
+                                save=save):
+            model["sum"] += stage.value("lr", step)
+    return train
+
+
+def serve(lines, train, tmp_path):
+    out = io.StringIO()
+    hippo.serve(train, stdin=io.StringIO("".join(lines)), stdout=out)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_stage_reports_saves_and_ends(tmp_path):
+    lines = serve([stage_line(tmp_path, 0, 4, [2, 4], [(2, "a.ckpt", 11), (4, "b.ckpt", 12)])],
+                  toy_train(), tmp_path)
+    assert lines == [
+        {"step": 2, "metric": "sum", "value": 1.0}, {"step": 2, "metric": "loss", "value": 1.0},
+        {"checkpoint": 2},
+        {"step": 4, "metric": "sum", "value": 2.0}, {"step": 4, "metric": "loss", "value": 1.0},
+        {"checkpoint": 4},
+        {"done": True},
+    ]
+    with open(tmp_path / "a.ckpt", "rb") as f:
+        assert pickle.load(f) == {"sum": 1.0}
+    assert sorted(os.listdir(tmp_path)) == ["a.ckpt", "b.ckpt"]  # no temporary file is left
+
+
+def test_a_child_stage_continues_its_parent_exactly(tmp_path):
+    serve([stage_line(tmp_path, 0, 2, [2], [(2, "a.ckpt", 1)])], toy_train(), tmp_path)
+    lines = serve([stage_line(tmp_path, 2, 4, [4], [], parent="a.ckpt", parent_state=1)],
+                  toy_train(), tmp_path)
+    assert lines[0] == {"step": 4, "metric": "sum", "value": 2.0}
+    # An evaluation-only stage (from == to) evaluates its start state.
+    lines = serve([stage_line(tmp_path, 2, 2, [2], [], parent="a.ckpt", parent_state=1)],
+                  toy_train(), tmp_path)
+    assert lines == [{"step": 2, "metric": "sum", "value": 1.0},
+                     {"step": 2, "metric": "loss", "value": 1.0}, {"done": True}]
+
+
+def test_a_long_lived_trainer_forks_from_memory_and_lists_what_it_holds(tmp_path):
+    calls = []
+    lines = serve([
+        stage_line(tmp_path, 0, 2, [2], [(2, "a.ckpt", 1)], held=[]),
+        # The parent's file is gone by then: the state comes from memory.
+        stage_line(tmp_path, 2, 4, [4], [(4, "b.ckpt", 2)], parent="gone.ckpt", parent_state=1,
+                   held=[1]),
+        # The worker no longer vouches for state 1 (its master restarted): forgotten, so the
+        # file is read.
+        stage_line(tmp_path, 2, 3, [3], [], parent="a.ckpt", parent_state=1, held=[2]),
+    ], toy_train(calls), tmp_path)
+    dones = [line for line in lines if "done" in line]
+    assert dones == [{"done": True, "held": [1]}, {"done": True, "held": [1, 2]},
+                     {"done": True, "held": [2, 1]}]
+    assert {"step": 4, "metric": "sum", "value": 2.0} in lines
+    assert {"step": 3, "metric": "sum", "value": 1.5} in lines
+    assert calls == [("memory", 2), ("file", 2)]
+
+
+def test_keep_bounds_the_states_in_memory(tmp_path):
+    lines = serve([stage_line(tmp_path, 0, 3, [3], [(1, "a", 1), (2, "b", 2), (3, "c", 3)],
+                              held=[])],
+                  lambda stage: toy_train()(stage), tmp_path)
+    assert lines[-1] == {"done": True, "held": [1, 2, 3]}
+    out = io.StringIO()
+    hippo.serve(toy_train(), keep=2, stdout=out, stdin=io.StringIO(
+        stage_line(tmp_path, 0, 3, [3], [(1, "a", 1), (2, "b", 2), (3, "c", 3)], held=[])))
+    assert json.loads(out.getvalue().splitlines()[-1]) == {"done": True, "held": [2, 3]}
+
+
+def explicit(body):
+    """A trainer whose loop reports and saves itself through `body(stage, step, model)`."""
+    def train(stage):
+        model = {"sum": 0.0}
+        stage.restore(lambda f: model.update(pickle.load(f)))
+        for step in stage.steps():
+            model["sum"] += stage.value("lr", step)
+            body(stage, step, model)
+    return train
+
+
+def misuse(tmp_path, train, line=None):
+    line = line or stage_line(tmp_path, 0, 4, [2, 4], [(2, "a.ckpt", 1), (4, "b.ckpt", 2)])
+    with pytest.raises(StageError) as e:
+        serve([line], train, tmp_path)
+    return str(e.value)
+
+
+def test_explicit_reports_and_saves(tmp_path):
+    def body(stage, step, model):
+        if stage.evaluates(step + 1):
+            stage.report(step + 1, sum=model["sum"])
+        if stage.saves(step + 1):
+            stage.save(step + 1, lambda f: pickle.dump(model, f))
+    lines = serve([stage_line(tmp_path, 0, 4, [2, 4], [(2, "a.ckpt", 1), (4, "b.ckpt", 2)])],
+                  explicit(body), tmp_path)
+    assert lines == [{"step": 2, "metric": "sum", "value": 1.0}, {"checkpoint": 2},
+                     {"step": 4, "metric": "sum", "value": 2.0}, {"checkpoint": 4},
+                     {"done": True}]
+
+
+def test_every_misuse_raises_an_error_that_names_the_step(tmp_path):
+    save = lambda f: f.write(b"x")  # noqa: E731
+
+    def report_at(step):
+        return explicit(lambda stage, s, m: stage.report(step, sum=1.0) if s == 0 else None)
+
+    assert misuse(tmp_path, report_at(3)).startswith("step 3: no evaluation was asked for")
+    assert "step 2: reported twice" in misuse(tmp_path, explicit(
+        lambda stage, s, m: [stage.report(2, sum=1.0) for _ in range(2)] if s == 1 else None))
+    assert misuse(tmp_path, explicit(
+        lambda stage, s, m: stage.save(3, save) if s == 0 else None)).startswith(
+        "step 3: no checkpoint was ordered at this step")
+    assert "step 2: saved twice" in misuse(tmp_path, explicit(
+        lambda stage, s, m: [stage.save(2, save) for _ in range(2)] if s == 1 else None))
+    assert misuse(tmp_path, report_at(4)).startswith(
+        "step 4: report of a state this stage has not reached")
+    # Nothing reported where an evaluation is asked, nothing saved where a checkpoint is.
+    assert misuse(tmp_path, explicit(lambda stage, s, m: None)).startswith(
+        "step 2: an evaluation is asked for here and was not reported")
+    assert misuse(tmp_path, explicit(
+        lambda stage, s, m: stage.report(s + 1, sum=1.0) if stage.evaluates(s + 1) else None
+    )).startswith("step 2: a checkpoint is ordered here and was not saved")
+    assert "metric sum is nan" in misuse(tmp_path, explicit(
+        lambda stage, s, m: stage.report(2, sum=float("nan")) if s == 1 else None))
+    assert "metric sum is 'high'" in misuse(tmp_path, explicit(
+        lambda stage, s, m: stage.report(2, sum="high") if s == 1 else None))
+
+    def stops_early(stage):
+        for step in stage.steps(evaluate=lambda: {"sum": 0.0}, save=save):
+            if step == 2:
+                break
+    assert misuse(tmp_path, stops_early).startswith("step 2: train() returned before the stage")
+
+    def no_restore(stage):
+        for _ in stage.steps(evaluate=lambda: {"sum": 0.0}, save=save):
+            pass
+    child = stage_line(tmp_path, 2, 4, [4], [], parent="a.ckpt", parent_state=1)
+    assert misuse(tmp_path, no_restore, child).startswith(
+        "step 2: this stage starts from a checkpoint; call stage.restore")
+
+    def unknown_setting(stage):
+        stage.value("dropout", 0)
+    assert misuse(tmp_path, unknown_setting).startswith("step 0: no setting 'dropout'")
+
+
+def test_values_and_settings(tmp_path):
+    seen = {}
+
+    def train(stage):
+        seen["lr"] = [stage.value("lr", s) for s in range(stage.start, stage.end)]
+        seen["batch_size"] = stage.value("batch_size", 0)
+        seen["momentum"] = stage.value("momentum", 0, 0.9)
+        seen["names"] = stage.hyperparameters
+        for _ in stage.steps(evaluate=lambda: {"x": 1}, save=lambda f: None):
+            pass
+    serve([stage_line(tmp_path, 0, 3, [3], [])], train, tmp_path)
+    assert seen == {"lr": [0.5] * 3, "batch_size": 2, "momentum": 0.9, "names": ["lr"]}
+
+
+def test_the_protocol_owns_stdout(tmp_path):
+    """A trainer process that prints: its lines go to stderr, stdout carries the protocol only."""
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)], input=stage_line(tmp_path, 0, 2, [2], [(2, "a", 1)]),
+        capture_output=True, text=True, check=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {"step": 2, "metric": "sum", "value": 1.0}, {"checkpoint": 2}, {"done": True}]
+    assert "a line for humans" in done.stderr
+
+
+def test_a_failing_trainer_exits_non_zero_with_the_step_on_stderr(tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text("import hippo\n"
+                      "def train(stage):\n"
+                      "    for step in stage.steps():\n"
+                      "        stage.report(step + 7, acc=1.0)\n"
+                      "hippo.serve(train)\n")
+    done = subprocess.run(
+        [sys.executable, str(script)], input=stage_line(tmp_path, 0, 2, [2], []),
+        capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert "StageError: step 7: no evaluation was asked for at this step" in done.stderr
+
+
+def test_the_readme_example_is_the_file_that_runs():
+    """python/README.md shows examples/pytorch/minimal.py as it is (test_pytorch_examples runs it),
+    in under 40 lines with the code that runs its study."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(root, "python", "README.md")) as f:
+        blocks = f.read().split("```python\n")
+    trainer, study = (block.split("```")[0] for block in blocks[1:3])
+    with open(os.path.join(root, "examples", "pytorch", "minimal.py")) as f:
+        assert trainer == f.read()
+    assert len((trainer + study).splitlines()) < 40
