@@ -113,6 +113,29 @@ inline Result sh(const std::string& command) {
 }
 
 // The last line of a command's output, parsed as JSON.
+// The job a fake master sends a worker: 8 steps of a tiny mlp on 256 samples, evaluated at step
+// 8, with these snapshots ([{step, state, file}]).
+inline json small_job(const json& snapshots) {
+  return {{"v", 1},
+          {"type", "job"},
+          {"job", 1},
+          {"run",
+           {{"model", {{"type", "mlp"}, {"hidden", {8}}}},
+            {"data", "fashion-mnist"},
+            {"train_samples", 256},
+            {"eval_samples", 64},
+            {"seed", 0},
+            {"fixed", {{"batch_size", 32}, {"optimizer", "sgd"}}}}},
+          {"hyperparameters",
+           {{"lr", {{"segments", {{{"kind", "constant"}, {"start", 0}, {"v0", 0.1}}}}}}}},
+          {"from", 0},
+          {"to", 8},
+          {"parent_state", -1},
+          {"parent_file", ""},
+          {"eval_steps", {8}},
+          {"snapshots", snapshots}};
+}
+
 inline json last_json(const std::string& out) {
   size_t end = out.find_last_not_of('\n');
   size_t start = out.rfind('\n', end);

@@ -284,24 +284,7 @@ TEST_F(Security, WorkerSurvivesAHostileMaster) {
   ASSERT_FALSE(next("hello").is_null()) << read_file(worker_log);
   send(json{{"v", 1}, {"type", "welcome"}, {"heartbeat_ms", 100}}.dump());
 
-  json job = {{"v", 1},
-              {"type", "job"},
-              {"job", 1},
-              {"run",
-               {{"model", {{"type", "mlp"}, {"hidden", {8}}}},
-                {"data", "fashion-mnist"},
-                {"train_samples", 256},
-                {"eval_samples", 64},
-                {"seed", 0},
-                {"fixed", {{"batch_size", 32}, {"optimizer", "sgd"}}}}},
-              {"hyperparameters",
-               {{"lr", {{"segments", {{{"kind", "constant"}, {"start", 0}, {"v0", 0.1}}}}}}}},
-              {"from", 0},
-              {"to", 8},
-              {"parent_state", -1},
-              {"parent_file", ""},
-              {"eval_steps", {8}},
-              {"snapshots", json::array()}};
+  json job = small_job(json::array());
   send(job.dump());
   json first = next("done");
   ASSERT_FALSE(first.is_null()) << read_file(worker_log);

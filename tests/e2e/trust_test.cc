@@ -144,25 +144,7 @@ FakeMasterResult fake_master(const std::string& address, const std::string& own_
       router.send(zmq::buffer(m.dump()), zmq::send_flags::none);
     };
     send({{"v", 1}, {"type", "welcome"}, {"incarnation", "fake"}, {"heartbeat_ms", 100}});
-    send({{"v", 1},
-          {"type", "job"},
-          {"job", 1},
-          {"run",
-           {{"model", {{"type", "mlp"}, {"hidden", {8}}}},
-            {"data", "fashion-mnist"},
-            {"train_samples", 256},
-            {"eval_samples", 64},
-            {"seed", 0},
-            {"fixed", {{"batch_size", 32}, {"optimizer", "sgd"}}}}},
-          {"hyperparameters",
-           {{"lr", {{"segments", {{{"kind", "constant"}, {"start", 0}, {"v0", 0.1}}}}}}}},
-          {"from", 0},
-          {"to", 8},
-          {"parent_state", -1},
-          {"parent_file", ""},
-          {"eval_steps", {8}},
-          {"snapshots",
-           {{{"step", 4}, {"state", 1}, {"file", fs::path(victim).filename().string()}}}}});
+    send(small_job({{{"step", 4}, {"state", 1}, {"file", fs::path(victim).filename().string()}}}));
     std::this_thread::sleep_for(5s);
     result.victim_changed = read_file(victim) != before;
   }
