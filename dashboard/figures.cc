@@ -134,6 +134,25 @@ void axes(std::string& out, const Scale& x, const Scale& y, const std::string& x
          escape(y_label) + "</text></g>";
 }
 
+// The x axis of a kWideWidth x height figure (the tree, the timeline): a grid line and a label per
+// tick over the plot, and the axis's name centred under the plot from `left` to the right edge.
+void wide_x_axis(std::string& out, const Scale& x, double left, double height,
+                 const std::string& label) {
+  out += "<g class=\"axes\">";
+  for (double v : ticks(x, 6)) {
+    out += "<line class=\"grid\" x1=\"";
+    coord(out, x(v));
+    out += "\" x2=\"";
+    coord(out, x(v));
+    out += "\" y1=\"" + number(kTop) + "\" y2=\"" + number(height - kBottom) + "\"/><text x=\"";
+    coord(out, x(v));
+    out += "\" y=\"" + number(height - kBottom + 16) + "\" text-anchor=\"middle\">" + number(v) +
+           "</text>";
+  }
+  out += "<text class=\"label\" x=\"" + number((left + kWideWidth) / 2) + "\" y=\"" +
+         number(height - 4) + "\" text-anchor=\"middle\">" + escape(label) + "</text></g>";
+}
+
 std::string empty_svg(const std::string& cls, const std::string& message) {
   return open_svg(cls + " empty", kWidth, 60) + "<text x=\"" + number(kWidth / 2) +
          "\" y=\"34\" text-anchor=\"middle\">" + escape(message) + "</text></svg>";
@@ -503,19 +522,7 @@ std::string tree_svg(const StudyView& study) {
   auto y = [&](StageId id) { return kTop + row_h * (static_cast<double>(row[id]) + 0.5); };
   std::string out = open_svg("tree", kWideWidth, height,
                              "data-stages=\"" + std::to_string(study.stages.size()) + "\"");
-  out += "<g class=\"axes\">";
-  for (double v : ticks(x, 6)) {
-    out += "<line class=\"grid\" x1=\"";
-    coord(out, x(v));
-    out += "\" x2=\"";
-    coord(out, x(v));
-    out += "\" y1=\"" + number(kTop) + "\" y2=\"" + number(height - kBottom) + "\"/><text x=\"";
-    coord(out, x(v));
-    out += "\" y=\"" + number(height - kBottom + 16) + "\" text-anchor=\"middle\">" + number(v) +
-           "</text>";
-  }
-  out += "<text class=\"label\" x=\"" + number((kLeft + kWideWidth) / 2) + "\" y=\"" +
-         number(height - 4) + "\" text-anchor=\"middle\">step</text></g>";
+  wide_x_axis(out, x, kLeft, height, "step");
   // Branches: from the parent's row at its end down to the child's row.
   out += "<path class=\"branches\" d=\"";
   for (const StageView& s : study.stages) {
@@ -609,20 +616,7 @@ std::string timeline_svg(const StudyView& study) {
   std::string out = open_svg("timeline", kWideWidth, height,
                              "data-executions=\"" + std::to_string(study.executions.size()) +
                                  "\" data-span=\"" + number(t1 - t0) + "\"");
-  out += "<g class=\"axes\">";
-  for (double v : ticks(x, 6)) {
-    out += "<line class=\"grid\" x1=\"";
-    coord(out, x(v));
-    out += "\" x2=\"";
-    coord(out, x(v));
-    out += "\" y1=\"" + number(kTop) + "\" y2=\"" + number(height - kBottom) + "\"/><text x=\"";
-    coord(out, x(v));
-    out += "\" y=\"" + number(height - kBottom + 16) + "\" text-anchor=\"middle\">" + number(v) +
-           "</text>";
-  }
-  out += "<text class=\"label\" x=\"" + number((left + kWideWidth) / 2) + "\" y=\"" +
-         number(height - 4) + "\" text-anchor=\"middle\">seconds since the first execution</text>";
-  out += "</g>";
+  wide_x_axis(out, x, left, height, "seconds since the first execution");
   size_t lane = 0;
   for (const auto& [worker, executions] : lanes) {
     double top = kTop + lane_h * static_cast<double>(lane++);

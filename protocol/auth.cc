@@ -13,8 +13,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "protocol/monitor.h"
-
 namespace hippo::protocol {
 namespace {
 
@@ -204,7 +202,7 @@ void secure_client(zmq::socket_t& socket, const ClientKeys& keys) {
 
 HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket,
                                ClientKeys::Source keys)
-    : monitor_(monitor_socket(context, socket, kHandshakeEvents)), keys_(keys) {}
+    : monitor_(context, socket, kHandshakeEvents), keys_(keys) {}
 
 std::optional<std::string> HandshakeWatch::failure(int timeout_ms) {
   using Source = ClientKeys::Source;
@@ -229,8 +227,8 @@ std::optional<std::string> HandshakeWatch::failure(int timeout_ms) {
             "(then give --insecure), or it is not this user's master (it cannot prove the local "
             "key)"
           : "either it runs without --auth, or --master-key is not its public key";
-  for (int wait = timeout_ms; wait_readable(monitor_, wait); wait = 0) {
-    std::optional<MonitorEvent> e = next_event(monitor_, 0);
+  for (int wait = timeout_ms; wait_readable(monitor_.events(), wait); wait = 0) {
+    std::optional<MonitorEvent> e = next_event(monitor_.events(), 0);
     if (!e) continue;
     switch (e->event) {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:

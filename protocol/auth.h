@@ -33,6 +33,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "protocol/monitor.h"
 #include "protocol/trust.h"
 
 namespace hippo::protocol {
@@ -96,10 +97,10 @@ class HandshakeWatch {
   // key, or a mismatch of mechanisms seen from the side that lost the race). nullopt otherwise.
   std::optional<std::string> failure(int timeout_ms);
   // The monitor's socket, to poll together with the watched one.
-  zmq::socket_t& events() { return monitor_; }
+  zmq::socket_t& events() { return monitor_.events(); }
 
  private:
-  zmq::socket_t monitor_;
+  SocketMonitor monitor_;
   ClientKeys::Source keys_;
   int silent_failures_ = 0;  // handshakes in a row that broke off without a reason
 };

@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <vector>
 
-#include "protocol/monitor.h"
-
 namespace hippo::protocol {
 namespace {
 
@@ -36,11 +34,7 @@ std::string mib(int64_t bytes) {
 
 ConnectionWatch::ConnectionWatch(zmq::context_t& context, zmq::socket_t& router, bool curve,
                                  ConnectionLimits limits, RefusalLog::Log log)
-    : monitor_(monitor_socket(context, router, kEvents)),
-      curve_(curve),
-      limits_(limits),
-      refuse_(log),
-      log_(log) {}
+    : monitor_(context, router, kEvents), curve_(curve), limits_(limits), refuse_(log), log_(log) {}
 
 void ConnectionWatch::delivered(int fd) {
   auto it = connections_.find(fd);
@@ -58,7 +52,7 @@ int64_t ConnectionWatch::unfinished_bytes(int fd) const {
 }
 
 void ConnectionWatch::check() {
-  while (std::optional<MonitorEvent> e = next_event(monitor_, 0)) {
+  while (std::optional<MonitorEvent> e = next_event(monitor_.events(), 0)) {
     const int fd = static_cast<int>(e->value);
     switch (e->event) {
       case ZMQ_EVENT_ACCEPTED:

@@ -18,6 +18,7 @@
 #include <zmq.hpp>
 
 #include "protocol/auth.h"
+#include "protocol/monitor.h"
 #include "protocol/wire.h"
 
 namespace hippo::protocol {
@@ -51,7 +52,7 @@ class ConnectionWatch {
   };
   void drop(int fd, int64_t unfinished, const char* why);
 
-  zmq::socket_t monitor_;
+  SocketMonitor monitor_;
   bool curve_;
   ConnectionLimits limits_;
   RefusalLog refuse_;

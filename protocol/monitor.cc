@@ -4,17 +4,35 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace hippo::protocol {
 
-zmq::socket_t monitor_socket(zmq::context_t& context, zmq::socket_t& socket, int events) {
+SocketMonitor::SocketMonitor(zmq::context_t& context, zmq::socket_t& watched, int events)
+    : watched_(watched.handle()), events_(context, zmq::socket_type::pair) {
   std::string address = unique_inproc("monitor");
-  if (zmq_socket_monitor(socket.handle(), address.c_str(), events) != 0) throw zmq::error_t();
-  zmq::socket_t pair(context, zmq::socket_type::pair);
-  pair.set(zmq::sockopt::linger, 0);
-  pair.connect(address);
-  return pair;
+  if (zmq_socket_monitor(watched_, address.c_str(), events) != 0) throw zmq::error_t();
+  events_.set(zmq::sockopt::linger, 0);
+  events_.connect(address);
+}
+
+SocketMonitor::SocketMonitor(SocketMonitor&& other) noexcept
+    : watched_(std::exchange(other.watched_, nullptr)), events_(std::move(other.events_)) {}
+
+SocketMonitor& SocketMonitor::operator=(SocketMonitor&& other) noexcept {
+  if (this != &other) {
+    stop();
+    watched_ = std::exchange(other.watched_, nullptr);
+    events_ = std::move(other.events_);
+  }
+  return *this;
+}
+
+void SocketMonitor::stop() {
+  // Its last events are queued to our PAIR, which frees them as it closes.
+  if (watched_) zmq_socket_monitor(watched_, nullptr, 0);
+  watched_ = nullptr;
 }
 
 std::optional<MonitorEvent> next_event(zmq::socket_t& monitor, int timeout_ms) {

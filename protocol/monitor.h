@@ -19,9 +19,25 @@ struct MonitorEvent {
   std::string endpoint;
 };
 
-// Starts monitoring `socket` for `events` (ZMQ_EVENT_* bits) and returns the PAIR that receives
-// them. Call before the socket binds or connects, so that no event is missed.
-zmq::socket_t monitor_socket(zmq::context_t& context, zmq::socket_t& socket, int events);
+// The monitor of one socket: a PAIR that receives its `events` (ZMQ_EVENT_* bits). Create it
+// before the socket binds or connects, so that no event is missed, and end it while the watched
+// socket is still open (declare it after that socket): it stops the monitoring first, because
+// libzmq leaks an event that the watched socket sends (as it closes) to a monitor already closed.
+class SocketMonitor {
+ public:
+  SocketMonitor(zmq::context_t& context, zmq::socket_t& watched, int events);
+  SocketMonitor(SocketMonitor&& other) noexcept;
+  SocketMonitor& operator=(SocketMonitor&& other) noexcept;  // stops this one's monitoring first
+  ~SocketMonitor() { stop(); }
+  // The PAIR to read (next_event) and to poll.
+  zmq::socket_t& events() { return events_; }
+
+ private:
+  void stop();
+
+  void* watched_;  // the watched socket's handle (it stays the same when its socket_t is moved)
+  zmq::socket_t events_;
+};
 // The next event, waiting up to timeout_ms for it (0: only one already there); nullopt when none
 // came.
 std::optional<MonitorEvent> next_event(zmq::socket_t& monitor, int timeout_ms);

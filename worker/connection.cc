@@ -23,8 +23,10 @@ void Connection::connect() {
 void Connection::reconnect() {
   spdlog::warn("the connection to the master broke off; connecting again");
   broken_ = false;
-  socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
-  handshakes_ = protocol::HandshakeWatch(context_, socket_, options_.keys.source);
+  // The old watch ends before the old socket closes (protocol/monitor.h).
+  zmq::socket_t fresh(context_, zmq::socket_type::dealer);
+  handshakes_ = protocol::HandshakeWatch(context_, fresh, options_.keys.source);
+  socket_ = std::move(fresh);
   connect();
 }
 

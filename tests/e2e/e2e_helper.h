@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +44,24 @@ struct Result {
 };
 
 using Clock = std::chrono::steady_clock;
+
+// Whether these tests (and so the binaries they run, built alike) use AddressSanitizer: its shadow
+// memory takes terabytes of address space, so no cap on a process's address space can hold.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitized = true;
+#elif defined(__has_feature)
+inline constexpr bool kAddressSanitized = __has_feature(address_sanitizer);
+#else
+inline constexpr bool kAddressSanitized = false;
+#endif
+
+// Caps this process's address space at `bytes` (in a spawned child, before exec), so that an
+// attack that would take more memory fails instead of taking the machine. Not under ASan (above).
+inline void limit_address_space(uint64_t bytes) {
+  if (kAddressSanitized) return;
+  rlimit limit{bytes, bytes};
+  setrlimit(RLIMIT_AS, &limit);
+}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);

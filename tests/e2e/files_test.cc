@@ -5,7 +5,6 @@
 // valid checksum, and a master killed between a commit and the removal of a file. Each study
 // must end with the metrics of an undisturbed run, with every worker alive.
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,8 +60,7 @@ std::string ended(pid_t pid) {
 
 // A worker's memory is capped, so that one reading /dev/zero fails instead of taking the machine.
 void limit_memory() {
-  rlimit limit{3L << 30, 3L << 30};
-  setrlimit(RLIMIT_AS, &limit);
+  limit_address_space(3ull << 30);
 }
 
 class Files : public E2ETest {

@@ -12,7 +12,6 @@
 //
 // Where a test measures the answer time of the master (a `hippo workers` round trip, and a
 // `hippo studies` read of the plan) during an attack, it prints the largest as "answer_s".
-#include <sys/resource.h>
 
 #include <atomic>
 #include <cstring>
@@ -179,18 +178,15 @@ class Trust : public E2ETest {
            path(name + ".key") + " ";
   }
 
-  // A master on a free loopback port with `flags`; its address. `limit_memory`: 4 GiB of address
-  // space at most (an attack that would take more makes it fail, not the machine).
+  // A master on a free loopback port with `flags`, with 4 GiB of address space at most (an attack
+  // that would take more makes it fail, not the machine); its address.
   std::string start_master(const std::string& db, const std::vector<std::string>& flags,
                            pid_t* pid = nullptr) {
     const std::string address = "tcp://127.0.0.1:" + std::to_string(free_port());
     std::vector<std::string> args = {kHippo,   "--db",  path(db),        "master",
                                      "--bind", address, "--checkpoints", path(db + ".ck")};
     args.insert(args.end(), flags.begin(), flags.end());
-    pid_t p = spawn(args, [] {
-      rlimit limit{4ull << 30, 4ull << 30};
-      setrlimit(RLIMIT_AS, &limit);
-    });
+    pid_t p = spawn(args, [] { limit_address_space(4ull << 30); });
     EXPECT_TRUE(appears(log_path(p), "listening on")) << read_file(log_path(p));
     if (pid) *pid = p;
     return address;
@@ -530,7 +526,9 @@ TEST_F(Trust, BudgetsKeepTheMasterAnswering) {
   refused("job-9.9MB", query + " submit " + wide, {"eval.every: a trial's job would take"});
   // random with max_trials 10^9: preview refuses it at once, in little memory.
   std::string many = spec("many", {{"searcher", {{"name", "random"}, {"max_trials", 1000000000}}}});
-  refused("preview-random-1e9", "ulimit -v 1000000; timeout 60 " + kHippo + " preview " + many,
+  refused("preview-random-1e9",
+          std::string(kAddressSanitized ? "" : "ulimit -v 1000000; ") + "timeout 60 " + kHippo +
+              " preview " + many,
           {"searcher.max_trials"});
   EXPECT_EQ(trials_in("plan.db"), 0);
   EXPECT_EQ(waitpid(open, nullptr, WNOHANG), 0) << "a master died";
@@ -583,11 +581,8 @@ int64_t resident_bytes(pid_t pid) {
 TEST_F(Trust, AnUnfinishedMessageIsCapped) {
   const int port = free_port();
   const std::string address = "tcp://127.0.0.1:" + std::to_string(port);
-  pid_t master =
-      spawn({kHippo, "--db", path("plan.db"), "master", "--bind", address, "--insecure"}, [] {
-        rlimit limit{4ull << 30, 4ull << 30};
-        setrlimit(RLIMIT_AS, &limit);
-      });
+  pid_t master = spawn({kHippo, "--db", path("plan.db"), "master", "--bind", address, "--insecure"},
+                       [] { limit_address_space(4ull << 30); });
   ASSERT_TRUE(appears(log_path(master), "listening on")) << read_file(log_path(master));
   const int64_t before = resident_bytes(master);
   std::atomic<bool> dropped{false}, done{false};
