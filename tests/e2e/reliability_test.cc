@@ -154,11 +154,17 @@ TEST_F(Reliability, RestartWithoutCheckpointsReplays) {
   pid_t first = spawn(master);
   spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
   ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
+  // A metric can be committed before the first checkpoint row: wait for both, then kill.
   wait_for_a_metric(db, "gone");
+  auto checkpoint_rows = [&] {
+    return std::stoll(
+        sh("sqlite3 -cmd '.timeout 5000' " + db + " 'SELECT count(*) FROM checkpoints'").out);
+  };
+  for (int i = 0; i < 500 && checkpoint_rows() == 0; ++i) std::this_thread::sleep_for(10ms);
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
-  int64_t rows = std::stoll(sh("sqlite3 " + db + " 'SELECT count(*) FROM checkpoints'").out);
-  EXPECT_GT(rows, 0);
+  int64_t rows = checkpoint_rows();
+  ASSERT_GT(rows, 0);
   // The files go, not the directory: the worker still writes into it (files nobody knows of).
   for (const auto& entry : fs::directory_iterator(checkpoints)) fs::remove(entry.path());
   spawn(master);
