@@ -34,6 +34,7 @@ double StepCosts::per_step(const std::string& root_key) const {
 
 Master::Master(SearchPlan plan, const Options& options)
     : plan_(std::move(plan)),
+      lock_(plan_.path(), "a master"),
       options_(options),
       socket_(context_, zmq::socket_type::router),
       watch_(context_, socket_, options.auth.has_value(), options.connections,
@@ -68,7 +69,13 @@ void Master::restore_checkpoints() {
       });
       continue;
     }
-    states_.add_restored({row.stage, row.step, row.file, row.id});
+    states_.add_restored({.stage = row.stage,
+                          .step = row.step,
+                          .file = row.file,
+                          .checkpoint_row = row.id,
+                          .bytes = row.size,
+                          .retained_at = row.retained_at,
+                          .needed = !row.retained_at});
   }
 }
 
@@ -366,7 +373,10 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
   // so the message can come late) is a state that nobody can reach.
   const bool orphan = std::none_of(job.studies.begin(), job.studies.end(),
                                    [&](int64_t id) { return driver_.running(id); });
-  StateInfo info{key.first, m.step, order->file, -1};
+  StateInfo info{.stage = key.first,
+                 .step = m.step,
+                 .file = order->file,
+                 .bytes = order->file.empty() ? 0 : m.bytes};
   plan_.transaction([&] {
     if (!known && !orphan && !order->file.empty())
       info.checkpoint_row =
@@ -384,6 +394,7 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
   w.held.insert(m.state);
   schedule_changed_ = true;
   job.progress_step = std::max(job.progress_step, m.step);
+  if (info.checkpoint_row >= 0) driver_.keep_within_budget();
 }
 
 void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {

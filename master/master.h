@@ -29,6 +29,7 @@
 #include <zmq.hpp>
 
 #include "master/access.h"
+#include "master/plan_lock.h"
 #include "master/reports.h"
 #include "master/scheduler.h"
 #include "master/state_registry.h"
@@ -166,6 +167,7 @@ class Master {
   void log_event(std::optional<int64_t> study, const std::string& kind, const json& detail);
 
   SearchPlan plan_;
+  PlanLock lock_;  // one master per plan (plan_lock.h)
   Options options_;
   zmq::context_t context_;
   zmq::socket_t socket_;

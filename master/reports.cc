@@ -23,6 +23,7 @@ json StudySummary::to_json() const {
          {"steps_trial_based", steps_trial_based},
          {"steps_unique", steps_unique},
          {"steps_executed", steps_executed},
+         {"steps_reused", steps_reused},
          {"critical_path_steps", critical_path_steps},
          {"wall_s", std::round(wall_s * 1000) / 1000},
          {"makespan_ratio", std::round(makespan_ratio * 1000) / 1000},
@@ -67,6 +68,19 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   out.trials = p.trials;
   out.steps_unique = p.steps_unique;
   out.steps_executed = s.steps_executed;
+  std::map<TrialId, int64_t> history;  // trial -> the prefix of it that history covered
+  for (const auto& [req, tid] : s.trials) {
+    const TrackedTrial& t = *driver.trial(tid);
+    if (t.in_tree && t.history_steps > 0)
+      history[tid] = std::min(t.history_steps, t.needed_length());
+  }
+  out.steps_reused = tree.needed_steps(history).unique;
+  int64_t longest_left = 0;  // the critical path of what history did not cover
+  for (const auto& [req, tid] : s.trials) {
+    const TrackedTrial& t = *driver.trial(tid);
+    longest_left = std::max(longest_left, t.needed_length() - std::min(t.history_steps,
+                                                                       t.needed_length()));
+  }
   for (const auto& [req, tid] : s.trials) {
     const int64_t needed = driver.trial(tid)->needed_length();
     out.steps_trial_based += needed;
@@ -75,10 +89,11 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   auto end = s.status == StudyStatus::kRunning ? Clock::now() : s.ended;
   out.wall_s = std::chrono::duration<double>(end - s.started).count();
   // Lower bounds of the makespan, in seconds: the critical path, and the work spread over all
-  // workers, each at the measured time per step of this study's root key.
+  // workers (both without what history covered), at the measured time per step of this study.
   double per_step = s.steps_executed > 0 ? s.busy_worker_s / s.steps_executed : 0;
   double spread = std::max<double>(1, static_cast<double>(workers));
-  double bound = per_step * std::max<double>(out.critical_path_steps, out.steps_unique / spread);
+  double bound = per_step * std::max<double>(static_cast<double>(longest_left),
+                                             (out.steps_unique - out.steps_reused) / spread);
   out.makespan_ratio = bound > 0 ? out.wall_s / bound : 0;
   out.master_ms_per_trial = p.trials > 0 ? 1000 * s.master_s / p.trials : 0;
   if (std::optional<MetricRow> best = best_metric(

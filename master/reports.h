@@ -30,6 +30,9 @@ struct StudySummary {
   int64_t steps_trial_based = 0;
   int64_t steps_unique = 0;
   int64_t steps_executed = 0;
+  // Of steps_unique, those covered by states that earlier studies left behind (retention.h):
+  // trained before this study, not again for it.
+  int64_t steps_reused = 0;
   int64_t critical_path_steps = 0;
   double wall_s = 0;
   double makespan_ratio = 0;  // makespan / max(critical path, work / workers), in time

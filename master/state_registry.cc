@@ -80,18 +80,27 @@ StateInfo StateRegistry::forget(int64_t id) {
   return info;
 }
 
-std::vector<StateInfo> StateRegistry::forget_unreachable(const std::set<StageId>& reachable) {
-  std::vector<StateInfo> out;
-  for (auto it = index_.begin(); it != index_.end();) {
-    if (reachable.count(it->first.first)) {
-      ++it;
-      continue;
+void StateRegistry::set_needed(int64_t id, bool needed, std::optional<double> retained_at) {
+  StateInfo& info = states_.at(id);
+  info.needed = needed;
+  info.retained_at = retained_at;
+}
+
+int64_t StateRegistry::deepest_retained(const StageTree& tree, TrialId trial,
+                                        int64_t up_to) const {
+  std::vector<StageId> path = tree.path(trial);
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    const Stage& x = tree.stage(*it);
+    if (x.start >= up_to) continue;
+    // This stage's states up to `up_to`, deepest first.
+    auto first = index_.lower_bound(StateKey{x.id, INT64_MIN});
+    auto last = index_.upper_bound(StateKey{x.id, up_to});
+    for (auto s = last; s != first;) {
+      --s;
+      if (states_.at(s->second).retained_at) return s->first.second;
     }
-    out.push_back(states_.at(it->second));
-    states_.erase(it->second);
-    it = index_.erase(it);
   }
-  return out;
+  return 0;
 }
 
 std::set<std::string> StateRegistry::files() const {

@@ -35,6 +35,12 @@ struct StateInfo {
   int64_t step = 0;
   std::string file;             // "" for a state kept in a worker's memory only
   int64_t checkpoint_row = -1;  // its row in the plan's checkpoints, if it has one
+  int64_t bytes = 0;            // its file's
+  // When no running study needed it any more and it was kept for later studies (retention.h);
+  // unset while running studies have needed it ever since it was made.
+  std::optional<double> retained_at{};
+  // Whether a running study needed it at the last collection (a state newly made is needed).
+  bool needed = true;
 };
 
 class StateRegistry {
@@ -64,8 +70,13 @@ class StateRegistry {
   void on_split(const Split& split);
   // Forgets a state (its checkpoint is lost); returns what it was.
   StateInfo forget(int64_t id);
-  // Forgets every state of a stage not in `reachable`; returns them.
-  std::vector<StateInfo> forget_unreachable(const std::set<StageId>& reachable);
+  // Every state, by id.
+  const std::map<int64_t, StateInfo>& all() const { return states_; }
+  // Marks a state needed (or not) by a running study, and kept for later studies since a time.
+  void set_needed(int64_t id, bool needed, std::optional<double> retained_at);
+  // The step of the deepest state on `trial`'s path, at most `up_to`, that an earlier study left
+  // behind (retained_at set); 0 if there is none.
+  int64_t deepest_retained(const StageTree& tree, TrialId trial, int64_t up_to) const;
   // Every file of a known state.
   std::set<std::string> files() const;
 

@@ -95,6 +95,11 @@ void StudyDriver::restore() {
     studies_[row.id] = std::move(s);
   }
   expanding_ = true;
+  // States whose studies ended while no master ran are kept or evicted now, under this master's
+  // budget; what running trials reuse from history is measured again on what is left.
+  plan_.transaction([&] { collect_checkpoints(); });
+  for (auto& [id, t] : trials_)
+    if (t.in_tree) t.history_steps = states_.deepest_retained(tree_, id, t.length);
 }
 
 std::string StudyDriver::owner_of(int64_t study) {
@@ -371,6 +376,7 @@ void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
     schedule_changed_ = true;
     plan_.save_change(tree_, change);
     on_tree_change_(change);
+    t.history_steps = std::max(t.history_steps, states_.deepest_retained(tree_, t.id, length));
   }
   plan_.add_eval_requests(t.id, evals);
   t.status = TrialStatus::kRunning;
@@ -519,10 +525,69 @@ void StudyDriver::collect_checkpoints() {
     if (!t.in_tree || !running(t.study)) continue;
     for (StageId s : tree_.path(id)) reachable.insert(s);
   }
-  for (const StateInfo& info : states_.forget_unreachable(reachable)) {
-    if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
+  // What running studies need counts against the budget first; the rest compete for what is left.
+  const double now = unix_seconds();
+  int64_t needed_bytes = 0;
+  std::vector<RetentionCandidate> candidates;
+  std::vector<int64_t> unreachable;
+  std::unordered_map<StageId, int64_t> ends;
+  for (const auto& [id, info] : states_.all()) {
+    if (reachable.count(info.stage)) {
+      needed_bytes += info.bytes;
+      continue;
+    }
+    unreachable.push_back(id);
+    if (info.checkpoint_row < 0) continue;  // in a worker's memory only: nothing to keep
+    if (ends.empty()) ends = trials_through_ends(tree_);
+    candidates.push_back({id, info.step, info.bytes,
+                          trials_through(tree_, ends, info.stage, info.step),
+                          info.needed ? 0.0 : now - info.retained_at.value_or(now)});
+  }
+  for (const auto& [id, info] : states_.all())
+    if (reachable.count(info.stage) && !info.needed) states_.set_needed(id, true, info.retained_at);
+  const std::vector<int64_t> kept =
+      choose_retained(candidates, std::max<int64_t>(0, rules_.keep_checkpoint_bytes - needed_bytes));
+  const std::set<int64_t> keep(kept.begin(), kept.end());
+  int64_t evicted = 0, evicted_bytes = 0;
+  for (int64_t id : unreachable) {
+    const StateInfo info = states_.info(id);
+    if (keep.count(id)) {
+      if (info.needed) {  // newly left behind: its age starts now
+        plan_.set_checkpoint_retained(info.checkpoint_row, now);
+        states_.set_needed(id, false, now);
+      }
+      continue;
+    }
+    states_.forget(id);
+    if (info.checkpoint_row < 0) continue;
+    plan_.delete_checkpoint(info.checkpoint_row);
     // Only once the row's deletion is committed: a rollback keeps the row, which needs its file.
     remove_after_commit(plan_, checkpoint_dir_, info.file);
+    ++evicted;
+    evicted_bytes += info.bytes;
+  }
+  if (evicted > 0 && rules_.keep_checkpoint_bytes > 0) {
+    plan_.add_event(std::nullopt, "checkpoints_evicted",
+                    {{"count", evicted},
+                     {"bytes", evicted_bytes},
+                     {"budget", rules_.keep_checkpoint_bytes}});
+    spdlog::info("evicted {} checkpoint(s) ({}) to stay within --keep-checkpoints {}", evicted,
+                 format_size(evicted_bytes), format_size(rules_.keep_checkpoint_bytes));
+  }
+}
+
+void StudyDriver::keep_within_budget() {
+  int64_t bytes = 0;
+  bool any_left_behind = false;
+  for (const auto& [id, info] : states_.all()) {
+    bytes += info.bytes;
+    any_left_behind = any_left_behind || (!info.needed && info.checkpoint_row >= 0);
+  }
+  if (bytes <= rules_.keep_checkpoint_bytes || !any_left_behind) return;
+  try {
+    plan_.transaction([&] { collect_checkpoints(); });
+  } catch (const PlanBusy&) {
+    // Another process holds the plan: the next checkpoint tries again; nothing was written.
   }
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "master/retention.h"
 #include "master/state_registry.h"
 #include "protocol/clock.h"
 #include "protocol/trust.h"
@@ -45,6 +46,9 @@ struct TrackedTrial {
   int64_t stopped_at = -1;   // Stop: the step it had been trained to; it needs nothing beyond
   std::optional<Fork> fork;  // from its Create: the donor (a request id) and the step
   std::set<int64_t> pending_evals;
+  // How far its path was covered, when it entered the tree (or grew), by states that earlier
+  // studies left behind: steps reused from history.
+  int64_t history_steps = 0;
   TrialStatus status = TrialStatus::kPending;
   std::string error;  // why it failed
 
@@ -76,6 +80,9 @@ struct TrackedStudy {
 struct StudyRules {
   Budget budget;
   protocol::ExecKinds exec;
+  // --keep-checkpoints: the checkpoint directory's budget, states kept for later studies
+  // included (retention.h); 0 deletes every state no running study needs.
+  int64_t keep_checkpoint_bytes = kDefaultKeepCheckpointBytes;
 };
 
 class StudyDriver {
@@ -124,8 +131,12 @@ class StudyDriver {
   void fail_trials_through(StageId stage, const std::string& error);
   // Deletes the checkpoints that no trial of a running study can reach any more (their rows now,
   // their files once the transaction that deletes the rows has committed; a trial of a
-  // running study may still be extended, so its whole path is reachable).
+  // running study may still be extended, so its whole path is reachable), except those that
+  // retention.h keeps for later studies under the budget (call inside a transaction).
   void collect_checkpoints();
+  // After a new checkpoint: if the directory is over its budget and holds states kept for later
+  // studies, evicts by value (a transaction of its own).
+  void keep_within_budget();
 
   // Accounting of the work done for studies.
   void count_executed(const std::set<int64_t>& studies, int64_t steps);

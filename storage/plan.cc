@@ -33,10 +33,11 @@ const char* const kTrialStatuses[] = {"pending", "running", "done", "stopped", "
 const char* const kExecutionKinds[] = {"train", "replay", "evaluate"};
 const char* const kExecutionOutcomes[] = {"done", "failed", "abandoned", "lost"};
 
-// The first version whose tables this binary's reads expect (studies.deleted_at), and the first
-// with executions.
+// The first version whose tables this binary's reads expect (studies.deleted_at), the first
+// with executions, and the first with checkpoints.retained_at.
 constexpr int kFirstReadableVersion = 2;
 constexpr int kExecutionsVersion = 3;
+constexpr int kRetentionVersion = 4;
 
 }  // namespace
 
@@ -601,14 +602,27 @@ void SearchPlan::delete_checkpoint(int64_t id) {
   });
 }
 
+void SearchPlan::set_checkpoint_retained(int64_t id, std::optional<double> retained_at) {
+  transaction([&] {
+    Query(*this, "UPDATE checkpoints SET retained_at = ? WHERE id = ?", retained_at, id).run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no checkpoint with id " + std::to_string(id));
+  });
+}
+
 std::vector<CheckpointRow> SearchPlan::checkpoints() {
   std::vector<CheckpointRow> rows;
-  Query q(*this,
-          "SELECT id, stage_id, step, file, size, checksum, created_at FROM checkpoints "
-          "ORDER BY stage_id, step");
+  // A version-3 file (read only) has no retained_at: none of its checkpoints is retained.
+  Query q(*this, schema_version() >= kRetentionVersion
+                     ? "SELECT id, stage_id, step, file, size, checksum, created_at, retained_at "
+                       "FROM checkpoints ORDER BY stage_id, step"
+                     : "SELECT id, stage_id, step, file, size, checksum, created_at, NULL "
+                       "FROM checkpoints ORDER BY stage_id, step");
   while (q.next()) {
-    rows.push_back(
-        {q.int64(0), q.int64(1), q.int64(2), q.text(3), q.int64(4), q.text(5), q.real(6)});
+    CheckpointRow row{q.int64(0), q.int64(1), q.int64(2), q.text(3), q.int64(4), q.text(5),
+                      q.real(6)};
+    row.retained_at = q.optional_real(7);
+    rows.push_back(std::move(row));
   }
   return rows;
 }

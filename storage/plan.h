@@ -110,6 +110,9 @@ struct CheckpointRow {
   int64_t size = 0;  // bytes
   std::string checksum;
   double created_at = 0;  // assigned by add_checkpoint
+  // When no running study needed it any more and it was kept for later studies (unset: a running
+  // study needs it). master/retention.h.
+  std::optional<double> retained_at{};
 };
 
 // One job a worker ran (schema version 3): what `hippo dashboard` draws on its timeline.
@@ -207,6 +210,9 @@ class SearchPlan {
   // Checkpoints. add_checkpoint returns the new id; delete_checkpoint throws for an unknown id.
   int64_t add_checkpoint(const CheckpointRow& row);
   void delete_checkpoint(int64_t id);
+  // Marks a checkpoint as kept for later studies since `retained_at` (nullopt: a running study
+  // needs it again); throws for an unknown id.
+  void set_checkpoint_retained(int64_t id, std::optional<double> retained_at);
   std::vector<CheckpointRow> checkpoints();  // by (stage, step)
 
   // Metrics. Adding the same (trial, step, name) with the same value again is a no-op (a worker

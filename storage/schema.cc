@@ -118,8 +118,15 @@ CREATE TABLE execution_studies (
 CREATE INDEX execution_studies_by_study ON execution_studies (study_id);
 )sql";
 
+// Version 4: checkpoints kept for later studies (master/retention.h). retained_at is when no
+// running study needed the state any more and the master kept it under its disk budget (the
+// recency of its value); NULL for a state that a running study needs.
+static const char* const kVersion4 = R"sql(
+ALTER TABLE checkpoints ADD COLUMN retained_at REAL;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4};
   return steps;
 }
 

@@ -57,6 +57,8 @@ void add_key_commands(CLI::App& app, const GlobalOptions& global, Action* action
 void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* action);
 // dashboard, report
 void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* action);
+// checkpoints
+void add_checkpoints_command(CLI::App& app, const GlobalOptions& global, Action* action);
 
 // The CURVE keys of --master-key and --key, none with --insecure, else the local key pair;
 // BadInput on a bad file.

@@ -2,9 +2,12 @@
 // budget (the master's default limits, or --max-trials ...), runs the searcher's initial
 // operations (for grid and random: every trial, batch after batch), puts the trials into a stage
 // tree, and prints the trials, the tree and the step counts; `--format json` prints only the
-// counts of INTERFACE.md as one line, `--format csv` the trials. It never starts a process: an
-// external searcher's trials are not known without running its command, so it shows none.
+// counts of INTERFACE.md as one line, `--format csv` the trials. With a search plan at --db, it
+// also says how many of the unique steps the states kept there (master/retention.h) would save.
+// It never starts a process: an external searcher's trials are not known without running its
+// command, so it shows none.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,10 +15,12 @@
 
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
+#include "master/state_registry.h"
 #include "searchers/budget.h"
 #include "searchers/searcher.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
+#include "storage/plan.h"
 
 namespace hippo::cli {
 namespace {
@@ -24,6 +29,7 @@ struct Preview {
   StudySpec spec;
   std::map<RequestId, Params> params;  // the trials the searcher created
   StageTree tree;
+  int64_t steps_reused = 0;  // of the tree's unique steps, those the plan's states cover
 };
 
 // Whether the spec's searcher runs a command (preview never starts one).
@@ -57,6 +63,37 @@ Preview build_preview(const std::string& path, const Budget& budget) {
   return p;
 }
 
+// The steps of the study's trials that the checkpoints in the plan at `db` cover (none without a
+// plan): the trials go into a copy of the plan's tree, after its trials, the checkpoints move with
+// the splits they cause, and each trial reuses its path up to the deepest one (as the master
+// counts steps_reused). Every checkpoint counts: one that a running study needs is shared too.
+int64_t steps_reused(const Preview& p, const std::string& db) {
+  if (!std::filesystem::exists(db)) return 0;
+  try {
+    SearchPlan plan = SearchPlan::open_read_only(db);
+    StageTree tree = plan.load_tree();
+    master::StateRegistry states("preview");
+    for (const CheckpointRow& row : plan.checkpoints())
+      states.add_restored({.stage = row.stage,
+                           .step = row.step,
+                           .file = row.file,
+                           .checkpoint_row = row.id,
+                           .retained_at = row.created_at});
+    std::map<TrialId, int64_t> history;
+    TrialId next = plan.next_trial_id();
+    for (const auto& [id, trial] : p.tree.trials()) {
+      for (const Split& split : tree.add_trial(next, p.spec.root_key, trial.hyperparams,
+                                               trial.length).splits)
+        states.on_split(split);
+      history[next] = states.deepest_retained(tree, next, trial.length);
+      ++next;
+    }
+    return tree.needed_steps(history).unique;
+  } catch (const std::exception& e) {
+    throw BadInput(std::string("search plan ") + db + ": " + e.what());
+  }
+}
+
 // One row per trial: its id, its length and its parameters.
 std::vector<std::vector<std::string>> trial_rows(const Preview& p) {
   std::vector<std::vector<std::string>> rows = {{"trial", "length"}};
@@ -86,10 +123,15 @@ void print_preview(const Preview& p) {
       static_cast<long long>(counts.steps_trial_based), static_cast<long long>(counts.steps_unique),
       counts.steps_unique ? double(counts.steps_trial_based) / double(counts.steps_unique) : 0.0,
       static_cast<long long>(counts.critical_path_steps));
+  if (p.steps_reused > 0)
+    std::printf("reused from the checkpoints of earlier studies: %lld of the unique steps\n",
+                static_cast<long long>(p.steps_reused));
 }
 
-int preview(const std::string& path, const Budget& budget, Format format) {
+int preview(const std::string& path, const Budget& budget, const GlobalOptions& global) {
+  const Format format = global.format;
   Preview p = build_preview(path, budget);
+  p.steps_reused = steps_reused(p, global.db);
   if (format == Format::kCsv) {
     print_csv(trial_rows(p));
   } else if (format == Format::kJson) {
@@ -98,6 +140,7 @@ int preview(const std::string& path, const Budget& budget, Format format) {
                           {"trials", counts.trials},
                           {"steps_trial_based", counts.steps_trial_based},
                           {"steps_unique", counts.steps_unique},
+                          {"steps_reused", p.steps_reused},
                           {"critical_path_steps", counts.critical_path_steps}};
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -117,7 +160,7 @@ void add_preview_command(CLI::App& app, const GlobalOptions& global, Action* act
   cmd->add_option("spec", *path, "study spec (JSON file)")->required();
   add_budget_options(cmd, budget.get());
   cmd->callback([path, budget, &global, action] {
-    *action = [path, budget, &global] { return preview(*path, *budget, global.format); };
+    *action = [path, budget, &global] { return preview(*path, *budget, global); };
   });
 }
 

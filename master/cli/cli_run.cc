@@ -78,6 +78,9 @@ void print_summary(const master::StudySummary& s, Format format) {
   std::printf("  steps unique         %lld (%.2fx less)\n", static_cast<long long>(s.steps_unique),
               s.steps_unique ? double(s.steps_trial_based) / double(s.steps_unique) : 0.0);
   std::printf("  steps executed       %lld\n", static_cast<long long>(s.steps_executed));
+  if (s.steps_reused > 0)
+    std::printf("  steps reused         %lld (trained by earlier studies)\n",
+                static_cast<long long>(s.steps_reused));
   std::printf("  critical path steps  %lld\n", static_cast<long long>(s.critical_path_steps));
   std::printf("  wall time            %.2f s (makespan / lower bound %.2f)\n", s.wall_s,
               s.makespan_ratio);
@@ -355,6 +358,23 @@ void add_budget_options(CLI::App* cmd, Budget* budget) {
       ->check(CLI::Range(int64_t{1}, INT64_MAX));
 }
 
+// --keep-checkpoints: the checkpoint directory's budget (master/retention.h).
+void add_keep_option(CLI::App* cmd, std::string* size) {
+  cmd->add_option("--keep-checkpoints", *size,
+                  "disk budget of the checkpoint directory, with the states kept for later "
+                  "studies (e.g. 20GB, 500MiB; 0 keeps none; default " +
+                      master::format_size(master::kDefaultKeepCheckpointBytes) + ")");
+}
+
+int64_t keep_bytes(const std::string& size) {
+  if (size.empty()) return master::kDefaultKeepCheckpointBytes;
+  try {
+    return master::parse_size(size);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string("--keep-checkpoints: ") + e.what());
+  }
+}
+
 void add_exec_option(CLI::App* cmd, std::string* kinds, const std::string& what) {
   cmd->add_option("--allow-exec", *kinds, what + " (searcher, trainer or searcher,trainer)");
 }
@@ -373,7 +393,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     CLI::App* cmd = app.add_subcommand("run", "run a study to the end with local worker processes");
     cmd->fallthrough();
     struct Args {
-      std::string spec, policy = "shared", checkpoints, allow_exec;
+      std::string spec, policy = "shared", checkpoints, allow_exec, keep;
       Budget budget;
       int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     };
@@ -388,10 +408,11 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
                     "run the spec's commands of these kinds: searcher (in this process), trainer "
                     "(in the local workers)");
     add_budget_options(cmd, &a->budget);
+    add_keep_option(cmd, &a->keep);
     cmd->callback([a, &global, action] {
       *action = [a, &global] {
         return run(a->spec, a->workers, a->policy, a->checkpoints,
-                   {a->budget, exec_kinds(a->allow_exec)}, global);
+                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
       };
     });
   }
@@ -400,7 +421,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         app.add_subcommand("master", "run a master that workers and clients connect to");
     cmd->fallthrough();
     struct Args {
-      std::string bind, checkpoints, allow_exec;
+      std::string bind, checkpoints, allow_exec, keep;
       double timeout = 10;
       int64_t snapshot_every = 0;
       MasterAuth auth;
@@ -423,6 +444,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
                     "accept studies whose commands are of these kinds: searcher (run by this "
                     "master), trainer (run by the workers that allow it themselves)");
     add_budget_options(cmd, &a->budget);
+    add_keep_option(cmd, &a->keep);
     cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory, shared with workers");
     cmd->add_option("--worker-timeout", a->timeout, "seconds of silence before a worker is lost")
         ->check(CLI::Range(0.1, 3600.0));
@@ -431,7 +453,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->callback([a, &global, action] {
       *action = [a, &global] {
         return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
-                     {a->budget, exec_kinds(a->allow_exec)}, global);
+                     {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
       };
     });
   }

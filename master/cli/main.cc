@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   add_key_commands(app, global, &action);
   add_cluster_commands(app, global, &action);
   add_dashboard_commands(app, global, &action);
+  add_checkpoints_command(app, global, &action);
 
   try {
     app.parse(argc, argv);

@@ -24,6 +24,8 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -266,6 +268,19 @@ class E2ETest : public ::testing::Test {
   // A study's trials as `hippo trials --format json` prints them.
   json trials(const std::string& db, const std::string& study) {
     return json::parse(sh(kHippo + " --db " + db + " --format json trials " + study).out);
+  }
+  // The files in a checkpoint directory that no checkpoint kept for later studies names (a row
+  // with retained_at, master/retention.h): once no study runs, there should be none.
+  std::vector<std::string> files_not_retained(const std::string& db, const std::string& dir) {
+    std::set<std::string> retained;
+    std::istringstream rows(
+        sh("sqlite3 " + db + " 'SELECT file FROM checkpoints WHERE retained_at IS NOT NULL'").out);
+    for (std::string file; std::getline(rows, file);) retained.insert(file);
+    std::vector<std::string> out;
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (!retained.count(entry.path().filename().string()))
+        out.push_back(entry.path().filename().string());
+    return out;
   }
   // How many events of a kind the search plan holds.
   int64_t events(const std::string& db, const std::string& kind) {

@@ -48,7 +48,8 @@ TEST_F(Reliability, ExternalTrainerSharesStagesExactly) {
     EXPECT_EQ(trial["status"], "done");
     EXPECT_EQ(trial["metrics"].size(), 3u * 2u);  // accuracy and loss after epochs 1, 2, 3
   }
-  EXPECT_TRUE(fs::is_empty(path("shared.db.checkpoints")));
+  EXPECT_EQ(files_not_retained(path("shared.db"), path("shared.db.checkpoints")),
+            std::vector<std::string>{});
 }
 
 // No command runs unless the operator allowed it: `hippo run` refuses the spec at once; a trainer

@@ -21,6 +21,25 @@ namespace fs = std::filesystem;
 
 const std::string kIncarnation = "0123456789abcdef";
 
+// A grid of two trials that share nothing (two learning rates), 16 steps each.
+nlohmann::json two_trial_spec_json() {
+  return nlohmann::json::parse(R"({
+    "name": "s", "model": {"type": "mlp", "hidden": [8]},
+    "data": {"name": "fashion-mnist", "train_samples": 256, "eval_samples": 64},
+    "fixed": {"batch_size": 64, "optimizer": "sgd"},
+    "hyperparameters": {"lr": {"grid": [0.1, 0.05]}},
+    "searcher": {"name": "grid", "metric": "accuracy", "mode": "max"},
+    "length": {"steps": 16}, "eval": {"every": {"steps": 8}}})");
+}
+StudySpec two_trial_spec() {
+  return parse_spec(two_trial_spec_json());
+}
+StudyRules keep_none() {
+  StudyRules rules;
+  rules.keep_checkpoint_bytes = 0;
+  return rules;
+}
+
 class CheckpointFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -77,25 +96,20 @@ TEST_F(CheckpointFilesTest, SweepRemovesOnlyUnnamedFilesOfThisPlan) {
   EXPECT_EQ(sweep_checkpoint_files((dir_ / "none").string(), {kIncarnation}, {}), 0);
 }
 
-// A study cancelled inside a transaction that then rolls back (a commit that fails, a crash
-// before it): its checkpoint rows are back, and so must be their files. Once a cancel commits,
-// the files go. (Before, collect_checkpoints removed the files inside the transaction.)
+// With --keep-checkpoints 0 (nothing kept for later studies): a study cancelled inside a
+// transaction that then rolls back (a commit that fails, a crash before it): its checkpoint rows
+// are back, and so must be their files. Once a cancel commits, the files go. (Before,
+// collect_checkpoints removed the files inside the transaction.)
 TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
-  const nlohmann::json spec_json = nlohmann::json::parse(R"({
-    "name": "s", "model": {"type": "mlp", "hidden": [8]},
-    "data": {"name": "fashion-mnist", "train_samples": 256, "eval_samples": 64},
-    "fixed": {"batch_size": 64, "optimizer": "sgd"},
-    "hyperparameters": {"lr": {"grid": [0.1, 0.05]}},
-    "searcher": {"name": "grid", "metric": "accuracy", "mode": "max"},
-    "length": {"steps": 16}, "eval": {"every": {"steps": 8}}})");
-  const StudySpec spec = parse_spec(spec_json);
+  const nlohmann::json spec_json = two_trial_spec_json();
+  const StudySpec spec = two_trial_spec();
   const std::string plan_file = (dir_ / "plan.db").string();
   std::vector<std::string> files;
   {
     SearchPlan plan = SearchPlan::open(plan_file);
     StageTree tree = plan.load_tree();
     StateRegistry states(kIncarnation);
-    StudyDriver driver(plan, tree, states, ck(), {}, [](const Change&) {});
+    StudyDriver driver(plan, tree, states, ck(), keep_none(), [](const Change&) {});
     const int64_t study = driver.submit(spec, spec_json, Policy::kShared);
     // A state at step 8 of each trial, with its file and its row, as a worker would report it.
     for (TrialId trial : {0, 1}) {
@@ -103,7 +117,8 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
       const protocol::SnapshotOrder order = states.new_snapshot_order(8);
       touch(order.file);
       const int64_t row = plan.add_checkpoint({0, key.first, 8, order.file, 5, "", 0});
-      states.add(order.state, {key.first, 8, order.file, row});
+      states.add(order.state,
+                 {.stage = key.first, .step = 8, .file = order.file, .checkpoint_row = row});
       files.push_back(order.file);
     }
     EXPECT_THROW(plan.transaction([&] {
@@ -119,13 +134,49 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
   StageTree tree = plan.load_tree();
   StateRegistry states("fedcba9876543210");
   for (const CheckpointRow& row : plan.checkpoints())
-    states.add_restored({row.stage, row.step, row.file, row.id});
-  StudyDriver driver(plan, tree, states, ck(), {}, [](const Change&) {});
+    states.add_restored(
+        {.stage = row.stage, .step = row.step, .file = row.file, .checkpoint_row = row.id,
+         .bytes = row.size});
+  StudyDriver driver(plan, tree, states, ck(), keep_none(), [](const Change&) {});
   driver.restore();
   ASSERT_TRUE(driver.running(1));
   driver.cancel(1);
   EXPECT_TRUE(plan.checkpoints().empty());
   for (const std::string& f : files) EXPECT_FALSE(exists(f)) << f;
+}
+
+// Under a budget that fits one of a cancelled study's two states (master/retention.h): the one
+// kept is marked retained in the plan, and only the other's row and file go.
+TEST_F(CheckpointFilesTest, ABudgetKeepsWhatFitsForLaterStudies) {
+  SearchPlan plan = SearchPlan::open((dir_ / "plan.db").string());
+  StageTree tree = plan.load_tree();
+  StateRegistry states(kIncarnation);
+  StudyRules rules;
+  rules.keep_checkpoint_bytes = 7;
+  StudyDriver driver(plan, tree, states, ck(), rules, [](const Change&) {});
+  const int64_t study = driver.submit(two_trial_spec(), two_trial_spec_json(), Policy::kShared);
+  std::vector<std::string> files;
+  for (TrialId trial : {0, 1}) {  // equal values: the older state (trial 0's) wins the tie
+    const StateKey key = state_key(tree, trial, 8);
+    const protocol::SnapshotOrder order = states.new_snapshot_order(8);
+    touch(order.file);
+    const int64_t row = plan.add_checkpoint({0, key.first, 8, order.file, 5, "", 0});
+    states.add(order.state, {.stage = key.first,
+                             .step = 8,
+                             .file = order.file,
+                             .checkpoint_row = row,
+                             .bytes = 5});
+    files.push_back(order.file);
+  }
+  driver.cancel(study);
+  const std::vector<CheckpointRow> rows = plan.checkpoints();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].file, files[0]);
+  EXPECT_TRUE(rows[0].retained_at.has_value());
+  EXPECT_TRUE(exists(files[0]));
+  EXPECT_FALSE(exists(files[1]));
+  // A later trial through it reuses it from history.
+  EXPECT_EQ(states.deepest_retained(tree, 0, 16), 8);
 }
 
 }  // namespace

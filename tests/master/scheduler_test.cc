@@ -86,7 +86,7 @@ TEST(Scheduler, ChildrenForkFromTheParentStateAndPreferTheWorkerThatHoldsIt) {
   Fixture f = two_roots();
   StageId top = f.tree.stage_at(0, 100);
   f.tree.mark_trained(top, 100);
-  f.states.add(7, {top, 100, "state-7.ckpt", -1});
+  f.states.add(7, {.stage = top, .step = 100, .file = "state-7.ckpt"});
   std::vector<WorkItem> work = f.work();
   // The longer child first (200 steps), then "other" (120), then the shorter child (50).
   ASSERT_EQ(work.size(), 3u);
@@ -119,7 +119,7 @@ TEST(Scheduler, AMissingStateIsReplayedFromTheNearestEarlierOne) {
   Fixture f = two_roots();
   StageId top = f.tree.stage_at(0, 100);
   f.tree.mark_trained(top, 100);  // trained, but the state at 100 was lost
-  f.states.add(3, {top, 40, "state-3.ckpt", -1});
+  f.states.add(3, {.stage = top, .step = 40, .file = "state-3.ckpt"});
   f.pending[120].insert(1);  // trial 1 waits for an evaluation at 120, on its own child
   std::vector<WorkItem> work = f.work();
   ASSERT_EQ(work.size(), 2u);
@@ -145,7 +145,7 @@ TEST(Scheduler, EvaluationsOfStatesTrainedBeforeAnyoneAskedComeFirst) {
   Fixture f = two_roots();
   StageId top = f.tree.stage_at(0, 100);
   f.tree.mark_trained(top, 100);
-  f.states.add(7, {top, 100, "state-7.ckpt", -1});
+  f.states.add(7, {.stage = top, .step = 100, .file = "state-7.ckpt"});
   f.pending[100].insert(1);
   std::vector<WorkItem> work = f.work();
   ASSERT_FALSE(work.empty());
@@ -186,7 +186,7 @@ TEST(Scheduler, ASplitWhileAStageTrainsOrdersASnapshotAtTheSplitPoint) {
   f.jobs[4].progress_step = 60;
   EXPECT_TRUE(jobs_to_snapshot_at_split(change.splits[0], f.tree, f.states, f.jobs).empty());
   f.jobs[4].progress_step = 20;
-  f.states.add(9, {change.splits[0].stage, 60, "", -1});
+  f.states.add(9, {.stage = change.splits[0].stage, .step = 60, .file = ""});
   EXPECT_TRUE(jobs_to_snapshot_at_split(change.splits[0], f.tree, f.states, f.jobs).empty());
 }
 
@@ -208,8 +208,8 @@ TEST(StateRegistry, StatesAndMetricsAboveASplitMoveToTheUpperStage) {
   StageId top = tree.stage_at(0, 300);
   protocol::SnapshotOrder order = states.new_snapshot_order(200);
   EXPECT_EQ(order.file, "state-abc-1.ckpt");
-  states.add(order.state, {top, 200, order.file, -1});
-  states.add(states.new_snapshot_order(50).state, {top, 50, "", -1});
+  states.add(order.state, {.stage = top, .step = 200, .file = order.file});
+  states.add(states.new_snapshot_order(50).state, {.stage = top, .step = 50, .file = ""});
   states.cache_metrics({top, 200}, {{"accuracy", 0.5}});
   Change change = tree.add_trial(1, "r", lr_until(100, 2), 150);
   ASSERT_EQ(change.splits.size(), 1u);
@@ -222,10 +222,12 @@ TEST(StateRegistry, StatesAndMetricsAboveASplitMoveToTheUpperStage) {
   ASSERT_NE(states.cached_metrics({upper, 200}), nullptr);
   EXPECT_EQ(states.nearest_before(tree, 0, 250), std::make_pair(order.state, int64_t{200}));
   EXPECT_EQ(states.nearest_before(tree, 0, 200).second, 50);
-  // Collection keeps what is reachable.
-  std::vector<StateInfo> gone = states.forget_unreachable({top});
-  ASSERT_EQ(gone.size(), 1u);
-  EXPECT_EQ(gone[0].file, order.file);
+  // A state an earlier study left behind is history for a trial through it, up to its step.
+  EXPECT_EQ(states.deepest_retained(tree, 0, 300), 0);
+  states.set_needed(order.state, false, 1000.0);
+  EXPECT_EQ(states.deepest_retained(tree, 0, 300), 200);
+  EXPECT_EQ(states.deepest_retained(tree, 0, 199), 0);  // not beyond what the trial needs
+  EXPECT_EQ(states.deepest_retained(tree, 1, 150), 0);  // not on trial 1's path
 }
 
 }  // namespace
