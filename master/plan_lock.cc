@@ -20,8 +20,7 @@ PlanLock::PlanLock(const std::string& db, const std::string& what) {
     close(fd_);
     if (error == EWOULDBLOCK)
       throw PlanLocked("another process holds the search plan " + db + " (" + file +
-                       "), most likely a master that runs on it; " + what +
-                       " needs it to itself");
+                       "), most likely a master that runs on it; " + what + " needs it to itself");
     throw std::runtime_error("cannot lock " + file + ": " + std::strerror(error));
   }
 }

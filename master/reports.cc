@@ -78,8 +78,8 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   int64_t longest_left = 0;  // the critical path of what history did not cover
   for (const auto& [req, tid] : s.trials) {
     const TrackedTrial& t = *driver.trial(tid);
-    longest_left = std::max(longest_left, t.needed_length() - std::min(t.history_steps,
-                                                                       t.needed_length()));
+    longest_left =
+        std::max(longest_left, t.needed_length() - std::min(t.history_steps, t.needed_length()));
   }
   for (const auto& [req, tid] : s.trials) {
     const int64_t needed = driver.trial(tid)->needed_length();

@@ -86,8 +86,7 @@ void StateRegistry::set_needed(int64_t id, bool needed, std::optional<double> re
   info.retained_at = retained_at;
 }
 
-int64_t StateRegistry::deepest_retained(const StageTree& tree, TrialId trial,
-                                        int64_t up_to) const {
+int64_t StateRegistry::deepest_retained(const StageTree& tree, TrialId trial, int64_t up_to) const {
   std::vector<StageId> path = tree.path(trial);
   for (auto it = path.rbegin(); it != path.rend(); ++it) {
     const Stage& x = tree.stage(*it);

@@ -545,8 +545,8 @@ void StudyDriver::collect_checkpoints() {
   }
   for (const auto& [id, info] : states_.all())
     if (reachable.count(info.stage) && !info.needed) states_.set_needed(id, true, info.retained_at);
-  const std::vector<int64_t> kept =
-      choose_retained(candidates, std::max<int64_t>(0, rules_.keep_checkpoint_bytes - needed_bytes));
+  const std::vector<int64_t> kept = choose_retained(
+      candidates, std::max<int64_t>(0, rules_.keep_checkpoint_bytes - needed_bytes));
   const std::set<int64_t> keep(kept.begin(), kept.end());
   int64_t evicted = 0, evicted_bytes = 0;
   for (int64_t id : unreachable) {
@@ -567,10 +567,9 @@ void StudyDriver::collect_checkpoints() {
     evicted_bytes += info.bytes;
   }
   if (evicted > 0 && rules_.keep_checkpoint_bytes > 0) {
-    plan_.add_event(std::nullopt, "checkpoints_evicted",
-                    {{"count", evicted},
-                     {"bytes", evicted_bytes},
-                     {"budget", rules_.keep_checkpoint_bytes}});
+    plan_.add_event(
+        std::nullopt, "checkpoints_evicted",
+        {{"count", evicted}, {"bytes", evicted_bytes}, {"budget", rules_.keep_checkpoint_bytes}});
     spdlog::info("evicted {} checkpoint(s) ({}) to stay within --keep-checkpoints {}", evicted,
                  format_size(evicted_bytes), format_size(rules_.keep_checkpoint_bytes));
   }

@@ -619,8 +619,8 @@ std::vector<CheckpointRow> SearchPlan::checkpoints() {
                      : "SELECT id, stage_id, step, file, size, checksum, created_at, NULL "
                        "FROM checkpoints ORDER BY stage_id, step");
   while (q.next()) {
-    CheckpointRow row{q.int64(0), q.int64(1), q.int64(2), q.text(3), q.int64(4), q.text(5),
-                      q.real(6)};
+    CheckpointRow row{q.int64(0), q.int64(1), q.int64(2), q.text(3),
+                      q.int64(4), q.text(5),  q.real(6)};
     row.retained_at = q.optional_real(7);
     rows.push_back(std::move(row));
   }

@@ -96,7 +96,8 @@ void evict(SearchPlan& plan, const std::string& dir, const std::vector<Checkpoin
                      {{"count", gone.size()}, {"bytes", bytes}, {"why", why}});
   });
   if (global.format == Format::kJson)
-    std::printf("%s\n", json{{"evicted_states", gone.size()}, {"evicted_bytes", bytes}}.dump().c_str());
+    std::printf("%s\n",
+                json{{"evicted_states", gone.size()}, {"evicted_bytes", bytes}}.dump().c_str());
   else
     std::printf("evicted %zu checkpoint(s), %s (%s)\n", gone.size(),
                 master::format_size(bytes).c_str(), why.c_str());
@@ -135,7 +136,8 @@ int forget(const std::string& study_text, const std::string& dir, const GlobalOp
   std::optional<StudyRow> study = plan.study_by_name(study_text);
   if (!study)
     if (std::optional<int64_t> id = study_id_in(study_text)) study = plan.study(*id);
-  if (!study || study->deleted_at) throw BadInput("no study named " + study_text + " in " + global.db);
+  if (!study || study->deleted_at)
+    throw BadInput("no study named " + study_text + " in " + global.db);
   master::PlanLock lock(global.db, "hippo checkpoints --forget");
   const StageTree tree = plan.load_tree();
   // The stages of its trials' paths, less those of any other study's trials.

@@ -82,8 +82,8 @@ int64_t steps_reused(const Preview& p, const std::string& db) {
     std::map<TrialId, int64_t> history;
     TrialId next = plan.next_trial_id();
     for (const auto& [id, trial] : p.tree.trials()) {
-      for (const Split& split : tree.add_trial(next, p.spec.root_key, trial.hyperparams,
-                                               trial.length).splits)
+      for (const Split& split :
+           tree.add_trial(next, p.spec.root_key, trial.hyperparams, trial.length).splits)
         states.on_split(split);
       history[next] = states.deepest_retained(tree, next, trial.length);
       ++next;

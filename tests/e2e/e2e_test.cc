@@ -359,7 +359,7 @@ TEST_F(E2E, EveryExampleRuns) {
       EXPECT_EQ(summary["steps_executed"], summary["steps_unique"]) << entry.path();
     EXPECT_TRUE(summary.contains("best")) << entry.path();
     // Once no study runs, the checkpoint directory holds only the states kept for later studies.
-    EXPECT_EQ(files_not_retained(db, path(db + ".checkpoints")), std::vector<std::string>{})
+    EXPECT_EQ(files_not_retained(path(db), path(db + ".checkpoints")), std::vector<std::string>{})
         << entry.path();
     ++ran;
   }

@@ -134,9 +134,11 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
   StageTree tree = plan.load_tree();
   StateRegistry states("fedcba9876543210");
   for (const CheckpointRow& row : plan.checkpoints())
-    states.add_restored(
-        {.stage = row.stage, .step = row.step, .file = row.file, .checkpoint_row = row.id,
-         .bytes = row.size});
+    states.add_restored({.stage = row.stage,
+                         .step = row.step,
+                         .file = row.file,
+                         .checkpoint_row = row.id,
+                         .bytes = row.size});
   StudyDriver driver(plan, tree, states, ck(), keep_none(), [](const Change&) {});
   driver.restore();
   ASSERT_TRUE(driver.running(1));
@@ -161,11 +163,9 @@ TEST_F(CheckpointFilesTest, ABudgetKeepsWhatFitsForLaterStudies) {
     const protocol::SnapshotOrder order = states.new_snapshot_order(8);
     touch(order.file);
     const int64_t row = plan.add_checkpoint({0, key.first, 8, order.file, 5, "", 0});
-    states.add(order.state, {.stage = key.first,
-                             .step = 8,
-                             .file = order.file,
-                             .checkpoint_row = row,
-                             .bytes = 5});
+    states.add(
+        order.state,
+        {.stage = key.first, .step = 8, .file = order.file, .checkpoint_row = row, .bytes = 5});
     files.push_back(order.file);
   }
   driver.cancel(study);

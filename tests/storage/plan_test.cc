@@ -379,6 +379,13 @@ TEST_F(PlanTest, StoresStudiesTrialsRequestsCheckpointsAndEvents) {
   EXPECT_EQ(ckpts[0].size, 2000);
   EXPECT_EQ(ckpts[0].checksum, "crc:2");
   EXPECT_GT(ckpts[0].created_at, 1.6e9);
+  // Kept for later studies since a time, then needed again; an unknown id is refused.
+  EXPECT_FALSE(ckpts[0].retained_at);
+  plan.set_checkpoint_retained(c10, 1.8e9);
+  EXPECT_EQ(plan.checkpoints()[0].retained_at, 1.8e9);
+  plan.set_checkpoint_retained(c10, std::nullopt);
+  EXPECT_FALSE(plan.checkpoints()[0].retained_at);
+  EXPECT_THROW(plan.set_checkpoint_retained(c5, 1.8e9), std::invalid_argument);
 }
 
 // Adds trials in a mix of schedules to `tree` and `plan` together, one transaction per change as
@@ -617,6 +624,34 @@ TEST_F(PlanTest, MigratesAVersion2FileToExecutions) {
   auto plan = SearchPlan::open(file_.string());
   EXPECT_EQ(plan.schema_version(), latest_schema_version());
   EXPECT_TRUE(plan.executions(std::nullopt).empty());
+}
+
+TEST_F(PlanTest, MigratesAVersion3FileToRetainedCheckpoints) {
+  std::string sql;
+  for (int i = 0; i < 3; ++i) sql += std::string(migrations()[i]);
+  // A version-3 file that an older binary wrote: read only, its checkpoints are not retained.
+  raw_exec(file_, sql +
+                      "PRAGMA user_version = 3;"
+                      "INSERT INTO studies (name, spec, policy, status, created_at) "
+                      "VALUES ('old', '{}', 'shared', 'done', 1.7e9);"
+                      "INSERT INTO trials (id, study_id, number, root_key, params, hyperparams, "
+                      "length, status, created_at) VALUES (0, 1, 1, 'r', '{}', '{}', 10, 'done', "
+                      "1.7e9);"
+                      "INSERT INTO stages VALUES (0, 'r', NULL, 0, 10, 10, 0);"
+                      "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at) "
+                      "VALUES (0, 10, 'a.ckpt', 5, '', 1.7e9);");
+  {
+    auto reader = SearchPlan::open_read_only(file_.string());
+    EXPECT_EQ(reader.schema_version(), 3);
+    ASSERT_EQ(reader.checkpoints().size(), 1u);
+    EXPECT_FALSE(reader.checkpoints()[0].retained_at);
+  }
+  auto plan = SearchPlan::open(file_.string());
+  EXPECT_EQ(plan.schema_version(), latest_schema_version());
+  ASSERT_EQ(plan.checkpoints().size(), 1u);
+  EXPECT_FALSE(plan.checkpoints()[0].retained_at);
+  plan.set_checkpoint_retained(plan.checkpoints()[0].id, 1.9e9);
+  EXPECT_EQ(plan.checkpoints()[0].retained_at, 1.9e9);
 }
 
 TEST_F(PlanTest, AReadOnlyPlanRefusesWritesAndSeesOthersCommits) {
