@@ -342,9 +342,8 @@ void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
       row.id = t.id;
       row.study_id = s.id;
       // Trial-based: a root key of its own, so that no trial shares a stage with another.
-      row.root_key = s.policy == Policy::kTrialBased
-                         ? s.spec.root_key + "/trial-" + std::to_string(t.id)
-                         : s.spec.root_key;
+      row.root_key = s.policy == Policy::kTrialBased ? trial_based_root_key(s.spec.root_key, t.id)
+                                                     : s.spec.root_key;
       row.params = t.params;
       row.hyperparams = s.spec.hyperparams(t.params);
       if (t.fork) {
@@ -537,7 +536,9 @@ void StudyDriver::collect_checkpoints() {
       continue;
     }
     unreachable.push_back(id);
-    if (info.checkpoint_row < 0) continue;  // in a worker's memory only: nothing to keep
+    // In a worker's memory only, nothing to keep; a trial-based trial's, nothing to reuse.
+    if (info.checkpoint_row < 0 || is_trial_based_root_key(tree_.stage(info.stage).root_key))
+      continue;
     if (ends.empty()) ends = trials_through_ends(tree_);
     candidates.push_back({id, info.step, info.bytes,
                           trials_through(tree_, ends, info.stage, info.step),

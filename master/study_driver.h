@@ -34,6 +34,15 @@ namespace hippo::master {
 
 using nlohmann::json;
 
+// Trial-based policy: each trial has a root key of its own, so that it shares no stage with
+// another; no later trial can ever reach its states.
+inline std::string trial_based_root_key(const std::string& root_key, TrialId trial) {
+  return root_key + "/trial-" + std::to_string(trial);
+}
+inline bool is_trial_based_root_key(const std::string& root_key) {
+  return root_key.find("/trial-") != std::string::npos;
+}
+
 // A trial as the master tracks it.
 struct TrackedTrial {
   TrialId id = -1;

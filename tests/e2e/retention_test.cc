@@ -102,9 +102,12 @@ TEST_F(Retention, ABudgetBoundsTheDirectoryAndKeepsBranchPointsFirst) {
   EXPECT_EQ(metrics_by_trial(trials(path("plan.db"), "fine")),
             metrics_by_trial(trials(path("alone.db"), "fine")));
 
-  // 0: nothing is kept (every state is deleted as before retention).
+  // 0: nothing is kept (every state is deleted as before retention); nor is anything of a
+  // trial-based run (its root keys are its trials' own: no later trial can reach them).
   run("none.db", coarse_file, "--keep-checkpoints 0");
   EXPECT_TRUE(fs::is_empty(path("none.db.checkpoints")));
+  run("trial-based.db", coarse_file, "--policy trial-based");
+  EXPECT_TRUE(fs::is_empty(path("trial-based.db.checkpoints")));
   // A budget that is not a size is bad input, and nothing runs.
   Result bad = sh(hippo("bad.db") + "run " + coarse_file + " --keep-checkpoints 3XB 2>&1");
   EXPECT_EQ(bad.status, 2) << bad.out;
