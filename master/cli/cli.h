@@ -12,6 +12,7 @@
 #include "protocol/auth.h"
 #include "protocol/trust.h"
 #include "searchers/budget.h"
+#include "storage/plan.h"
 
 namespace hippo::cli {
 
@@ -63,6 +64,10 @@ void add_checkpoints_command(CLI::App& app, const GlobalOptions& global, Action*
 // The CURVE keys of --master-key and --key, none with --insecure, else the local key pair;
 // BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);
+
+// The search plan at `path`, which must exist (the query commands, `checkpoints`); BadInput if
+// it does not or cannot be opened.
+SearchPlan open_existing_plan(const std::string& path);
 
 // --max-trials, --max-steps and --max-evaluations (searchers/budget.h), for master, run, preview.
 void add_budget_options(CLI::App* cmd, Budget* budget);

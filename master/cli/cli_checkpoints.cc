@@ -31,18 +31,8 @@ struct Usage {
   int64_t kept_states = 0, kept_bytes = 0, needed_states = 0, needed_bytes = 0;
 };
 
-SearchPlan open_plan_file(const std::string& db) {
-  if (!std::filesystem::exists(db))
-    throw BadInput("no search plan at " + db + " (give --db FILE or set HIPPO_DB)");
-  try {
-    return SearchPlan::open(db);
-  } catch (const std::exception& e) {
-    throw BadInput(e.what());
-  }
-}
-
 int list(const GlobalOptions& global) {
-  SearchPlan plan = open_plan_file(global.db);
+  SearchPlan plan = open_existing_plan(global.db);
   const StageTree tree = plan.load_tree();
   std::map<std::string, Usage> by_root;
   for (const CheckpointRow& row : plan.checkpoints()) {
@@ -110,7 +100,7 @@ int free_to(const std::string& size_text, const std::string& dir, const GlobalOp
   } catch (const std::invalid_argument& e) {
     throw BadInput(std::string("--free-to: ") + e.what());
   }
-  SearchPlan plan = open_plan_file(global.db);
+  SearchPlan plan = open_existing_plan(global.db);
   master::PlanLock lock(global.db, "hippo checkpoints --free-to");
   const StageTree tree = plan.load_tree();
   const auto ends = master::trials_through_ends(tree);
@@ -132,7 +122,7 @@ int free_to(const std::string& size_text, const std::string& dir, const GlobalOp
 }
 
 int forget(const std::string& study_text, const std::string& dir, const GlobalOptions& global) {
-  SearchPlan plan = open_plan_file(global.db);
+  SearchPlan plan = open_existing_plan(global.db);
   std::optional<StudyRow> study = plan.study_by_name(study_text);
   if (!study)
     if (std::optional<int64_t> id = study_id_in(study_text)) study = plan.study(*id);

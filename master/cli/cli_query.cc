@@ -18,16 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-SearchPlan open_existing(const std::string& path) {
-  if (!std::filesystem::exists(path))
-    throw BadInput("no search plan at " + path + " (give --db FILE or set HIPPO_DB)");
-  try {
-    return SearchPlan::open(path);
-  } catch (const std::exception& e) {
-    throw BadInput(e.what());
-  }
-}
-
 StudyRow find_study(SearchPlan& plan, const std::string& name_or_id) {
   if (auto s = plan.study_by_name(name_or_id)) return *s;
   if (std::optional<int64_t> id = study_id_in(name_or_id))
@@ -90,7 +80,7 @@ json trial_json(const StudyView& v, const TrialRow& t) {
 }
 
 int studies(const GlobalOptions& global) {
-  SearchPlan plan = open_existing(global.db);
+  SearchPlan plan = open_existing_plan(global.db);
   json out = json::array();
   std::vector<std::vector<std::string>> rows = {
       {"id", "name", "status", "policy", "trials", "metric", "best"}};
@@ -160,7 +150,7 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
 }
 
 int trials(const std::string& name, const GlobalOptions& global, bool export_all) {
-  SearchPlan plan = open_existing(global.db);
+  SearchPlan plan = open_existing_plan(global.db);
   StudyView v = view(plan, find_study(plan, name));
   if (global.format == Format::kJson) {
     json out = json::array();
@@ -175,7 +165,7 @@ int trials(const std::string& name, const GlobalOptions& global, bool export_all
 }
 
 int best(const std::string& name, const GlobalOptions& global) {
-  SearchPlan plan = open_existing(global.db);
+  SearchPlan plan = open_existing_plan(global.db);
   StudyView v = view(plan, find_study(plan, name));
   auto b = best_of(v);
   if (!b) throw RunFailed("study " + v.row.name + " has no value of " + v.metric + " yet");
@@ -196,7 +186,7 @@ int best(const std::string& name, const GlobalOptions& global) {
 }
 
 int tree(const std::string& name, const GlobalOptions& global) {
-  SearchPlan plan = open_existing(global.db);
+  SearchPlan plan = open_existing_plan(global.db);
   StudyRow row = find_study(plan, name);
   StageTree t = plan.load_tree();
   std::map<TrialId, int64_t> numbers;  // this study's trials -> their numbers
@@ -234,6 +224,16 @@ int tree(const std::string& name, const GlobalOptions& global) {
 }
 
 }  // namespace
+
+SearchPlan open_existing_plan(const std::string& path) {
+  if (!std::filesystem::exists(path))
+    throw BadInput("no search plan at " + path + " (give --db FILE or set HIPPO_DB)");
+  try {
+    return SearchPlan::open(path);
+  } catch (const std::exception& e) {
+    throw BadInput(e.what());
+  }
+}
 
 void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
   app.add_subcommand("studies", "list the studies of the search plan")
