@@ -30,9 +30,9 @@
 
 namespace hippo::master {
 
-// 2 GiB: hundreds of MLP or CNN states (1-10 MB each), a handful of gpt ones; small next to a
+// 2 GB: hundreds of MLP or CNN states (0.4-10 MB each), a handful of gpt ones; small next to a
 // laptop's free disk, and `--keep-checkpoints 0` restores deleting every state at a study's end.
-constexpr int64_t kDefaultKeepCheckpointBytes = int64_t{2} << 30;
+constexpr int64_t kDefaultKeepCheckpointBytes = 2'000'000'000;
 
 struct RetentionCandidate {
   int64_t id = 0;  // the master's state id
