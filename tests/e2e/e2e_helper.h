@@ -47,12 +47,11 @@ struct Result {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether these tests (and so the binaries they run, built alike) use AddressSanitizer: its shadow
-// memory takes terabytes of address space, so no cap on a process's address space can hold.
-#if defined(__SANITIZE_ADDRESS__)
+// Whether the binaries these tests run use AddressSanitizer (the sanitizer build defines
+// HIPPO_SANITIZED, tests/CMakeLists.txt): its shadow memory takes terabytes of address space, so
+// no cap on a process's address space can hold.
+#ifdef HIPPO_SANITIZED
 inline constexpr bool kAddressSanitized = true;
-#elif defined(__has_feature)
-inline constexpr bool kAddressSanitized = __has_feature(address_sanitizer);
 #else
 inline constexpr bool kAddressSanitized = false;
 #endif

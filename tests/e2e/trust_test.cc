@@ -211,6 +211,9 @@ class Trust : public E2ETest {
     } while (running());
     return t;
   }
+  // The slowest answer allowed while under attack: 1 s, or 2 s where the sanitizers slow every
+  // process (the clients that ask too).
+  static constexpr double kSlowestAnswer_s = kAddressSanitized ? 2.0 : 1.0;
   static void report(const std::string& attack, const AnswerTimes& t) {
     std::printf("answer_s %s: master %.3f, plan %.3f (largest of %d)\n", attack.c_str(), t.master_s,
                 t.plan_s, t.queries);
@@ -476,7 +479,7 @@ TEST_F(Trust, BudgetsKeepTheMasterAnswering) {
     children_.erase(std::remove(children_.begin(), children_.end(), p), children_.end());
     report(name, t);
     EXPECT_TRUE(t.all_answered) << name;
-    EXPECT_LT(t.master_s, 1.0) << name << ": the master answered slowly";
+    EXPECT_LT(t.master_s, kSlowestAnswer_s) << name << ": the master answered slowly";
     return std::make_pair(read_file(path(name + ".out")), t);
   };
   auto trials_in = [&](const std::string& db) {
@@ -494,14 +497,14 @@ TEST_F(Trust, BudgetsKeepTheMasterAnswering) {
     return trials_in("large.db") < 100000 && Clock::now() - filling_since < 180s;
   });
   report("grid-1e5-entering-the-plan", filling);
-  EXPECT_LT(filling.master_s, 1.0);
+  EXPECT_LT(filling.master_s, kSlowestAnswer_s);
   EXPECT_EQ(trials_in("large.db"), 100000);
 
   // The rest are refused at once, naming the field and the limit; the plan stays small.
   auto refused = [&](const std::string& name, const std::string& command,
                      const std::vector<std::string>& says) {
     auto [text, times] = attack(name, command, query, "plan.db");
-    EXPECT_LT(times.plan_s, 1.0) << name << ": the plan answered slowly";
+    EXPECT_LT(times.plan_s, kSlowestAnswer_s) << name << ": the plan answered slowly";
     EXPECT_NE(text.find("status 2"), std::string::npos) << name << ": " << text;
     for (const std::string& s : says) EXPECT_NE(text.find(s), std::string::npos) << text;
   };
@@ -540,6 +543,10 @@ TEST_F(Trust, BudgetsKeepTheMasterAnswering) {
 // Returns the bytes it could send.
 int64_t send_unfinished_message(int port, int64_t bytes, std::atomic<bool>* dropped) {
   int fd = connect_loopback(port);
+  // A master that stopped reading (ZeroMQ may notice the shut-down connection only at its next
+  // heartbeat) leaves a send blocked: 5 s of that is a refusal too; the master's log says which.
+  timeval patience{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &patience, sizeof patience);
   unsigned char greeting[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0};
   std::memcpy(greeting + 12, "NULL", 4);
   unsigned char theirs[64];
@@ -605,7 +612,7 @@ TEST_F(Trust, AnUnfinishedMessageIsCapped) {
   EXPECT_LT(most - before, int64_t{96} << 20)
       << "the master grew by " << ((most - before) >> 20) << " MiB";
   EXPECT_TRUE(t.all_answered);
-  EXPECT_LT(t.master_s, 1.0);
+  EXPECT_LT(t.master_s, kSlowestAnswer_s);
   EXPECT_NE(read_file(log_path(master)).find("dropped a connection"), std::string::npos)
       << read_file(log_path(master));
 }
