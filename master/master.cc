@@ -69,13 +69,7 @@ void Master::restore_checkpoints() {
       });
       continue;
     }
-    states_.add_restored({.stage = row.stage,
-                          .step = row.step,
-                          .file = row.file,
-                          .checkpoint_row = row.id,
-                          .bytes = row.size,
-                          .retained_at = row.retained_at,
-                          .needed = !row.retained_at});
+    states_.add_restored(state_of(row));
   }
 }
 

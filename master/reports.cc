@@ -69,23 +69,16 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   out.steps_unique = p.steps_unique;
   out.steps_executed = s.steps_executed;
   std::map<TrialId, int64_t> history;  // trial -> the prefix of it that history covered
+  int64_t longest_left = 0;            // the critical path of what history did not cover
   for (const auto& [req, tid] : s.trials) {
     const TrackedTrial& t = *driver.trial(tid);
-    if (t.in_tree && t.history_steps > 0)
-      history[tid] = std::min(t.history_steps, t.needed_length());
-  }
-  out.steps_reused = tree.needed_steps(history).unique;
-  int64_t longest_left = 0;  // the critical path of what history did not cover
-  for (const auto& [req, tid] : s.trials) {
-    const TrackedTrial& t = *driver.trial(tid);
-    longest_left =
-        std::max(longest_left, t.needed_length() - std::min(t.history_steps, t.needed_length()));
-  }
-  for (const auto& [req, tid] : s.trials) {
-    const int64_t needed = driver.trial(tid)->needed_length();
+    const int64_t needed = t.needed_length(), covered = std::min(t.history_steps, needed);
     out.steps_trial_based += needed;
     out.critical_path_steps = std::max(out.critical_path_steps, needed);
+    longest_left = std::max(longest_left, needed - covered);
+    if (t.in_tree && covered > 0) history[tid] = covered;
   }
+  out.steps_reused = tree.needed_steps(history).unique;
   auto end = s.status == StudyStatus::kRunning ? Clock::now() : s.ended;
   out.wall_s = std::chrono::duration<double>(end - s.started).count();
   // Lower bounds of the makespan, in seconds: the critical path, and the work spread over all

@@ -34,16 +34,7 @@ std::vector<int64_t> choose_retained(std::vector<RetentionCandidate> candidates,
 }
 
 std::unordered_map<StageId, int64_t> trials_through_ends(const StageTree& tree) {
-  // Pre-order from the top stages, walked backwards: children before their parent. No recursion:
-  // paths can be thousands of stages deep.
-  std::vector<StageId> order, todo = tree.top_stages();
-  while (!todo.empty()) {
-    StageId s = todo.back();
-    todo.pop_back();
-    order.push_back(s);
-    const auto& children = tree.stage(s).children;
-    todo.insert(todo.end(), children.begin(), children.end());
-  }
+  const std::vector<StageId> order = tree.parents_first();  // walked backwards: children first
   // below: the trials ending in a stage or under it; through its end, those of its children's
   // and those of its own that reach its end.
   std::unordered_map<StageId, int64_t> below, out;

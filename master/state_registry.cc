@@ -22,6 +22,16 @@ void move_above(Map& index, const Split& split, OnMove on_move) {
 
 }  // namespace
 
+StateInfo state_of(const CheckpointRow& row) {
+  return {.stage = row.stage,
+          .step = row.step,
+          .file = row.file,
+          .checkpoint_row = row.id,
+          .bytes = row.size,
+          .retained_at = row.retained_at,
+          .needed = !row.retained_at};
+}
+
 StateRegistry::StateRegistry(std::string incarnation) : incarnation_(std::move(incarnation)) {}
 
 protocol::SnapshotOrder StateRegistry::new_snapshot_order(int64_t step) {
@@ -36,7 +46,9 @@ int64_t StateRegistry::add_restored(const StateInfo& info) {
 }
 
 void StateRegistry::add(int64_t id, const StateInfo& info) {
+  if (auto old = states_.find(id); old != states_.end()) bytes_ -= old->second.bytes;
   states_[id] = info;
+  bytes_ += info.bytes;
   index_[{info.stage, info.step}] = id;
 }
 
@@ -77,6 +89,7 @@ StateInfo StateRegistry::forget(int64_t id) {
   StateInfo info = states_.at(id);
   index_.erase({info.stage, info.step});
   states_.erase(id);
+  bytes_ -= info.bytes;
   return info;
 }
 

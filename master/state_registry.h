@@ -20,6 +20,7 @@
 
 #include "protocol/message.h"
 #include "stagetree/tree.h"
+#include "storage/plan.h"
 
 namespace hippo::master {
 
@@ -42,6 +43,9 @@ struct StateInfo {
   // Whether a running study needed it at the last collection (a state newly made is needed).
   bool needed = true;
 };
+
+// A state the plan's checkpoint row names (kept for later studies if the row says so).
+StateInfo state_of(const CheckpointRow& row);
 
 class StateRegistry {
  public:
@@ -70,8 +74,9 @@ class StateRegistry {
   void on_split(const Split& split);
   // Forgets a state (its checkpoint is lost); returns what it was.
   StateInfo forget(int64_t id);
-  // Every state, by id.
+  // Every state, by id, and the bytes of their files.
   const std::map<int64_t, StateInfo>& all() const { return states_; }
+  int64_t bytes() const { return bytes_; }
   // Marks a state needed (or not) by a running study, and kept for later studies since a time.
   void set_needed(int64_t id, bool needed, std::optional<double> retained_at);
   // The step of the deepest state on `trial`'s path, at most `up_to`, that an earlier study left
@@ -86,6 +91,7 @@ class StateRegistry {
   std::string incarnation_;
   int64_t next_state_ = 1;
   std::map<int64_t, StateInfo> states_;         // by id
+  int64_t bytes_ = 0;                           // the sum of their bytes
   std::map<StateKey, int64_t> index_;           // key -> id
   std::map<StateKey, nlohmann::json> metrics_;  // key -> {"accuracy": .., "loss": ..}
 };

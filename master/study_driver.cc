@@ -533,6 +533,7 @@ void StudyDriver::collect_checkpoints() {
   for (const auto& [id, info] : states_.all()) {
     if (reachable.count(info.stage)) {
       needed_bytes += info.bytes;
+      if (!info.needed) states_.set_needed(id, true, info.retained_at);  // a study reuses it
       continue;
     }
     unreachable.push_back(id);
@@ -544,8 +545,6 @@ void StudyDriver::collect_checkpoints() {
                           trials_through(tree_, ends, info.stage, info.step),
                           info.needed ? 0.0 : now - info.retained_at.value_or(now)});
   }
-  for (const auto& [id, info] : states_.all())
-    if (reachable.count(info.stage) && !info.needed) states_.set_needed(id, true, info.retained_at);
   const std::vector<int64_t> kept = choose_retained(
       candidates, std::max<int64_t>(0, rules_.keep_checkpoint_bytes - needed_bytes));
   const std::set<int64_t> keep(kept.begin(), kept.end());
@@ -577,13 +576,11 @@ void StudyDriver::collect_checkpoints() {
 }
 
 void StudyDriver::keep_within_budget() {
-  int64_t bytes = 0;
-  bool any_left_behind = false;
-  for (const auto& [id, info] : states_.all()) {
-    bytes += info.bytes;
-    any_left_behind = any_left_behind || (!info.needed && info.checkpoint_row >= 0);
-  }
-  if (bytes <= rules_.keep_checkpoint_bytes || !any_left_behind) return;
+  if (states_.bytes() <= rules_.keep_checkpoint_bytes) return;  // the common case, at once
+  const auto& all = states_.all();
+  if (std::none_of(all.begin(), all.end(),
+                   [](const auto& s) { return !s.second.needed && s.second.checkpoint_row >= 0; }))
+    return;  // only what running studies need: nothing to evict
   try {
     plan_.transaction([&] { collect_checkpoints(); });
   } catch (const PlanBusy&) {

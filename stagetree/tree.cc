@@ -319,10 +319,8 @@ StageTree::NeededSteps StageTree::needed_steps(const std::map<TrialId, int64_t>&
   return out;
 }
 
-std::unordered_map<StageId, double> StageTree::priorities(
-    const std::function<double(const std::string& root_key)>& cost_per_step) const {
-  // Pre-order from the top stages puts every stage before its descendants; walking it backwards
-  // gives each stage its children's totals first. No recursion: paths can be thousands deep.
+std::vector<StageId> StageTree::parents_first() const {
+  // Pre-order from the top stages. No recursion: paths can be thousands of stages deep.
   std::vector<StageId> order;
   std::vector<StageId> todo = top_stages();
   while (!todo.empty()) {
@@ -331,6 +329,13 @@ std::unordered_map<StageId, double> StageTree::priorities(
     order.push_back(s);
     todo.insert(todo.end(), stages_[s].children.begin(), stages_[s].children.end());
   }
+  return order;
+}
+
+std::unordered_map<StageId, double> StageTree::priorities(
+    const std::function<double(const std::string& root_key)>& cost_per_step) const {
+  // Walking parents_first() backwards gives each stage its children's totals first.
+  const std::vector<StageId> order = parents_first();
   std::unordered_map<std::string, double> cost;
   std::vector<double> total(stages_.size(), 0);
   std::unordered_map<StageId, double> out;

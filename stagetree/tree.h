@@ -109,6 +109,8 @@ class StageTree {
   StageId stage_at(TrialId id, int64_t step) const;
   // Top stages, in creation order, of every root key.
   std::vector<StageId> top_stages() const;
+  // Every stage, each before its descendants (walked backwards: each after its descendants).
+  std::vector<StageId> parents_first() const;
   // Trials whose last step lies in this stage (length in (start, end]).
   const std::vector<TrialId>& trials_ending_in(StageId id) const;
 

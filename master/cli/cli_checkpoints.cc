@@ -51,18 +51,19 @@ int list(const GlobalOptions& global) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
+  const bool csv = global.format == Format::kCsv;
+  auto size = [&](int64_t bytes) {
+    return csv ? std::to_string(bytes) : master::format_size(bytes);
+  };
   std::vector<std::vector<std::string>> rows = {
-      {"root key", "kept for later", "bytes", "needed by running studies", "bytes"}};
-  if (global.format == Format::kCsv)
-    rows[0] = {"root_key", "kept_states", "kept_bytes", "needed_states", "needed_bytes"};
-  for (const auto& [root, u] : by_root) {
-    const bool csv = global.format == Format::kCsv;
-    rows.push_back({root, std::to_string(u.kept_states),
-                    csv ? std::to_string(u.kept_bytes) : master::format_size(u.kept_bytes),
-                    std::to_string(u.needed_states),
-                    csv ? std::to_string(u.needed_bytes) : master::format_size(u.needed_bytes)});
-  }
-  if (global.format == Format::kCsv)
+      csv ? std::vector<std::string>{"root_key", "kept_states", "kept_bytes", "needed_states",
+                                     "needed_bytes"}
+          : std::vector<std::string>{"root key", "kept for later", "bytes",
+                                     "needed by running studies", "bytes"}};
+  for (const auto& [root, u] : by_root)
+    rows.push_back({root, std::to_string(u.kept_states), size(u.kept_bytes),
+                    std::to_string(u.needed_states), size(u.needed_bytes)});
+  if (csv)
     print_csv(rows);
   else if (by_root.empty())
     std::printf("no checkpoints in %s\n", global.db.c_str());

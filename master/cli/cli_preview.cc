@@ -73,12 +73,10 @@ int64_t steps_reused(const Preview& p, const std::string& db) {
     SearchPlan plan = SearchPlan::open_read_only(db);
     StageTree tree = plan.load_tree();
     master::StateRegistry states("preview");
-    for (const CheckpointRow& row : plan.checkpoints())
-      states.add_restored({.stage = row.stage,
-                           .step = row.step,
-                           .file = row.file,
-                           .checkpoint_row = row.id,
-                           .retained_at = row.created_at});
+    for (CheckpointRow row : plan.checkpoints()) {
+      row.retained_at = row.created_at;  // every checkpoint counts here (see above)
+      states.add_restored(master::state_of(row));
+    }
     std::map<TrialId, int64_t> history;
     TrialId next = plan.next_trial_id();
     for (const auto& [id, trial] : p.tree.trials()) {

@@ -133,12 +133,7 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
   SearchPlan plan = SearchPlan::open(plan_file);
   StageTree tree = plan.load_tree();
   StateRegistry states("fedcba9876543210");
-  for (const CheckpointRow& row : plan.checkpoints())
-    states.add_restored({.stage = row.stage,
-                         .step = row.step,
-                         .file = row.file,
-                         .checkpoint_row = row.id,
-                         .bytes = row.size});
+  for (const CheckpointRow& row : plan.checkpoints()) states.add_restored(state_of(row));
   StudyDriver driver(plan, tree, states, ck(), keep_none(), [](const Change&) {});
   driver.restore();
   ASSERT_TRUE(driver.running(1));
