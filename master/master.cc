@@ -33,21 +33,17 @@ double StepCosts::per_step(const std::string& root_key) const {
 }
 
 Master::Master(SearchPlan plan, const Options& options)
+    : Master(std::move(plan), options,
+             std::make_unique<ZmqTransport>(options.bind, options.auth, options.connections)) {}
+
+Master::Master(SearchPlan plan, const Options& options, std::unique_ptr<Transport> transport)
     : plan_(std::move(plan)),
       lock_(plan_.path(), "a master"),
       options_(options),
-      socket_(context_, zmq::socket_type::router),
-      watch_(context_, socket_, options.auth.has_value(), options.connections,
-             [](const std::string& line) { spdlog::warn("{}", line); }),
+      transport_(std::move(transport)),
       states_(random_incarnation()),
       driver_(plan_, tree_, states_, options.checkpoints, options.rules,
               [this](const Change& change) { on_tree_change(change); }) {
-  protocol::configure_router(socket_);
-  if (options_.auth)
-    curve_ = std::make_unique<protocol::CurveServer>(
-        context_, socket_, *options_.auth,
-        [](const std::string& line) { spdlog::warn("{}", line); });
-  socket_.bind(options_.bind);
   std::filesystem::create_directories(options_.checkpoints);
   tree_ = plan_.load_tree();
   restore_checkpoints();
@@ -141,9 +137,8 @@ void Master::poll(int timeout_ms) {
     }
     if (driver_.expanding()) timeout_ms = 0;
   }
-  auto envelope = protocol::router_receive(socket_, timeout_ms);
+  auto envelope = transport_->receive(timeout_ms);
   while (envelope) {
-    watch_.delivered(envelope->source_fd);
     // A worker's messages keep their order: behind one that waits for the plan, they wait too.
     // Others (clients, hellos) never wait: they only read, or fail with the lock's error.
     ConnectedWorker* worker = pool_.find(envelope->peer);
@@ -153,9 +148,9 @@ void Master::poll(int timeout_ms) {
     } else {
       deferred_.push_back(std::move(*envelope));
     }
-    envelope = protocol::router_receive(socket_, 0);
+    envelope = transport_->receive(0);
   }
-  watch_.check();
+  transport_->check();
   // Scheduling work is shared by the running studies, in proportion to their trials.
   double started = thread_cpu_seconds();
   check_workers();
@@ -235,12 +230,6 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
   return table;
 }
 
-protocol::PeerIdentity Master::identity_of(const protocol::Envelope& envelope) const {
-  // With CURVE every admitted connection has a user id: a message without one gets no role.
-  if (curve_ && envelope.user.empty()) return {};
-  return protocol::from_user_id(envelope.user);
-}
-
 RunningJob& Master::reported_job(const ConnectedWorker& w, int64_t job,
                                  const std::string& incarnation, const char* what) {
   if (incarnation != states_.incarnation())
@@ -256,7 +245,11 @@ bool Master::try_handle(const protocol::Envelope& envelope) {
     auto handler = handlers().find(type);
     if (handler == handlers().end())
       throw protocol::ProtocolError("message.type: unknown type \"" + type + "\"");
-    handler->second(*this, Sender{envelope.peer, identity_of(envelope)}, m);
+    const double started = thread_cpu_seconds();
+    handler->second(*this, Sender{envelope.peer, transport_->identity_of(envelope)}, m);
+    MasterCosts::Count& cost = costs_.messages[handler->first];
+    ++cost.count;
+    cost.cpu_s += thread_cpu_seconds() - started;
   } catch (const PlanBusy& e) {
     // Every handler's first write is a BEGIN IMMEDIATE, and nothing before it changes what a
     // retry would do: the message is handled again, whole, once the lock is released.
@@ -274,7 +267,7 @@ bool Master::try_handle(const protocol::Envelope& envelope) {
 }
 
 void Master::send(const std::string& peer, const json& message) {
-  protocol::router_send(socket_, peer, message);
+  transport_->send(peer, protocol::serialize(message));
 }
 
 void Master::log_event(std::optional<int64_t> study, const std::string& kind, const json& detail) {
@@ -376,6 +369,9 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
       info.checkpoint_row =
           plan_.add_checkpoint({0, key.first, m.step, order->file, m.bytes, "", 0});
     mark_progress(job, m.step);
+    // Trials that end here are trained: they close now (their searchers decide on them), not
+    // when the job, which may go on far beyond them, is done.
+    if (!orphan) driver_.close_trials_ending(job.representative, job.order.from, m.step);
   });
   if (known || orphan) {
     // Made twice (a replay raced with a late snapshot: keep the first), or an orphan: this file
@@ -530,6 +526,7 @@ void Master::mark_progress(RunningJob& job, int64_t step) {
     if (x.start >= job.order.from || x.trained_until >= job.order.from) {
       int64_t before = x.trained_until;
       tree_.mark_trained(id, step);
+      driver_.on_progress(id);
       if (tree_.stage(id).trained_until != before) plan_.save_stage(tree_.stage(id));
     }
   }
@@ -583,15 +580,17 @@ void Master::dispatch() {
   for (const auto& [peer, w] : pool_.workers())
     if (w.job < 0) idle.push_back({peer, w.hello.devices, &w.held});
   if (idle.empty()) return;
-  const std::unordered_map<StageId, int64_t> needed = driver_.needed_ends();
-  SchedulerInput input{tree_,
-                       states_,
-                       pool_.jobs(),
-                       driver_.pending_evaluations(),
-                       needed,
-                       driver_.failed_stages(),
-                       [&](const std::string& root) { return step_costs_.per_step(root); }};
-  std::vector<WorkItem> work = ready_work(input);
+  const double started = thread_cpu_seconds();
+  const StudyDriver::NeededEnds& needed = driver_.needed_ends();
+  priorities_.refresh(tree_, needed.ends, needed.version,
+                      [&](const std::string& root) { return step_costs_.per_step(root); });
+  SchedulerInput input{tree_,        states_,
+                       pool_.jobs(), driver_.pending_evaluations(),
+                       needed.ends,  driver_.failed_stages(),
+                       priorities_,  options_.order};
+  // The best few items are what the idle workers need; all of them only when some of those
+  // fit no idle worker (a pipeline, an external trainer).
+  std::vector<WorkItem> work = ready_work(input, idle.size());
   // A pipelined stage needs a worker with a device per pipeline stage.
   auto devices_for = [&](const WorkItem& item) {
     return driver_.studies().at(driver_.trial(item.representative)->study).spec.pipeline.stages;
@@ -613,7 +612,12 @@ void Master::dispatch() {
     return idle_worker.devices >= devices_for(item) && (!external(item) || w.hello.runs_trainers) &&
            !pool_.should_avoid(first_stage(tree_, item.representative, item.from, item.to), w);
   };
-  for (const Assignment& a : assign(work, idle, usable)) send_job(*pool_.find(a.peer), a.work);
+  std::vector<Assignment> assignments = assign(work, idle, usable);
+  if (assignments.size() < idle.size() && work.size() >= idle.size())
+    assignments = assign(work = ready_work(input), idle, usable);
+  for (const Assignment& a : assignments) send_job(*pool_.find(a.peer), a.work);
+  ++costs_.decisions.count;
+  costs_.decisions.cpu_s += thread_cpu_seconds() - started;
 }
 
 void Master::warn_if_no_worker_has(int64_t devices, int64_t study) {
@@ -658,6 +662,7 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work) {
   for (int64_t step : snapshot_steps(tree_, work, options_.snapshot_every))
     order.snapshots.push_back(states_.new_snapshot_order(step));
   const RunningJob& started = pool_.start(w, std::move(job));
+  ++costs_.jobs;
   spdlog::debug("job {} to {}: trial {} steps [{}, {}) from state {}, {} evals", started.order.id,
                 w.hello.name, work.representative, work.from, work.to, work.parent_state,
                 work.evals.size());
@@ -676,7 +681,7 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work) {
     schedule_changed_ = true;
     return;
   }
-  protocol::router_send_body(socket_, w.peer, body);
+  transport_->send(w.peer, body);
 }
 
 }  // namespace hippo::master

@@ -1,4 +1,5 @@
-// The master: one ZeroMQ ROUTER socket (with CURVE when asked) in front of its collaborators:
+// The master: one transport (transport.h: a ZeroMQ ROUTER socket, with CURVE when asked; or the
+// simulator's workers) in front of its collaborators:
 //
 //   StudyDriver    (study_driver.h)   studies, searchers, trials, pending evaluations
 //   StateRegistry  (state_registry.h) states, their checkpoint files, the metric cache
@@ -26,7 +27,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <zmq.hpp>
 
 #include "master/access.h"
 #include "master/plan_lock.h"
@@ -34,9 +34,9 @@
 #include "master/scheduler.h"
 #include "master/state_registry.h"
 #include "master/study_driver.h"
+#include "master/transport.h"
 #include "master/worker_pool.h"
 #include "protocol/auth.h"
-#include "protocol/connection_watch.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
 #include "protocol/trust.h"
@@ -55,6 +55,7 @@ struct Options {
   // operator's local key); nullopt (--insecure): anyone who reaches the socket, with every role.
   std::optional<protocol::ServerKeys> auth;
   StudyRules rules;  // --allow-exec, --max-trials, --max-steps, --max-evaluations
+  ScheduleOrder order = ScheduleOrder::kCriticalPath;
   protocol::ConnectionLimits connections;
 };
 
@@ -69,11 +70,26 @@ class StepCosts {
   std::map<std::string, std::pair<double, int64_t>> costs_;  // root key -> (seconds, steps)
 };
 
+// What the master's own work cost (CPU time of its thread): handling each kind of message, and
+// deciding (a dispatch: ready work and its assignment to idle workers).
+struct MasterCosts {
+  struct Count {
+    int64_t count = 0;
+    double cpu_s = 0;
+  };
+  std::map<std::string, Count> messages;  // by message type
+  Count decisions;
+  int64_t jobs = 0;  // sent
+};
+
 class Master {
  public:
   // Opens the socket, restores the tree, the checkpoints and every running study from the plan,
   // and removes the checkpoint files of this plan's earlier masters that no row names.
   Master(SearchPlan plan, const Options& options);
+  // The same over another transport (the simulator's); options.bind, auth and connections are
+  // then the transport's business.
+  Master(SearchPlan plan, const Options& options, std::unique_ptr<Transport> transport);
   ~Master();
 
   // Starts a study (for `hippo run`: in-process, so nobody's key owns it); throws SpecError or
@@ -86,6 +102,9 @@ class Master {
   void poll(int timeout_ms);
 
   bool study_running(int64_t study) const { return driver_.running(study); }
+  // A searcher still holds operations back (the next poll goes on with them without waiting).
+  bool expanding() const { return driver_.expanding(); }
+  const MasterCosts& costs() const { return costs_; }
   StudySummary summary(int64_t study);
   Progress progress(int64_t study) const;
   // Tells every worker to exit.
@@ -113,9 +132,6 @@ class Master {
   bool try_handle(const protocol::Envelope& envelope);
   void send(const std::string& peer, const json& message);
 
-  // The identity a message carries: its connection's ZAP user id with CURVE; without (--insecure),
-  // an anonymous peer with every role.
-  protocol::PeerIdentity identity_of(const protocol::Envelope& envelope) const;
   // The job a worker reports on: the one this master gave to that worker's connection, in this
   // incarnation (ProtocolError otherwise: the report is stale or not its own).
   RunningJob& reported_job(const ConnectedWorker& w, int64_t job, const std::string& incarnation,
@@ -169,20 +185,19 @@ class Master {
   SearchPlan plan_;
   PlanLock lock_;  // one master per plan (plan_lock.h)
   Options options_;
-  zmq::context_t context_;
-  zmq::socket_t socket_;
-  std::unique_ptr<protocol::CurveServer> curve_;  // with options_.auth
-  protocol::ConnectionWatch watch_;
+  std::unique_ptr<Transport> transport_;
   StageTree tree_;
   StateRegistry states_;
   StudyDriver driver_;
   WorkerPool pool_;
   StepCosts step_costs_;
+  Priorities priorities_;                                  // kept between decisions (scheduler.h)
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   // Worker messages that found the search plan locked, oldest first; retried every second.
   std::deque<protocol::Envelope> deferred_;
   Clock::time_point last_busy_;
+  MasterCosts costs_;
   bool schedule_changed_ = true;  // something arrived since the last dispatch
   bool trials_to_close_ = false;  // close_trained_trials() is due (a restart, a lost worker)
 };

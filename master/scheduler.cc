@@ -1,25 +1,27 @@
 #include "master/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <queue>
+#include <stdexcept>
 #include <tuple>
 
 namespace hippo::master {
 namespace {
 
-// The steps of pending evaluations in [from, to] (from itself only when include_from) that some
-// trial through the same stage as `trial` at that step waits for.
+// The steps in [from, to] (from itself only when include_from) of the states on `trial`'s path
+// that some trial waits to have evaluated.
 std::vector<int64_t> evals_between(const SchedulerInput& in, TrialId trial, int64_t from,
                                    int64_t to, bool include_from) {
   std::vector<int64_t> out;
-  for (auto it = in.pending_evaluations.lower_bound(from);
-       it != in.pending_evaluations.end() && it->first <= to; ++it) {
-    if (it->first == from && !include_from) continue;
-    StageId at = in.tree.stage_at(trial, it->first);
-    for (TrialId t : it->second)
-      if (in.tree.stage_at(t, it->first) == at) {
-        out.push_back(it->first);
-        break;
-      }
+  const int64_t first = include_from ? from : from + 1;
+  if (in.pending_evaluations.empty() || first > to) return out;
+  for (StageId id : in.tree.path(trial)) {
+    const Stage& x = in.tree.stage(id);
+    if (x.end < first) continue;  // its states (start, end] lie before the range
+    if (x.start > to) break;
+    auto [begin, end] = in.pending_evaluations.of_stage(id, first, to);
+    for (auto it = begin; it != end; ++it) out.push_back(it->first.second);
   }
   return out;
 }
@@ -41,17 +43,24 @@ class WorkList {
     }
   }
 
-  void add_stage_work() {
-    std::unordered_map<StageId, double> priorities = in_.tree.priorities(in_.cost_per_step);
-    for (const auto& [id, priority] : priorities) {
+  void add_stage_work(size_t limit) {
+    // The priorities of the best `limit` items found so far, the lowest on top.
+    std::priority_queue<double, std::vector<double>, std::greater<>> best;
+    const bool bounded = in_.order == ScheduleOrder::kCriticalPath && limit != SIZE_MAX;
+    for (auto it = in_.priorities.begin(); it != in_.priorities.end(); ++it) {
+      const StageId id = *it;
+      const Priorities::Entry& entry = in_.priorities.entries().at(id);
+      if (bounded && best.size() >= limit && entry.total < best.top()) break;
       if (claimed_.count(id) || in_.failed_stages.count(id)) continue;
       const Stage& x = in_.tree.stage(id);
       if (x.parent != kNoStage && in_.failed_stages.count(x.parent)) continue;
       auto need = in_.needed_ends.find(id);
       if (need == in_.needed_ends.end() || need->second <= x.trained_until) continue;
+      const double priority = in_.priorities.now(x, entry);
       const int64_t t = x.trained_until;
       WorkItem w;
-      w.priority = priority;
+      w.priority =
+          in_.order == ScheduleOrder::kFifo ? -static_cast<double>(x.representative) : priority;
       w.representative = x.representative;
       w.from = t;
       w.to = need->second;
@@ -61,35 +70,37 @@ class WorkList {
         std::optional<int64_t> state = in_.states.state_at(parent);
         if (!state) {
           // Rebuilt only if its stage was trained past it (else that stage's own work makes it).
-          if (in_.tree.stage(parent.first).trained_until >= t)
-            rebuild(x.representative, parent, priority);
+          if (in_.tree.stage(parent.first).trained_until >= t) {
+            rebuild(x.representative, parent, w.priority);
+            best.push(w.priority);
+            if (best.size() > limit) best.pop();
+          }
           continue;
         }
         w.parent_state = *state;
       }
       w.evals = evals_between(in_, w.representative, t, w.to, t == 0 || t > x.start);
       out_.push_back(w);
+      best.push(w.priority);
+      if (best.size() > limit) best.pop();
     }
   }
 
   // Evaluations of states that were trained before anyone asked for them.
   void add_evaluations() {
     const double priority = 1e300;  // cheap, and a searcher waits for it
-    for (const auto& [step, waiting] : in_.pending_evaluations) {
-      for (TrialId trial : waiting) {
-        StateKey key = state_key(in_.tree, trial, step);
-        const Stage& x = in_.tree.stage(key.first);
-        bool trained_past = x.trained_until > step || (x.trained_until == step && step == x.end);
-        if (!trained_past || coming_.count(key) || planned_.count(key)) continue;
-        if (step == 0) {
-          planned_.insert(key);
-          out_.push_back({priority, trial, 0, 0, -1, {0}, kNoStage});
-        } else if (std::optional<int64_t> state = in_.states.state_at(key)) {
-          planned_.insert(key);
-          out_.push_back({priority, trial, step, step, *state, {step}, kNoStage});
-        } else {
-          rebuild(trial, key, priority);
-        }
+    for (const StateKey& key : in_.pending_evaluations.trained()) {
+      const int64_t step = key.second;
+      const TrialId trial = *in_.pending_evaluations.waiting(key).begin();  // the oldest
+      if (coming_.count(key) || planned_.count(key)) continue;
+      if (step == 0) {
+        planned_.insert(key);
+        out_.push_back({priority, trial, 0, 0, -1, {0}, kNoStage});
+      } else if (std::optional<int64_t> state = in_.states.state_at(key)) {
+        planned_.insert(key);
+        out_.push_back({priority, trial, step, step, *state, {step}, kNoStage});
+      } else {
+        rebuild(trial, key, priority);
       }
     }
   }
@@ -134,9 +145,52 @@ class WorkList {
 
 }  // namespace
 
-std::vector<WorkItem> ready_work(const SchedulerInput& in) {
+void Priorities::refresh(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
+                         int64_t needed_version,
+                         const std::function<double(const std::string& root_key)>& cost_per_step) {
+  bool stale = needed_version != version_;
+  for (auto& [root, used] : costs_)
+    if (std::abs(cost_per_step(root) - used) > 0.1 * used) stale = true;
+  if (!stale) {
+    // The best stages are trained first: dropping those at the front keeps a search short.
+    while (front_ < order_.size()) {
+      const Stage& x = tree.stage(order_[front_]);
+      auto need = needed.find(x.id);
+      if (need != needed.end() && need->second > x.trained_until) break;
+      ++front_;
+    }
+    return;
+  }
+  costs_.clear();
+  auto cost = [&](const std::string& root) {
+    auto it = costs_.find(root);
+    if (it == costs_.end()) it = costs_.emplace(root, cost_per_step(root)).first;
+    return it->second;
+  };
+  entries_.clear();
+  order_.clear();
+  for (const auto& [id, total] : tree.priorities(needed, cost)) {
+    const Stage& x = tree.stage(id);
+    entries_[id] = {total, x.trained_until, cost(x.root_key)};
+    order_.push_back(id);
+  }
+  std::sort(order_.begin(), order_.end(), [&](StageId a, StageId b) {
+    const double ta = entries_.at(a).total, tb = entries_.at(b).total;
+    return ta != tb ? ta > tb : a < b;
+  });
+  front_ = 0;
+  version_ = needed_version;
+}
+
+ScheduleOrder parse_schedule_order(const std::string& text) {
+  if (text == "critical-path") return ScheduleOrder::kCriticalPath;
+  if (text == "fifo") return ScheduleOrder::kFifo;
+  throw std::invalid_argument("unknown schedule order \"" + text + "\" (critical-path or fifo)");
+}
+
+std::vector<WorkItem> ready_work(const SchedulerInput& in, size_t limit) {
   WorkList list(in);
-  list.add_stage_work();
+  list.add_stage_work(limit);
   list.add_evaluations();
   return list.sorted();
 }

@@ -3,7 +3,8 @@
 //
 // Work is every stage with steps that some trial still needs; a stage is ready when the state at
 // its trained_until exists (a checkpoint, or in a worker's memory). Ready work is ordered by its
-// critical-path priority (StageTree::priorities with the measured time per step of its root key);
+// critical-path priority (Priorities: StageTree::priorities with the measured time per step of
+// its root key);
 // an idle worker takes the highest, and a worker that holds the parent state in memory is
 // preferred. A state that should exist but does not (a split inside a finished stage, a snapshot
 // the worker was asked for too late, a lost checkpoint) is rebuilt by a replay from the nearest
@@ -11,6 +12,7 @@
 // work of their own, ahead of everything else (cheap, and a searcher waits for them).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "master/pending_evaluations.h"
 #include "master/running_job.h"
 #include "master/state_registry.h"
 #include "stagetree/tree.h"
@@ -39,23 +42,67 @@ struct WorkItem {
   bool operator==(const WorkItem&) const = default;
 };
 
+// The order of ready stage work: by critical-path priority (DESIGN.md), or first come first
+// served (the oldest trial's work first; `hippo simulate --order fifo`, to see what the critical
+// path buys).
+enum class ScheduleOrder { kCriticalPath, kFifo };
+// "critical-path" or "fifo"; throws std::invalid_argument for anything else.
+ScheduleOrder parse_schedule_order(const std::string& text);
+
+// The critical-path priorities of the stages with needed work (StageTree::priorities), kept
+// between decisions so that a decision does not cost the whole tree. They are computed again
+// when what is needed changes (a new version of the needed ends) or a root key's measured cost
+// per step drifts more than 10% from the one used. In between, only a stage's own pending steps
+// change (jobs train it); its subtree is untrained (nothing below a stage trains before it does),
+// so its priority now is its total then less the steps trained since, at the cost used.
+class Priorities {
+ public:
+  void refresh(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
+               int64_t needed_version,
+               const std::function<double(const std::string& root_key)>& cost_per_step);
+  // The stages that had needed work at the last computation, with what they had then.
+  struct Entry {
+    double total = 0;           // priority then
+    int64_t trained_until = 0;  // the stage's then
+    double cost = 0;            // per step of its root key, as used then
+  };
+  const std::unordered_map<StageId, Entry>& entries() const { return entries_; }
+  // Those stages by their total then, highest first (ties: the lower id), without those at the
+  // front that were trained since (refresh drops them: the best work is found first).
+  std::vector<StageId>::const_iterator begin() const { return order_.begin() + front_; }
+  std::vector<StageId>::const_iterator end() const { return order_.end(); }
+  double now(const Stage& stage, const Entry& e) const {
+    return e.total - double(stage.trained_until - e.trained_until) * e.cost;
+  }
+
+ private:
+  std::unordered_map<StageId, Entry> entries_;
+  std::vector<StageId> order_;
+  size_t front_ = 0;
+  int64_t version_ = -1;
+  std::map<std::string, double> costs_;  // root key -> cost per step used
+};
+
 // What the scheduler reads. Every reference outlives the call.
 struct SchedulerInput {
   const StageTree& tree;
   const StateRegistry& states;
-  const std::map<int64_t, RunningJob>& jobs;  // running, by id
-  // Evaluation step -> the trials waiting for their metric at that step.
-  const std::map<int64_t, std::set<TrialId>>& pending_evaluations;
+  const std::map<int64_t, RunningJob>& jobs;      // running, by id
+  const PendingEvaluations& pending_evaluations;  // by the state they wait for
   // Stage -> the end up to which some trial of a running study needs it (StudyDriver).
   const std::unordered_map<StageId, int64_t>& needed_ends;
   const std::set<StageId>& failed_stages;  // never scheduled again, nor anything below them
-  std::function<double(const std::string& root_key)> cost_per_step;
+  const Priorities& priorities;            // refreshed for these needed ends
+  ScheduleOrder order = ScheduleOrder::kCriticalPath;
 };
 
 // Every unit of work that can start now, highest priority first. Ties go to the older trial and
 // the earlier step, so that the same plan gives the same order of work (and of results, which
-// adaptive searchers depend on) in every run.
-std::vector<WorkItem> ready_work(const SchedulerInput& in);
+// adaptive searchers depend on) in every run. With a limit, the stage work is only the `limit`
+// best items (with the critical-path order: no stage's priority can rise above its total at the
+// last refresh, so the search stops at the first stage whose total is below them), which is
+// what a few idle workers need; evaluations and the replays they ask for always come all.
+std::vector<WorkItem> ready_work(const SchedulerInput& in, size_t limit = SIZE_MAX);
 
 struct IdleWorker {
   std::string peer;

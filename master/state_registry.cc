@@ -45,10 +45,20 @@ int64_t StateRegistry::add_restored(const StateInfo& info) {
   return id;
 }
 
+namespace {
+bool is_kept(const StateInfo& info) {
+  return !info.needed && info.checkpoint_row >= 0;
+}
+}  // namespace
+
 void StateRegistry::add(int64_t id, const StateInfo& info) {
-  if (auto old = states_.find(id); old != states_.end()) bytes_ -= old->second.bytes;
+  if (auto old = states_.find(id); old != states_.end()) {
+    bytes_ -= old->second.bytes;
+    kept_ -= is_kept(old->second);
+  }
   states_[id] = info;
   bytes_ += info.bytes;
+  kept_ += is_kept(info);
   index_[{info.stage, info.step}] = id;
 }
 
@@ -90,13 +100,16 @@ StateInfo StateRegistry::forget(int64_t id) {
   index_.erase({info.stage, info.step});
   states_.erase(id);
   bytes_ -= info.bytes;
+  kept_ -= is_kept(info);
   return info;
 }
 
 void StateRegistry::set_needed(int64_t id, bool needed, std::optional<double> retained_at) {
   StateInfo& info = states_.at(id);
+  kept_ -= is_kept(info);
   info.needed = needed;
   info.retained_at = retained_at;
+  kept_ += is_kept(info);
 }
 
 int64_t StateRegistry::deepest_retained(const StageTree& tree, TrialId trial, int64_t up_to) const {

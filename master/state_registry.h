@@ -77,6 +77,8 @@ class StateRegistry {
   // Every state, by id, and the bytes of their files.
   const std::map<int64_t, StateInfo>& all() const { return states_; }
   int64_t bytes() const { return bytes_; }
+  // How many states with a checkpoint no running study needs (kept for later studies).
+  int64_t kept() const { return kept_; }
   // Marks a state needed (or not) by a running study, and kept for later studies since a time.
   void set_needed(int64_t id, bool needed, std::optional<double> retained_at);
   // The step of the deepest state on `trial`'s path, at most `up_to`, that an earlier study left
@@ -92,6 +94,7 @@ class StateRegistry {
   int64_t next_state_ = 1;
   std::map<int64_t, StateInfo> states_;         // by id
   int64_t bytes_ = 0;                           // the sum of their bytes
+  int64_t kept_ = 0;                            // kept(): counted as states come and go
   std::map<StateKey, int64_t> index_;           // key -> id
   std::map<StateKey, nlohmann::json> metrics_;  // key -> {"accuracy": .., "loss": ..}
 };

@@ -59,6 +59,11 @@ void StudyDriver::restore() {
       check_commands(s.spec, rules_.exec);
       s.searcher = make_searcher(s.spec);
       s.searcher->load(row.searcher_state);
+      // The events fed to it after that state, again: their operations were carried out then.
+      for (const SearcherEvent& e : plan_.searcher_events(row.id)) {
+        feed(*s.searcher, e);
+        ++s.journaled;
+      }
     } catch (const std::exception& e) {
       plan_.set_study_status(row.id, StudyStatus::kFailed,
                              std::string("cannot resume after a restart: ") + e.what());
@@ -73,7 +78,7 @@ void StudyDriver::restore() {
       t.params = tr.params;
       t.length = tr.length;
       t.in_tree = tree_.has_trial(tr.id);
-      t.status = tr.status;
+      t.status = tr.status;  // set_status below, once the study is running here
       s.requested_steps += t.length;
       s.requested_evaluations += static_cast<int64_t>(plan_.eval_requests(tr.id).size());
       if (t.status == TrialStatus::kFailed) t.error = tr.end_reason;
@@ -85,14 +90,16 @@ void StudyDriver::restore() {
         for (int64_t step : plan_.eval_requests(tr.id))
           if (!have.count(step)) {
             t.pending_evals.insert(step);
-            pending_[step].insert(t.id);
+            pending_.add(tree_, t.id, step);
           }
       }
       s.trials[t.request] = t.id;
       trials_[t.id] = std::move(t);
     }
     plan_.add_event(row.id, "resumed", json::object());
-    studies_[row.id] = std::move(s);
+    TrackedStudy& study = studies_[row.id] = std::move(s);
+    for (const auto& [request, id] : study.trials)
+      set_status(trials_.at(id), trials_.at(id).status);
   }
   expanding_ = true;
   // States whose studies ended while no master ran are kept or evicted now, under this master's
@@ -110,15 +117,19 @@ std::string StudyDriver::owner_of(int64_t study) {
 
 void StudyDriver::resync() {
   tree_ = plan_.load_tree();
+  needed_.valid = false;
+  pending_.clear();  // its keys name stages of the tree in memory: rebuilt below
   for (auto it = trials_.begin(); it != trials_.end();) {
     std::optional<TrialRow> row = plan_.trial(it->first);
     if (!row) {
-      for (int64_t step : it->second.pending_evals) pending_[step].erase(it->first);
+      open_.erase(it->first);
       it = trials_.erase(it);
       continue;
     }
     it->second.length = row->length;
     it->second.in_tree = tree_.has_trial(it->first);
+    if (it->second.in_tree)
+      for (int64_t step : it->second.pending_evals) pending_.add(tree_, it->first, step);
     ++it;
   }
   for (auto& [id, s] : studies_)
@@ -137,6 +148,36 @@ void StudyDriver::study_transaction(TrackedStudy& s, const std::function<void()>
     plan_.transaction([&] { finish(s, StudyStatus::kFailed, e.what()); });
   }
   s.master_s += thread_cpu_seconds() - started;
+}
+
+std::vector<Operation> StudyDriver::feed(Searcher& searcher, const SearcherEvent& e) {
+  switch (e.kind) {
+    case SearcherEvent::Kind::kValidation:
+      return searcher.on_validation(e.trial, e.step, e.value);
+    case SearcherEvent::Kind::kClosed:
+      return searcher.on_trial_closed(e.trial);
+    case SearcherEvent::Kind::kFailed:
+      return searcher.on_trial_failed(e.trial);
+    case SearcherEvent::Kind::kBatch:
+      return searcher.next_batch();
+  }
+  return {};
+}
+
+void StudyDriver::journal(TrackedStudy& s, const SearcherEvent& e) {
+  if (!s.searcher->replays_exactly()) return;  // save_searcher saves it whole
+  plan_.add_searcher_event(s.id, e);
+  ++s.journaled;
+}
+
+void StudyDriver::save_searcher(TrackedStudy& s) {
+  // A whole state costs about its trials to write: once the journal is a quarter of that long,
+  // each event has paid O(1) toward it, and a restart replays at most that many events.
+  const int64_t due =
+      std::max<int64_t>(kJournalBeforeSave, static_cast<int64_t>(s.trials.size()) / 4);
+  if (s.searcher->replays_exactly() && s.journaled < due) return;
+  plan_.save_searcher_state(s.id, s.searcher->save());
+  s.journaled = 0;
 }
 
 bool StudyDriver::take_schedule_change() {
@@ -195,8 +236,9 @@ bool StudyDriver::expand(double seconds) {
       if (s.held_back.empty()) s.held_back = s.searcher->next_batch();
       if (s.held_back.empty()) break;
       study_transaction(s, [&] {
+        journal(s, {SearcherEvent::Kind::kBatch});
         apply(s, s.held_back);
-        plan_.save_searcher_state(s.id, s.searcher->save());
+        save_searcher(s);
       });
       s.held_back.clear();
       schedule_changed_ = true;
@@ -283,6 +325,8 @@ void StudyDriver::finish(TrackedStudy& s, StudyStatus status, std::string error)
   s.status = status;
   s.error = error;
   s.ended = Clock::now();
+  for (const auto& [request, id] : s.trials) open_.erase(id);
+  needed_.valid = false;
   plan_.set_study_status(s.id, status, error);
   schedule_changed_ = true;  // its work under way may be abandoned
   plan_.add_event(s.id, status == StudyStatus::kDone ? "finished" : to_string(status),
@@ -374,31 +418,37 @@ void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
     t.length = length;
     schedule_changed_ = true;
     plan_.save_change(tree_, change);
+    needed_.valid = false;
+    for (const Split& split : change.splits) pending_.on_split(tree_, split);
     on_tree_change_(change);
     t.history_steps = std::max(t.history_steps, states_.deepest_retained(tree_, t.id, length));
   }
   plan_.add_eval_requests(t.id, evals);
-  t.status = TrialStatus::kRunning;
+  set_status(t, TrialStatus::kRunning);
   plan_.set_trial_status(t.id, t.status);
+  // Every evaluation waits first, those evaluated already (for another trial) are then reported
+  // in step order: a trial that is trained closes only after its last one, so its searcher sees
+  // them all (reported one by one, it would close after the first).
+  std::vector<std::pair<int64_t, json>> cached;
   for (int64_t step : evals) {
-    if (const json* cached = states_.cached_metrics(state_key(tree_, t.id, step))) {
-      record_metric(t, step, *cached);  // evaluated already, for another trial
-    } else {
-      t.pending_evals.insert(step);
-      pending_[step].insert(t.id);
-    }
+    t.pending_evals.insert(step);
+    pending_.add(tree_, t.id, step);
+    if (const json* m = states_.cached_metrics(state_key(tree_, t.id, step)))
+      cached.emplace_back(step, *m);
   }
+  for (const auto& [step, metrics] : cached)
+    if (t.pending_evals.count(step)) record_metric(t, step, metrics);  // unless stopped meanwhile
 }
 
 void StudyDriver::stop(TrackedTrial& t, const std::string& reason) {
   forget_pending(t);
   t.stopped_at = trained_length(t);
-  t.status = TrialStatus::kStopped;
+  set_status(t, TrialStatus::kStopped);
   plan_.set_trial_status(t.id, t.status, reason);
 }
 
 void StudyDriver::forget_pending(TrackedTrial& t) {
-  for (int64_t step : t.pending_evals) pending_[step].erase(t.id);
+  for (int64_t step : t.pending_evals) pending_.remove(tree_, t.id, step);
   t.pending_evals.clear();
 }
 
@@ -407,20 +457,28 @@ void StudyDriver::record_metric(TrackedTrial& t, int64_t step, const json& metri
   for (const auto& [name, value] : metrics.items())
     plan_.add_metric({t.id, step, name, value.get<double>()});
   t.pending_evals.erase(step);
-  pending_[step].erase(t.id);
+  pending_.remove(tree_, t.id, step);
   TrackedStudy& s = studies_.at(t.study);
   if (s.status != StudyStatus::kRunning) return;
-  if (std::optional<double> v = metric_value(metrics, s.spec.searcher.metric))
-    apply(s, s.searcher->on_validation(t.request, step, *v));
+  if (std::optional<double> v = metric_value(metrics, s.spec.searcher.metric)) {
+    const SearcherEvent validation{SearcherEvent::Kind::kValidation, t.request, step, *v};
+    std::vector<Operation> ops = feed(*s.searcher, validation);
+    journal(s, validation);
+    apply(s, ops);
+  }
   maybe_close(t);
 }
 
 void StudyDriver::maybe_close(TrackedTrial& t) {
   if (t.status != TrialStatus::kRunning || !t.pending_evals.empty() || !trial_trained(t)) return;
-  t.status = TrialStatus::kDone;
+  set_status(t, TrialStatus::kDone);
   plan_.set_trial_status(t.id, t.status, "trained to its length");
   TrackedStudy& s = studies_.at(t.study);
-  if (s.status == StudyStatus::kRunning) apply(s, s.searcher->on_trial_closed(t.request));
+  if (s.status != StudyStatus::kRunning) return;
+  const SearcherEvent closed{SearcherEvent::Kind::kClosed, t.request};
+  std::vector<Operation> ops = feed(*s.searcher, closed);
+  journal(s, closed);
+  apply(s, ops);
 }
 
 bool StudyDriver::trial_trained(const TrackedTrial& t) const {
@@ -434,9 +492,8 @@ bool StudyDriver::trial_trained(const TrackedTrial& t) const {
 void StudyDriver::record_metrics(const StateKey& key, const json& metrics) {
   states_.cache_metrics(key, metrics);
   const int64_t step = key.second;
-  std::vector<TrialId> waiting;
-  for (TrialId t : pending_[step])
-    if (tree_.stage_at(t, step) == key.first) waiting.push_back(t);
+  const std::set<TrialId>& index = pending_.waiting(key);
+  const std::vector<TrialId> waiting(index.begin(), index.end());
   // One commit for every trial that waited for this state; each study's part is a savepoint of
   // its own, so one failing searcher fails only its study.
   plan_.transaction([&] {
@@ -447,7 +504,7 @@ void StudyDriver::record_metrics(const StateKey& key, const json& metrics) {
       TrackedStudy& s = studies_.at(t.study);
       study_transaction(s, [&] {
         record_metric(t, step, metrics);
-        plan_.save_searcher_state(s.id, s.searcher->save());
+        save_searcher(s);
       });
     }
   });
@@ -468,7 +525,7 @@ void StudyDriver::close_trials_ending(TrialId trial, int64_t from, int64_t to) {
     if (s.status != StudyStatus::kRunning) continue;
     study_transaction(s, [&] {
       maybe_close(t);
-      plan_.save_searcher_state(s.id, s.searcher->save());
+      save_searcher(s);
     });
   }
 }
@@ -483,7 +540,7 @@ void StudyDriver::close_trained_trials() {
       TrackedStudy& s = studies_.at(t.study);
       study_transaction(s, [&] {
         maybe_close(t);
-        plan_.save_searcher_state(s.id, s.searcher->save());
+        save_searcher(s);
       });
     }
   });
@@ -506,14 +563,17 @@ void StudyDriver::fail_trials_through(StageId stage, const std::string& error) {
     TrackedTrial& t = it->second;
     TrackedStudy& s = studies_.at(t.study);
     forget_pending(t);
-    t.status = TrialStatus::kFailed;
+    set_status(t, TrialStatus::kFailed);
     t.error = error;
     spdlog::error("trial {} of study {} failed: {}", t.number, s.spec.name, error);
     study_transaction(s, [&] {
       plan_.set_trial_status(t.id, t.status, error);
       if (s.status != StudyStatus::kRunning) return;
-      apply(s, s.searcher->on_trial_failed(t.request));
-      plan_.save_searcher_state(s.id, s.searcher->save());
+      const SearcherEvent failed{SearcherEvent::Kind::kFailed, t.request};
+      std::vector<Operation> ops = feed(*s.searcher, failed);
+      journal(s, failed);
+      apply(s, ops);
+      save_searcher(s);
     });
   }
 }
@@ -577,10 +637,7 @@ void StudyDriver::collect_checkpoints() {
 
 void StudyDriver::keep_within_budget() {
   if (states_.bytes() <= rules_.keep_checkpoint_bytes) return;  // the common case, at once
-  const auto& all = states_.all();
-  if (std::none_of(all.begin(), all.end(),
-                   [](const auto& s) { return !s.second.needed && s.second.checkpoint_row >= 0; }))
-    return;  // only what running studies need: nothing to evict
+  if (states_.kept() == 0) return;  // only what running studies need: nothing to evict
   try {
     plan_.transaction([&] { collect_checkpoints(); });
   } catch (const PlanBusy&) {
@@ -615,14 +672,36 @@ int64_t StudyDriver::trained_length(const TrackedTrial& t) const {
   return t.in_tree ? tree_.trained_length(t.id) : 0;
 }
 
-std::unordered_map<StageId, int64_t> StudyDriver::needed_ends() const {
-  std::map<TrialId, int64_t> lengths;
-  for (const auto& [id, t] : trials_) {
-    // Work of a study that ended (done, failed, cancelled) is not trained any further.
-    if (!t.in_tree || t.status == TrialStatus::kFailed || !running(t.study)) continue;
-    lengths[id] = t.needed_length();
+const StudyDriver::NeededEnds& StudyDriver::needed_ends() {
+  if (!needed_.valid) {
+    // Only open trials of running studies may need steps that are not trained: a closed trial
+    // was trained to its length, a stopped one needs nothing more, and work of a study that
+    // ended is not trained any further. So this costs what is open, not what has finished.
+    std::map<TrialId, int64_t> lengths;
+    for (TrialId id : open_) {
+      const TrackedTrial& t = trials_.at(id);
+      if (t.in_tree) lengths[id] = t.needed_length();
+    }
+    needed_.ends = tree_.needed_ends(lengths);
+    needed_.valid = true;
+    ++needed_.version;
   }
-  return tree_.needed_ends(lengths);
+  return needed_;
+}
+
+void StudyDriver::set_status(TrackedTrial& t, TrialStatus status) {
+  // A trial that closes was trained to its length: what it needed is trained, and dropping it
+  // changes no work (the ends stay valid). Any other change may.
+  if (status != TrialStatus::kDone || t.status != TrialStatus::kRunning) needed_.valid = false;
+  t.status = status;
+  if ((status == TrialStatus::kPending || status == TrialStatus::kRunning) && running(t.study))
+    open_.insert(t.id);
+  else
+    open_.erase(t.id);
+}
+
+void StudyDriver::on_progress(StageId stage) {
+  pending_.on_progress(tree_, stage);
 }
 
 std::set<int64_t> StudyDriver::studies_through(StageId stage) const {

@@ -20,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "master/pending_evaluations.h"
 #include "master/retention.h"
 #include "master/state_registry.h"
 #include "protocol/clock.h"
@@ -83,7 +84,13 @@ struct TrackedStudy {
   int64_t requested_steps = 0, requested_evaluations = 0;
   // A batch of operations that the searcher gave (next_batch) and the plan has not yet taken.
   std::vector<Operation> held_back;
+  // Events fed to the searcher since its state was last saved whole (the plan's journal).
+  int64_t journaled = 0;
 };
+
+// Events journaled at least, before a searcher's state is saved whole again (StudyDriver::
+// save_searcher): small studies save about as often as before.
+inline constexpr int64_t kJournalBeforeSave = 16;
 
 // What the master's operator allows a study (--allow-exec, --max-trials, ...).
 struct StudyRules {
@@ -153,10 +160,20 @@ class StudyDriver {
   // Spreads the master's own CPU time over the running studies, in proportion to their trials.
   void charge_master_time(double seconds);
 
-  // For the scheduler: for every stage, the end up to which some trial of a running study needs it.
-  std::unordered_map<StageId, int64_t> needed_ends() const;
-  // Evaluation step -> the trials waiting for their metric there.
-  const std::map<int64_t, std::set<TrialId>>& pending_evaluations() const { return pending_; }
+  // For the scheduler: for every stage, the end up to which some trial of a running study needs
+  // it. Kept between calls and computed again only after a change that may alter it (a trial
+  // placed, extended, stopped or failed, a study ended); `version` counts the computations.
+  struct NeededEnds {
+    std::unordered_map<StageId, int64_t> ends;
+    int64_t version = 0;
+    bool valid = false;
+  };
+  const NeededEnds& needed_ends();
+  // The stage was trained further (StageTree::mark_trained): states that trials wait for may
+  // have been trained.
+  void on_progress(StageId stage);
+  // The trials waiting for a metric, by the state they wait for.
+  const PendingEvaluations& pending_evaluations() const { return pending_; }
   const std::set<StageId>& failed_stages() const { return failed_stages_; }
   // The studies whose trials pass through the stage or below it.
   std::set<int64_t> studies_through(StageId stage) const;
@@ -191,6 +208,17 @@ class StudyDriver {
   void finish(TrackedStudy& s, StudyStatus status, std::string error);
   bool trial_trained(const TrackedTrial& t) const;
   void forget_pending(TrackedTrial& t);
+  // The searcher's state: its whole state is saved now and then (save_searcher, at the end of a
+  // study's transaction), and each event fed to it in between is journaled in the plan (journal,
+  // before its operations are applied, so that events they cause come after it). A restarted
+  // master loads the saved state and feeds the journal again (feed), dropping the operations:
+  // they were carried out the first time. A searcher whose replay may differ
+  // (Searcher::replays_exactly) is saved whole after every event instead.
+  static std::vector<Operation> feed(Searcher& searcher, const SearcherEvent& e);
+  void journal(TrackedStudy& s, const SearcherEvent& e);
+  void save_searcher(TrackedStudy& s);
+  // Every change of a trial's status goes through here (it keeps open_).
+  void set_status(TrackedTrial& t, TrialStatus status);
   // The owner recorded in the study's "submitted" event.
   std::string owner_of(int64_t study);
   // Counts what the study's searcher asks against the budget; std::runtime_error (which fails
@@ -205,7 +233,11 @@ class StudyDriver {
   std::function<void(const Change&)> on_tree_change_;
   std::map<int64_t, TrackedStudy> studies_;
   std::map<TrialId, TrackedTrial> trials_;
-  std::map<int64_t, std::set<TrialId>> pending_;  // eval step -> trials waiting for it
+  PendingEvaluations pending_;
+  // The trials of running studies that are pending or running (set_status keeps it): the only
+  // ones that may need training.
+  std::set<TrialId> open_;
+  NeededEnds needed_;
   std::set<StageId> failed_stages_;
   TrialId next_trial_ = 0;
   bool schedule_changed_ = true;

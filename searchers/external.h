@@ -46,6 +46,8 @@ class ExternalSearcher : public Searcher {
   // length needs), "finished": whether it said finish (its process has ended then)}.
   nlohmann::json save() const override;
   void load(const nlohmann::json& state) override;
+  // The user's process may decide differently when fed the same events again.
+  bool replays_exactly() const override { return false; }
   // The spec's max_trials, if any (replies that create more are refused).
   std::optional<uint64_t> most_trials() const override;
 

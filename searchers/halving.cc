@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
+#include <functional>
 #include <optional>
+#include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "searchers/basic.h"
 
@@ -47,6 +52,23 @@ struct TrialState {
   int rung() const { return static_cast<int>(values.size()) - 1; }
 };
 
+// A trial's place in a rung's ranking: its value there (negated when the mode is max) and its id,
+// so that pairs in their natural order are best first, ties to the lower id.
+using RankKey = std::pair<double, RequestId>;
+// A set of keys that also tells how many keys come before one, in O(log n).
+using RankTree =
+    __gnu_pbds::tree<RankKey, __gnu_pbds::null_type, std::less<RankKey>, __gnu_pbds::rb_tree_tag,
+                     __gnu_pbds::tree_order_statistics_node_update>;
+
+// asha's view of one rung, kept up to date so that an event costs O(rungs log n), not a sort of
+// every trial: with a study of 100,000 trials, re-ranking on each event would be quadratic.
+struct RungIndex {
+  // The trials that finished the rung with a value, promoted since or not: the rung's ranking.
+  RankTree ranked;
+  // Those of them still at the rung (not promoted), in the same order.
+  std::set<RankKey> waiting;
+};
+
 class HalvingSearcher : public Searcher {
  public:
   HalvingSearcher(const StudySpec& spec, Kind kind) : spec_(spec), kind_(kind) {
@@ -58,6 +80,9 @@ class HalvingSearcher : public Searcher {
       if (!spec_.searcher.max_trials) max_trials.fail("missing (" + name() + " needs it)");
       brackets_.push_back({0, *spec_.searcher.max_trials, top + 1});
       if (options.has("parallel")) parallel_ = at_least(options["parallel"], 1);
+      bracket_running_.assign(1, 0);
+      // No trial is promoted from the top rung: it needs no index.
+      if (kind == Kind::kAsha) rungs_.resize(top);
       return;
     }
     int count = options.has("brackets") ? options["brackets"].integer(1, top + 1) : top + 1;
@@ -72,6 +97,7 @@ class HalvingSearcher : public Searcher {
     if (next > static_cast<int64_t>(kMaxGridTrials))
       max_trials.fail("hyperband's brackets have " + std::to_string(next) +
                       " trials; give max_trials to cap them");
+    bracket_running_.assign(brackets_.size(), 0);
   }
 
   std::optional<uint64_t> most_trials() const override {
@@ -133,6 +159,7 @@ class HalvingSearcher : public Searcher {
       trials.push_back(std::move(t));
     }
     trials_ = std::move(trials);
+    reindex();
   }
 
  private:
@@ -213,14 +240,57 @@ class HalvingSearcher : public Searcher {
   void create(std::vector<Operation>& ops) {
     RequestId id = static_cast<RequestId>(trials_.size());
     trials_.push_back(new_trial(id));
+    ++running_;
+    ++bracket_running_[trials_.back().bracket];
     ops.push_back(Create{id, trials_.back().params, std::nullopt});
     ops.push_back(train(id));
   }
 
   void promote(RequestId id, std::vector<Operation>& ops) {
-    trials_[id].values.emplace_back();
-    trials_[id].running = true;
+    TrialState& t = trials_[id];
+    // It stays in its rung's ranking (its value there counts for the others), but waits no more.
+    if (static_cast<size_t>(t.rung()) < rungs_.size())
+      rungs_[t.rung()].waiting.erase(rank_key(id, t.rung()));
+    t.values.emplace_back();
+    t.running = true;
+    ++running_;
+    ++bracket_running_[t.bracket];
     ops.push_back(train(id));
+  }
+
+  RankKey rank_key(RequestId id, int k) const {
+    double v = *trials_[id].values[k];
+    return {spec_.searcher.maximize ? -v : v, id};
+  }
+
+  // asha: the trial stopped running at its rung with a value there: it joins the rung's ranking.
+  // (While it runs, its value may still change; a failure resets it.)
+  void rank_at_rung(RequestId id) {
+    const TrialState& t = trials_[id];
+    if (static_cast<size_t>(t.rung()) >= rungs_.size() || !t.values.back()) return;
+    RankKey key = rank_key(id, t.rung());
+    rungs_[t.rung()].ranked.insert(key);
+    rungs_[t.rung()].waiting.insert(key);
+  }
+
+  // Rebuilds the counts and indexes from trials_ (after load), by their definitions: a trial is
+  // in rung k's ranking when it has a value there and no longer runs there (see ranked()).
+  void reindex() {
+    running_ = 0;
+    bracket_running_.assign(brackets_.size(), 0);
+    for (RungIndex& r : rungs_) r = RungIndex{};
+    for (RequestId id = 0; id < static_cast<RequestId>(trials_.size()); ++id) {
+      const TrialState& t = trials_[id];
+      if (t.running) {
+        ++running_;
+        ++bracket_running_[t.bracket];
+      }
+      for (int k = 0; k <= t.rung() && static_cast<size_t>(k) < rungs_.size(); ++k) {
+        if (!t.values[k] || (k == t.rung() && t.running)) continue;
+        rungs_[k].ranked.insert(rank_key(id, k));
+        if (k == t.rung()) rungs_[k].waiting.insert(rank_key(id, k));
+      }
+    }
   }
 
   // The master applies operations in order, and a Train whose steps are already trained and
@@ -236,14 +306,17 @@ class HalvingSearcher : public Searcher {
     TrialState& t = at(trial);
     if (!t.running) return {};  // stopped, or closed already
     t.running = false;
+    --running_;
+    --bracket_running_[t.bracket];
     if (failed) t.values.back().reset();
+    rank_at_rung(trial);
     std::vector<Operation> ops = kind_ == Kind::kAsha ? fill() : halve(t.bracket);
-    if (std::none_of(trials_.begin(), trials_.end(), [](const TrialState& x) { return x.running; }))
-      ops.push_back(Finish{});
+    if (running_ == 0) ops.push_back(Finish{});
     return ops;
   }
 
-  // The trials among [first, last) that finished rung k with a value, best first.
+  // The trials among [first, last) that finished rung k with a value, best first (sha and
+  // hyperband, once per rung of a bracket; asha keeps the same order in rungs_).
   std::vector<RequestId> ranked(RequestId first, RequestId last, int k) const {
     std::vector<RequestId> ids;
     for (RequestId id = first; id < last; ++id) {
@@ -260,13 +333,12 @@ class HalvingSearcher : public Searcher {
 
   // sha, hyperband: once no trial of the bracket is running, the best of its current rung go on.
   std::vector<Operation> halve(size_t bracket) {
+    if (bracket_running_[bracket] > 0) return {};
+    // The bracket is complete: this happens once per rung, so scanning it is fine.
     const Bracket& b = brackets_[bracket];
     RequestId last = b.first + b.size;
     int k = 0;
-    for (RequestId id = b.first; id < last; ++id) {
-      if (trials_[id].running) return {};
-      k = std::max(k, trials_[id].rung());
-    }
+    for (RequestId id = b.first; id < last; ++id) k = std::max(k, trials_[id].rung());
     if (k + 1 == b.rungs) return {};
     std::vector<RequestId> ids = ranked(b.first, last, k);
     size_t keep = std::max<size_t>(1, ids.size() / eta_);
@@ -283,9 +355,7 @@ class HalvingSearcher : public Searcher {
   // asha: keeps `parallel` trials in flight, promoting where it can, else creating.
   std::vector<Operation> fill() {
     std::vector<Operation> ops;
-    int64_t running = std::count_if(trials_.begin(), trials_.end(),
-                                    [](const TrialState& t) { return t.running; });
-    for (; running < parallel_; ++running) {
+    for (int64_t running = running_; running < parallel_; ++running) {
       if (std::optional<RequestId> id = promotable())
         promote(*id, ops);
       else if (static_cast<int64_t>(trials_.size()) < brackets_[0].size)
@@ -297,12 +367,15 @@ class HalvingSearcher : public Searcher {
   }
 
   // From the highest rung down, the best trial not promoted yet among the first floor(count / eta)
-  // of a rung's count values.
+  // of a rung's count values. That is the first waiting trial of the rung if its rank is below
+  // floor(count / eta): every trial ranked before it has been promoted already.
   std::optional<RequestId> promotable() const {
-    for (int k = brackets_[0].rungs - 2; k >= 0; --k) {
-      std::vector<RequestId> ids = ranked(0, static_cast<RequestId>(trials_.size()), k);
-      for (size_t i = 0; i < ids.size() / eta_; ++i)
-        if (trials_[ids[i]].rung() == k) return ids[i];
+    for (size_t k = rungs_.size(); k-- > 0;) {
+      const RungIndex& r = rungs_[k];
+      if (r.waiting.empty()) continue;
+      const RankKey& best = *r.waiting.begin();
+      if (r.ranked.order_of_key(best) < r.ranked.size() / static_cast<size_t>(eta_))
+        return best.second;
     }
     return std::nullopt;
   }
@@ -314,6 +387,10 @@ class HalvingSearcher : public Searcher {
   int64_t parallel_ = 2;  // asha
   std::vector<Bracket> brackets_;
   std::vector<TrialState> trials_;  // by id
+  // Kept with trials_ so that no event counts or sorts every trial.
+  int64_t running_ = 0;                   // trials running, in all brackets
+  std::vector<int64_t> bracket_running_;  // by bracket
+  std::vector<RungIndex> rungs_;          // asha: rungs 0 .. top - 1; empty for sha, hyperband
 };
 
 SearcherKind halving_kind(Kind kind, std::vector<std::string> extra) {

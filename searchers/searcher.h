@@ -85,6 +85,12 @@ class Searcher {
   virtual nlohmann::json save() const = 0;
   // Replaces the state with a saved one; throws SpecError naming what is wrong in it.
   virtual void load(const nlohmann::json& state) = 0;
+  // Whether load(save()) followed by the events fed after that save (the same calls, in the same
+  // order) leaves exactly the state the searcher had: the master then saves the whole state only
+  // now and then and journals the events in between (master/study_driver.h). A searcher whose
+  // decisions depend on anything else (a process of the user's, the clock) says false and is
+  // saved whole after every event.
+  virtual bool replays_exactly() const { return true; }
 
   // Operations held back because there were too many to give at once (grid and random give their
   // trials kTrialBatch at a time, so that a large study enters the plan between other work): the

@@ -32,12 +32,14 @@ const char* const kStudyStatuses[] = {"running", "done", "failed", "cancelled"};
 const char* const kTrialStatuses[] = {"pending", "running", "done", "stopped", "failed"};
 const char* const kExecutionKinds[] = {"train", "replay", "evaluate"};
 const char* const kExecutionOutcomes[] = {"done", "failed", "abandoned", "lost"};
+const char* const kSearcherEventKinds[] = {"validation", "closed", "failed", "batch"};
 
 // The first version whose tables this binary's reads expect (studies.deleted_at), the first
-// with executions, and the first with checkpoints.retained_at.
+// with executions, the first with checkpoints.retained_at, and the first with searcher_events.
 constexpr int kFirstReadableVersion = 2;
 constexpr int kExecutionsVersion = 3;
 constexpr int kRetentionVersion = 4;
+constexpr int kSearcherEventsVersion = 5;
 
 }  // namespace
 
@@ -76,6 +78,11 @@ ExecutionKind parse_execution_kind(const std::string& t) {
 }
 ExecutionOutcome parse_execution_outcome(const std::string& t) {
   return parse_name<ExecutionOutcome>(kExecutionOutcomes, t, "execution outcome");
+}
+
+bool SearcherEvent::operator==(const SearcherEvent& o) const {
+  bool same_value = value == o.value || (std::isnan(value) && std::isnan(o.value));
+  return kind == o.kind && trial == o.trial && step == o.step && same_value;
 }
 
 bool MetricRow::operator==(const MetricRow& o) const {
@@ -242,7 +249,7 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
   plan.exec("PRAGMA journal_mode = WAL");
   // FULL: a commit is on disk when it returns (the WAL is fsynced), so what the master has
   // acknowledged to a client or acted on survives a power loss too (plan.h).
-  plan.exec("PRAGMA synchronous = FULL");
+  plan.exec(options.durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = OFF");
   plan.exec("PRAGMA foreign_keys = ON");
   plan.migrate();
   return plan;
@@ -396,7 +403,41 @@ void SearchPlan::save_searcher_state(int64_t study, const nlohmann::json& state)
     Query(*this, "UPDATE studies SET searcher_state = ? WHERE id = ?", state, study).run();
     if (sqlite3_changes(db_) == 0)
       throw std::invalid_argument("no study with id " + std::to_string(study));
+    Query(*this, "DELETE FROM searcher_events WHERE study_id = ?", study).run();
   });
+}
+
+void SearchPlan::add_searcher_event(int64_t study, const SearcherEvent& event) {
+  // NaN is bound as NULL (SQLite has no NaN) and read back as NaN.
+  std::optional<double> value;
+  if (!std::isnan(event.value)) value = event.value;
+  transaction([&] {
+    if (!exists("studies", study))
+      throw std::invalid_argument("no study with id " + std::to_string(study));
+    Query(*this,
+          "INSERT INTO searcher_events (study_id, seq, kind, trial, step, value) VALUES (?1, "
+          "(SELECT COALESCE(MAX(seq), 0) + 1 FROM searcher_events WHERE study_id = ?1), ?2, ?3, "
+          "?4, ?5)",
+          study, kSearcherEventKinds[static_cast<int>(event.kind)], event.trial, event.step, value)
+        .run();
+  });
+}
+
+std::vector<SearcherEvent> SearchPlan::searcher_events(int64_t study) {
+  std::vector<SearcherEvent> out;
+  if (schema_version() < kSearcherEventsVersion) return out;
+  Query q(*this,
+          "SELECT kind, trial, step, value FROM searcher_events WHERE study_id = ? ORDER BY seq",
+          study);
+  while (q.next()) {
+    SearcherEvent e;
+    e.kind = parse_name<SearcherEvent::Kind>(kSearcherEventKinds, q.text(0), "searcher event");
+    e.trial = q.int64(1);
+    e.step = q.int64(2);
+    e.value = q.is_null(3) ? NAN : q.real(3);
+    out.push_back(e);
+  }
+  return out;
 }
 
 void SearchPlan::delete_study(int64_t study) {

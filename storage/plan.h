@@ -131,6 +131,18 @@ struct ExecutionRow {
   std::vector<int64_t> studies;  // the studies whose trials needed it, ascending
 };
 
+// An event the master fed a study's searcher since its state was last saved (schema version 5):
+// its validation of a trial at a step (value: the metric, NaN allowed), a trial closed or failed,
+// or a batch of held-back operations taken (next_batch).
+struct SearcherEvent {
+  enum class Kind { kValidation, kClosed, kFailed, kBatch };
+  Kind kind = Kind::kValidation;
+  int64_t trial = 0;  // the searcher's request id
+  int64_t step = 0;
+  double value = 0;
+  bool operator==(const SearcherEvent&) const;  // NaN equals NaN
+};
+
 struct EventRow {
   int64_t id = 0;
   double time = 0;
@@ -143,6 +155,9 @@ class SearchPlan {
  public:
   struct Options {
     int busy_timeout_ms = 5000;  // how long a write waits for another process's write lock
+    // false: a commit returns before it is on disk (SQLite's synchronous = OFF), for a plan that
+    // is thrown away after the process (`hippo simulate`): a power loss may lose it whole.
+    bool durable = true;
   };
 
   // Creates the file or opens it and migrates it to the latest schema version. Throws
@@ -187,7 +202,13 @@ class SearchPlan {
   int64_t create_study(const std::string& name, const nlohmann::json& spec, Policy policy);
   // Any status but running sets ended_at; error says why a study failed (empty for none).
   void set_study_status(int64_t study, StudyStatus status, const std::string& error = "");
+  // Saves the searcher's whole state, which includes every event fed to it: the study's searcher
+  // events are deleted.
   void save_searcher_state(int64_t study, const nlohmann::json& state);
+  // Appends an event fed to the study's searcher after its saved state.
+  void add_searcher_event(int64_t study, const SearcherEvent& event);
+  // The events since the saved state, in the order they were added (none before version 5).
+  std::vector<SearcherEvent> searcher_events(int64_t study);
   void delete_study(int64_t study);
 
   std::vector<StudyRow> studies();                                 // not deleted, by id

@@ -125,8 +125,26 @@ static const char* const kVersion4 = R"sql(
 ALTER TABLE checkpoints ADD COLUMN retained_at REAL;
 )sql";
 
+// Version 5: the searcher events since a study's last saved searcher state. The master saves a
+// searcher's whole state only now and then (its size grows with the study), and in between
+// appends each event it feeds the searcher; a restarted master loads the state and feeds the
+// events again, in order (master/study_driver.h). Saving the state deletes the study's events.
+// value is NULL for NaN.
+static const char* const kVersion5 = R"sql(
+CREATE TABLE searcher_events (
+  study_id INTEGER NOT NULL REFERENCES studies (id),
+  seq INTEGER NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('validation', 'closed', 'failed', 'batch')),
+  trial INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  PRIMARY KEY (study_id, seq)
+) WITHOUT ROWID;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4,
+                                                      kVersion5};
   return steps;
 }
 

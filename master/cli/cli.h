@@ -12,6 +12,7 @@
 #include "protocol/auth.h"
 #include "protocol/trust.h"
 #include "searchers/budget.h"
+#include "searchers/spec.h"
 #include "storage/plan.h"
 
 namespace hippo::cli {
@@ -61,6 +62,8 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
 // checkpoints
 void add_checkpoints_command(CLI::App& app, const GlobalOptions& global, Action* action);
 
+// simulate
+void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* action);
 // The CURVE keys of --master-key and --key, none with --insecure, else the local key pair;
 // BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);
@@ -69,8 +72,21 @@ protocol::ClientKeys client_keys(const GlobalOptions& global);
 // it does not or cannot be opened.
 SearchPlan open_existing_plan(const std::string& path);
 
+// A spec file, parsed and as written; BadInput naming the problem.
+struct LoadedSpec {
+  StudySpec spec;
+  nlohmann::json spec_json;
+};
+LoadedSpec load_spec_file(const std::string& path);
+// --policy: shared or trial-based; BadInput otherwise.
+Policy policy_of(const std::string& text);
+
 // --max-trials, --max-steps and --max-evaluations (searchers/budget.h), for master, run, preview.
 void add_budget_options(CLI::App* cmd, Budget* budget);
+// --keep-checkpoints SIZE, for master, run and simulate (master/retention.h); keep_bytes parses
+// the text (the default for none), BadInput naming the option otherwise.
+void add_keep_option(CLI::App* cmd, std::string* size);
+int64_t keep_bytes(const std::string& size);
 // --allow-exec KINDS, for master and run: the text goes to *kinds, parsed by exec_kinds.
 void add_exec_option(CLI::App* cmd, std::string* kinds, const std::string& what);
 // BadInput naming --allow-exec when the text is not searcher, trainer or both.

@@ -33,31 +33,6 @@ void on_signal(int) {
   g_interrupted = 1;
 }
 
-struct Loaded {
-  StudySpec spec;
-  json spec_json;
-};
-
-Loaded load(const std::string& path) {
-  try {
-    Loaded l;
-    l.spec = load_spec(path);
-    std::ifstream in(path);
-    l.spec_json = json::parse(in);
-    return l;
-  } catch (const SpecError& e) {
-    throw BadInput(e.what());
-  }
-}
-
-Policy policy_of(const std::string& text) {
-  try {
-    return parse_policy(text);
-  } catch (const std::invalid_argument& e) {
-    throw BadInput(std::string("--policy: ") + e.what());
-  }
-}
-
 SearchPlan open_plan(const std::string& path) {
   try {
     return SearchPlan::open(path);
@@ -150,7 +125,7 @@ pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int 
 int run(const std::string& path, int workers, const std::string& policy_text,
         std::string checkpoints, const master::StudyRules& rules, const GlobalOptions& global) {
   Policy policy = policy_of(policy_text);
-  Loaded l = load(path);
+  LoadedSpec l = load_spec_file(path);
   if (checkpoints.empty()) checkpoints = global.db + ".checkpoints";
   RunDirectory run_dir;
   master::Options options;
@@ -317,7 +292,7 @@ int serve(std::string bind, const std::string& checkpoints, double timeout_s,
 int submit(const std::string& path, const std::string& policy_text, bool wait,
            const GlobalOptions& global) {
   Policy policy = policy_of(policy_text);
-  Loaded l = load(path);
+  LoadedSpec l = load_spec_file(path);
   protocol::Submit request{.spec = l.spec_json, .policy = to_string(policy)};
   int64_t study = ask_master(global, request.to_json())["study"];
   if (!wait) {
@@ -356,6 +331,26 @@ void add_budget_options(CLI::App* cmd, Budget* budget) {
                   "evaluations one study's trials may request in all (default " +
                       std::to_string(budget->evaluations) + ")")
       ->check(CLI::Range(int64_t{1}, INT64_MAX));
+}
+
+LoadedSpec load_spec_file(const std::string& path) {
+  try {
+    LoadedSpec l;
+    l.spec = load_spec(path);
+    std::ifstream in(path);
+    l.spec_json = json::parse(in);
+    return l;
+  } catch (const SpecError& e) {
+    throw BadInput(e.what());
+  }
+}
+
+Policy policy_of(const std::string& text) {
+  try {
+    return parse_policy(text);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string("--policy: ") + e.what());
+  }
 }
 
 // --keep-checkpoints: the checkpoint directory's budget (master/retention.h).

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   add_cluster_commands(app, global, &action);
   add_dashboard_commands(app, global, &action);
   add_checkpoints_command(app, global, &action);
+  add_simulate_command(app, global, &action);
 
   try {
     app.parse(argc, argv);

@@ -28,15 +28,17 @@ struct Fixture {
   StageTree tree;
   StateRegistry states{"test"};
   std::map<int64_t, RunningJob> jobs;
-  std::map<int64_t, std::set<TrialId>> pending;
+  PendingEvaluations pending;
   std::set<StageId> failed;
   std::map<std::string, double> cost;
 
   std::vector<WorkItem> work() {
     std::unordered_map<StageId, int64_t> needed = all_needed(tree);
-    SchedulerInput in{tree, states, jobs, pending, needed, failed, [&](const std::string& root) {
-                        return cost.count(root) ? cost.at(root) : 1.0;
-                      }};
+    Priorities priorities;
+    priorities.refresh(tree, needed, 0, [&](const std::string& root) {
+      return cost.count(root) ? cost.at(root) : 1.0;
+    });
+    SchedulerInput in{tree, states, jobs, pending, needed, failed, priorities};
     return ready_work(in);
   }
 };
@@ -120,7 +122,7 @@ TEST(Scheduler, AMissingStateIsReplayedFromTheNearestEarlierOne) {
   StageId top = f.tree.stage_at(0, 100);
   f.tree.mark_trained(top, 100);  // trained, but the state at 100 was lost
   f.states.add(3, {.stage = top, .step = 40, .file = "state-3.ckpt"});
-  f.pending[120].insert(1);  // trial 1 waits for an evaluation at 120, on its own child
+  f.pending.add(f.tree, 1, 120);  // trial 1 waits for an evaluation at 120, on its own child
   std::vector<WorkItem> work = f.work();
   ASSERT_EQ(work.size(), 2u);
   // One replay rebuilds the state at 100 for both children (through either child's trial), with
@@ -146,13 +148,13 @@ TEST(Scheduler, EvaluationsOfStatesTrainedBeforeAnyoneAskedComeFirst) {
   StageId top = f.tree.stage_at(0, 100);
   f.tree.mark_trained(top, 100);
   f.states.add(7, {.stage = top, .step = 100, .file = "state-7.ckpt"});
-  f.pending[100].insert(1);
+  f.pending.add(f.tree, 1, 100);
   std::vector<WorkItem> work = f.work();
   ASSERT_FALSE(work.empty());
   EXPECT_EQ(work[0], (WorkItem{1e300, 1, 100, 100, 7, {100}, kNoStage}));
   // A pending evaluation inside a stage's range goes with that stage's work instead.
   f.pending.clear();
-  f.pending[200].insert(0);
+  f.pending.add(f.tree, 0, 200);
   work = f.work();
   EXPECT_EQ(work[0].representative, 0);
   EXPECT_EQ(work[0].evals, std::vector<int64_t>{200});

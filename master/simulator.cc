@@ -1,0 +1,469 @@
+#include "master/simulator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <list>
+#include <queue>
+#include <random>
+#include <stdexcept>
+#include <tuple>
+
+#include "protocol/clock.h"
+#include "protocol/wire.h"
+
+namespace hippo::master {
+
+const JobTimes& TimeModel::of(const std::string& root_key) const {
+  auto it = by_root_key.find(root_key);
+  return it == by_root_key.end() ? defaults : it->second;
+}
+
+std::map<std::string, JobTimes> times_from_plan(const std::string& path) {
+  SearchPlan plan = SearchPlan::open_read_only(path);
+  struct Fit {
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;  // least squares of y = a + b x
+    double eval_sum = 0;
+    int64_t evals = 0;
+    int64_t bytes = 0, checkpoints = 0;
+  };
+  std::map<std::string, Fit> fits;
+  std::map<TrialId, std::string> root_of;  // trial -> its study's root key
+  for (const StudyRow& study : plan.studies()) {
+    const std::string root_key = parse_spec(study.spec).root_key;
+    for (const TrialRow& t : plan.trials(study.id)) root_of[t.id] = root_key;
+  }
+  for (const ExecutionRow& e : plan.executions(std::nullopt)) {
+    auto root = root_of.find(e.trial);
+    if (e.outcome != ExecutionOutcome::kDone || root == root_of.end()) continue;
+    Fit& f = fits[root->second];
+    const double seconds = e.ended_at - e.started_at;
+    if (e.kind == ExecutionKind::kEvaluate) {
+      f.eval_sum += seconds;
+      ++f.evals;
+      continue;
+    }
+    const double steps = static_cast<double>(e.to - e.from);
+    f.n += 1;
+    f.sx += steps;
+    f.sy += seconds;
+    f.sxx += steps * steps;
+    f.sxy += steps * seconds;
+  }
+  const StageTree tree = plan.load_tree();
+  for (const CheckpointRow& c : plan.checkpoints()) {
+    // A trial-based root key is its study's with the trial appended (study_driver.h).
+    const std::string& key = tree.stage(c.stage).root_key;
+    auto f = fits.find(key.substr(0, key.find("/trial-")));
+    if (f == fits.end()) continue;
+    f->second.bytes += c.size;
+    ++f->second.checkpoints;
+  }
+  std::map<std::string, JobTimes> out;
+  for (const auto& [root, f] : fits) {
+    if (f.sx <= 0) continue;
+    JobTimes t;
+    // Jobs all of one length (a trial-based run) say nothing of a job's own cost: it is 0 then.
+    const double d = f.n * f.sxx - f.sx * f.sx;
+    const bool one_length = d <= 1e-9 * f.n * f.sxx;
+    t.step_s = std::max(0.0, one_length ? f.sy / f.sx : (f.n * f.sxy - f.sx * f.sy) / d);
+    t.job_s = one_length ? 0 : std::max(0.0, (f.sy - t.step_s * f.sx) / f.n);
+    t.eval_s = f.evals > 0 ? std::max(0.0, f.eval_sum / static_cast<double>(f.evals) - t.job_s) : 0;
+    if (f.checkpoints > 0) t.state_bytes = f.bytes / f.checkpoints;
+    out[root] = t;
+  }
+  return out;
+}
+
+nlohmann::json SimulatedRun::to_json() const {
+  nlohmann::json s = nlohmann::json::array();
+  for (const StudySummary& x : studies) s.push_back(x.to_json());
+  nlohmann::json messages = nlohmann::json::object();
+  for (const auto& [type, c] : master.messages)
+    messages[type] = {{"count", c.count}, {"cpu_s", c.cpu_s}};
+  return {{"studies", s},
+          {"makespan_s", makespan_s},
+          {"busy_s", busy_s},
+          {"gpu_hours", busy_s / 3600},
+          {"utilization", utilization},
+          {"steps_executed", steps_executed},
+          {"steps_unique", steps_unique},
+          {"steps_trial_based", steps_trial_based},
+          {"critical_path_s", critical_path_s},
+          {"jobs", jobs},
+          {"failures", failures},
+          {"master",
+           {{"messages", messages},
+            {"decisions", {{"count", master.decisions.count}, {"cpu_s", master.decisions.cpu_s}}},
+            {"jobs", master.jobs}}},
+          {"plan_bytes", plan_bytes},
+          {"wall_s", wall_s}};
+}
+
+namespace {
+
+// The simulation of one run: an event queue in virtual time, the simulated workers, and the
+// transport through which the master reads their messages and writes to them.
+class Simulation {
+ public:
+  Simulation(const std::vector<SimulatedStudy>& studies, const SimulationOptions& options,
+             MetricModel& metrics, double& now)
+      : studies_(studies), options_(options), metrics_(metrics), now_(now), random_(options.seed) {
+    for (const SimulatedStudy& s : studies_) runs_.push_back(run_spec(s.spec));
+  }
+
+  SimulatedRun run(const std::string& plan_path, const std::string& checkpoints);
+
+ private:
+  // Messages between the master and the workers: what the master sends is handled at once (it
+  // only schedules events); what workers send waits in the inbox until its event fires.
+  class SimTransport : public Transport {
+   public:
+    explicit SimTransport(Simulation& sim) : sim_(sim) {}
+    std::optional<protocol::Envelope> receive(int) override {
+      if (inbox_.empty()) return std::nullopt;
+      protocol::Envelope e = std::move(inbox_.front());
+      inbox_.pop_front();
+      return e;
+    }
+    void send(const std::string& peer, const std::string& body) override {
+      sim_.from_master(peer, body);
+    }
+    // Every simulated worker is trusted with every role, as with --insecure.
+    protocol::PeerIdentity identity_of(const protocol::Envelope&) const override {
+      return protocol::from_user_id("");
+    }
+    std::deque<protocol::Envelope> inbox_;
+
+   private:
+    Simulation& sim_;
+  };
+
+  enum class EventKind { kMessage, kDone, kSubmit, kFailure, kRestart };
+  struct Event {
+    double time = 0;
+    int order = 0;  // at equal times: messages (0) before done (1)
+    int64_t seq = 0;
+    EventKind kind = EventKind::kMessage;
+    size_t index = 0;        // the worker, or the study for kSubmit
+    int64_t generation = 0;  // the worker's at scheduling: stale once it changed
+    nlohmann::json message;  // kMessage
+    bool operator>(const Event& o) const {
+      return std::tie(time, order, seq) > std::tie(o.time, o.order, o.seq);
+    }
+  };
+
+  struct Worker {
+    std::string peer;
+    bool up = true;
+    int64_t generation = 0;  // changes when its pending events become void (failure, abandon)
+    std::string incarnation;
+    std::list<int64_t> held;  // most recently used first
+    // The current job, if any.
+    int64_t job = -1;
+    protocol::Job order;
+    const SimulatedStudy* study = nullptr;
+    JobTimes times;
+    double started = 0, train_from = 0;  // virtual times: the job arrived, training began
+    double writes_end = 0;               // the snapshot writer is busy until then
+  };
+
+  void schedule(double at, int order, EventKind kind, size_t index, nlohmann::json message = {}) {
+    const int64_t generation = kind == EventKind::kSubmit ? 0 : workers_[index].generation;
+    queue_.push({at, order, seq_++, kind, index, generation, std::move(message)});
+  }
+  void deliver(Worker& w, const nlohmann::json& message) {
+    transport_->inbox_.push_back({w.peer, protocol::serialize(message), "", -1});
+  }
+  void hold(Worker& w, int64_t state) {
+    w.held.remove(state);
+    w.held.push_front(state);
+    while (static_cast<int64_t>(w.held.size()) > options_.cache_states) w.held.pop_back();
+  }
+  std::vector<int64_t> held(const Worker& w) const { return {w.held.begin(), w.held.end()}; }
+  nlohmann::json hello(const Worker& w) const {
+    protocol::Hello h;
+    h.name = w.peer;
+    h.device = "simulated";
+    h.devices = options_.devices;
+    h.held = held(w);
+    h.runs_trainers = true;
+    return h.to_json();
+  }
+  size_t worker_of(const std::string& peer) const { return std::stoul(peer.substr(4)); }
+
+  // When the job's training reaches `step` (its evaluations before it included).
+  double time_at(const Worker& w, int64_t step) const {
+    const auto& evals = w.order.eval_steps;
+    const auto before = std::lower_bound(evals.begin(), evals.end(), step) - evals.begin();
+    return w.train_from + static_cast<double>(step - w.order.from) * w.times.step_s +
+           static_cast<double>(before) * w.times.eval_s;
+  }
+  void snapshot(Worker& w, const protocol::SnapshotOrder& order) {
+    const double write_s = order.file.empty() ? 0
+                                              : static_cast<double>(w.times.state_bytes) /
+                                                    options_.times.bandwidth_bytes_s;
+    w.writes_end = std::max(time_at(w, order.step), w.writes_end) + write_s;
+    schedule(w.writes_end, 0, EventKind::kMessage, worker_of(w.peer),
+             protocol::Snapshot{.job = w.job,
+                                .step = order.step,
+                                .state = order.state,
+                                .file = order.file,
+                                .bytes = order.file.empty() ? 0 : w.times.state_bytes,
+                                .incarnation = w.incarnation}
+                 .to_json());
+  }
+
+  void from_master(const std::string& peer, const std::string& body);
+  void start_job(Worker& w, protocol::Job order);
+  void fire(const Event& e);
+  void end_job(Worker& w) {
+    busy_s_ += now_ - w.started;
+    w.job = -1;
+  }
+  void schedule_failure(size_t index) {
+    if (options_.mtbf_s <= 0) return;
+    std::exponential_distribution<double> after(1 / options_.mtbf_s);
+    schedule(now_ + after(random_), 0, EventKind::kFailure, index);
+  }
+
+  const std::vector<SimulatedStudy>& studies_;
+  std::vector<protocol::RunSpec> runs_;  // of studies_, to find a job's study
+  const SimulationOptions& options_;
+  MetricModel& metrics_;
+  double& now_;
+  std::mt19937_64 random_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> queue_;
+  int64_t seq_ = 0;
+  std::vector<Worker> workers_;
+  SimTransport* transport_ = nullptr;
+  double busy_s_ = 0;
+  int64_t failures_ = 0;
+};
+
+void Simulation::from_master(const std::string& peer, const std::string& body) {
+  Worker& w = workers_.at(worker_of(peer));
+  if (!w.up) return;  // lost on the way, as a real ROUTER drops what it cannot deliver
+  const nlohmann::json m = protocol::parse(body);
+  const std::string type = m.at("type");
+  if (type == protocol::Welcome::kType) {
+    w.incarnation = protocol::Welcome::from_json(m).incarnation;
+  } else if (type == protocol::Job::kType) {
+    start_job(w, protocol::Job::from_json(m));
+  } else if (type == protocol::SnapshotAt::kType) {
+    protocol::SnapshotAt at = protocol::SnapshotAt::from_json(m);
+    // A real worker that has passed the step already cannot snapshot there; it ignores the order.
+    if (at.job == w.job && time_at(w, at.order.step) >= now_) snapshot(w, at.order);
+  } else if (type == protocol::Abandon::kType) {
+    if (protocol::Abandon::from_json(m).job != w.job) return;
+    // It stops at its next step; what it has not announced yet is lost.
+    ++w.generation;
+    schedule(now_ + w.times.step_s, 1, EventKind::kDone, worker_of(peer), {{"abandoned", true}});
+  } else if (type == protocol::Reset::kType) {
+    deliver(w, hello(w));
+  }
+  // Shutdown: the simulation ends on its own.
+}
+
+void Simulation::start_job(Worker& w, protocol::Job order) {
+  auto run = std::find(runs_.begin(), runs_.end(), order.run);
+  if (run == runs_.end()) throw std::logic_error("simulate: a job of no submitted study");
+  w.study = &studies_[static_cast<size_t>(run - runs_.begin())];
+  w.times = options_.times.of(w.study->spec.root_key);
+  w.job = order.id;
+  w.order = std::move(order);
+  w.started = now_;
+  double load_s = 0;
+  if (w.order.parent_state >= 0) {
+    const bool in_memory =
+        std::find(w.held.begin(), w.held.end(), w.order.parent_state) != w.held.end();
+    if (!in_memory)
+      load_s = static_cast<double>(w.times.state_bytes) / options_.times.bandwidth_bytes_s;
+    hold(w, w.order.parent_state);
+  }
+  w.train_from = now_ + w.times.job_s + load_s;
+  w.writes_end = w.train_from;
+  const size_t index = worker_of(w.peer);
+  for (int64_t step : w.order.eval_steps) {
+    protocol::Metric metric{.job = w.job,
+                            .step = step,
+                            .metrics = metrics_.metrics(w.study->spec, w.order.hyperparams, step),
+                            .incarnation = w.incarnation};
+    schedule(time_at(w, step) + w.times.eval_s, 0, EventKind::kMessage, index, metric.to_json());
+  }
+  for (const protocol::SnapshotOrder& o : w.order.snapshots) snapshot(w, o);
+  const bool eval_at_end = !w.order.eval_steps.empty() && w.order.eval_steps.back() == w.order.to;
+  schedule(time_at(w, w.order.to) + (eval_at_end ? w.times.eval_s : 0), 1, EventKind::kDone, index);
+}
+
+void Simulation::fire(const Event& e) {
+  if (e.kind == EventKind::kSubmit) return;  // handled by run()
+  Worker& w = workers_[e.index];
+  if (e.generation != w.generation) return;  // void: the worker failed, or abandoned the job
+  switch (e.kind) {
+    case EventKind::kMessage:
+      if (e.message.value("type", "") == protocol::Snapshot::kType)
+        hold(w, e.message.at("state").get<int64_t>());
+      deliver(w, e.message);
+      break;
+    case EventKind::kDone: {
+      if (e.message.is_object() && e.message.value("abandoned", false)) {
+        deliver(w, protocol::Abandoned{.job = w.job, .held = held(w), .incarnation = w.incarnation}
+                       .to_json());
+        end_job(w);
+        break;
+      }
+      if (w.writes_end > now_) {  // the last snapshots are still being written
+        schedule(w.writes_end, 1, EventKind::kDone, e.index);
+        break;
+      }
+      deliver(w, protocol::Done{.job = w.job,
+                                .step = w.order.to,
+                                .busy_s = now_ - w.started,
+                                .held = held(w),
+                                .incarnation = w.incarnation}
+                     .to_json());
+      end_job(w);
+      break;
+    }
+    case EventKind::kFailure:
+      ++failures_;
+      ++w.generation;
+      if (w.job >= 0) end_job(w);
+      w.held.clear();
+      w.up = false;
+      schedule(now_ + options_.restart_s, 0, EventKind::kRestart, e.index);
+      break;
+    case EventKind::kRestart: {
+      w.up = true;
+      w.incarnation.clear();
+      deliver(w, hello(w));
+      schedule_failure(e.index);
+      break;
+    }
+    case EventKind::kSubmit:
+      break;
+  }
+}
+
+SimulatedRun Simulation::run(const std::string& plan_path, const std::string& checkpoints) {
+  const auto real_start = std::chrono::steady_clock::now();
+  now_ = 0;
+  Options master_options;
+  master_options.checkpoints = checkpoints;
+  master_options.worker_timeout_s = 1e15;  // heartbeats are not simulated (simulator.h)
+  master_options.rules = options_.rules;
+  master_options.rules.exec.trainer = true;  // nothing runs: a simulated trainer is harmless
+  master_options.order = options_.order;
+  auto transport = std::make_unique<SimTransport>(*this);
+  transport_ = transport.get();
+  SearchPlan::Options plan_options;
+  plan_options.durable = false;
+  Master master(SearchPlan::open(plan_path, plan_options), master_options, std::move(transport));
+
+  for (int64_t i = 0; i < options_.workers; ++i) {
+    workers_.push_back({});
+    workers_.back().peer = "sim-" + std::to_string(i);
+    fire({0, 0, 0, EventKind::kRestart, static_cast<size_t>(i), 0, {}});  // its first hello
+  }
+  for (size_t i = 0; i < studies_.size(); ++i)
+    schedule(studies_[i].submit_at_s, 0, EventKind::kSubmit, i);
+  std::vector<int64_t> ids(studies_.size(), -1);
+  size_t submitted = 0;
+  auto running = [&] {
+    return std::any_of(ids.begin(), ids.end(),
+                       [&](int64_t id) { return id >= 0 && master.study_running(id); });
+  };
+  while (true) {
+    master.poll(0);
+    if (submitted == studies_.size() && !running()) break;
+    if (master.expanding() || !transport_->inbox_.empty()) continue;
+    if (queue_.empty())
+      throw std::runtime_error(
+          "simulate: nothing more can happen and a study is still running (no simulated worker "
+          "can take its work: a pipeline needs --devices, or every trial failed to start)");
+    now_ = queue_.top().time;
+    while (!queue_.empty() && queue_.top().time == now_) {
+      Event e = queue_.top();
+      queue_.pop();
+      if (e.kind == EventKind::kSubmit) {
+        const SimulatedStudy& s = studies_[e.index];
+        ids[e.index] = master.submit(s.spec, s.spec_json, options_.policy);
+        ++submitted;
+      } else {
+        fire(e);
+      }
+    }
+  }
+
+  SimulatedRun out;
+  for (size_t i = 0; i < studies_.size(); ++i) {
+    StudySummary s = master.summary(ids[i]);
+    out.makespan_s = std::max(out.makespan_s, studies_[i].submit_at_s + s.wall_s);
+    out.steps_executed += s.steps_executed;
+    out.steps_unique += s.steps_unique;
+    out.steps_trial_based += s.steps_trial_based;
+    out.critical_path_s =
+        std::max(out.critical_path_s, static_cast<double>(s.critical_path_steps) *
+                                          options_.times.of(studies_[i].spec.root_key).step_s);
+    out.studies.push_back(std::move(s));
+  }
+  for (Worker& w : workers_)
+    if (w.job >= 0) end_job(w);  // work of ended studies still under way counts
+  out.busy_s = busy_s_;
+  out.utilization = out.makespan_s > 0
+                        ? out.busy_s / (static_cast<double>(options_.workers) * out.makespan_s)
+                        : 0;
+  out.failures = failures_;
+  out.master = master.costs();
+  out.jobs = out.master.jobs;
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count();
+  return out;
+}
+
+// A private directory for a plan that is thrown away.
+struct TemporaryDirectory {
+  TemporaryDirectory() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "hippo-simulate-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("cannot make a directory " + pattern);
+    path = pattern;
+  }
+  ~TemporaryDirectory() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+int64_t file_bytes(const std::string& path) {
+  std::error_code ec;
+  int64_t total = 0;
+  for (const char* suffix : {"", "-wal"}) {
+    auto size = std::filesystem::file_size(path + suffix, ec);
+    if (!ec) total += static_cast<int64_t>(size);
+  }
+  return total;
+}
+
+}  // namespace
+
+SimulatedRun simulate(const std::vector<SimulatedStudy>& studies, const SimulationOptions& options,
+                      MetricModel& metrics) {
+  if (options.workers < 1) throw std::invalid_argument("--workers: at least 1");
+  // The process reads virtual time from its first simulation on (protocol/clock.h).
+  static double now = 0;
+  static const bool virtual_time = (use_virtual_time(&now), true);
+  (void)virtual_time;
+  TemporaryDirectory dir;
+  const std::string plan = options.plan_path.empty() ? dir.path + "/plan.db" : options.plan_path;
+  SimulatedRun out =
+      Simulation(studies, options, metrics, now).run(plan, dir.path + "/checkpoints");
+  out.plan_bytes = file_bytes(plan);
+  return out;
+}
+
+}  // namespace hippo::master
