@@ -364,23 +364,32 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
                  .step = m.step,
                  .file = order->file,
                  .bytes = order->file.empty() ? 0 : m.bytes};
-  plan_.transaction([&] {
-    if (!known && !orphan && !order->file.empty())
-      info.checkpoint_row =
-          plan_.add_checkpoint({0, key.first, m.step, order->file, m.bytes, "", 0});
-    mark_progress(job, m.step);
-    // Trials that end here are trained: they close now (their searchers decide on them), not
-    // when the job, which may go on far beyond them, is done.
-    if (!orphan) driver_.close_trials_ending(job.representative, job.order.from, m.step);
-  });
-  if (known || orphan) {
+  const bool fresh = !known && !orphan;
+  try {
+    plan_.transaction([&] {
+      if (fresh && !order->file.empty())
+        info.checkpoint_row =
+            plan_.add_checkpoint({0, key.first, m.step, order->file, m.bytes, "", 0});
+      mark_progress(job, m.step);
+      // Known before trials close: the last one to close may end its study, whose collection
+      // must see this state.
+      if (fresh) states_.add(m.state, info);
+      // Trials that end here are trained: they close now (their searchers decide on them), not
+      // when the job, which may go on far beyond them, is done.
+      if (!orphan) driver_.close_trials_ending(job.representative, job.order.from, m.step);
+    });
+  } catch (...) {
+    if (fresh && states_.has(m.state)) states_.forget(m.state);  // its row was rolled back
+    throw;
+  }
+  if (!fresh) {
     // Made twice (a replay raced with a late snapshot: keep the first), or an orphan: this file
     // goes.
     if (!(known && order->file == states_.info(*known).file))
       remove_after_commit(plan_, options_.checkpoints, order->file);
     return;
   }
-  states_.add(m.state, info);
+  if (!states_.has(m.state)) return;  // its study ended here, and collection took it
   w.held.insert(m.state);
   schedule_changed_ = true;
   job.progress_step = std::max(job.progress_step, m.step);
@@ -582,7 +591,7 @@ void Master::dispatch() {
   if (idle.empty()) return;
   const double started = thread_cpu_seconds();
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();
-  priorities_.refresh(tree_, needed.ends, needed.version,
+  priorities_.refresh(tree_, needed.ends, needed.version, needed.raised,
                       [&](const std::string& root) { return step_costs_.per_step(root); });
   SchedulerInput input{tree_,        states_,
                        pool_.jobs(), driver_.pending_evaluations(),

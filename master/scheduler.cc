@@ -48,7 +48,7 @@ class WorkList {
     std::priority_queue<double, std::vector<double>, std::greater<>> best;
     const bool bounded = in_.order == ScheduleOrder::kCriticalPath && limit != SIZE_MAX;
     for (auto it = in_.priorities.begin(); it != in_.priorities.end(); ++it) {
-      const StageId id = *it;
+      const StageId id = it->second;
       const Priorities::Entry& entry = in_.priorities.entries().at(id);
       if (bounded && best.size() >= limit && entry.total < best.top()) break;
       if (claimed_.count(id) || in_.failed_stages.count(id)) continue;
@@ -145,41 +145,76 @@ class WorkList {
 
 }  // namespace
 
+double Priorities::cost(const std::string& root_key) {
+  auto it = costs_.find(root_key);
+  if (it == costs_.end()) it = costs_.emplace(root_key, cost_per_step_(root_key)).first;
+  return it->second;
+}
+
+void Priorities::compute(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
+                         StageId s) {
+  const Stage& x = tree.stage(s);
+  double below = 0;
+  for (StageId child : x.children)
+    if (auto t = totals_.find(child); t != totals_.end()) below = std::max(below, t->second);
+  const double c = cost(x.root_key);
+  const int64_t pending = std::max<int64_t>(0, needed.at(s) - x.trained_until);
+  const double total = double(pending) * c + below;
+  totals_[s] = total;
+  if (auto old = entries_.find(s); old != entries_.end()) {
+    order_.erase({-old->second.total, s});
+    entries_.erase(old);
+  }
+  if (pending > 0) {
+    entries_[s] = {total, x.trained_until, c};
+    order_.insert({-total, s});
+  }
+}
+
 void Priorities::refresh(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
-                         int64_t needed_version,
+                         int64_t version, const std::vector<TrialId>& raised,
                          const std::function<double(const std::string& root_key)>& cost_per_step) {
-  bool stale = needed_version != version_;
+  cost_per_step_ = cost_per_step;
+  bool stale = version != version_;
   for (auto& [root, used] : costs_)
     if (std::abs(cost_per_step(root) - used) > 0.1 * used) stale = true;
-  if (!stale) {
-    // The best stages are trained first: dropping those at the front keeps a search short.
-    while (front_ < order_.size()) {
-      const Stage& x = tree.stage(order_[front_]);
-      auto need = needed.find(x.id);
-      if (need != needed.end() && need->second > x.trained_until) break;
-      ++front_;
+  if (stale) {
+    costs_.clear();
+    totals_.clear();
+    entries_.clear();
+    order_.clear();
+    // Every ancestor of a needed stage is needed: walk from the needed top stages through needed
+    // children, then backwards, so that each stage finds its children's totals done.
+    std::vector<StageId> order, todo;
+    for (const auto& [id, end] : needed)
+      if (tree.stage(id).parent == kNoStage) todo.push_back(id);
+    while (!todo.empty()) {
+      StageId s = todo.back();
+      todo.pop_back();
+      order.push_back(s);
+      for (StageId child : tree.stage(s).children)
+        if (needed.count(child)) todo.push_back(child);
     }
+    for (auto it = order.rbegin(); it != order.rend(); ++it) compute(tree, needed, *it);
+    version_ = version;
+    raised_ = raised.size();
     return;
   }
-  costs_.clear();
-  auto cost = [&](const std::string& root) {
-    auto it = costs_.find(root);
-    if (it == costs_.end()) it = costs_.emplace(root, cost_per_step(root)).first;
-    return it->second;
-  };
-  entries_.clear();
-  order_.clear();
-  for (const auto& [id, total] : tree.priorities(needed, cost)) {
-    const Stage& x = tree.stage(id);
-    entries_[id] = {total, x.trained_until, cost(x.root_key)};
-    order_.push_back(id);
+  // Paths that grew since: their stages, bottom up.
+  for (; raised_ < raised.size(); ++raised_) {
+    std::vector<StageId> path = tree.path(raised[raised_]);
+    for (auto it = path.rbegin(); it != path.rend(); ++it)
+      if (needed.count(*it)) compute(tree, needed, *it);
   }
-  std::sort(order_.begin(), order_.end(), [&](StageId a, StageId b) {
-    const double ta = entries_.at(a).total, tb = entries_.at(b).total;
-    return ta != tb ? ta > tb : a < b;
-  });
-  front_ = 0;
-  version_ = needed_version;
+  // The best stages are trained first: dropping those at the front keeps a search short.
+  while (!order_.empty()) {
+    const StageId s = order_.begin()->second;
+    const Stage& x = tree.stage(s);
+    auto need = needed.find(s);
+    if (need != needed.end() && need->second > x.trained_until) break;
+    order_.erase(order_.begin());
+    entries_.erase(s);
+  }
 }
 
 ScheduleOrder parse_schedule_order(const std::string& text) {

@@ -50,17 +50,19 @@ enum class ScheduleOrder { kCriticalPath, kFifo };
 ScheduleOrder parse_schedule_order(const std::string& text);
 
 // The critical-path priorities of the stages with needed work (StageTree::priorities), kept
-// between decisions so that a decision does not cost the whole tree. They are computed again
-// when what is needed changes (a new version of the needed ends) or a root key's measured cost
-// per step drifts more than 10% from the one used. In between, only a stage's own pending steps
-// change (jobs train it); its subtree is untrained (nothing below a stage trains before it does),
-// so its priority now is its total then less the steps trained since, at the cost used.
+// between decisions so that a decision does not cost the whole tree. They are computed anew when
+// the needed ends were (a new `version`: computed again, or the tree split) or a root key's
+// measured cost per step drifts more than 10% from the one used; a trial whose path only raised
+// needed ends since (`raised`: a new trial, an extension) updates its path's stages, bottom up.
+// In between, only a stage's own pending steps change (jobs train it); its subtree is untrained
+// (nothing below a stage trains before it does), so its priority now is its total then less the
+// steps trained since, at the cost used.
 class Priorities {
  public:
   void refresh(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
-               int64_t needed_version,
+               int64_t version, const std::vector<TrialId>& raised,
                const std::function<double(const std::string& root_key)>& cost_per_step);
-  // The stages that had needed work at the last computation, with what they had then.
+  // A stage with needed work at its last computation, with what it had then.
   struct Entry {
     double total = 0;           // priority then
     int64_t trained_until = 0;  // the stage's then
@@ -69,17 +71,25 @@ class Priorities {
   const std::unordered_map<StageId, Entry>& entries() const { return entries_; }
   // Those stages by their total then, highest first (ties: the lower id), without those at the
   // front that were trained since (refresh drops them: the best work is found first).
-  std::vector<StageId>::const_iterator begin() const { return order_.begin() + front_; }
-  std::vector<StageId>::const_iterator end() const { return order_.end(); }
+  using Order = std::set<std::pair<double, StageId>>;  // (-total, stage)
+  Order::const_iterator begin() const { return order_.begin(); }
+  Order::const_iterator end() const { return order_.end(); }
   double now(const Stage& stage, const Entry& e) const {
     return e.total - double(stage.trained_until - e.trained_until) * e.cost;
   }
 
  private:
-  std::unordered_map<StageId, Entry> entries_;
-  std::vector<StageId> order_;
-  size_t front_ = 0;
+  double cost(const std::string& root_key);
+  // Stage s's total from its children's, and its entry if it has needed work.
+  void compute(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
+               StageId s);
+
+  std::function<double(const std::string&)> cost_per_step_;
+  std::unordered_map<StageId, double> totals_;  // of every needed stage
+  std::unordered_map<StageId, Entry> entries_;  // of those with needed work
+  Order order_;
   int64_t version_ = -1;
+  size_t raised_ = 0;                    // of `raised`, those applied
   std::map<std::string, double> costs_;  // root key -> cost per step used
 };
 

@@ -454,14 +454,19 @@ int64_t file_bytes(const std::string& path) {
 SimulatedRun simulate(const std::vector<SimulatedStudy>& studies, const SimulationOptions& options,
                       MetricModel& metrics) {
   if (options.workers < 1) throw std::invalid_argument("--workers: at least 1");
-  // The process reads virtual time from its first simulation on (protocol/clock.h).
-  static double now = 0;
-  static const bool virtual_time = (use_virtual_time(&now), true);
-  (void)virtual_time;
+  // The process reads virtual time while the simulation runs (protocol/clock.h).
+  struct VirtualTime {
+    double now = 0;
+    VirtualTime() { use_virtual_time(&now); }
+    ~VirtualTime() { use_virtual_time(nullptr); }
+  };
   TemporaryDirectory dir;
   const std::string plan = options.plan_path.empty() ? dir.path + "/plan.db" : options.plan_path;
-  SimulatedRun out =
-      Simulation(studies, options, metrics, now).run(plan, dir.path + "/checkpoints");
+  SimulatedRun out;
+  {
+    VirtualTime time;
+    out = Simulation(studies, options, metrics, time.now).run(plan, dir.path + "/checkpoints");
+  }
   out.plan_bytes = file_bytes(plan);
   return out;
 }

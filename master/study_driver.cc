@@ -418,8 +418,8 @@ void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
     t.length = length;
     schedule_changed_ = true;
     plan_.save_change(tree_, change);
-    needed_.valid = false;
     for (const Split& split : change.splits) pending_.on_split(tree_, split);
+    raise_needed_ends(t, change);
     on_tree_change_(change);
     t.history_steps = std::max(t.history_steps, states_.deepest_retained(tree_, t.id, length));
   }
@@ -685,16 +685,43 @@ const StudyDriver::NeededEnds& StudyDriver::needed_ends() {
     needed_.ends = tree_.needed_ends(lengths);
     needed_.valid = true;
     ++needed_.version;
+    needed_.raised.clear();
   }
   return needed_;
 }
 
+void StudyDriver::raise_needed_ends(const TrackedTrial& t, const Change& change) {
+  if (!needed_.valid) return;  // computed anew at the next call
+  NeededEnds& n = needed_;
+  for (const Split& split : change.splits) {
+    // The part above the split point is the upper stage's now.
+    auto it = n.ends.find(split.stage);
+    if (it != n.ends.end() && it->second > split.at) {
+      n.ends[split.upper] = it->second;
+      n.ends[split.stage] = split.at;
+    }
+  }
+  if (!change.splits.empty()) {
+    ++n.version;
+    n.raised.clear();
+  }
+  const int64_t length = t.needed_length();
+  for (StageId s : tree_.path(t.id)) {
+    const Stage& x = tree_.stage(s);
+    if (x.start >= length) break;
+    int64_t& end = n.ends[s];
+    end = std::max(end, std::min(x.end, length));
+  }
+  n.raised.push_back(t.id);
+}
+
 void StudyDriver::set_status(TrackedTrial& t, TrialStatus status) {
-  // A trial that closes was trained to its length: what it needed is trained, and dropping it
-  // changes no work (the ends stay valid). Any other change may.
-  if (status != TrialStatus::kDone || t.status != TrialStatus::kRunning) needed_.valid = false;
+  // A trial that becomes open was placed (raise_needed_ends did its part); one that closes was
+  // trained to its length, so dropping it changes no work. Any other change may lower the ends.
+  const bool open = status == TrialStatus::kPending || status == TrialStatus::kRunning;
+  if (!open && status != TrialStatus::kDone) needed_.valid = false;
   t.status = status;
-  if ((status == TrialStatus::kPending || status == TrialStatus::kRunning) && running(t.study))
+  if (open && running(t.study))
     open_.insert(t.id);
   else
     open_.erase(t.id);

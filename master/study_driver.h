@@ -161,11 +161,14 @@ class StudyDriver {
   void charge_master_time(double seconds);
 
   // For the scheduler: for every stage, the end up to which some trial of a running study needs
-  // it. Kept between calls and computed again only after a change that may alter it (a trial
-  // placed, extended, stopped or failed, a study ended); `version` counts the computations.
+  // it. Kept between calls: a trial placed or extended raises the ends along its path (and is
+  // listed in `raised`); a change that may lower them (a trial stopped or failed, a study ended)
+  // has them computed again, from the open trials only. `version` changes when they are computed
+  // again or a split renamed stages (then `raised` starts anew).
   struct NeededEnds {
     std::unordered_map<StageId, int64_t> ends;
     int64_t version = 0;
+    std::vector<TrialId> raised;
     bool valid = false;
   };
   const NeededEnds& needed_ends();
@@ -217,6 +220,8 @@ class StudyDriver {
   static std::vector<Operation> feed(Searcher& searcher, const SearcherEvent& e);
   void journal(TrackedStudy& s, const SearcherEvent& e);
   void save_searcher(TrackedStudy& s);
+  // The trial's path is needed up to its needed length now (after `change` to the tree).
+  void raise_needed_ends(const TrackedTrial& t, const Change& change);
   // Every change of a trial's status goes through here (it keeps open_).
   void set_status(TrackedTrial& t, TrialStatus status);
   // The owner recorded in the study's "submitted" event.

@@ -5,7 +5,8 @@
 // simulator owns a number of seconds that it advances from event to event, and Clock::now() and
 // unix_seconds() read it, so the real master code measures simulated seconds (a study's wall time,
 // a job's start, a worker's silence). thread_cpu_seconds() stays real: it is the master's own cost.
-// Only a single-threaded process switches, once, before it reads any time.
+// Only a single-threaded process switches, and back only once nothing holds a time point read
+// in between.
 #pragma once
 
 #include <time.h>
@@ -20,8 +21,8 @@ inline const double* virtual_seconds = nullptr;
 inline double virtual_epoch = 0;  // the Unix time that virtual second 0 stands for
 }  // namespace clock_internal
 
-// From now on this process reads `*seconds` (owned by the caller, who advances it; never null)
-// as its time.
+// From now on this process reads `*seconds` (owned by the caller, who advances it) as its time;
+// null: real time again.
 inline void use_virtual_time(const double* seconds) {
   clock_internal::virtual_epoch =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -332,39 +332,6 @@ std::vector<StageId> StageTree::parents_first() const {
   return order;
 }
 
-std::unordered_map<StageId, double> StageTree::priorities(
-    const std::unordered_map<StageId, int64_t>& needed,
-    const std::function<double(const std::string& root_key)>& cost_per_step) const {
-  // Every ancestor of a needed stage is needed (a trial needs its path from the top): a walk
-  // from the needed top stages through needed children reaches them all, each after its parent.
-  std::vector<StageId> order;
-  std::vector<StageId> todo;
-  for (const auto& [id, end] : needed)
-    if (stages_[id].parent == kNoStage) todo.push_back(id);
-  while (!todo.empty()) {
-    StageId s = todo.back();
-    todo.pop_back();
-    order.push_back(s);
-    for (StageId child : stages_[s].children)
-      if (needed.count(child)) todo.push_back(child);
-  }
-  // Walked backwards, each stage finds its children's totals done.
-  std::unordered_map<std::string, double> cost;
-  std::unordered_map<StageId, double> total, out;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const Stage& s = stages_[*it];
-    auto c = cost.find(s.root_key);
-    if (c == cost.end()) c = cost.emplace(s.root_key, cost_per_step(s.root_key)).first;
-    double below = 0;
-    for (StageId child : s.children)
-      if (auto t = total.find(child); t != total.end()) below = std::max(below, t->second);
-    const int64_t pending = std::max<int64_t>(0, needed.at(s.id) - s.trained_until);
-    total[s.id] = double(pending) * c->second + below;
-    if (pending > 0) out.emplace(s.id, total[s.id]);
-  }
-  return out;
-}
-
 StageTree StageTree::restore(std::vector<Stage> stages, std::vector<TrialRecord> trials) {
   StageTree t;
   for (TrialRecord& r : trials) {

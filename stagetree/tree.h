@@ -129,14 +129,6 @@ class StageTree {
   };
   NeededSteps needed_steps(const std::map<TrialId, int64_t>& lengths) const;
 
-  // Critical-path priority of every stage with steps that some trial needs and that are not
-  // trained yet (`needed`: needed_ends() of the trials that may still need training): those
-  // steps times cost_per_step(root key), plus the largest priority among its needed children.
-  // Costs O(needed stages and their children), whatever the size of the rest of the tree.
-  std::unordered_map<StageId, double> priorities(
-      const std::unordered_map<StageId, int64_t>& needed,
-      const std::function<double(const std::string& root_key)>& cost_per_step) const;
-
   // Rebuilds a tree from stored stages and trials (as returned by stages() and trials()).
   // Throws std::invalid_argument if they are inconsistent.
   static StageTree restore(std::vector<Stage> stages, std::vector<TrialRecord> trials);

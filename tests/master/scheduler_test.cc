@@ -35,7 +35,7 @@ struct Fixture {
   std::vector<WorkItem> work() {
     std::unordered_map<StageId, int64_t> needed = all_needed(tree);
     Priorities priorities;
-    priorities.refresh(tree, needed, 0, [&](const std::string& root) {
+    priorities.refresh(tree, needed, 0, {}, [&](const std::string& root) {
       return cost.count(root) ? cost.at(root) : 1.0;
     });
     SchedulerInput in{tree, states, jobs, pending, needed, failed, priorities};
@@ -233,4 +233,89 @@ TEST(StateRegistry, StatesAndMetricsAboveASplitMoveToTheUpperStage) {
 }
 
 }  // namespace
+// Critical paths: a stage's needed pending steps times its root key's cost, plus the largest
+// priority among its needed children.
+TEST(Priorities, AreCriticalPathsOfWhatIsNeeded) {
+  StageTree tree;
+  tree.add_trial(0, "r", lr_until(60, 1), 200);
+  tree.add_trial(1, "r", lr_until(60, 3), 150);
+  tree.add_trial(2, "q", lr_until(1000, 1), 10);
+  // Stages: 0 [0,60) r, 1 [60,200) r, 2 [60,150) r, 3 [0,10) q.
+  auto cost = [](const std::string& root) { return root == "r" ? 2.0 : 5.0; };
+  auto totals = [&](const std::map<TrialId, int64_t>& lengths) {
+    Priorities p;
+    p.refresh(tree, tree.needed_ends(lengths), 0, {}, cost);
+    std::map<StageId, double> out;
+    for (const auto& [stage, e] : p.entries()) out[stage] = e.total;
+    return out;
+  };
+  const std::map<TrialId, int64_t> all = {{0, 200}, {1, 150}, {2, 10}};
+  std::map<StageId, double> p = totals(all);
+  EXPECT_EQ(p, (std::map<StageId, double>{{0, 60 * 2.0 + 280}, {1, 280}, {2, 180}, {3, 50}}));
+  tree.mark_trained(0, 60);
+  tree.mark_trained(1, 100);
+  // Stage 0 is done (no entry); stage 1 has 100 steps left.
+  EXPECT_EQ(totals(all), (std::map<StageId, double>{{1, 200}, {2, 180}, {3, 50}}));
+  // Only what trials still need counts: trial 0 needs 120 of its 200 steps, trial 1 nothing.
+  EXPECT_EQ(totals({{0, 120}, {2, 10}}), (std::map<StageId, double>{{1, 40}, {3, 50}}));
+}
+
+// Priorities kept between decisions: trials raised one by one give what a full computation over
+// the same tree gives, and a trained stage leaves the front.
+TEST(Priorities, RaisedPathsEqualAFullComputation) {
+  StageTree tree;
+  std::map<TrialId, int64_t> lengths;
+  auto cost = [](const std::string&) { return 0.5; };
+  Priorities kept;
+  std::vector<TrialId> raised;
+  uint64_t seed = 7;
+  auto next = [&](uint64_t n) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % n;
+  };
+  int64_t version = 0;
+  for (TrialId id = 0; id < 60; ++id) {
+    // Trials that share prefixes of different lengths, some extended later.
+    const int64_t diverge = 10 * static_cast<int64_t>(1 + next(8) % 8);
+    Change change = tree.add_trial(id, "r", lr_until(diverge, 0.1 * double(1 + next(5) % 5)),
+                                   diverge + 10 * static_cast<int64_t>(1 + next(6) % 6));
+    lengths[id] = tree.trial(id).length;
+    raised.push_back(id);
+    // A split renames stages: the caller gives a new version then (StudyDriver::NeededEnds).
+    if (!change.splits.empty()) {
+      ++version;
+      raised = {id};
+    }
+    std::unordered_map<StageId, int64_t> needed = tree.needed_ends(lengths);
+    kept.refresh(tree, needed, version, raised, cost);
+    Priorities full;
+    full.refresh(tree, needed, 0, {}, cost);
+    ASSERT_EQ(kept.entries().size(), full.entries().size()) << "after trial " << id;
+    for (const auto& [stage, e] : full.entries())
+      EXPECT_DOUBLE_EQ(kept.entries().at(stage).total, e.total) << "stage " << stage;
+  }
+  // The best stage trained: it leaves the front at the next refresh.
+  const StageId best = kept.begin()->second;
+  tree.mark_trained(best, tree.stage(best).end);
+  kept.refresh(tree, tree.needed_ends(lengths), version, raised, cost);
+  EXPECT_FALSE(kept.entries().count(best));
+}
+
+// With a limit, the stage work is the same best items as without.
+TEST(Scheduler, LimitedWorkIsTheBestOfAll) {
+  Fixture f;
+  for (TrialId id = 0; id < 20; ++id)
+    f.tree.add_trial(id, "r" + std::to_string(id % 6), lr_until(10 * (1 + id % 4), 0.1 * (1 + id)),
+                     50 + 5 * id);
+  std::unordered_map<StageId, int64_t> needed = all_needed(f.tree);
+  Priorities priorities;
+  priorities.refresh(f.tree, needed, 0, {}, [](const std::string&) { return 1.0; });
+  SchedulerInput in{f.tree, f.states, f.jobs, f.pending, needed, f.failed, priorities};
+  std::vector<WorkItem> all = ready_work(in), best = ready_work(in, 2);
+  ASSERT_EQ(all.size(), 6u);  // one top stage per root key
+  ASSERT_EQ(best.size(), 2u);
+  EXPECT_EQ(best[0], all[0]);
+  EXPECT_EQ(best[1], all[1]);
+}
+
 }  // namespace hippo::master

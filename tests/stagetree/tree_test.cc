@@ -163,34 +163,6 @@ TEST(StageTree, RefusesBadTrials) {
   EXPECT_EQ(tree.counts().trials, 1);
 }
 
-TEST(StageTree, PrioritiesAreCriticalPaths) {
-  StageTree tree;
-  tree.add_trial(0, "r", lr(Sequence::constant(1)), 200);
-  tree.add_trial(1, "r", lr(steps({{0, 1}, {60, 3}})), 150);
-  tree.add_trial(2, "q", lr(Sequence::constant(1)), 10);
-  // Stages: 0 [0,60) r, 1 [60,200) r, 2 [60,150) r, 3 [0,10) q.
-  auto cost = [](const std::string& root) { return root == "r" ? 2.0 : 5.0; };
-  const std::map<TrialId, int64_t> all = {{0, 200}, {1, 150}, {2, 10}};
-  auto p = tree.priorities(tree.needed_ends(all), cost);
-  EXPECT_EQ(p.size(), 4u);
-  EXPECT_EQ(p.at(1), 140 * 2.0);
-  EXPECT_EQ(p.at(2), 90 * 2.0);
-  EXPECT_EQ(p.at(0), 60 * 2.0 + 280);
-  EXPECT_EQ(p.at(3), 50.0);
-  tree.mark_trained(0, 60);
-  tree.mark_trained(1, 100);
-  p = tree.priorities(tree.needed_ends(all), cost);
-  EXPECT_EQ(p.count(0), 0u);  // done: no entry
-  EXPECT_EQ(p.at(1), 100 * 2.0);
-  EXPECT_EQ(p.at(2), 90 * 2.0);
-  // Only what trials still need counts: trial 0 needs 120 steps of its 200, and trial 1 nothing
-  // (it ended), so its stage has no entry and adds nothing above.
-  p = tree.priorities(tree.needed_ends({{0, 120}, {2, 10}}), cost);
-  EXPECT_EQ(p.size(), 2u);
-  EXPECT_EQ(p.at(1), 20 * 2.0);
-  EXPECT_EQ(p.at(3), 50.0);
-}
-
 TEST(StageTree, RestoreRoundTripAndRefusals) {
   StageTree tree;
   tree.add_trial(0, "r", lr(Sequence::constant(1)), 200);

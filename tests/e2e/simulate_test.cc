@@ -1,0 +1,98 @@
+// `hippo simulate` against real runs (master/simulator.h): a study run for real with 2 workers,
+// then simulated with the times (and, for an adaptive study, the metrics) of a finished plan. The
+// prediction must be within 15% of the measured wall time, and an adaptive study must decide as
+// it did. Plus its refusals of bad input.
+#include "tests/e2e/e2e_helper.h"
+
+namespace hippo::e2e {
+namespace {
+
+class Simulate : public E2ETest {
+ protected:
+  json run(const std::string& db, const std::string& spec, const std::string& options = "") {
+    Result r = sh(hippo(db) + "--format json run " + spec + " --workers 2 " + options);
+    EXPECT_EQ(r.status, 0) << r.out;
+    return r.status == 0 ? last_json(r.out) : json();
+  }
+  // One column of `simulate --format json`.
+  json simulate(const std::string& spec, const std::string& options, const std::string& column) {
+    Result r = sh(kHippo + " --format json simulate " + spec + " --workers 2 " + options);
+    EXPECT_EQ(r.status, 0) << r.out;
+    return r.status == 0 ? last_json(r.out)[column] : json();
+  }
+};
+
+// The INTERFACE.md example, each policy predicted from the plan of the other one's run (so the
+// times are measured on other jobs than those predicted). Release only (label slow): two runs on
+// all of Fashion-MNIST.
+TEST_F(Simulate, PredictsTheInterfaceExampleWithin15Percent) {
+  const std::string file = kExamples + "/fmnist-mlp-lr-decay.json";
+  json shared = run("shared.db", file);
+  json trial_based = run("trial.db", file, "--policy trial-based");
+  ASSERT_FALSE(shared.is_null() || trial_based.is_null());
+  json predicted_shared =
+      simulate(file, "--policy shared --times-from " + path("trial.db"), "shared");
+  json predicted_trial_based =
+      simulate(file, "--policy trial-based --times-from " + path("shared.db"), "trial-based");
+  const double measured_s = shared["wall_s"], measured_t = trial_based["wall_s"];
+  const double predicted_s = predicted_shared["makespan_s"];
+  const double predicted_t = predicted_trial_based["makespan_s"];
+  std::printf(
+      "shared: measured %.2f s, predicted %.2f s; trial-based: measured %.2f s, "
+      "predicted %.2f s\n",
+      measured_s, predicted_s, measured_t, predicted_t);
+  EXPECT_NEAR(predicted_s / measured_s, 1.0, 0.15);
+  EXPECT_NEAR(predicted_t / measured_t, 1.0, 0.15);
+  EXPECT_EQ(predicted_shared["steps_executed"], shared["steps_executed"]);
+  EXPECT_EQ(predicted_trial_based["steps_executed"], trial_based["steps_executed"]);
+}
+
+// An ASHA study replayed from its own plan: the same decisions (trials, steps, best) and about
+// the same time.
+TEST_F(Simulate, ReplaysAnAshaStudyAsItRan) {
+  const std::string file = kExamples + "/fmnist-mlp-asha.json";
+  json real = run("asha.db", file);
+  ASSERT_FALSE(real.is_null());
+  const std::string plan = path("asha.db");
+  json sim =
+      simulate(file, "--policy shared --times-from " + plan + " --metrics-from " + plan, "shared");
+  ASSERT_FALSE(sim.is_null());
+  const json& study = sim["studies"][0];
+  EXPECT_EQ(study["status"], "done");
+  EXPECT_EQ(study["trials"], real["trials"]);
+  EXPECT_EQ(study["steps_executed"], real["steps_executed"]);
+  EXPECT_EQ(study["best"], real["best"]);
+  const double measured = real["wall_s"], predicted = sim["makespan_s"];
+  std::printf("asha: measured %.2f s, predicted %.2f s\n", measured, predicted);
+  // Loose here: a run of a second, under whatever else the machine (or a sanitizer) does. The
+  // 15% goal is the slow test's, on a run of seconds.
+  EXPECT_NEAR(predicted / measured, 1.0, 0.5);
+}
+
+TEST_F(Simulate, RefusesBadInputAndKeepsAPlanWhenAsked) {
+  const std::string file = kExamples + "/fmnist-mlp-ci.json";
+  auto refused = [&](const std::string& options, const std::string& says) {
+    Result r = sh(kHippo + " simulate " + file + " " + options + " 2>&1");
+    EXPECT_EQ(r.status, 2) << options << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << options << ": " << r.out;
+  };
+  refused("--workers 2", "--step-time or --times-from");
+  refused("--workers 0 --step-time 0.1", "--workers");
+  refused("--workers 2 --step-time 0.1 --order random", "--order");
+  refused("--workers 2 --step-time 0.1 --at 1 --at 2", "--at");
+  refused("--workers 2 --step-time 0.1 --metrics-from " + path("none.db"), "--metrics-from");
+  refused("--workers 2 --step-time 0.1 --bandwidth 3XB", "--bandwidth");
+  refused("--workers 2 --step-time 0.1 --plan " + path("kept.db"), "--plan keeps one");
+  // One policy and order: the simulated plan stays, for the history queries.
+  Result kept = sh(kHippo + " simulate " + file +
+                   " --workers 2 --step-time 0.01 --policy shared --plan " + path("kept.db"));
+  ASSERT_EQ(kept.status, 0) << kept.out;
+  EXPECT_NE(kept.out.find("makespan"), std::string::npos);
+  Result trials = sh(hippo("kept.db") + "--format json studies");
+  ASSERT_EQ(trials.status, 0);
+  EXPECT_NE(trials.out.find("\"done\""), std::string::npos) << trials.out;
+  refused("--workers 2 --step-time 0.1 --policy shared --plan " + path("kept.db"), "exists");
+}
+
+}  // namespace
+}  // namespace hippo::e2e

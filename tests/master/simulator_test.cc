@@ -1,0 +1,149 @@
+// hippo simulate (master/simulator.h): the real master in virtual time, on a real SQLite file,
+// with simulated workers. What a user relies on: a run is deterministic, the shared policy trains
+// each unique step once where trial-based trains every trial's, failures are survived with the
+// lost work done again, and replayed metrics make an adaptive study decide as it did.
+#include "master/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace hippo::master {
+namespace {
+
+// The INTERFACE.md example's shape, small: 3 x 2 x 2 multistep grid of 4 epochs.
+SimulatedStudy grid(const std::string& name = "grid") {
+  nlohmann::json spec = {
+      {"name", name},
+      {"model", {{"type", "mlp"}, {"hidden", {16}}}},
+      {"data", {{"name", "fashion-mnist"}, {"train_samples", 1280}, {"eval_samples", 256}}},
+      {"seed", 0},
+      {"fixed", {{"batch_size", 128}, {"optimizer", "sgd"}, {"momentum", 0.9}}},
+      {"hyperparameters",
+       {{"lr",
+         {{"schedule", "multistep"},
+          {"unit", "epoch"},
+          {"init", {{"grid", {0.1, 0.05, 0.02}}}},
+          {"milestones", {{{"grid", {1, 2}}}}},
+          {"gamma", {{"grid", {0.1, 0.3}}}}}}}},
+      {"searcher", {{"name", "grid"}, {"metric", "accuracy"}, {"mode", "max"}}},
+      {"length", {{"epochs", 4}}},
+      {"eval", {{"every", {{"epochs", 1}}}}}};
+  return {parse_spec(spec), spec, 0};
+}
+
+SimulatedStudy asha() {
+  nlohmann::json spec = {
+      {"name", "asha"},
+      {"model", {{"type", "mlp"}, {"hidden", {16}}}},
+      {"data", {{"name", "fashion-mnist"}, {"train_samples", 1280}, {"eval_samples", 256}}},
+      {"seed", 2},
+      {"fixed", {{"batch_size", 128}, {"optimizer", "sgd"}}},
+      {"hyperparameters",
+       {{"lr", {{"loguniform", {0.003, 0.3}}}}, {"momentum", {{"uniform", {0.5, 0.95}}}}}},
+      {"searcher",
+       {{"name", "asha"},
+        {"metric", "loss"},
+        {"mode", "min"},
+        {"max_trials", 40},
+        {"eta", 3},
+        {"min_length", {{"epochs", 1}}},
+        {"max_length", {{"epochs", 9}}},
+        {"parallel", 4}}},
+      {"length", {{"epochs", 9}}},
+      {"eval", {{"every", {{"epochs", 1}}}}}};
+  return {parse_spec(spec), spec, 0};
+}
+
+SimulationOptions options(int64_t workers, Policy policy = Policy::kShared) {
+  SimulationOptions o;
+  o.workers = workers;
+  o.policy = policy;
+  o.times.defaults = {.step_s = 0.01, .eval_s = 0.05, .job_s = 0.1, .state_bytes = 1 << 20};
+  return o;
+}
+
+TEST(Simulator, SharedTrainsEachUniqueStepOnceAndIsDeterministic) {
+  SyntheticCurves curves;
+  const std::vector<SimulatedStudy> studies = {grid()};
+  SimulatedRun shared = simulate(studies, options(3), curves);
+  SimulatedRun again = simulate(studies, options(3), curves);
+  SimulatedRun alone = simulate(studies, options(3, Policy::kTrialBased), curves);
+  ASSERT_EQ(shared.studies.size(), 1u);
+  EXPECT_EQ(shared.studies[0].status, "done");
+  EXPECT_EQ(shared.studies[0].trials, 12);
+  EXPECT_EQ(shared.steps_executed, shared.steps_unique);
+  EXPECT_EQ(alone.steps_executed, alone.steps_trial_based);
+  EXPECT_EQ(shared.steps_trial_based, alone.steps_trial_based);
+  EXPECT_LT(shared.steps_unique, shared.steps_trial_based);
+  EXPECT_LT(shared.makespan_s, alone.makespan_s);
+  EXPECT_LT(shared.busy_s, alone.busy_s);
+  // Virtual time: the makespan is at least the longest trial's training.
+  EXPECT_GE(shared.makespan_s, shared.critical_path_s);
+  EXPECT_GT(shared.utilization, 0);
+  EXPECT_LE(shared.utilization, 1.0 + 1e-9);
+  // The same inputs give the same run.
+  EXPECT_EQ(again.makespan_s, shared.makespan_s);
+  EXPECT_EQ(again.jobs, shared.jobs);
+  EXPECT_EQ(again.studies[0].best_value, shared.studies[0].best_value);
+  EXPECT_GT(shared.master.decisions.count, 0);
+  EXPECT_GT(shared.master.messages.at("done").count, 0);
+}
+
+TEST(Simulator, FailuresAreSurvivedAndTheirWorkDoneAgain) {
+  SyntheticCurves curves;
+  SimulationOptions o = options(3);
+  o.mtbf_s = 5;  // each worker fails every few jobs
+  o.restart_s = 1;
+  SimulatedRun run = simulate({grid()}, o, curves);
+  SimulatedRun calm = simulate({grid()}, options(3), curves);
+  EXPECT_GT(run.failures, 0);
+  EXPECT_EQ(run.studies[0].status, "done");
+  EXPECT_EQ(run.studies[0].trials, 12);
+  EXPECT_GE(run.steps_executed, run.steps_unique);
+  EXPECT_GT(run.makespan_s, calm.makespan_s);
+  // The study's results do not depend on the failures (they depend on the states only).
+  EXPECT_EQ(run.studies[0].best_value, calm.studies[0].best_value);
+}
+
+TEST(Simulator, ReplayedMetricsRepeatAnAdaptiveStudy) {
+  const std::string dir = testing::TempDir() + "simulator_replay";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  SyntheticCurves curves;
+  SimulationOptions o = options(4);
+  o.plan_path = dir + "/first.db";
+  SimulatedRun first = simulate({asha()}, o, curves);
+  ASSERT_EQ(first.studies[0].status, "done");
+  ReplayedMetrics replayed(o.plan_path);
+  SimulatedRun second = simulate({asha()}, options(4), replayed);
+  EXPECT_EQ(second.studies[0].best_trial, first.studies[0].best_trial);
+  EXPECT_EQ(second.studies[0].best_value, first.studies[0].best_value);
+  EXPECT_EQ(second.steps_executed, first.steps_executed);
+  EXPECT_EQ(second.makespan_s, first.makespan_s);
+  // A study the plan never measured is refused by name.
+  EXPECT_THROW(simulate({grid()}, options(2), replayed), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Simulator, SeveralStudiesAndTheFifoOrderRunToTheEnd) {
+  SyntheticCurves curves;
+  SimulatedStudy late = grid("late");
+  late.submit_at_s = 3;
+  SimulationOptions o = options(4);
+  SimulatedRun critical = simulate({grid(), late}, o, curves);
+  o.order = ScheduleOrder::kFifo;
+  SimulatedRun fifo = simulate({grid(), late}, o, curves);
+  for (const SimulatedRun* r : {&critical, &fifo}) {
+    ASSERT_EQ(r->studies.size(), 2u);
+    EXPECT_EQ(r->studies[0].status, "done");
+    EXPECT_EQ(r->studies[1].status, "done");
+    EXPECT_GE(r->makespan_s, 3);
+  }
+  // The second study's trials are the first's: it trains nothing of its own.
+  EXPECT_EQ(critical.studies[1].steps_executed + critical.studies[0].steps_executed,
+            critical.studies[0].steps_unique);
+}
+
+}  // namespace
+}  // namespace hippo::master
