@@ -50,7 +50,7 @@ class WorkList {
     for (auto it = in_.priorities.begin(); it != in_.priorities.end(); ++it) {
       const StageId id = it->second;
       const Priorities::Entry& entry = in_.priorities.entries().at(id);
-      if (bounded && best.size() >= limit && entry.total < best.top()) break;
+      if (bounded && best.size() >= limit && entry.total <= best.top()) break;
       if (claimed_.count(id) || in_.failed_stages.count(id)) continue;
       const Stage& x = in_.tree.stage(id);
       if (x.parent != kNoStage && in_.failed_stages.count(x.parent)) continue;

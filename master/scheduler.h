@@ -110,8 +110,9 @@ struct SchedulerInput {
 // the earlier step, so that the same plan gives the same order of work (and of results, which
 // adaptive searchers depend on) in every run. With a limit, the stage work is only the `limit`
 // best items (with the critical-path order: no stage's priority can rise above its total at the
-// last refresh, so the search stops at the first stage whose total is below them), which is
-// what a few idle workers need; evaluations and the replays they ask for always come all.
+// last refresh, so the search stops at the first stage whose total is not above them; of equal
+// priorities, the stages first in Priorities' order win), which is what a few idle workers need;
+// evaluations and the replays they ask for always come all.
 std::vector<WorkItem> ready_work(const SchedulerInput& in, size_t limit = SIZE_MAX);
 
 struct IdleWorker {

@@ -12,7 +12,7 @@
 # 10000:1000": trials:workers, parallel = workers), STEP (seconds per step, default 0.005).
 set -euo pipefail
 hippo=${1:-build/hippo}
-[[ -x $hippo ]] || { echo "no hippo binary at $hippo" >&2; exit 2; }
+[[ -f $hippo && -x $hippo ]] || { echo "no hippo binary at $hippo" >&2; exit 2; }
 GRID_SIZES=${GRID_SIZES:-"1000 10000 100000"}
 ASHA_RUNS=${ASHA_RUNS:-"1000:16 1000:128 10000:128 10000:1000"}
 STEP=${STEP:-0.005}
@@ -54,9 +54,9 @@ PY
 limits="--max-trials 1000000 --max-steps 1000000000 --max-evaluations 1000000000"
 measure() {  # name spec workers
   /usr/bin/time -f "%M" -o "$dir/rss" "$hippo" --format json simulate "$2" --workers "$3" \
-    --step-time "$STEP" --policy shared $limits > "$dir/$1.json" ||
+    --step-time "$STEP" --policy shared $limits > "$dir/$1.out" ||
     { echo "simulation $1 failed" >&2; exit 1; }
-  python3 - "$1" "$3" "$dir/$1.json" "$(cat "$dir/rss")" <<'PY'
+  python3 - "$1" "$3" "$dir/$1.out" "$(cat "$dir/rss")" <<'PY'
 import json, sys
 name, workers, path, rss = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 r = json.load(open(path))["shared"]
