@@ -3,18 +3,12 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "stagetree/hash.h"
 #include "stagetree/sequence_json.h"
 #include "storage/plan.h"
 
 namespace hippo::master {
 namespace {
-
-// FNV-1a: a stable hash of a name or a text value.
-uint64_t hash_of(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 double unit(uint64_t h) {
   return static_cast<double>(h >> 11) / static_cast<double>(1ull << 53);
@@ -23,8 +17,8 @@ double unit(uint64_t h) {
 double fit(const Hyperparams& hyperparams, int64_t step) {
   double sum = 0;
   for (const auto& [name, seq] : hyperparams) {
-    const double w = 1 + unit(hash_of(name));
-    const double v = seq.is_text() ? 1 + unit(hash_of(seq.text_value())) * 100 : seq.value_at(step);
+    const double w = 1 + unit(fnv1a(name));
+    const double v = seq.is_text() ? 1 + unit(fnv1a(seq.text_value())) * 100 : seq.value_at(step);
     sum += w * std::log(std::fabs(v) + 1e-9);
   }
   return 0.5 + 0.5 * std::sin(sum);

@@ -8,6 +8,7 @@
 
 #include "pipeline/shape.h"
 #include "searchers/searcher.h"
+#include "stagetree/hash.h"
 #include "stagetree/settings.h"
 
 namespace hippo {
@@ -229,13 +230,6 @@ std::string hex64(uint64_t x) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
   return buf;
-}
-
-// FNV-1a, 64 bits: stable across runs, machines and versions of the standard library.
-uint64_t fnv1a(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
-  return h;
 }
 
 }  // namespace

@@ -118,20 +118,15 @@ void print_table(const std::vector<Column>& cols, const master::SimulationOption
                       : 0,
                   "%.1f");
   });
-  row("master us/metric", [&](const auto& r) {
-    auto it = r.master.messages.find("metric");
+  auto per_message = [&](const master::SimulatedRun& r, const char* type) {
+    auto it = r.master.messages.find(type);
     return number(it != r.master.messages.end() && it->second.count
                       ? 1e6 * it->second.cpu_s / double(it->second.count)
                       : 0,
                   "%.1f");
-  });
-  row("master us/done", [&](const auto& r) {
-    auto it = r.master.messages.find("done");
-    return number(it != r.master.messages.end() && it->second.count
-                      ? 1e6 * it->second.cpu_s / double(it->second.count)
-                      : 0,
-                  "%.1f");
-  });
+  };
+  row("master us/metric", [&](const auto& r) { return per_message(r, "metric"); });
+  row("master us/done", [&](const auto& r) { return per_message(r, "done"); });
   row("plan (MB)", [&](const auto& r) { return number(double(r.plan_bytes) / 1e6, "%.1f"); });
   row("simulation wall (s)", [&](const auto& r) { return number(r.wall_s, "%.2f"); });
   // Ratios against the last column (trial-based when it ran).

@@ -4,18 +4,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "stagetree/hash.h"
 #include "worker/engine/device_group.h"
 #include "worker/engine/network.h"
 #include "worker/engine/step_settings.h"
 
 namespace hippo::worker {
 namespace {
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 // The device that holds the state: a pipelined config's group's first device, else `device`.
 std::string state_device(const RunConfig& config, const std::string& device) {
