@@ -59,15 +59,9 @@ class PendingEvaluations {
   // The tree split `split.stage` at `split.at` (call after the split): the states above it are
   // the upper stage's now, and the one at the point may now be at the end of a trained stage.
   void on_split(const StageTree& tree, const Split& split) {
-    auto first = index_.upper_bound({split.stage, split.at});
-    auto last = index_.lower_bound({split.stage + 1, INT64_MIN});
-    Index moved;
-    for (auto it = first; it != last; ++it) {
-      moved[{split.upper, it->first.second}] = it->second;
-      if (trained_.erase(it->first)) trained_.insert({split.upper, it->first.second});
-    }
-    index_.erase(first, last);
-    index_.merge(moved);
+    move_above(index_, split, [&](const StateKey& key, const std::set<TrialId>&) {
+      if (trained_.erase(key)) trained_.insert({split.upper, key.second});
+    });
     const StateKey at{split.stage, split.at};
     if (index_.count(at) && trained_past(tree, at)) trained_.insert(at);
   }

@@ -46,6 +46,10 @@ class WorkList {
   void add_stage_work(size_t limit) {
     // The priorities of the best `limit` items found so far, the lowest on top.
     std::priority_queue<double, std::vector<double>, std::greater<>> best;
+    auto found = [&](double priority) {
+      best.push(priority);
+      if (best.size() > limit) best.pop();
+    };
     const bool bounded = in_.order == ScheduleOrder::kCriticalPath && limit != SIZE_MAX;
     for (auto it = in_.priorities.begin(); it != in_.priorities.end(); ++it) {
       const StageId id = it->second;
@@ -72,8 +76,7 @@ class WorkList {
           // Rebuilt only if its stage was trained past it (else that stage's own work makes it).
           if (in_.tree.stage(parent.first).trained_until >= t) {
             rebuild(x.representative, parent, w.priority);
-            best.push(w.priority);
-            if (best.size() > limit) best.pop();
+            found(w.priority);
           }
           continue;
         }
@@ -81,8 +84,7 @@ class WorkList {
       }
       w.evals = evals_between(in_, w.representative, t, w.to, t == 0 || t > x.start);
       out_.push_back(w);
-      best.push(w.priority);
-      if (best.size() > limit) best.pop();
+      found(w.priority);
     }
   }
 

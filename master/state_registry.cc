@@ -5,22 +5,7 @@
 #include "master/checkpoint_files.h"
 
 namespace hippo::master {
-namespace {
-
-// Moves the entries of `index` above the split point to the upper stage; on_move(value) for each.
-template <typename Map, typename OnMove>
-void move_above(Map& index, const Split& split, OnMove on_move) {
-  auto first = index.upper_bound(StateKey{split.stage, split.at});
-  auto last = index.lower_bound(StateKey{split.stage + 1, INT64_MIN});
-  std::vector<std::pair<StateKey, typename Map::mapped_type>> moved(first, last);
-  index.erase(first, last);
-  for (auto& [key, value] : moved) {
-    on_move(value);
-    index[{split.upper, key.second}] = std::move(value);
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 StateInfo state_of(const CheckpointRow& row) {
   return {.stage = row.stage,
@@ -91,8 +76,8 @@ const nlohmann::json* StateRegistry::cached_metrics(const StateKey& key) const {
 }
 
 void StateRegistry::on_split(const Split& split) {
-  move_above(index_, split, [&](int64_t id) { states_[id].stage = split.upper; });
-  move_above(metrics_, split, [](const nlohmann::json&) {});
+  move_above(index_, split, [&](const StateKey&, int64_t id) { states_[id].stage = split.upper; });
+  move_above(metrics_, split, [](const StateKey&, const nlohmann::json&) {});
 }
 
 StateInfo StateRegistry::forget(int64_t id) {

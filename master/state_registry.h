@@ -9,6 +9,7 @@
 // are the master's, numbered from 1 per start of a master.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,21 @@ using StateKey = std::pair<StageId, int64_t>;  // (stage, step)
 // The name of the state after `step` steps of `trial`'s path.
 inline StateKey state_key(const StageTree& tree, TrialId trial, int64_t step) {
   return {tree.stage_at(trial, step), step};
+}
+
+// The tree split `split.stage` at `split.at`: moves the entries of `index` (a map by StateKey)
+// above the split point to the upper stage, calling on_move(old key, value) for each. Every
+// index of states by key follows a split this way.
+template <typename Map, typename OnMove>
+void move_above(Map& index, const Split& split, OnMove on_move) {
+  auto first = index.upper_bound(StateKey{split.stage, split.at});
+  auto last = index.lower_bound(StateKey{split.stage + 1, INT64_MIN});
+  std::vector<std::pair<StateKey, typename Map::mapped_type>> moved(first, last);
+  index.erase(first, last);
+  for (auto& [key, value] : moved) {
+    on_move(key, value);
+    index[{split.upper, key.second}] = std::move(value);
+  }
 }
 
 struct StateInfo {

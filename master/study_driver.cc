@@ -170,6 +170,12 @@ void StudyDriver::journal(TrackedStudy& s, const SearcherEvent& e) {
   ++s.journaled;
 }
 
+void StudyDriver::react(TrackedStudy& s, const SearcherEvent& e) {
+  std::vector<Operation> ops = feed(*s.searcher, e);
+  journal(s, e);  // before the operations, so that events they cause come after it
+  apply(s, ops);
+}
+
 void StudyDriver::save_searcher(TrackedStudy& s) {
   // A whole state costs about its trials to write: once the journal is a quarter of that long,
   // each event has paid O(1) toward it, and a restart replays at most that many events.
@@ -461,10 +467,7 @@ void StudyDriver::record_metric(TrackedTrial& t, int64_t step, const json& metri
   TrackedStudy& s = studies_.at(t.study);
   if (s.status != StudyStatus::kRunning) return;
   if (std::optional<double> v = metric_value(metrics, s.spec.searcher.metric)) {
-    const SearcherEvent validation{SearcherEvent::Kind::kValidation, t.request, step, *v};
-    std::vector<Operation> ops = feed(*s.searcher, validation);
-    journal(s, validation);
-    apply(s, ops);
+    react(s, {SearcherEvent::Kind::kValidation, t.request, step, *v});
   }
   maybe_close(t);
 }
@@ -475,10 +478,7 @@ void StudyDriver::maybe_close(TrackedTrial& t) {
   plan_.set_trial_status(t.id, t.status, "trained to its length");
   TrackedStudy& s = studies_.at(t.study);
   if (s.status != StudyStatus::kRunning) return;
-  const SearcherEvent closed{SearcherEvent::Kind::kClosed, t.request};
-  std::vector<Operation> ops = feed(*s.searcher, closed);
-  journal(s, closed);
-  apply(s, ops);
+  react(s, {SearcherEvent::Kind::kClosed, t.request});
 }
 
 bool StudyDriver::trial_trained(const TrackedTrial& t) const {
@@ -569,10 +569,7 @@ void StudyDriver::fail_trials_through(StageId stage, const std::string& error) {
     study_transaction(s, [&] {
       plan_.set_trial_status(t.id, t.status, error);
       if (s.status != StudyStatus::kRunning) return;
-      const SearcherEvent failed{SearcherEvent::Kind::kFailed, t.request};
-      std::vector<Operation> ops = feed(*s.searcher, failed);
-      journal(s, failed);
-      apply(s, ops);
+      react(s, {SearcherEvent::Kind::kFailed, t.request});
       save_searcher(s);
     });
   }
@@ -705,13 +702,7 @@ void StudyDriver::raise_needed_ends(const TrackedTrial& t, const Change& change)
     ++n.version;
     n.raised.clear();
   }
-  const int64_t length = t.needed_length();
-  for (StageId s : tree_.path(t.id)) {
-    const Stage& x = tree_.stage(s);
-    if (x.start >= length) break;
-    int64_t& end = n.ends[s];
-    end = std::max(end, std::min(x.end, length));
-  }
+  tree_.raise_needed_ends(n.ends, t.id, t.needed_length());
   n.raised.push_back(t.id);
 }
 

@@ -219,6 +219,8 @@ class StudyDriver {
   // (Searcher::replays_exactly) is saved whole after every event instead.
   static std::vector<Operation> feed(Searcher& searcher, const SearcherEvent& e);
   void journal(TrackedStudy& s, const SearcherEvent& e);
+  // Feeds the event, journals it and applies the operations (in the caller's transaction).
+  void react(TrackedStudy& s, const SearcherEvent& e);
   void save_searcher(TrackedStudy& s);
   // The trial's path is needed up to its needed length now (after `change` to the tree).
   void raise_needed_ends(const TrackedTrial& t, const Change& change);

@@ -300,13 +300,17 @@ int64_t StageTree::trained_length(TrialId id) const {
 std::unordered_map<StageId, int64_t> StageTree::needed_ends(
     const std::map<TrialId, int64_t>& lengths) const {
   std::unordered_map<StageId, int64_t> out;  // stage -> the end some trial needs of it
-  for (const auto& [id, need] : lengths)
-    for (StageId s : path(id)) {
-      if (stages_[s].start >= need) break;
-      int64_t& end = out[s];
-      end = std::max(end, std::min(stages_[s].end, need));
-    }
+  for (const auto& [id, need] : lengths) raise_needed_ends(out, id, need);
   return out;
+}
+
+void StageTree::raise_needed_ends(std::unordered_map<StageId, int64_t>& ends, TrialId id,
+                                  int64_t length) const {
+  for (StageId s : path(id)) {
+    if (stages_[s].start >= length) break;
+    int64_t& end = ends[s];
+    end = std::max(end, std::min(stages_[s].end, length));
+  }
 }
 
 StageTree::NeededSteps StageTree::needed_steps(const std::map<TrialId, int64_t>& lengths) const {

@@ -121,6 +121,9 @@ class StageTree {
   // For every stage that some trial needs, each up to its own length in `lengths` (trial ->
   // steps, at most its length): the end up to which it is needed.
   std::unordered_map<StageId, int64_t> needed_ends(const std::map<TrialId, int64_t>& lengths) const;
+  // Raises `ends` (as needed_ends gives them) for one more trial needing `length` steps.
+  void raise_needed_ends(std::unordered_map<StageId, int64_t>& ends, TrialId id,
+                         int64_t length) const;
   // The steps of needed_ends(lengths): `unique` counts every stage's needed part once, `trained`
   // what of that is trained. A study's steps_unique and its progress.
   struct NeededSteps {
