@@ -104,7 +104,10 @@ Progress Master::progress(int64_t study) const {
 }
 
 void Master::shutdown_workers() {
-  for (const auto& [peer, w] : pool_.workers()) send(peer, protocol::Shutdown{}.to_json());
+  for (const auto& [peer, w] : pool_.workers()) {
+    if (w.job >= 0) record_unfinished(pool_.jobs().at(w.job), w, ExecutionOutcome::kAbandoned);
+    send(peer, protocol::Shutdown{}.to_json());
+  }
 }
 
 void Master::remove_unreported_checkpoints() {
@@ -288,8 +291,7 @@ void Master::on_hello(const Sender& from, const protocol::Hello& m) {
       lost.emplace_back(pool_.jobs().at(old.job), old);
   ConnectedWorker& w = pool_.join(from.peer, from.identity, m);
   const std::string& peer = from.peer;
-  for (const auto& [job, old] : lost)
-    record_execution(job, old, ExecutionOutcome::kLost, job.progress_step);
+  for (const auto& [job, old] : lost) record_unfinished(job, old, ExecutionOutcome::kLost);
   schedule_changed_ = true;
   log_event(std::nullopt, "worker_joined",
             {{"name", w.hello.name}, {"device", w.hello.device}, {"key", from.identity.name}});
@@ -463,9 +465,7 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
     pool_.claims().clear(stage);
   }
   if (m.retry && m.lost_file.empty()) pool_.add_storage_failure(stage, w.peer);
-  record_execution(job, w, ExecutionOutcome::kFailed, job.progress_step, error);
-  // Steps trained after its last snapshot are lost, and trained again: they count as executed.
-  count_lost_steps(job);
+  record_unfinished(job, w, ExecutionOutcome::kFailed, error);
   pool_.end_job(w, m.held);
   schedule_changed_ = true;
 }
@@ -474,8 +474,7 @@ void Master::on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m) {
   const RunningJob& job = reported_job(w, m.job, m.incarnation, "abandoned");
   if (!job.abandoned)
     throw protocol::ProtocolError("abandoned.job: not a job this worker was told to abandon");
-  record_execution(job, w, ExecutionOutcome::kAbandoned, job.progress_step);
-  count_lost_steps(job);
+  record_unfinished(job, w, ExecutionOutcome::kAbandoned);
   pool_.end_job(w, m.held);
   schedule_changed_ = true;
 }
@@ -486,10 +485,7 @@ void Master::on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m) {
 void Master::check_workers() {
   std::vector<std::string> lost =
       pool_.expire(options_.worker_timeout_s, [&](const RunningJob& job) {
-        record_execution(job, *pool_.find(job.worker), ExecutionOutcome::kLost, job.progress_step);
-        // The steps it trained after its last snapshot are lost and will be trained again: they
-        // count as executed (the heartbeats said how far it got).
-        count_lost_steps(job);
+        record_unfinished(job, *pool_.find(job.worker), ExecutionOutcome::kLost);
         trials_to_close_ = true;
       });
   for (const std::string& name : lost) {
@@ -500,7 +496,9 @@ void Master::check_workers() {
   }
 }
 
-void Master::count_lost_steps(const RunningJob& job) {
+void Master::record_unfinished(const RunningJob& job, const ConnectedWorker& w,
+                               ExecutionOutcome outcome, const std::string& error) {
+  record_execution(job, w, outcome, job.progress_step, error);
   driver_.count_executed(job.studies, std::max<int64_t>(0, job.progress_step - job.reported_step));
 }
 

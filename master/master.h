@@ -107,7 +107,8 @@ class Master {
   const MasterCosts& costs() const { return costs_; }
   StudySummary summary(int64_t study);
   Progress progress(int64_t study) const;
-  // Tells every worker to exit.
+  // Tells every worker to exit; the jobs still running are recorded as abandoned (their studies
+  // ended, or the run was interrupted). The master handles no message after this.
   void shutdown_workers();
   // Deletes the checkpoint files this master ordered whose report never came (a job still under
   // way when a study ended). Call once none of its workers runs any more.
@@ -153,8 +154,12 @@ class Master {
 
   // Bookkeeping around workers and jobs.
   void check_workers();
-  // The steps a job trained past its last reported state are lost: they count as executed.
-  void count_lost_steps(const RunningJob& job);
+  // A job that ended before its end (lost, failed, abandoned, or still running at shutdown):
+  // its row goes to the executions, reaching as far as its heartbeats said, and the steps it
+  // trained past its last reported state, lost, count as executed (the dashboard's sum of the
+  // executions equals the summary's steps executed).
+  void record_unfinished(const RunningJob& job, const ConnectedWorker& w, ExecutionOutcome outcome,
+                         const std::string& error = "");
   // Adds the job's row to the plan's executions (the dashboard's timeline) as it ends; `reached`
   // is clamped to its steps. A log, like events: a row that cannot be written is reported, not
   // fatal.

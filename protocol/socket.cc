@@ -78,11 +78,16 @@ std::optional<std::string> dealer_receive(zmq::socket_t& dealer, int timeout_ms)
 
 bool dealer_send(zmq::socket_t& dealer, const json& message) {
   std::string body = serialize(message);
-  // The queue is checked at the first frame only: once it is taken, so is the second.
-  if (!dealer.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-    return false;
-  dealer.send(zmq::buffer(body), zmq::send_flags::none);
-  return true;
+  // Neither frame may wait: ZeroMQ can give the connection up between the two (a handshake
+  // refused by whoever listens at the address), and a blocking send of the second frame would
+  // then wait forever for a connection that never comes back. A half-sent message dies with the
+  // connection, and the caller makes a new one.
+  try {
+    return dealer.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+           dealer.send(zmq::buffer(body), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+    return false;  // EFAULT: ZeroMQ dropped the message's first frame with its connection
+  }
 }
 
 json request(zmq::context_t& context, const std::string& address, const json& message,

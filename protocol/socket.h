@@ -42,9 +42,10 @@ void router_send_body(zmq::socket_t& router, const std::string& peer, const std:
 
 // DEALER side (workers).
 std::optional<std::string> dealer_receive(zmq::socket_t& dealer, int timeout_ms);
-// Sends without waiting. False when ZeroMQ took nothing: it has no connection to queue on (after a
-// protocol error, e.g. a frame over kMaxMessageBytes, it gives a connection up for good) or the
-// queue is full. While it reconnects on its own, messages are queued and this returns true.
+// Sends without waiting. False when ZeroMQ did not take the whole message: it has no connection to
+// queue on (after a protocol error, e.g. a frame over kMaxMessageBytes or a refused handshake, it
+// gives a connection up for good) or the queue is full. While it reconnects on its own, messages
+// are queued and this returns true.
 bool dealer_send(zmq::socket_t& dealer, const json& message);
 
 // REQ side (clients): one request, one reply, or ProtocolError after timeout_ms. With keys, the

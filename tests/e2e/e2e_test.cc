@@ -504,6 +504,38 @@ TEST_F(E2E, CancelEndsOneStudyAndFreesItsWorkers) {
   EXPECT_NE(no_master.out.find("no master"), std::string::npos) << no_master.out;
 }
 
+// A run that ends with a job under way (interrupted here; a study can also end while a job for a
+// stopped trial still runs) records that job as abandoned: the plan's executions, which the
+// dashboard sums, add up to the steps executed that the run's summary printed (its heartbeats
+// told the master how far it got).
+TEST_F(E2E, ARunEndedMidJobRecordsTheJobItAbandoned) {
+  // All of Fashion-MNIST per epoch: seconds per epoch, so that a job is under way at the end.
+  std::string file = spec("long", {{"model", {{"hidden", {256, 128}}}},
+                                   {"data", {{"train_samples", 60000}}},
+                                   {"length", {{"epochs", 50}}}});
+  const std::string db = path("long.db"), out = path("summary.json");
+  pid_t run =
+      spawn({"/bin/sh", "-c",
+             "exec " + hippo("long.db") + "--format json run " + file + " --workers 1 > " + out});
+  wait_for_a_metric(db, "long");
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // a heartbeat or two
+  kill(run, SIGINT);
+  ASSERT_EQ(exit_status_within(run, 30), 1) << read_file(out);
+  json summary = last_json(read_file(out));
+  EXPECT_EQ(summary["status"], "failed");
+  EXPECT_GT(summary["steps_executed"].get<int64_t>(), 0);
+
+  int64_t executed = 0, abandoned = 0;
+  for (const ExecutionRow& e : SearchPlan::open_read_only(db).executions(std::nullopt)) {
+    executed += e.reached - e.from;
+    if (e.outcome != ExecutionOutcome::kAbandoned) continue;
+    ++abandoned;
+    EXPECT_GT(e.reached, e.from) << "the heartbeats said how far the job got";
+  }
+  EXPECT_EQ(abandoned, 1);
+  EXPECT_EQ(executed, summary["steps_executed"].get<int64_t>());
+}
+
 // The example of INTERFACE.md, whole: 18 trials on all of Fashion-MNIST with two workers.
 TEST_F(E2E, InterfaceExampleSharesExactly) {
   std::string file = kExamples + "/fmnist-mlp-lr-decay.json";
