@@ -142,16 +142,10 @@ void Master::poll(int timeout_ms) {
   }
   auto envelope = transport_->receive(timeout_ms);
   while (envelope) {
-    // A worker's messages keep their order: behind one that waits for the plan, they wait too.
-    // Others (clients, hellos) never wait: they only read, or fail with the lock's error.
-    ConnectedWorker* worker = pool_.find(envelope->peer);
-    if (worker) worker->last_seen = Clock::now();  // alive all the same
-    if (!worker || deferred_.empty()) {
-      if (!try_handle(*envelope)) deferred_.push_back(std::move(*envelope));
-    } else {
-      deferred_.push_back(std::move(*envelope));
-    }
-    envelope = transport_->receive(0);
+    std::vector<protocol::Envelope> together;
+    for (; envelope && together.size() < kMessagesPerCommit; envelope = transport_->receive(0))
+      together.push_back(std::move(*envelope));
+    handle_together(together);
   }
   transport_->check();
   // Scheduling work is shared by the running studies, in proportion to their trials.
@@ -241,6 +235,49 @@ RunningJob& Master::reported_job(const ConnectedWorker& w, int64_t job,
   return pool_.job_of(w, job, what);
 }
 
+void Master::handle_together(std::vector<protocol::Envelope>& messages) {
+  size_t next = 0;
+  if (deferred_.empty()) {
+    outbox_.emplace();
+    // BEGIN does not wait: if another process holds the plan, the messages go one by one, as
+    // they always could (clients' reads are answered, workers' writes wait in deferred_).
+    const int busy_timeout = plan_.set_busy_timeout(0);
+    try {
+      plan_.transaction([&] {
+        for (; next < messages.size(); ++next) receive(messages[next]);
+      });
+    } catch (const PlanBusy&) {
+      // At BEGIN: nothing was handled (inside, the lock is ours and no handler waits).
+      outbox_.reset();
+      if (next != 0) throw;
+    } catch (...) {
+      // The commit failed (an I/O error): what the handlers changed in memory is not in the plan.
+      // The master stops; a restart goes on from the plan.
+      outbox_.reset();
+      throw;
+    }
+    plan_.set_busy_timeout(busy_timeout);
+    if (outbox_) {
+      const std::vector<std::pair<std::string, std::string>> sent = std::move(*outbox_);
+      outbox_.reset();
+      for (const auto& [peer, body] : sent) transport_->send(peer, body);
+    }
+  }
+  for (; next < messages.size(); ++next) receive(messages[next]);
+}
+
+void Master::receive(protocol::Envelope& envelope) {
+  // A worker's messages keep their order: behind one that waits for the plan, they wait too.
+  // Others (clients, hellos) never wait: they only read, or fail with the lock's error.
+  ConnectedWorker* worker = pool_.find(envelope.peer);
+  if (worker) worker->last_seen = Clock::now();  // alive all the same
+  if (!worker || deferred_.empty()) {
+    if (!try_handle(envelope)) deferred_.push_back(std::move(envelope));
+  } else {
+    deferred_.push_back(std::move(envelope));
+  }
+}
+
 bool Master::try_handle(const protocol::Envelope& envelope) {
   try {
     json m = protocol::parse(envelope.body);
@@ -270,7 +307,10 @@ bool Master::try_handle(const protocol::Envelope& envelope) {
 }
 
 void Master::send(const std::string& peer, const json& message) {
-  transport_->send(peer, protocol::serialize(message));
+  if (outbox_)
+    outbox_->emplace_back(peer, protocol::serialize(message));
+  else
+    transport_->send(peer, protocol::serialize(message));
 }
 
 void Master::log_event(std::optional<int64_t> study, const std::string& kind, const json& detail) {
@@ -534,6 +574,7 @@ void Master::mark_progress(RunningJob& job, int64_t step) {
       int64_t before = x.trained_until;
       tree_.mark_trained(id, step);
       driver_.on_progress(id);
+      trained_stages_.push_back(id);
       if (tree_.stage(id).trained_until != before) plan_.save_stage(tree_.stage(id));
     }
   }
@@ -545,6 +586,8 @@ void Master::mark_progress(RunningJob& job, int64_t step) {
 // abandoned: its worker stops at its next step and says "abandoned" (or, if it finished first,
 // "done"), and stays busy for the master until then.
 void Master::abandon_orphan_jobs() {
+  if (driver_.studies_ended() == studies_ended_seen_) return;  // no job can have become one
+  studies_ended_seen_ = driver_.studies_ended();
   for (int64_t id : pool_.orphans([&](int64_t study) { return driver_.running(study); })) {
     send(pool_.jobs().at(id).worker, protocol::Abandon{.job = id}.to_json());
     log_event(std::nullopt, "job_abandoned", {{"job", id}});
@@ -564,6 +607,7 @@ void Master::forget_state(int64_t state, const std::string& why) {
 }
 
 void Master::on_tree_change(const Change& change) {
+  splits_ += static_cast<int64_t>(change.splits.size());
   for (const Split& split : change.splits) {
     states_.on_split(split);
     for (int64_t id : jobs_to_snapshot_at_split(split, tree_, states_, pool_.jobs())) {
@@ -591,10 +635,13 @@ void Master::dispatch() {
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();
   priorities_.refresh(tree_, needed.ends, needed.version, needed.raised,
                       [&](const std::string& root) { return step_costs_.per_step(root); });
-  SchedulerInput input{tree_,        states_,
-                       pool_.jobs(), driver_.pending_evaluations(),
-                       needed.ends,  driver_.failed_stages(),
-                       priorities_,  options_.order};
+  priorities_.forget_trained(tree_, needed.ends, std::exchange(trained_stages_, {}));
+  // Stage ids and state keys on jobs' paths change only at splits and when the tree is reloaded.
+  in_flight_.update(tree_, pool_.jobs(), splits_ + driver_.tree_loads());
+  SchedulerInput input{tree_,       states_,
+                       in_flight_,  driver_.pending_evaluations(),
+                       needed.ends, driver_.failed_stages(),
+                       priorities_, options_.order};
   // The best few items are what the idle workers need; all of them only when some of those
   // fit no idle worker (a pipeline, an external trainer).
   std::vector<WorkItem> work = ready_work(input, idle.size());

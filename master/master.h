@@ -46,6 +46,10 @@
 
 namespace hippo::master {
 
+// Messages that arrived together are handled in one commit, at most this many (a bound on how
+// long a reply waits for the commit, and on the transaction's size).
+inline constexpr size_t kMessagesPerCommit = 128;
+
 struct Options {
   std::string bind = "tcp://127.0.0.1:5555";
   std::string checkpoints = "checkpoints";  // the directory workers write into (shared disk)
@@ -128,9 +132,17 @@ class Master {
   // Removes the files of earlier masters of this plan that no checkpoint row names (left by a
   // crash), logs how many, and records this master's incarnation (checkpoint_files.h).
   void sweep_checkpoints();
+  // Handles messages that arrived together in one commit (each handler's transaction is a
+  // savepoint in it): a commit costs more than most handlers. What they send waits in outbox_
+  // for the commit, so that nobody hears of a change a crash could still undo. When another
+  // process holds the plan, they are handled one by one (and wait in deferred_ as they must).
+  void handle_together(std::vector<protocol::Envelope>& messages);
+  // One message as it arrived: handled, or deferred behind its worker's earlier ones.
+  void receive(protocol::Envelope& envelope);
   // Handles one message. False when the search plan is locked by another process: the message
   // changed nothing and waits in deferred_, to be retried in order.
   bool try_handle(const protocol::Envelope& envelope);
+  // Sends now, or after the commit of the messages being handled together.
   void send(const std::string& peer, const json& message);
 
   // The job a worker reports on: the one this master gave to that worker's connection, in this
@@ -196,11 +208,17 @@ class Master {
   StudyDriver driver_;
   WorkerPool pool_;
   StepCosts step_costs_;
-  Priorities priorities_;                                  // kept between decisions (scheduler.h)
+  Priorities priorities_;                // kept between decisions (scheduler.h)
+  InFlight in_flight_;                   // likewise
+  std::vector<StageId> trained_stages_;  // trained further since the last dispatch
+  int64_t studies_ended_seen_ = 0;       // by abandon_orphan_jobs
+  int64_t splits_ = 0;                   // the tree's, since the start
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   // Worker messages that found the search plan locked, oldest first; retried every second.
   std::deque<protocol::Envelope> deferred_;
+  // While messages are handled together: what they send, as (peer, body), in order.
+  std::optional<std::vector<std::pair<std::string, std::string>>> outbox_;
   Clock::time_point last_busy_;
   MasterCosts costs_;
   bool schedule_changed_ = true;  // something arrived since the last dispatch

@@ -29,19 +29,7 @@ std::vector<int64_t> evals_between(const SchedulerInput& in, TrialId trial, int6
 // Builds the list: stage work and the rebuilds they need, then evaluations.
 class WorkList {
  public:
-  explicit WorkList(const SchedulerInput& in) : in_(in) {
-    // What running jobs will produce: the stages they train and the states they will report.
-    for (const auto& [id, job] : in.jobs) {
-      for (StageId s : in.tree.path(job.representative)) {
-        const Stage& x = in.tree.stage(s);
-        if (x.end > job.order.from && x.start < job.order.to) claimed_.insert(s);
-      }
-      for (const auto& order : job.order.snapshots)
-        coming_.insert(state_key(in.tree, job.representative, order.step));
-      for (int64_t e : job.order.eval_steps)
-        coming_.insert(state_key(in.tree, job.representative, e));
-    }
-  }
+  explicit WorkList(const SchedulerInput& in) : in_(in) {}
 
   void add_stage_work(size_t limit) {
     // The priorities of the best `limit` items found so far, the lowest on top.
@@ -55,7 +43,7 @@ class WorkList {
       const StageId id = it->second;
       const Priorities::Entry& entry = in_.priorities.entries().at(id);
       if (bounded && best.size() >= limit && entry.total <= best.top()) break;
-      if (claimed_.count(id) || in_.failed_stages.count(id)) continue;
+      if (in_.in_flight.trains(id) || in_.failed_stages.count(id)) continue;
       const Stage& x = in_.tree.stage(id);
       if (x.parent != kNoStage && in_.failed_stages.count(x.parent)) continue;
       auto need = in_.needed_ends.find(id);
@@ -94,7 +82,7 @@ class WorkList {
     for (const StateKey& key : in_.pending_evaluations.trained()) {
       const int64_t step = key.second;
       const TrialId trial = *in_.pending_evaluations.waiting(key).begin();  // the oldest
-      if (coming_.count(key) || planned_.count(key)) continue;
+      if (in_.in_flight.reports(key) || planned_.count(key)) continue;
       if (step == 0) {
         planned_.insert(key);
         out_.push_back({priority, trial, 0, 0, -1, {0}, kNoStage});
@@ -119,7 +107,7 @@ class WorkList {
   // A replay that makes the state `target` on `trial`'s path from the nearest earlier state. Work
   // that several stages wait for gets the highest of their priorities.
   void rebuild(TrialId trial, const StateKey& target, double priority) {
-    if (coming_.count(target)) return;
+    if (in_.in_flight.reports(target)) return;
     if (auto it = replays_.find(target); it != replays_.end()) {
       out_[it->second].priority = std::max(out_[it->second].priority, priority);
       return;
@@ -138,14 +126,54 @@ class WorkList {
   }
 
   const SchedulerInput& in_;
-  std::set<StageId> claimed_;
-  std::set<StateKey> coming_;
   std::set<StateKey> planned_;          // states that an item already rebuilds or evaluates
   std::map<StateKey, size_t> replays_;  // state -> the item of out_ that rebuilds it
   std::vector<WorkItem> out_;
 };
 
 }  // namespace
+
+void InFlight::update(const StageTree& tree, const std::map<int64_t, RunningJob>& jobs,
+                      int64_t shape) {
+  if (shape != shape_) {
+    jobs_.clear();
+    stages_.clear();
+    states_.clear();
+    shape_ = shape;
+  }
+  // Both maps are ordered by job id: one merge adds the new jobs and drops the ended ones.
+  auto known = jobs_.begin();
+  for (const auto& [id, job] : jobs) {
+    while (known != jobs_.end() && known->first < id) remove(known++);
+    if (known != jobs_.end() && known->first == id)
+      ++known;
+    else
+      add(id, tree, job);
+  }
+  while (known != jobs_.end()) remove(known++);
+}
+
+void InFlight::add(int64_t job, const StageTree& tree, const RunningJob& running) {
+  Footprint& f = jobs_[job];
+  const protocol::Job& order = running.order;
+  for (StageId s : tree.path(running.representative)) {
+    const Stage& x = tree.stage(s);
+    if (x.end > order.from && x.start < order.to) f.stages.push_back(s);
+  }
+  for (const auto& snapshot : order.snapshots)
+    f.states.push_back(state_key(tree, running.representative, snapshot.step));
+  for (int64_t e : order.eval_steps) f.states.push_back(state_key(tree, running.representative, e));
+  for (StageId s : f.stages) ++stages_[s];
+  for (const StateKey& k : f.states) ++states_[k];
+}
+
+void InFlight::remove(std::map<int64_t, Footprint>::iterator job) {
+  for (StageId s : job->second.stages)
+    if (auto it = stages_.find(s); --it->second == 0) stages_.erase(it);
+  for (const StateKey& k : job->second.states)
+    if (auto it = states_.find(k); --it->second == 0) states_.erase(it);
+  jobs_.erase(job);
+}
 
 double Priorities::cost(const std::string& root_key) {
   auto it = costs_.find(root_key);
@@ -216,6 +244,19 @@ void Priorities::refresh(const StageTree& tree, const std::unordered_map<StageId
     if (need != needed.end() && need->second > x.trained_until) break;
     order_.erase(order_.begin());
     entries_.erase(s);
+  }
+}
+
+void Priorities::forget_trained(const StageTree& tree,
+                                const std::unordered_map<StageId, int64_t>& needed,
+                                const std::vector<StageId>& stages) {
+  for (StageId s : stages) {
+    auto entry = entries_.find(s);  // only stages of the tree refresh computed on
+    if (entry == entries_.end()) continue;
+    auto need = needed.find(s);
+    if (need != needed.end() && need->second > tree.stage(s).trained_until) continue;
+    order_.erase({-entry->second.total, s});
+    entries_.erase(entry);
   }
 }
 

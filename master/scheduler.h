@@ -62,6 +62,11 @@ class Priorities {
   void refresh(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
                int64_t version, const std::vector<TrialId>& raised,
                const std::function<double(const std::string& root_key)>& cost_per_step);
+  // Stages trained further since the last call: those whose needed work is done leave the order
+  // (the front is pruned in refresh, but behind the stages that running jobs train, trained ones
+  // would pile up, and every decision would step over them).
+  void forget_trained(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
+                      const std::vector<StageId>& stages);
   // A stage with needed work at its last computation, with what it had then.
   struct Entry {
     double total = 0;           // priority then
@@ -93,11 +98,38 @@ class Priorities {
   std::map<std::string, double> costs_;  // root key -> cost per step used
 };
 
+// What running jobs will produce: the stages they train, and the states they will report (their
+// snapshots and evaluations). Kept between decisions, so that a decision does not cost every
+// running job: update() adds the jobs that started since and drops those that ended, and reads
+// them all again only after the tree split (a split moves states and stages on jobs' paths, and
+// adds snapshot orders to running jobs).
+class InFlight {
+ public:
+  // `shape`: a number that changes whenever the tree split or was reloaded (then everything is
+  // read again).
+  void update(const StageTree& tree, const std::map<int64_t, RunningJob>& jobs, int64_t shape);
+  bool trains(StageId stage) const { return stages_.count(stage) != 0; }
+  bool reports(const StateKey& state) const { return states_.count(state) != 0; }
+
+ private:
+  struct Footprint {
+    std::vector<StageId> stages;
+    std::vector<StateKey> states;
+  };
+  void add(int64_t job, const StageTree& tree, const RunningJob& running);
+  void remove(std::map<int64_t, Footprint>::iterator job);
+
+  std::map<int64_t, Footprint> jobs_;
+  std::unordered_map<StageId, int> stages_;  // stage -> the jobs that train it
+  std::map<StateKey, int> states_;           // state -> the jobs that report it
+  int64_t shape_ = -1;
+};
+
 // What the scheduler reads. Every reference outlives the call.
 struct SchedulerInput {
   const StageTree& tree;
   const StateRegistry& states;
-  const std::map<int64_t, RunningJob>& jobs;      // running, by id
+  const InFlight& in_flight;                      // of the running jobs, updated
   const PendingEvaluations& pending_evaluations;  // by the state they wait for
   // Stage -> the end up to which some trial of a running study needs it (StudyDriver).
   const std::unordered_map<StageId, int64_t>& needed_ends;

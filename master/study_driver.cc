@@ -117,6 +117,7 @@ std::string StudyDriver::owner_of(int64_t study) {
 
 void StudyDriver::resync() {
   tree_ = plan_.load_tree();
+  ++tree_loads_;
   needed_.valid = false;
   pending_.clear();  // its keys name stages of the tree in memory: rebuilt below
   for (auto it = trials_.begin(); it != trials_.end();) {
@@ -331,6 +332,7 @@ void StudyDriver::finish(TrackedStudy& s, StudyStatus status, std::string error)
   s.status = status;
   s.error = error;
   s.ended = Clock::now();
+  ++studies_ended_;
   for (const auto& [request, id] : s.trials) open_.erase(id);
   needed_.valid = false;
   plan_.set_study_status(s.id, status, error);

@@ -129,6 +129,8 @@ class StudyDriver {
   int64_t find(const json& id_or_name) const;
 
   bool running(int64_t study) const;
+  // How many studies have ended since the start (work that only they needed is orphaned then).
+  int64_t studies_ended() const { return studies_ended_; }
   const std::map<int64_t, TrackedStudy>& studies() const { return studies_; }
   TrackedStudy& study(int64_t id) { return studies_.at(id); }
   const TrackedTrial* trial(TrialId id) const;
@@ -195,6 +197,8 @@ class StudyDriver {
   // After a transaction failed: the tree and trials in memory may be ahead of the plan, so they
   // are reloaded from it.
   void resync();
+  // How many times resync reloaded the tree: stage ids from before may name other stages since.
+  int64_t tree_loads() const { return tree_loads_; }
 
  private:
   // Runs fn in a transaction; if it throws, the study fails with the message, and memory is
@@ -245,6 +249,8 @@ class StudyDriver {
   // ones that may need training.
   std::set<TrialId> open_;
   NeededEnds needed_;
+  int64_t tree_loads_ = 0;
+  int64_t studies_ended_ = 0;
   std::set<StageId> failed_stages_;
   TrialId next_trial_ = 0;
   bool schedule_changed_ = true;

@@ -217,6 +217,10 @@ void SearchPlan::exec(const char* sql) {
   }
 }
 
+void SearchPlan::run(const char* sql) {
+  Query(*this, sql).run();
+}
+
 bool SearchPlan::exists(const std::string& table, int64_t id) {
   Query q(*this, ("SELECT 1 FROM " + table + " WHERE id = ?").c_str(), id);
   return q.next();
@@ -324,7 +328,7 @@ void SearchPlan::transaction(const std::function<void()>& fn) {
 
 void SearchPlan::in_transaction(const char* begin, const std::function<void()>& fn) {
   if (depth_ > 0) {
-    exec("SAVEPOINT nested");
+    run("SAVEPOINT nested");
     ++depth_;
     const size_t actions = after_commit_.size();
     try {
@@ -333,25 +337,25 @@ void SearchPlan::in_transaction(const char* begin, const std::function<void()>& 
       --depth_;
       after_commit_.resize(actions);       // what the savepoint undoes does not follow a commit
       if (!sqlite3_get_autocommit(db_)) {  // else an error has already rolled back everything
-        exec("ROLLBACK TO nested");
-        exec("RELEASE nested");
+        run("ROLLBACK TO nested");
+        run("RELEASE nested");
       }
       throw;
     }
     --depth_;
-    exec("RELEASE nested");
+    run("RELEASE nested");
     return;
   }
-  exec(begin);
+  run(begin);
   depth_ = 1;
   try {
     fn();
-    exec("COMMIT");  // deferred foreign keys are checked here and may throw
+    run("COMMIT");  // deferred foreign keys are checked here and may throw
   } catch (...) {
     depth_ = 0;
     after_commit_.clear();
     // Some errors (I/O, out of memory) have already rolled back the transaction.
-    if (!sqlite3_get_autocommit(db_)) exec("ROLLBACK");
+    if (!sqlite3_get_autocommit(db_)) run("ROLLBACK");
     throw;
   }
   depth_ = 0;

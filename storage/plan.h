@@ -276,7 +276,10 @@ class SearchPlan {
   void migrate();
   // transaction() with the given BEGIN statement ("BEGIN" for a read snapshot).
   void in_transaction(const char* begin, const std::function<void()>& fn);
-  void exec(const char* sql);                         // statements without parameters or results
+  void exec(const char* sql);  // statements without parameters or results
+  // One statement without parameters or results, compiled once (BEGIN, COMMIT, SAVEPOINT...: a
+  // master runs them for every message).
+  void run(const char* sql);
   Statement& prepare(const std::string& sql);         // compiled once, kept for the connection
   bool exists(const std::string& table, int64_t id);  // a row with this id
   [[noreturn]] void fail(const std::string& what);

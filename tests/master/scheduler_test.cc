@@ -38,7 +38,9 @@ struct Fixture {
     priorities.refresh(tree, needed, 0, {}, [&](const std::string& root) {
       return cost.count(root) ? cost.at(root) : 1.0;
     });
-    SchedulerInput in{tree, states, jobs, pending, needed, failed, priorities};
+    InFlight in_flight;
+    in_flight.update(tree, jobs, 0);
+    SchedulerInput in{tree, states, in_flight, pending, needed, failed, priorities};
     return ready_work(in);
   }
 };
@@ -82,6 +84,50 @@ TEST(Scheduler, WorkThatARunningJobClaimsIsNotGivenTwice) {
   std::vector<WorkItem> work = f.work();
   ASSERT_EQ(work.size(), 1u);
   EXPECT_EQ(work[0].representative, 2);
+}
+
+// The index of what running jobs produce, kept between decisions, says what one read afresh
+// says: as jobs start and end, and after a split moved the states on a job's path.
+TEST(Scheduler, InFlightKeptEqualsInFlightReadAfresh) {
+  Fixture f = two_roots();
+  auto job = [](TrialId trial, int64_t from, int64_t to, std::vector<int64_t> evals) {
+    RunningJob j;
+    j.representative = trial;
+    j.order.from = from;
+    j.order.to = to;
+    j.order.eval_steps = std::move(evals);
+    return j;
+  };
+  InFlight kept;
+  int64_t shape = 0;
+  auto same = [&] {
+    InFlight fresh;
+    fresh.update(f.tree, f.jobs, 0);
+    kept.update(f.tree, f.jobs, shape);
+    for (const Stage& x : f.tree.stages())
+      EXPECT_EQ(kept.trains(x.id), fresh.trains(x.id)) << "stage " << x.id;
+    for (TrialId t : {0, 1, 2})
+      for (int64_t step : {50, 60, 100, 120, 150, 300}) {
+        StateKey key = state_key(f.tree, t, std::min(step, f.tree.trial(t).length));
+        EXPECT_EQ(kept.reports(key), fresh.reports(key)) << "trial " << t << " step " << step;
+      }
+  };
+  f.jobs[1] = job(0, 0, 100, {50, 100});
+  same();
+  EXPECT_TRUE(kept.trains(f.tree.stage_at(0, 0)));
+  EXPECT_TRUE(kept.reports(state_key(f.tree, 0, 50)));
+  f.jobs[2] = job(2, 0, 120, {120});
+  same();
+  f.jobs.erase(1);
+  same();
+  EXPECT_FALSE(kept.trains(f.tree.stage_at(0, 0)));
+  EXPECT_FALSE(kept.reports(state_key(f.tree, 0, 50)));
+  // Trial 3 splits "other" at 60: the job's state at 120 is now on the new stage.
+  Change change = f.tree.add_trial(3, "other", lr_until(60, 3), 90);
+  ASSERT_EQ(change.splits.size(), 1u);
+  ++shape;
+  same();
+  EXPECT_TRUE(kept.reports(state_key(f.tree, 2, 120)));
 }
 
 TEST(Scheduler, ChildrenForkFromTheParentStateAndPreferTheWorkerThatHoldsIt) {
@@ -299,6 +345,19 @@ TEST(Priorities, RaisedPathsEqualAFullComputation) {
   tree.mark_trained(best, tree.stage(best).end);
   kept.refresh(tree, tree.needed_ends(lengths), version, raised, cost);
   EXPECT_FALSE(kept.entries().count(best));
+  // A stage behind the front trained (the front stays: a running job trains it): it leaves
+  // through forget_trained, and what is left is what a full computation gives.
+  const StageId behind = std::next(kept.begin(), 3)->second;
+  tree.mark_trained(behind, tree.stage(behind).end);
+  std::unordered_map<StageId, int64_t> needed = tree.needed_ends(lengths);
+  kept.refresh(tree, needed, version, raised, cost);
+  EXPECT_TRUE(kept.entries().count(behind)) << "refresh prunes the front only";
+  kept.forget_trained(tree, needed, {behind, kept.begin()->second});
+  Priorities full;
+  full.refresh(tree, needed, 0, {}, cost);
+  EXPECT_FALSE(kept.entries().count(behind));
+  EXPECT_EQ(kept.entries().size(), full.entries().size());
+  EXPECT_EQ(kept.begin()->second, full.begin()->second);
 }
 
 // With a limit, the stage work is the same best items as without.
@@ -310,7 +369,9 @@ TEST(Scheduler, LimitedWorkIsTheBestOfAll) {
   std::unordered_map<StageId, int64_t> needed = all_needed(f.tree);
   Priorities priorities;
   priorities.refresh(f.tree, needed, 0, {}, [](const std::string&) { return 1.0; });
-  SchedulerInput in{f.tree, f.states, f.jobs, f.pending, needed, f.failed, priorities};
+  InFlight in_flight;
+  in_flight.update(f.tree, f.jobs, 0);
+  SchedulerInput in{f.tree, f.states, in_flight, f.pending, needed, f.failed, priorities};
   std::vector<WorkItem> all = ready_work(in), best = ready_work(in, 2);
   ASSERT_EQ(all.size(), 6u);  // one top stage per root key
   ASSERT_EQ(best.size(), 2u);
