@@ -633,7 +633,7 @@ void Master::dispatch() {
   if (idle.empty()) return;
   const double started = thread_cpu_seconds();
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();
-  priorities_.refresh(tree_, needed.ends, needed.version, needed.raised,
+  priorities_.refresh(tree_, needed.ends, needed.version, needed.raised, needed.uppers,
                       [&](const std::string& root) { return step_costs_.per_step(root); });
   priorities_.forget_trained(tree_, needed.ends, std::exchange(trained_stages_, {}));
   // Stage ids and state keys on jobs' paths change only at splits and when the tree is reloaded.

@@ -203,6 +203,7 @@ void Priorities::compute(const StageTree& tree, const std::unordered_map<StageId
 
 void Priorities::refresh(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
                          int64_t version, const std::vector<TrialId>& raised,
+                         const std::vector<StageId>& uppers,
                          const std::function<double(const std::string& root_key)>& cost_per_step) {
   cost_per_step_ = cost_per_step;
   bool stale = version != version_;
@@ -228,9 +229,13 @@ void Priorities::refresh(const StageTree& tree, const std::unordered_map<StageId
     for (auto it = order.rbegin(); it != order.rend(); ++it) compute(tree, needed, *it);
     version_ = version;
     raised_ = raised.size();
+    uppers_ = uppers.size();
     return;
   }
-  // Paths that grew since: their stages, bottom up.
+  // Split tops first (their children's totals are kept), then the paths that grew since: their
+  // stages, bottom up (an upper stage on such a path is computed again there).
+  for (; uppers_ < uppers.size(); ++uppers_)
+    if (needed.count(uppers[uppers_])) compute(tree, needed, uppers[uppers_]);
   for (; raised_ < raised.size(); ++raised_) {
     std::vector<StageId> path = tree.path(raised[raised_]);
     for (auto it = path.rbegin(); it != path.rend(); ++it)

@@ -51,9 +51,10 @@ ScheduleOrder parse_schedule_order(const std::string& text);
 
 // The critical-path priorities of the stages with needed work (StageTree::priorities), kept
 // between decisions so that a decision does not cost the whole tree. They are computed anew when
-// the needed ends were (a new `version`: computed again, or the tree split) or a root key's
-// measured cost per step drifts more than 10% from the one used; a trial whose path only raised
-// needed ends since (`raised`: a new trial, an extension) updates its path's stages, bottom up.
+// the needed ends were (a new `version`) or a root key's measured cost per step drifts more than
+// 10% from the one used; a trial whose path only raised needed ends since (`raised`: a new trial,
+// an extension) updates its path's stages, bottom up, after the upper stages of the splits it
+// made (`uppers`: each took the top of a stage on that path, and its children).
 // In between, only a stage's own pending steps change (jobs train it); its subtree is untrained
 // (nothing below a stage trains before it does), so its priority now is its total then less the
 // steps trained since, at the cost used.
@@ -61,6 +62,7 @@ class Priorities {
  public:
   void refresh(const StageTree& tree, const std::unordered_map<StageId, int64_t>& needed,
                int64_t version, const std::vector<TrialId>& raised,
+               const std::vector<StageId>& uppers,
                const std::function<double(const std::string& root_key)>& cost_per_step);
   // Stages trained further since the last call: those whose needed work is done leave the order
   // (the front is pruned in refresh, but behind the stages that running jobs train, trained ones
@@ -95,6 +97,7 @@ class Priorities {
   Order order_;
   int64_t version_ = -1;
   size_t raised_ = 0;                    // of `raised`, those applied
+  size_t uppers_ = 0;                    // of `uppers`, likewise
   std::map<std::string, double> costs_;  // root key -> cost per step used
 };
 

@@ -685,6 +685,7 @@ const StudyDriver::NeededEnds& StudyDriver::needed_ends() {
     needed_.valid = true;
     ++needed_.version;
     needed_.raised.clear();
+    needed_.uppers.clear();
   }
   return needed_;
 }
@@ -699,10 +700,7 @@ void StudyDriver::raise_needed_ends(const TrackedTrial& t, const Change& change)
       n.ends[split.upper] = it->second;
       n.ends[split.stage] = split.at;
     }
-  }
-  if (!change.splits.empty()) {
-    ++n.version;
-    n.raised.clear();
+    n.uppers.push_back(split.upper);
   }
   tree_.raise_needed_ends(n.ends, t.id, t.needed_length());
   n.raised.push_back(t.id);

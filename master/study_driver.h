@@ -164,13 +164,14 @@ class StudyDriver {
 
   // For the scheduler: for every stage, the end up to which some trial of a running study needs
   // it. Kept between calls: a trial placed or extended raises the ends along its path (and is
-  // listed in `raised`); a change that may lower them (a trial stopped or failed, a study ended)
-  // has them computed again, from the open trials only. `version` changes when they are computed
-  // again or a split renamed stages (then `raised` starts anew).
+  // listed in `raised`; a split it made lists its new upper stage in `uppers`); a change that may
+  // lower them (a trial stopped or failed, a study ended) has them computed again, from the open
+  // trials only. `version` changes when they are computed again (then both lists start anew).
   struct NeededEnds {
     std::unordered_map<StageId, int64_t> ends;
     int64_t version = 0;
     std::vector<TrialId> raised;
+    std::vector<StageId> uppers;
     bool valid = false;
   };
   const NeededEnds& needed_ends();

@@ -9,12 +9,13 @@
 #
 # Environment: GRID_SIZES (default "1000 10000 100000": a multistep grid of a tiny MLP, 50 steps
 # per trial, 2 workers, the INTERFACE.md shape), ASHA_RUNS (default "1000:16 1000:128 10000:128
-# 10000:1000": trials:workers, parallel = workers), STEP (seconds per step, default 0.005).
+# 10000:1000 100000:1000": trials:workers, parallel = workers), STEP (seconds per step, default
+# 0.005).
 set -euo pipefail
 hippo=${1:-build/hippo}
 [[ -f $hippo && -x $hippo ]] || { echo "no hippo binary at $hippo" >&2; exit 2; }
 GRID_SIZES=${GRID_SIZES:-"1000 10000 100000"}
-ASHA_RUNS=${ASHA_RUNS:-"1000:16 1000:128 10000:128 10000:1000"}
+ASHA_RUNS=${ASHA_RUNS:-"1000:16 1000:128 10000:128 10000:1000 100000:1000"}
 STEP=${STEP:-0.005}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

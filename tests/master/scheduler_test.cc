@@ -35,7 +35,7 @@ struct Fixture {
   std::vector<WorkItem> work() {
     std::unordered_map<StageId, int64_t> needed = all_needed(tree);
     Priorities priorities;
-    priorities.refresh(tree, needed, 0, {}, [&](const std::string& root) {
+    priorities.refresh(tree, needed, 0, {}, {}, [&](const std::string& root) {
       return cost.count(root) ? cost.at(root) : 1.0;
     });
     InFlight in_flight;
@@ -290,7 +290,7 @@ TEST(Priorities, AreCriticalPathsOfWhatIsNeeded) {
   auto cost = [](const std::string& root) { return root == "r" ? 2.0 : 5.0; };
   auto totals = [&](const std::map<TrialId, int64_t>& lengths) {
     Priorities p;
-    p.refresh(tree, tree.needed_ends(lengths), 0, {}, cost);
+    p.refresh(tree, tree.needed_ends(lengths), 0, {}, {}, cost);
     std::map<StageId, double> out;
     for (const auto& [stage, e] : p.entries()) out[stage] = e.total;
     return out;
@@ -314,12 +314,13 @@ TEST(Priorities, RaisedPathsEqualAFullComputation) {
   auto cost = [](const std::string&) { return 0.5; };
   Priorities kept;
   std::vector<TrialId> raised;
+  std::vector<StageId> uppers;
   uint64_t seed = 7;
   auto next = [&](uint64_t n) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
     return (seed >> 33) % n;
   };
-  int64_t version = 0;
+  const int64_t version = 0;
   for (TrialId id = 0; id < 60; ++id) {
     // Trials that share prefixes of different lengths, some extended later.
     const int64_t diverge = 10 * static_cast<int64_t>(1 + next(8) % 8);
@@ -327,15 +328,12 @@ TEST(Priorities, RaisedPathsEqualAFullComputation) {
                                    diverge + 10 * static_cast<int64_t>(1 + next(6) % 6));
     lengths[id] = tree.trial(id).length;
     raised.push_back(id);
-    // A split renames stages: the caller gives a new version then (StudyDriver::NeededEnds).
-    if (!change.splits.empty()) {
-      ++version;
-      raised = {id};
-    }
+    // A split's upper stage took the top of a stage on the trial's path (StudyDriver::NeededEnds).
+    for (const Split& split : change.splits) uppers.push_back(split.upper);
     std::unordered_map<StageId, int64_t> needed = tree.needed_ends(lengths);
-    kept.refresh(tree, needed, version, raised, cost);
+    kept.refresh(tree, needed, version, raised, uppers, cost);
     Priorities full;
-    full.refresh(tree, needed, 0, {}, cost);
+    full.refresh(tree, needed, 0, {}, {}, cost);
     ASSERT_EQ(kept.entries().size(), full.entries().size()) << "after trial " << id;
     for (const auto& [stage, e] : full.entries())
       EXPECT_DOUBLE_EQ(kept.entries().at(stage).total, e.total) << "stage " << stage;
@@ -343,18 +341,18 @@ TEST(Priorities, RaisedPathsEqualAFullComputation) {
   // The best stage trained: it leaves the front at the next refresh.
   const StageId best = kept.begin()->second;
   tree.mark_trained(best, tree.stage(best).end);
-  kept.refresh(tree, tree.needed_ends(lengths), version, raised, cost);
+  kept.refresh(tree, tree.needed_ends(lengths), version, raised, uppers, cost);
   EXPECT_FALSE(kept.entries().count(best));
   // A stage behind the front trained (the front stays: a running job trains it): it leaves
   // through forget_trained, and what is left is what a full computation gives.
   const StageId behind = std::next(kept.begin(), 3)->second;
   tree.mark_trained(behind, tree.stage(behind).end);
   std::unordered_map<StageId, int64_t> needed = tree.needed_ends(lengths);
-  kept.refresh(tree, needed, version, raised, cost);
+  kept.refresh(tree, needed, version, raised, uppers, cost);
   EXPECT_TRUE(kept.entries().count(behind)) << "refresh prunes the front only";
   kept.forget_trained(tree, needed, {behind, kept.begin()->second});
   Priorities full;
-  full.refresh(tree, needed, 0, {}, cost);
+  full.refresh(tree, needed, 0, {}, {}, cost);
   EXPECT_FALSE(kept.entries().count(behind));
   EXPECT_EQ(kept.entries().size(), full.entries().size());
   EXPECT_EQ(kept.begin()->second, full.begin()->second);
@@ -368,7 +366,7 @@ TEST(Scheduler, LimitedWorkIsTheBestOfAll) {
                      50 + 5 * id);
   std::unordered_map<StageId, int64_t> needed = all_needed(f.tree);
   Priorities priorities;
-  priorities.refresh(f.tree, needed, 0, {}, [](const std::string&) { return 1.0; });
+  priorities.refresh(f.tree, needed, 0, {}, {}, [](const std::string&) { return 1.0; });
   InFlight in_flight;
   in_flight.update(f.tree, f.jobs, 0);
   SchedulerInput in{f.tree, f.states, in_flight, f.pending, needed, f.failed, priorities};
