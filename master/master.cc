@@ -238,35 +238,32 @@ RunningJob& Master::reported_job(const ConnectedWorker& w, int64_t job,
 void Master::handle_together(std::vector<protocol::Envelope>& messages) {
   size_t next = 0;
   if (deferred_.empty()) {
-    outbox_.emplace();
     // BEGIN does not wait: if another process holds the plan, the messages go one by one, as
     // they always could (clients' reads are answered, workers' writes wait in deferred_).
     const int busy_timeout = plan_.set_busy_timeout(0);
+    outbox_.emplace();
     try {
       plan_.transaction([&] {
-        for (; next < messages.size(); ++next) receive(messages[next]);
+        for (; next < messages.size(); ++next) handle_or_defer(messages[next]);
       });
     } catch (const PlanBusy&) {
-      // At BEGIN: nothing was handled (inside, the lock is ours and no handler waits).
-      outbox_.reset();
+      // At BEGIN, nothing handled and nothing to send (inside, the lock is ours: nothing waits).
       if (next != 0) throw;
     } catch (...) {
-      // The commit failed (an I/O error): what the handlers changed in memory is not in the plan.
-      // The master stops; a restart goes on from the plan.
+      // A failed COMMIT: what the handlers changed in memory is not in the plan. Nothing of it is
+      // sent; the master stops, and a restart goes on from the plan.
       outbox_.reset();
       throw;
     }
     plan_.set_busy_timeout(busy_timeout);
-    if (outbox_) {
-      const std::vector<std::pair<std::string, std::string>> sent = std::move(*outbox_);
-      outbox_.reset();
-      for (const auto& [peer, body] : sent) transport_->send(peer, body);
-    }
+    const std::vector<std::pair<std::string, std::string>> sent = std::move(*outbox_);
+    outbox_.reset();
+    for (const auto& [peer, body] : sent) transport_->send(peer, body);
   }
-  for (; next < messages.size(); ++next) receive(messages[next]);
+  for (; next < messages.size(); ++next) handle_or_defer(messages[next]);
 }
 
-void Master::receive(protocol::Envelope& envelope) {
+void Master::handle_or_defer(protocol::Envelope& envelope) {
   // A worker's messages keep their order: behind one that waits for the plan, they wait too.
   // Others (clients, hellos) never wait: they only read, or fail with the lock's error.
   ConnectedWorker* worker = pool_.find(envelope.peer);
@@ -607,7 +604,6 @@ void Master::forget_state(int64_t state, const std::string& why) {
 }
 
 void Master::on_tree_change(const Change& change) {
-  splits_ += static_cast<int64_t>(change.splits.size());
   for (const Split& split : change.splits) {
     states_.on_split(split);
     for (int64_t id : jobs_to_snapshot_at_split(split, tree_, states_, pool_.jobs())) {
@@ -636,8 +632,7 @@ void Master::dispatch() {
   priorities_.refresh(tree_, needed.ends, needed.version, needed.raised, needed.uppers,
                       [&](const std::string& root) { return step_costs_.per_step(root); });
   priorities_.forget_trained(tree_, needed.ends, std::exchange(trained_stages_, {}));
-  // Stage ids and state keys on jobs' paths change only at splits and when the tree is reloaded.
-  in_flight_.update(tree_, pool_.jobs(), splits_ + driver_.tree_loads());
+  in_flight_.update(tree_, pool_.jobs(), driver_.tree_shape());
   SchedulerInput input{tree_,       states_,
                        in_flight_,  driver_.pending_evaluations(),
                        needed.ends, driver_.failed_stages(),

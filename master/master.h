@@ -138,7 +138,7 @@ class Master {
   // process holds the plan, they are handled one by one (and wait in deferred_ as they must).
   void handle_together(std::vector<protocol::Envelope>& messages);
   // One message as it arrived: handled, or deferred behind its worker's earlier ones.
-  void receive(protocol::Envelope& envelope);
+  void handle_or_defer(protocol::Envelope& envelope);
   // Handles one message. False when the search plan is locked by another process: the message
   // changed nothing and waits in deferred_, to be retried in order.
   bool try_handle(const protocol::Envelope& envelope);
@@ -212,7 +212,6 @@ class Master {
   InFlight in_flight_;                   // likewise
   std::vector<StageId> trained_stages_;  // trained further since the last dispatch
   int64_t studies_ended_seen_ = 0;       // by abandon_orphan_jobs
-  int64_t splits_ = 0;                   // the tree's, since the start
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   // Worker messages that found the search plan locked, oldest first; retried every second.

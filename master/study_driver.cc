@@ -117,7 +117,7 @@ std::string StudyDriver::owner_of(int64_t study) {
 
 void StudyDriver::resync() {
   tree_ = plan_.load_tree();
-  ++tree_loads_;
+  ++tree_shape_;
   needed_.valid = false;
   pending_.clear();  // its keys name stages of the tree in memory: rebuilt below
   for (auto it = trials_.begin(); it != trials_.end();) {
@@ -427,6 +427,7 @@ void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
     schedule_changed_ = true;
     plan_.save_change(tree_, change);
     for (const Split& split : change.splits) pending_.on_split(tree_, split);
+    tree_shape_ += static_cast<int64_t>(change.splits.size());
     raise_needed_ends(t, change);
     on_tree_change_(change);
     t.history_steps = std::max(t.history_steps, states_.deepest_retained(tree_, t.id, length));

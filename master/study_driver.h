@@ -198,8 +198,9 @@ class StudyDriver {
   // After a transaction failed: the tree and trials in memory may be ahead of the plan, so they
   // are reloaded from it.
   void resync();
-  // How many times resync reloaded the tree: stage ids from before may name other stages since.
-  int64_t tree_loads() const { return tree_loads_; }
+  // A number that changes whenever stage ids or state keys on trials' paths may have changed: at
+  // each split, and when resync reloads the tree.
+  int64_t tree_shape() const { return tree_shape_; }
 
  private:
   // Runs fn in a transaction; if it throws, the study fails with the message, and memory is
@@ -250,7 +251,7 @@ class StudyDriver {
   // ones that may need training.
   std::set<TrialId> open_;
   NeededEnds needed_;
-  int64_t tree_loads_ = 0;
+  int64_t tree_shape_ = 0;
   int64_t studies_ended_ = 0;
   std::set<StageId> failed_stages_;
   TrialId next_trial_ = 0;
