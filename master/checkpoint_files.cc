@@ -2,53 +2,12 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <filesystem>
 #include <system_error>
 
 #include "storage/plan.h"
 
 namespace hippo::master {
-namespace {
-
-constexpr size_t kIncarnationDigits = 16;  // also the temporary files' random suffix
-
-bool all_of_class(const std::string& text, int (*in_class)(int)) {
-  if (text.empty()) return false;
-  for (unsigned char c : text)
-    if (!in_class(c)) return false;
-  return true;
-}
-
-int is_lower_hex(int c) {
-  return std::isdigit(c) || (c >= 'a' && c <= 'f');
-}
-
-}  // namespace
-
-std::string checkpoint_file_name(const std::string& incarnation, int64_t state) {
-  return "state-" + incarnation + "-" + std::to_string(state) + ".ckpt";
-}
-
-std::optional<std::string> incarnation_of(const std::string& file) {
-  // state-<16 hex>-<digits>.ckpt, optionally followed by .tmp.<16 hex>
-  const std::string prefix = "state-", extension = ".ckpt", temporary = ".tmp.";
-  if (file.rfind(prefix, 0) != 0) return std::nullopt;
-  const std::string incarnation = file.substr(prefix.size(), kIncarnationDigits);
-  if (incarnation.size() != kIncarnationDigits || !all_of_class(incarnation, is_lower_hex))
-    return std::nullopt;
-  size_t at = prefix.size() + kIncarnationDigits;
-  if (file.compare(at, 1, "-") != 0) return std::nullopt;
-  const size_t end = file.find(extension, ++at);
-  if (end == std::string::npos || !all_of_class(file.substr(at, end - at), ::isdigit))
-    return std::nullopt;
-  const std::string rest = file.substr(end + extension.size());
-  if (rest.empty()) return incarnation;
-  if (rest.rfind(temporary, 0) == 0 && rest.size() == temporary.size() + kIncarnationDigits &&
-      all_of_class(rest.substr(temporary.size()), is_lower_hex))
-    return incarnation;
-  return std::nullopt;
-}
 
 void remove_checkpoint_file(const std::string& dir, const std::string& file) {
   if (file.empty()) return;

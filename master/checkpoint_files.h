@@ -1,10 +1,6 @@
-// The one naming rule of checkpoint files (as LevelDB's filename.h): the master names every file
-// a worker writes, "state-<incarnation>-<state id>.ckpt", in the checkpoint directory; a worker
-// writes it through a temporary file "<that name>.tmp.<16 hex digits>" (worker/engine/
-// checkpoint.h). The incarnation (16 hex digits) is random per start of a master and recorded in
-// the plan (a master_started event), so names of one start never meet another's, and a master
-// knows which files in the directory are its plan's: at start it removes those that no row names
-// (sweep_checkpoint_files), and nothing else that is there.
+// The master's operations on checkpoint files in its own directory. Their naming rule is
+// protocol/checkpoint_storage.h (workers read it too): at start the master removes the files of its
+// plan's incarnations that no row names (sweep_checkpoint_files), and nothing else that is there.
 #pragma once
 
 #include <cstdint>
@@ -12,16 +8,17 @@
 #include <set>
 #include <string>
 
+#include "protocol/checkpoint_storage.h"
+
 namespace hippo {
 class SearchPlan;
 }
 
 namespace hippo::master {
 
-std::string checkpoint_file_name(const std::string& incarnation, int64_t state);
-// The incarnation in a checkpoint file's name or in a temporary file's name for one; nullopt for
-// any other name.
-std::optional<std::string> incarnation_of(const std::string& file);
+using protocol::checkpoint_file_name;
+using protocol::incarnation_of;
+
 // Removes dir/file (never a directory); a file that is already gone is fine, and "" names no file.
 void remove_checkpoint_file(const std::string& dir, const std::string& file);
 // Removes dir/file once the plan's current transaction has committed (at once outside one): the

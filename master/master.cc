@@ -6,6 +6,7 @@
 #include <random>
 
 #include "master/checkpoint_files.h"
+#include "protocol/checkpoint_storage.h"
 #include "protocol/log.h"
 #include "protocol/socket.h"
 
@@ -42,9 +43,9 @@ Master::Master(SearchPlan plan, const Options& options, std::unique_ptr<Transpor
       options_(options),
       transport_(std::move(transport)),
       states_(random_incarnation()),
-      driver_(plan_, tree_, states_, options.checkpoints, options.rules,
+      storages_(options.checkpoints),
+      driver_(plan_, tree_, states_, storages_, options.rules,
               [this](const Change& change) { on_tree_change(change); }) {
-  std::filesystem::create_directories(options_.checkpoints);
   tree_ = plan_.load_tree();
   restore_checkpoints();
   sweep_checkpoints();
@@ -56,25 +57,37 @@ Master::~Master() = default;
 
 void Master::restore_checkpoints() {
   for (const CheckpointRow& row : plan_.checkpoints()) {
+    StateInfo info = state_of(row, storages_.own());
     std::error_code ec;
-    if (!std::filesystem::exists(std::filesystem::path(options_.checkpoints) / row.file, ec)) {
-      // Lost with its disk: forgotten, and replayed from an earlier state when it is needed.
+    // Only the master's own directory can be looked at; other storages' workers say what they
+    // lack when asked for it.
+    if (info.storages.count(storages_.own()) &&
+        !std::filesystem::exists(std::filesystem::path(options_.checkpoints) / row.file, ec)) {
+      // Lost with its disk: forgotten (replayed from an earlier state when it is needed), unless
+      // another storage holds a copy.
+      info.storages.erase(storages_.own());
       plan_.transaction([&] {
-        plan_.delete_checkpoint(row.id);
-        plan_.add_event(std::nullopt, "checkpoint_lost", {{"file", row.file}, {"why", "missing"}});
+        if (info.storages.empty())
+          plan_.delete_checkpoint(row.id);
+        else
+          plan_.set_checkpoint_storages(row.id, {info.storages.begin(), info.storages.end()});
+        plan_.add_event(std::nullopt, "checkpoint_lost",
+                        {{"file", row.file}, {"why", "missing"}, {"storage", storages_.own()}});
       });
-      continue;
+      if (info.storages.empty()) continue;
     }
-    states_.add_restored(state_of(row));
+    states_.add_restored(info);
   }
 }
 
 void Master::sweep_checkpoints() {
-  std::set<std::string> incarnations, named;
+  std::set<std::string> named;
   for (const EventRow& event : plan_.events_of_kind("master_started"))
-    incarnations.insert(event.detail.value("incarnation", ""));
-  for (const CheckpointRow& row : plan_.checkpoints()) named.insert(row.file);
-  const int64_t removed = sweep_checkpoint_files(options_.checkpoints, incarnations, named);
+    incarnations_.insert(event.detail.value("incarnation", ""));
+  for (const auto& [id, info] : states_.all())
+    if (info.storages.count(storages_.own())) named.insert(info.file);
+  const int64_t removed = sweep_checkpoint_files(options_.checkpoints, incarnations_, named);
+  incarnations_.insert(states_.incarnation());
   spdlog::info("removed {} checkpoint file(s) in {} that no row of the search plan names", removed,
                options_.checkpoints);
   // Before any worker hears of the incarnation: the next start knows the files it names.
@@ -166,6 +179,7 @@ void Master::poll(int timeout_ms) {
     abandon_orphan_jobs();
     dispatch();
   }
+  if (!storages_.deletions().empty()) send_deletions();
   schedule_changed_ = false;
   driver_.charge_master_time(thread_cpu_seconds() - started);
 }
@@ -219,6 +233,9 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
       {Done::kType, from_worker(&Master::on_done, &Done::from_json)},
       {Failed::kType, from_worker(&Master::on_failed, &Failed::from_json)},
       {Abandoned::kType, from_worker(&Master::on_abandoned, &Abandoned::from_json)},
+      {FetchParent::kType, from_worker(&Master::on_fetch_parent, &FetchParent::from_json)},
+      {FileBytes::kType, from_worker(&Master::on_file_bytes, &FileBytes::from_json)},
+      {Fetched::kType, from_worker(&Master::on_fetched, &Fetched::from_json)},
       {Submit::kType, from_client(&Master::on_submit, &Submit::from_json)},
       {Status::kType, from_client(&Master::on_status, &Status::from_json)},
       {Cancel::kType, from_client(&Master::on_cancel, &Cancel::from_json)},
@@ -318,14 +335,16 @@ void Master::log_event(std::optional<int64_t> study, const std::string& kind, co
   }
 }
 
-void Master::on_hello(const Sender& from, const protocol::Hello& m) {
+void Master::on_hello(const Sender& from, const protocol::Hello& hello) {
   // A worker that says hello again while it had a job (it restarted, or reconnected under the
   // same key and name) lost that job. (join refuses a name that another key holds: nothing lost.)
   std::vector<std::pair<RunningJob, ConnectedWorker>> lost;
   for (const auto& [peer, old] : pool_.workers())
-    if (old.job >= 0 &&
-        (peer == from.peer || (old.hello.name == m.name && old.identity.key == from.identity.key)))
+    if (old.job >= 0 && (peer == from.peer ||
+                         (old.hello.name == hello.name && old.identity.key == from.identity.key)))
       lost.emplace_back(pool_.jobs().at(old.job), old);
+  protocol::Hello m = hello;
+  const std::vector<std::string> files = std::exchange(m.files, {});
   ConnectedWorker& w = pool_.join(from.peer, from.identity, m);
   const std::string& peer = from.peer;
   for (const auto& [job, old] : lost) record_unfinished(job, old, ExecutionOutcome::kLost);
@@ -338,6 +357,21 @@ void Master::on_hello(const Sender& from, const protocol::Hello& m) {
   welcome.heartbeat_ms =
       std::clamp<int64_t>(static_cast<int64_t>(options_.worker_timeout_s * 200), 10, 60000);
   send(peer, welcome.to_json());
+  // On another storage, the files of this plan's earlier masters that no state has there go
+  // (what a crash or a collection while it was away left), with the deletions that waited for it.
+  const std::string storage = storage_of(w);
+  if (storage == storages_.own()) return;
+  std::set<std::string> kept;
+  for (const auto& [id, info] : states_.all())
+    if (info.storages.count(storage)) kept.insert(info.file);
+  protocol::DeleteFiles unneeded{storages_.take_deletions(storage)};
+  for (const std::string& file : files) {
+    const std::optional<std::string> incarnation = incarnation_of(file);
+    if (incarnation != states_.incarnation() && incarnations_.count(*incarnation) &&
+        !kept.count(file))
+      unneeded.files.push_back(file);
+  }
+  if (!unneeded.files.empty()) send(peer, unneeded.to_json());
 }
 
 void Master::on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m) {
@@ -403,12 +437,15 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
                  .step = m.step,
                  .file = order->file,
                  .bytes = order->file.empty() ? 0 : m.bytes};
+  if (!order->file.empty()) info.storages = {storage_of(w)};
   const bool fresh = !known && !orphan;
   try {
     plan_.transaction([&] {
-      if (fresh && !order->file.empty())
-        info.checkpoint_row =
-            plan_.add_checkpoint({0, key.first, m.step, order->file, m.bytes, "", 0});
+      if (fresh && !order->file.empty()) {
+        CheckpointRow row{0, key.first, m.step, order->file, m.bytes, "", 0};
+        row.storages = {storage_of(w)};
+        info.checkpoint_row = plan_.add_checkpoint(row);
+      }
       mark_progress(job, m.step);
       // Known before trials close: the last one to close may end its study, whose collection
       // must see this state.
@@ -425,7 +462,7 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
     // Made twice (a replay raced with a late snapshot: keep the first), or an orphan: this file
     // goes.
     if (!(known && order->file == states_.info(*known).file))
-      remove_after_commit(plan_, options_.checkpoints, order->file);
+      storages_.remove_after_commit(plan_, {storage_of(w)}, order->file);
     return;
   }
   if (!states_.has(m.state)) return;  // its study ended here, and collection took it
@@ -482,14 +519,22 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
     return false;
   };
   if (!m.lost_file.empty()) {
-    // The parent checkpoint is missing or corrupt: rebuilt by replay, the stage is not at fault.
-    // A file that is there is deleted only on the word of enough keys.
+    // The parent checkpoint is missing or corrupt: rebuilt by replay (or read from another
+    // storage's copy), the stage is not at fault. The copy on the worker's storage goes; a copy
+    // it fetched was bad at its source, which goes with every copy. A file that the master sees
+    // in its own directory is deleted only on the word of enough keys.
+    const std::string storage = storage_of(w);
     std::error_code ec;
     const bool missing =
+        storage == storages_.own() &&
         !std::filesystem::exists(std::filesystem::path(options_.checkpoints) / m.lost_file, ec);
     if (states_.has(job.order.parent_state) &&
-        (missing || believed("checkpoint " + m.lost_file + " is unreadable")))
-      forget_state(job.order.parent_state, error);
+        (missing || believed("checkpoint " + m.lost_file + " is unreadable"))) {
+      if (job.order.fetch_parent)
+        forget_state(job.order.parent_state, error);
+      else
+        lose_copy(job.order.parent_state, storage, error);
+    }
   } else if (m.retry && pool_.storage_failures(stage) + 1 < kStorageAttempts) {
     // The worker could not write a checkpoint (a full disk), or its trainer process died:
     // another worker, if there is one, tries again from the newest state reported.
@@ -514,6 +559,102 @@ void Master::on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m) {
   record_unfinished(job, w, ExecutionOutcome::kAbandoned);
   pool_.end_job(w, m.held);
   schedule_changed_ = true;
+}
+
+void Master::on_fetch_parent(ConnectedWorker& w, const protocol::FetchParent& m) {
+  RunningJob& job = reported_job(w, m.job, m.incarnation, "fetch_parent");
+  if (!job.order.fetch_parent)
+    throw protocol::ProtocolError("fetch_parent.job: its parent is not fetched");
+  if (m.offset >= job.order.parent_bytes)
+    throw protocol::ProtocolError("fetch_parent.offset: past the parent checkpoint's " +
+                                  std::to_string(job.order.parent_bytes) + " bytes");
+  serve_fetch(job, m.offset);
+}
+
+void Master::serve_fetch(RunningJob& job, int64_t offset) {
+  const protocol::Job& order = job.order;
+  const int64_t state = order.parent_state;
+  const protocol::ReadFile read{
+      .read = order.id,
+      .file = order.parent_file,
+      .offset = offset,
+      .length = std::min(protocol::kChunkBytes, order.parent_bytes - offset)};
+  job.fetch_source.clear();
+  while (states_.has(state)) {
+    const StateInfo& info = states_.info(state);
+    if (info.storages.count(storages_.own())) {
+      protocol::FileBytes bytes = protocol::read_file_bytes(options_.checkpoints, read);
+      if (bytes.error.empty() && bytes.total != order.parent_bytes)
+        bytes.error = "it has " + std::to_string(bytes.total) + " bytes, not " +
+                      std::to_string(order.parent_bytes);
+      if (bytes.error.empty()) return send(job.worker, bytes.to_json());
+      lose_copy(state, storages_.own(), bytes.error);
+      continue;
+    }
+    // A worker of a storage that holds it reads it; an idle one first.
+    const ConnectedWorker* holder = nullptr;
+    for (const auto& [peer, x] : pool_.workers())
+      if (peer != job.worker && info.storages.count(storage_of(x)) && (!holder || x.job < 0))
+        holder = &x;
+    if (!holder) {
+      forget_state(state, "no connected worker holds a copy");
+      break;
+    }
+    job.fetch_source = holder->peer;
+    return send(holder->peer, read.to_json());
+  }
+  send(job.worker, protocol::FileBytes{.read = order.id,
+                                       .offset = offset,
+                                       .error = "no copy of " + order.parent_file + " can be read"}
+                       .to_json());
+}
+
+void Master::on_file_bytes(ConnectedWorker& w, const protocol::FileBytes& m) {
+  auto it = pool_.jobs().find(m.read);
+  // An answer that comes after its job ended, or after the job's worker asked again (and another
+  // holder was asked), is late: dropped. Only the worker asked can answer.
+  if (it == pool_.jobs().end() || it->second.fetch_source != w.peer) return;
+  RunningJob& job = it->second;
+  job.fetch_source.clear();
+  std::string error = m.error;
+  if (error.empty() && m.total != job.order.parent_bytes)
+    error = "it has " + std::to_string(m.total) + " bytes, not " +
+            std::to_string(job.order.parent_bytes);
+  if (error.empty()) return send(job.worker, m.to_json());
+  // That storage's copy is lost; another one, if there is one, is read instead.
+  if (states_.has(job.order.parent_state))
+    lose_copy(job.order.parent_state, storage_of(w), "worker " + w.hello.name + ": " + error);
+  serve_fetch(job, m.offset);
+}
+
+void Master::on_fetched(ConnectedWorker& w, const protocol::Fetched& m) {
+  RunningJob& job = reported_job(w, m.job, m.incarnation, "fetched");
+  if (!job.order.fetch_parent || m.bytes != job.order.parent_bytes)
+    throw protocol::ProtocolError("fetched.bytes: not the job's parent checkpoint (" +
+                                  std::to_string(job.order.parent_bytes) + " bytes)");
+  driver_.count_moved(job.studies, m.bytes, m.seconds);
+  const int64_t state = job.order.parent_state;
+  if (!states_.has(state) || states_.info(state).file != job.order.parent_file) return;
+  std::set<std::string> storages = states_.info(state).storages;
+  if (!storages.insert(storage_of(w)).second) return;
+  if (const int64_t row = states_.info(state).checkpoint_row; row >= 0)
+    plan_.set_checkpoint_storages(row, {storages.begin(), storages.end()});
+  states_.set_storages(state, std::move(storages));
+}
+
+void Master::send_deletions() {
+  for (auto it = storages_.deletions().begin(); it != storages_.deletions().end();) {
+    const std::string storage = (it++)->first;  // taking them erases the entry
+    for (const auto& [peer, w] : pool_.workers()) {
+      if (storage_of(w) != storage) continue;
+      std::vector<std::string> files = storages_.take_deletions(storage);
+      for (size_t at = 0; at < files.size(); at += protocol::kMaxListedFiles) {
+        const size_t end = std::min(files.size(), at + protocol::kMaxListedFiles);
+        send(peer, protocol::DeleteFiles{{files.begin() + at, files.begin() + end}}.to_json());
+      }
+      break;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,11 +737,28 @@ void Master::forget_state(int64_t state, const std::string& why) {
   plan_.transaction([&] {
     if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
     plan_.add_event(std::nullopt, "checkpoint_lost", {{"file", info.file}, {"why", why}});
-    remove_after_commit(plan_, options_.checkpoints, info.file);  // a corrupt file goes
+    storages_.remove_after_commit(plan_, info.storages, info.file);  // a corrupt file goes
   });
   spdlog::warn("checkpoint {} is lost ({}); its state will be replayed", info.file, why);
   states_.forget(state);
   pool_.forget_state(state);
+}
+
+void Master::lose_copy(int64_t state, const std::string& storage, const std::string& why) {
+  std::set<std::string> left = states_.info(state).storages;
+  if (!left.erase(storage)) return;
+  if (left.empty()) return forget_state(state, why);
+  const StateInfo& info = states_.info(state);
+  plan_.transaction([&] {
+    if (info.checkpoint_row >= 0)
+      plan_.set_checkpoint_storages(info.checkpoint_row, {left.begin(), left.end()});
+    plan_.add_event(std::nullopt, "checkpoint_lost",
+                    {{"file", info.file}, {"why", why}, {"storage", storage}});
+    storages_.remove_after_commit(plan_, {storage}, info.file);
+  });
+  spdlog::warn("the copy of checkpoint {} on storage {} is lost ({}); {} other cop{} left",
+               info.file, storage, why, left.size(), left.size() == 1 ? "y is" : "ies are");
+  states_.set_storages(state, std::move(left));
 }
 
 void Master::on_tree_change(const Change& change) {
@@ -625,7 +783,7 @@ void Master::on_tree_change(const Change& change) {
 void Master::dispatch() {
   std::vector<IdleWorker> idle;
   for (const auto& [peer, w] : pool_.workers())
-    if (w.job < 0) idle.push_back({peer, w.hello.devices, &w.held});
+    if (w.job < 0) idle.push_back({peer, w.hello.devices, &w.held, storage_of(w)});
   if (idle.empty()) return;
   const double started = thread_cpu_seconds();
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();
@@ -661,9 +819,15 @@ void Master::dispatch() {
     return idle_worker.devices >= devices_for(item) && (!external(item) || w.hello.runs_trainers) &&
            !pool_.should_avoid(first_stage(tree_, item.representative, item.from, item.to), w);
   };
-  std::vector<Assignment> assignments = assign(work, idle, usable);
+  // Bytes a worker must fetch first: none when it holds the parent in memory or on its storage.
+  auto moved_bytes = [&](const WorkItem& item, const IdleWorker& idle_worker) -> int64_t {
+    if (item.parent_state < 0) return 0;
+    const StateInfo& parent = states_.info(item.parent_state);
+    return parent.file.empty() || parent.storages.count(idle_worker.storage) ? 0 : parent.bytes;
+  };
+  std::vector<Assignment> assignments = assign(work, idle, usable, moved_bytes);
   if (assignments.size() < idle.size() && work.size() >= idle.size())
-    assignments = assign(work = ready_work(input), idle, usable);
+    assignments = assign(work = ready_work(input), idle, usable, moved_bytes);
   for (const Assignment& a : assignments) send_job(*pool_.find(a.peer), a.work);
   ++costs_.decisions.count;
   costs_.decisions.cpu_s += thread_cpu_seconds() - started;
@@ -706,7 +870,14 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work) {
   order.from = work.from;
   order.to = work.to;
   order.parent_state = work.parent_state;
-  if (work.parent_state >= 0) order.parent_file = states_.info(work.parent_state).file;
+  if (work.parent_state >= 0) {
+    const StateInfo& parent = states_.info(work.parent_state);
+    order.parent_file = parent.file;
+    // Neither in the worker's memory nor on its storage: it fetches the file through us.
+    order.fetch_parent = !parent.file.empty() && !w.held.count(work.parent_state) &&
+                         !parent.storages.count(storage_of(w));
+    if (order.fetch_parent) order.parent_bytes = parent.bytes;
+  }
   order.eval_steps = work.evals;
   for (int64_t step : snapshot_steps(tree_, work, options_.snapshot_every))
     order.snapshots.push_back(states_.new_snapshot_order(step));

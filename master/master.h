@@ -33,6 +33,7 @@
 #include "master/reports.h"
 #include "master/scheduler.h"
 #include "master/state_registry.h"
+#include "master/storages.h"
 #include "master/study_driver.h"
 #include "master/transport.h"
 #include "master/worker_pool.h"
@@ -158,6 +159,11 @@ class Master {
   void on_done(ConnectedWorker& w, const protocol::Done& m);
   void on_failed(ConnectedWorker& w, const protocol::Failed& m);
   void on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m);
+  // A job's parent checkpoint, fetched from another storage: a chunk asked for, a chunk a holder
+  // read (relayed to the job's worker), the whole file kept on the job's worker's storage.
+  void on_fetch_parent(ConnectedWorker& w, const protocol::FetchParent& m);
+  void on_file_bytes(ConnectedWorker& w, const protocol::FileBytes& m);
+  void on_fetched(ConnectedWorker& w, const protocol::Fetched& m);
   // Client requests: the fields of an ok reply.
   json on_submit(const Sender& from, const protocol::Submit& m);
   json on_status(const Sender& from, const protocol::Status& m);
@@ -181,8 +187,21 @@ class Master {
   void mark_progress(RunningJob& job, int64_t step);
   void abandon_orphan_jobs();
   // Forgets a state whose checkpoint is lost (missing or corrupt): its row in the plan and its
-  // file go, and the scheduler rebuilds the state by replay from the nearest earlier one.
+  // files go, and the scheduler rebuilds the state by replay from the nearest earlier one.
   void forget_state(int64_t state, const std::string& why);
+  // The copy of a state's file on one storage is lost (missing, corrupt, unreadable): that copy
+  // goes; the state is forgotten when it was the last.
+  void lose_copy(int64_t state, const std::string& storage, const std::string& why);
+  // The storage of a worker's checkpoint directory.
+  std::string storage_of(const ConnectedWorker& w) const {
+    return storages_.of_worker(w.hello.storage);
+  }
+  // Sends the job's worker the chunk of its parent at `offset`: read here when the master's own
+  // directory holds the file, else asked of a connected worker whose storage holds it. With no
+  // copy left that anyone can read, the state is forgotten (replayed) and the worker told.
+  void serve_fetch(RunningJob& job, int64_t offset);
+  // Sends the deletions that wait for a storage to a connected worker of it.
+  void send_deletions();
   // The tree changed: states above split points move, and a running job that will pass a split
   // point is told to snapshot there.
   void on_tree_change(const Change& change);
@@ -205,6 +224,8 @@ class Master {
   std::unique_ptr<Transport> transport_;
   StageTree tree_;
   StateRegistry states_;
+  Storages storages_;                   // the master's own, and where files are removed
+  std::set<std::string> incarnations_;  // of every master of this plan, this one's too
   StudyDriver driver_;
   WorkerPool pool_;
   StepCosts step_costs_;

@@ -25,6 +25,8 @@ json StudySummary::to_json() const {
          {"steps_executed", steps_executed},
          {"steps_reused", steps_reused},
          {"critical_path_steps", critical_path_steps},
+         {"bytes_moved", bytes_moved},
+         {"transfer_s", std::round(transfer_s * 1000) / 1000},
          {"wall_s", std::round(wall_s * 1000) / 1000},
          {"makespan_ratio", std::round(makespan_ratio * 1000) / 1000},
          {"master_ms_per_trial", std::round(master_ms_per_trial * 1000) / 1000}};
@@ -68,6 +70,8 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   out.trials = p.trials;
   out.steps_unique = p.steps_unique;
   out.steps_executed = s.steps_executed;
+  out.bytes_moved = s.bytes_moved;
+  out.transfer_s = s.transfer_s;
   std::map<TrialId, int64_t> history;  // trial -> the prefix of it that history covered
   int64_t longest_left = 0;            // the critical path of what history did not cover
   for (const auto& [req, tid] : s.trials) {

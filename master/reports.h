@@ -34,6 +34,10 @@ struct StudySummary {
   // trained before this study, not again for it.
   int64_t steps_reused = 0;
   int64_t critical_path_steps = 0;
+  // Checkpoint bytes fetched from other storages for its jobs (no shared disk), and the seconds
+  // those fetches took.
+  int64_t bytes_moved = 0;
+  double transfer_s = 0;
   double wall_s = 0;
   double makespan_ratio = 0;  // makespan / max(critical path, work / workers), in time
   bool has_best = false;

@@ -24,6 +24,9 @@ struct RunningJob {
   bool abandoned = false;       // no running study needs it; the worker was told to stop
   double started_at = 0;        // unix seconds, for the plan's record of executions
   ExecutionKind kind = ExecutionKind::kTrain;
+  // While its parent checkpoint is fetched from another storage (order.fetch_parent): the peer
+  // of the worker asked to read the chunk it waits for ("" when none is asked).
+  std::string fetch_source{};
 };
 
 // The stage a job over [from, to) of `trial`'s path trains first: the one that holds step

@@ -280,16 +280,28 @@ std::vector<WorkItem> ready_work(const SchedulerInput& in, size_t limit) {
 
 std::vector<Assignment> assign(
     const std::vector<WorkItem>& work, std::vector<IdleWorker> idle,
-    const std::function<bool(const WorkItem&, const IdleWorker&)>& usable) {
+    const std::function<bool(const WorkItem&, const IdleWorker&)>& usable,
+    const std::function<int64_t(const WorkItem&, const IdleWorker&)>& moved_bytes) {
   std::vector<Assignment> out;
   for (const WorkItem& w : work) {
     if (idle.empty()) break;
     auto chosen = std::find_if(idle.begin(), idle.end(), [&](const IdleWorker& i) {
       return usable(w, i) && i.held->count(w.parent_state) != 0;
     });
-    if (chosen == idle.end())
-      chosen =
-          std::find_if(idle.begin(), idle.end(), [&](const IdleWorker& i) { return usable(w, i); });
+    // Else the first that moves no bytes, or the one that moves the fewest.
+    int64_t fewest = INT64_MAX;
+    for (auto i = idle.begin(); chosen == idle.end() && i != idle.end(); ++i) {
+      if (!usable(w, *i)) continue;
+      const int64_t bytes = moved_bytes(w, *i);
+      if (bytes < fewest) {
+        fewest = bytes;
+        if (bytes == 0) chosen = i;
+      }
+    }
+    if (chosen == idle.end() && fewest != INT64_MAX)
+      chosen = std::find_if(idle.begin(), idle.end(), [&](const IdleWorker& i) {
+        return usable(w, i) && moved_bytes(w, i) == fewest;
+      });
     if (chosen == idle.end()) continue;
     out.push_back({w, chosen->peer});
     idle.erase(chosen);

@@ -154,17 +154,21 @@ struct IdleWorker {
   std::string peer;
   int64_t devices = 1;            // pipeline stages it can run
   const std::set<int64_t>* held;  // state ids in its memory
+  std::string storage{};          // of its checkpoint directory (storages.h)
 };
 struct Assignment {
   WorkItem work;
   std::string peer;
 };
-// Hands work to idle workers in the order given: each item to the first idle worker for which
+// Hands work to idle workers in the order given: each item to an idle worker for which
 // usable(item, worker) holds, preferring one that holds the item's parent state in memory (a fork
-// without reading a file). Items no idle worker can take are skipped.
+// without reading a file), then one that moves no bytes (the parent's file is on its storage:
+// moved_bytes 0), then the one that moves the fewest (the first of equals). Items no idle worker
+// can take are skipped.
 std::vector<Assignment> assign(
     const std::vector<WorkItem>& work, std::vector<IdleWorker> idle,
-    const std::function<bool(const WorkItem&, const IdleWorker&)>& usable);
+    const std::function<bool(const WorkItem&, const IdleWorker&)>& usable,
+    const std::function<int64_t(const WorkItem&, const IdleWorker&)>& moved_bytes);
 
 // The steps at which a job for `work` snapshots: its end, where trials end inside its stage (a
 // searcher may extend them from there), and every `every` steps (0: never), ascending.

@@ -7,10 +7,13 @@
 namespace hippo::master {
 namespace {}  // namespace
 
-StateInfo state_of(const CheckpointRow& row) {
+StateInfo state_of(const CheckpointRow& row, const std::string& own_storage) {
+  std::set<std::string> storages(row.storages.begin(), row.storages.end());
+  if (storages.empty()) storages.insert(own_storage);
   return {.stage = row.stage,
           .step = row.step,
           .file = row.file,
+          .storages = std::move(storages),
           .checkpoint_row = row.id,
           .bytes = row.size,
           .retained_at = row.retained_at,
@@ -87,6 +90,10 @@ StateInfo StateRegistry::forget(int64_t id) {
   bytes_ -= info.bytes;
   kept_ -= is_kept(info);
   return info;
+}
+
+void StateRegistry::set_storages(int64_t id, std::set<std::string> storages) {
+  states_.at(id).storages = std::move(storages);
 }
 
 void StateRegistry::set_needed(int64_t id, bool needed, std::optional<double> retained_at) {

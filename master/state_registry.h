@@ -50,7 +50,10 @@ void move_above(Map& index, const Split& split, OnMove on_move) {
 struct StateInfo {
   StageId stage = kNoStage;
   int64_t step = 0;
-  std::string file;             // "" for a state kept in a worker's memory only
+  std::string file;  // "" for a state kept in a worker's memory only
+  // The storages that hold its file (storages.h): the one it was written to, and those it was
+  // fetched to since; empty when it has no file.
+  std::set<std::string> storages{};
   int64_t checkpoint_row = -1;  // its row in the plan's checkpoints, if it has one
   int64_t bytes = 0;            // its file's
   // When no running study needed it any more and it was kept for later studies (retention.h);
@@ -60,8 +63,9 @@ struct StateInfo {
   bool needed = true;
 };
 
-// A state the plan's checkpoint row names (kept for later studies if the row says so).
-StateInfo state_of(const CheckpointRow& row);
+// A state the plan's checkpoint row names (kept for later studies if the row says so); a row that
+// names no storage (written before storages) is in `own_storage`, the master's directory.
+StateInfo state_of(const CheckpointRow& row, const std::string& own_storage);
 
 class StateRegistry {
  public:
@@ -95,6 +99,8 @@ class StateRegistry {
   int64_t bytes() const { return bytes_; }
   // How many states with a checkpoint no running study needs (kept for later studies).
   int64_t kept() const { return kept_; }
+  // The storages that hold a state's file now.
+  void set_storages(int64_t id, std::set<std::string> storages);
   // Marks a state needed (or not) by a running study, and kept for later studies since a time.
   void set_needed(int64_t id, bool needed, std::optional<double> retained_at);
   // The step of the deepest state on `trial`'s path, at most `up_to`, that an earlier study left

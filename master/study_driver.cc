@@ -24,12 +24,12 @@ bool is_open(TrialStatus status) {
 }  // namespace
 
 StudyDriver::StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states,
-                         std::string checkpoint_dir, StudyRules rules,
+                         Storages& storages, StudyRules rules,
                          std::function<void(const Change&)> on_tree_change)
     : plan_(plan),
       tree_(tree),
       states_(states),
-      checkpoint_dir_(std::move(checkpoint_dir)),
+      storages_(storages),
       rules_(rules),
       on_tree_change_(std::move(on_tree_change)) {}
 
@@ -622,7 +622,7 @@ void StudyDriver::collect_checkpoints() {
     if (info.checkpoint_row < 0) continue;
     plan_.delete_checkpoint(info.checkpoint_row);
     // Only once the row's deletion is committed: a rollback keeps the row, which needs its file.
-    remove_after_commit(plan_, checkpoint_dir_, info.file);
+    storages_.remove_after_commit(plan_, info.storages, info.file);
     ++evicted;
     evicted_bytes += info.bytes;
   }
@@ -651,6 +651,14 @@ void StudyDriver::keep_within_budget() {
 void StudyDriver::count_executed(const std::set<int64_t>& studies, int64_t steps) {
   for (int64_t id : studies)
     if (auto it = studies_.find(id); it != studies_.end()) it->second.steps_executed += steps;
+}
+
+void StudyDriver::count_moved(const std::set<int64_t>& studies, int64_t bytes, double seconds) {
+  for (int64_t id : studies)
+    if (auto it = studies_.find(id); it != studies_.end()) {
+      it->second.bytes_moved += bytes;
+      it->second.transfer_s += seconds;
+    }
 }
 
 void StudyDriver::count_busy(const std::set<int64_t>& studies, double seconds) {

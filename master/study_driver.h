@@ -23,6 +23,7 @@
 #include "master/pending_evaluations.h"
 #include "master/retention.h"
 #include "master/state_registry.h"
+#include "master/storages.h"
 #include "protocol/clock.h"
 #include "protocol/trust.h"
 #include "searchers/budget.h"
@@ -77,7 +78,10 @@ struct TrackedStudy {
   std::string error;
   int64_t steps_executed = 0;
   double busy_worker_s = 0;  // worker time spent on its jobs
-  double master_s = 0;       // CPU time the master spent on its events
+  // Checkpoint bytes its jobs fetched from other storages, and the time the fetches took.
+  int64_t bytes_moved = 0;
+  double transfer_s = 0;
+  double master_s = 0;  // CPU time the master spent on its events
   Clock::time_point started, ended;
   std::string owner;  // the key that submitted it ("" in-process or anonymous: access.h)
   // What its searcher asked so far, against the master's Budget.
@@ -105,7 +109,7 @@ class StudyDriver {
  public:
   // on_tree_change sees every change of the tree (splits move states; a running job may have to
   // snapshot at a split point). checkpoint_dir is where the files of collected states are removed.
-  StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states, std::string checkpoint_dir,
+  StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states, Storages& storages,
               StudyRules rules, std::function<void(const Change&)> on_tree_change);
 
   // Restores every study from the plan (after the tree and the states): metrics of every study
@@ -159,6 +163,7 @@ class StudyDriver {
   // Accounting of the work done for studies.
   void count_executed(const std::set<int64_t>& studies, int64_t steps);
   void count_busy(const std::set<int64_t>& studies, double seconds);
+  void count_moved(const std::set<int64_t>& studies, int64_t bytes, double seconds);
   // Spreads the master's own CPU time over the running studies, in proportion to their trials.
   void charge_master_time(double seconds);
 
@@ -241,7 +246,7 @@ class StudyDriver {
   SearchPlan& plan_;
   StageTree& tree_;
   StateRegistry& states_;
-  std::string checkpoint_dir_;
+  Storages& storages_;  // where checkpoint files are removed
   StudyRules rules_;
   std::function<void(const Change&)> on_tree_change_;
   std::map<int64_t, TrackedStudy> studies_;

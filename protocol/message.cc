@@ -1,8 +1,11 @@
 #include "protocol/message.h"
 
+#include <sodium.h>
+
 #include <map>
 #include <stdexcept>
 
+#include "protocol/checkpoint_storage.h"
 #include "stagetree/sequence_json.h"
 
 namespace hippo::protocol {
@@ -20,8 +23,47 @@ std::vector<int64_t> held_states(const json& m) {
   return get_int_list(m, "held", kMaxHeldStates);
 }
 
-std::string incarnation_of(const json& m) {
+std::string incarnation_field(const json& m) {
   return get_string(m, "incarnation", kMaxIncarnation);
+}
+
+// A list of at most kMaxListedFiles checkpoint file names.
+std::vector<std::string> checkpoint_files(const json& m, const char* field) {
+  const json& list = get_array(m, field);
+  if (list.size() > kMaxListedFiles)
+    throw ProtocolError(m["type"].get<std::string>() + "." + field + ": more than " +
+                        std::to_string(kMaxListedFiles) + " names");
+  std::vector<std::string> out;
+  for (const json& name : list) {
+    if (!name.is_string() || !incarnation_of(name.get<std::string>()))
+      throw ProtocolError(m["type"].get<std::string>() + "." + field +
+                          ": not a checkpoint file name: " + name.dump().substr(0, 100));
+    out.push_back(name.get<std::string>());
+  }
+  return out;
+}
+
+std::string to_base64(const std::string& bytes) {
+  std::string out(sodium_base64_ENCODED_LEN(bytes.size(), sodium_base64_VARIANT_ORIGINAL), '\0');
+  sodium_bin2base64(out.data(), out.size(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                    bytes.size(), sodium_base64_VARIANT_ORIGINAL);
+  out.pop_back();  // the terminating NUL
+  return out;
+}
+
+// Base64 of at most kChunkBytes bytes; ProtocolError naming the field otherwise.
+std::string from_base64(const json& m, const char* field) {
+  const std::string text = get_string(m, field, kChunkBytes / 3 * 4 + 8);
+  std::string out(text.size() / 4 * 3, '\0');
+  size_t length = 0;
+  if (sodium_base642bin(reinterpret_cast<unsigned char*>(out.data()), out.size(), text.data(),
+                        text.size(), nullptr, &length, nullptr,
+                        sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      length > static_cast<size_t>(kChunkBytes))
+    throw ProtocolError(m["type"].get<std::string>() + "." + field + ": not base64 of at most " +
+                        std::to_string(kChunkBytes) + " bytes");
+  out.resize(length);
+  return out;
 }
 
 // Lists of steps and snapshots in a job are bounded only by the message size; this bounds what
@@ -41,6 +83,8 @@ json Hello::to_json() const {
   m["pid"] = pid;
   m["held"] = held;
   if (runs_trainers) m["runs_trainers"] = true;
+  if (!storage.empty()) m["storage"] = storage;
+  if (!files.empty()) m["files"] = files;
   return m;
 }
 
@@ -53,6 +97,12 @@ Hello Hello::from_json(const json& m) {
   h.pid = get_int(m, "pid");
   if (m.contains("held")) h.held = held_states(m);
   h.runs_trainers = get_bool(m, "runs_trainers", false);
+  if (m.contains("storage")) {
+    h.storage = get_string(m, "storage", 64);
+    if (!is_valid_storage_identity(h.storage))
+      throw ProtocolError("hello.storage: not a storage identity (32 hex digits)");
+  }
+  if (m.contains("files")) h.files = checkpoint_files(m, "files");
   return h;
 }
 
@@ -71,7 +121,7 @@ Heartbeat Heartbeat::from_json(const json& m) {
   if (m.contains("job")) {
     h.job = get_int(m, "job");
     h.step = get_int(m, "step");
-    h.incarnation = incarnation_of(m);
+    h.incarnation = incarnation_field(m);
   }
   return h;
 }
@@ -92,7 +142,7 @@ Metric Metric::from_json(const json& m) {
   out.metrics = get_object(m, "metrics");
   for (const auto& [name, value] : out.metrics.items())
     if (!value.is_number()) throw ProtocolError("metric.metrics." + name + ": not a number");
-  out.incarnation = incarnation_of(m);
+  out.incarnation = incarnation_field(m);
   return out;
 }
 
@@ -116,7 +166,7 @@ Snapshot Snapshot::from_json(const json& m) {
   if (!s.file.empty() && !is_valid_file_name(s.file))
     throw ProtocolError("snapshot.file: \"" + s.file + "\" is not a plain file name");
   s.bytes = get_int(m, "bytes");
-  s.incarnation = incarnation_of(m);
+  s.incarnation = incarnation_field(m);
   return s;
 }
 
@@ -137,7 +187,7 @@ Done Done::from_json(const json& m) {
   d.busy_s = get_number(m, "busy_s");
   if (!(d.busy_s >= 0 && d.busy_s < 1e9)) throw ProtocolError("done.busy_s: out of range");
   if (m.contains("held")) d.held = held_states(m);
-  d.incarnation = incarnation_of(m);
+  d.incarnation = incarnation_field(m);
   return d;
 }
 
@@ -159,7 +209,7 @@ Failed Failed::from_json(const json& m) {
   f.retry = get_bool(m, "retry", false);
   if (m.contains("lost_file")) f.lost_file = get_file_name(m, "lost_file");
   if (m.contains("held")) f.held = held_states(m);
-  f.incarnation = incarnation_of(m);
+  f.incarnation = incarnation_field(m);
   return f;
 }
 
@@ -175,8 +225,71 @@ Abandoned Abandoned::from_json(const json& m) {
   Abandoned a;
   a.job = get_int(m, "job");
   if (m.contains("held")) a.held = held_states(m);
-  a.incarnation = incarnation_of(m);
+  a.incarnation = incarnation_field(m);
   return a;
+}
+
+json FetchParent::to_json() const {
+  json m = envelope(kType);
+  m["job"] = job;
+  m["offset"] = offset;
+  m["incarnation"] = incarnation;
+  return m;
+}
+
+FetchParent FetchParent::from_json(const json& m) {
+  FetchParent f;
+  f.job = get_int(m, "job");
+  f.offset = get_int(m, "offset");
+  f.incarnation = incarnation_field(m);
+  return f;
+}
+
+json FileBytes::to_json() const {
+  json m = envelope(kType);
+  m["read"] = read;
+  m["offset"] = offset;
+  m["total"] = total;
+  if (error.empty())
+    m["data"] = to_base64(data);
+  else
+    m["error"] = error;
+  return m;
+}
+
+FileBytes FileBytes::from_json(const json& m) {
+  FileBytes f;
+  f.read = get_int(m, "read");
+  f.offset = get_int(m, "offset");
+  f.total = get_int(m, "total");
+  if (m.contains("error")) {
+    f.error = get_string(m, "error", 4096);
+    if (f.error.empty()) throw ProtocolError("file_bytes.error: empty");
+    return f;
+  }
+  f.data = from_base64(m, "data");
+  if (f.offset + static_cast<int64_t>(f.data.size()) > f.total)
+    throw ProtocolError("file_bytes.total: the bytes end past it");
+  return f;
+}
+
+json Fetched::to_json() const {
+  json m = envelope(kType);
+  m["job"] = job;
+  m["bytes"] = bytes;
+  m["seconds"] = seconds;
+  m["incarnation"] = incarnation;
+  return m;
+}
+
+Fetched Fetched::from_json(const json& m) {
+  Fetched f;
+  f.job = get_int(m, "job");
+  f.bytes = get_int(m, "bytes");
+  f.seconds = get_number(m, "seconds");
+  if (!(f.seconds >= 0 && f.seconds < 1e9)) throw ProtocolError("fetched.seconds: out of range");
+  f.incarnation = incarnation_field(m);
+  return f;
 }
 
 // --- Master -> worker -------------------------------------------------------------------------
@@ -190,7 +303,7 @@ json Welcome::to_json() const {
 
 Welcome Welcome::from_json(const json& m) {
   Welcome w;
-  if (m.contains("incarnation")) w.incarnation = incarnation_of(m);
+  if (m.contains("incarnation")) w.incarnation = incarnation_field(m);
   w.heartbeat_ms = get_int(m, "heartbeat_ms", 10, 60000);
   return w;
 }
@@ -247,6 +360,10 @@ json Job::to_json() const {
   for (const SnapshotOrder& s : snapshots)
     snaps.push_back({{"step", s.step}, {"state", s.state}, {"file", s.file}});
   m["snapshots"] = snaps;
+  if (fetch_parent) {
+    m["fetch_parent"] = true;
+    m["parent_bytes"] = parent_bytes;
+  }
   return m;
 }
 
@@ -285,6 +402,12 @@ Job Job::from_json(const json& m) {
     if (!job.snapshots.empty() && order.step <= job.snapshots.back().step)
       throw ProtocolError("job.snapshots: steps must be increasing");
     job.snapshots.push_back(order);
+  }
+  job.fetch_parent = get_bool(m, "fetch_parent", false);
+  if (job.fetch_parent) {
+    if (job.parent_file.empty())
+      throw ProtocolError("job.fetch_parent: the job has no parent checkpoint to fetch");
+    job.parent_bytes = get_int(m, "parent_bytes", 1);
   }
   return job;
 }
@@ -331,6 +454,36 @@ json Shutdown::to_json() const {
 
 Shutdown Shutdown::from_json(const json&) {
   return {};
+}
+
+json ReadFile::to_json() const {
+  json m = envelope(kType);
+  m["read"] = read;
+  m["file"] = file;
+  m["offset"] = offset;
+  m["length"] = length;
+  return m;
+}
+
+ReadFile ReadFile::from_json(const json& m) {
+  ReadFile r;
+  r.read = get_int(m, "read");
+  r.file = get_file_name(m, "file");
+  if (!is_checkpoint_file_name(r.file))
+    throw ProtocolError("read_file.file: \"" + r.file + "\" is not a checkpoint file name");
+  r.offset = get_int(m, "offset");
+  r.length = get_int(m, "length", 1, kChunkBytes);
+  return r;
+}
+
+json DeleteFiles::to_json() const {
+  json m = envelope(kType);
+  m["files"] = files;
+  return m;
+}
+
+DeleteFiles DeleteFiles::from_json(const json& m) {
+  return {checkpoint_files(m, "files")};
 }
 
 // --- Client -> master -------------------------------------------------------------------------

@@ -4,8 +4,10 @@
 // check what a message can be on its own (types, ranges, plain file names, bounded lists); what
 // depends on the receiver's state (is this the worker's job?) is the receiver's check.
 //
-// Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned.
-// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown.
+// Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
+// FileBytes (a chunk the master asked for), Fetched.
+// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown, ReadFile, FileBytes (a
+// chunk of the job's parent), DeleteFiles.
 // Client -> master: Submit, Status, Cancel, ListWorkers; master -> client: Reply.
 // AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
 //
@@ -29,6 +31,11 @@ namespace hippo::protocol {
 inline constexpr size_t kMaxHeldStates = 4096;
 // An incarnation (Welcome) is at most this long.
 inline constexpr size_t kMaxIncarnation = 64;
+// Checkpoint file names a worker lists (Hello) or is told to delete (DeleteFiles) in one message.
+inline constexpr size_t kMaxListedFiles = 65536;
+// A checkpoint moves between storages in chunks of at most this many bytes (FileBytes; base64 on
+// the wire, well inside kMaxMessageBytes).
+inline constexpr int64_t kChunkBytes = 1 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // Worker -> master.
@@ -43,6 +50,12 @@ struct Hello {
   std::vector<int64_t> held;  // state ids in its memory
   // Its operator allowed it to run external trainers (--allow-exec trainer); absent: false.
   bool runs_trainers = false;
+  // The identity of its checkpoint directory's storage (checkpoint_storage.h); absent: "", the
+  // master's own directory (a worker that predates storages shares it).
+  std::string storage{};
+  // The checkpoint files (and temporary files of them) in its directory, at most kMaxListedFiles:
+  // the master deletes those of its plan that no state needs any more.
+  std::vector<std::string> files{};
   bool operator==(const Hello&) const = default;
   json to_json() const;
   static Hello from_json(const json& m);
@@ -122,6 +135,46 @@ struct Abandoned {
   static Abandoned from_json(const json& m);
 };
 
+// A job whose parent checkpoint is on another storage (Job::fetch_parent) asks for its bytes from
+// `offset` on; the master answers with FileBytes (read: the job), read from a storage that holds
+// the file. Asked again, the same offset gets the same bytes.
+struct FetchParent {
+  static constexpr const char* kType = "fetch_parent";
+  int64_t job = 0;
+  int64_t offset = 0;
+  std::string incarnation{};
+  bool operator==(const FetchParent&) const = default;
+  json to_json() const;
+  static FetchParent from_json(const json& m);
+};
+
+// Bytes [offset, offset + data.size()) of a file of `total` bytes, or why they cannot be read.
+// Worker -> master: the answer to ReadFile `read`; master -> worker: a chunk of job `read`'s
+// parent checkpoint.
+struct FileBytes {
+  static constexpr const char* kType = "file_bytes";
+  int64_t read = 0;
+  int64_t offset = 0;
+  int64_t total = 0;
+  std::string data{};   // raw bytes (base64 on the wire), at most kChunkBytes
+  std::string error{};  // "" when the bytes were read
+  bool operator==(const FileBytes&) const = default;
+  json to_json() const;
+  static FileBytes from_json(const json& m);
+};
+
+// A job's parent checkpoint was fetched whole, checked, and written to the worker's own storage.
+struct Fetched {
+  static constexpr const char* kType = "fetched";
+  int64_t job = 0;
+  int64_t bytes = 0;
+  double seconds = 0;  // from the first request to the file written
+  std::string incarnation{};
+  bool operator==(const Fetched&) const = default;
+  json to_json() const;
+  static Fetched from_json(const json& m);
+};
+
 // ---------------------------------------------------------------------------------------------
 // Master -> worker.
 
@@ -177,6 +230,10 @@ struct Job {
   std::string parent_file;               // checkpoint of parent_state, if one was written
   std::vector<int64_t> eval_steps;       // sorted, unique, each in [from, to]
   std::vector<SnapshotOrder> snapshots;  // sorted by step, each step in (from, to]
+  // The parent checkpoint is on another storage: get its parent_bytes bytes with FetchParent,
+  // and keep them as parent_file in this worker's own directory. Absent: false, 0.
+  bool fetch_parent = false;
+  int64_t parent_bytes = 0;
   bool operator==(const Job&) const = default;
   json to_json() const;
   static Job from_json(const json& m);
@@ -215,6 +272,29 @@ struct Shutdown {
   bool operator==(const Shutdown&) const = default;
   json to_json() const;
   static Shutdown from_json(const json& m);
+};
+
+// Read bytes [offset, offset + length) of a checkpoint file in the worker's directory, for
+// another worker; answered by FileBytes with the same `read`.
+struct ReadFile {
+  static constexpr const char* kType = "read_file";
+  int64_t read = 0;
+  std::string file;
+  int64_t offset = 0;
+  int64_t length = 0;  // at most kChunkBytes
+  bool operator==(const ReadFile&) const = default;
+  json to_json() const;
+  static ReadFile from_json(const json& m);
+};
+
+// Delete these checkpoint files in the worker's directory: no state of the master's needs them.
+struct DeleteFiles {
+  static constexpr const char* kType = "delete_files";
+  // checkpoint file names or their temporary files' (checkpoint_storage.h), at most kMaxListedFiles
+  std::vector<std::string> files;
+  bool operator==(const DeleteFiles&) const = default;
+  json to_json() const;
+  static DeleteFiles from_json(const json& m);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -267,8 +347,9 @@ struct Reply {
 };
 
 using AnyMessage =
-    std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, Welcome, Job,
-                 SnapshotAt, Abandon, Reset, Shutdown, Submit, Status, Cancel, ListWorkers, Reply>;
+    std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
+                 FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown, ReadFile,
+                 DeleteFiles, Submit, Status, Cancel, ListWorkers, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -40,6 +41,21 @@ constexpr int kFirstReadableVersion = 2;
 constexpr int kExecutionsVersion = 3;
 constexpr int kRetentionVersion = 4;
 constexpr int kSearcherEventsVersion = 5;
+constexpr int kStoragesVersion = 6;
+
+// Storage identities as checkpoints.storages keeps them: space-separated.
+std::string join_storages(const std::vector<std::string>& storages) {
+  std::string out;
+  for (const std::string& s : storages) out += (out.empty() ? "" : " ") + s;
+  return out;
+}
+
+std::vector<std::string> split_storages(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string s; in >> s;) out.push_back(s);
+  return out;
+}
 
 }  // namespace
 
@@ -630,9 +646,9 @@ int64_t SearchPlan::add_checkpoint(const CheckpointRow& row) {
                                   std::to_string(stage.int64(1)) + "]");
     }
     Query(*this,
-          "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at) "
-          "VALUES (?, ?, ?, ?, ?, ?)",
-          row.stage, row.step, row.file, row.size, row.checksum, now())
+          "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at, storages) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?)",
+          row.stage, row.step, row.file, row.size, row.checksum, now(), join_storages(row.storages))
         .run();
     id = sqlite3_last_insert_rowid(db_);
   });
@@ -655,18 +671,31 @@ void SearchPlan::set_checkpoint_retained(int64_t id, std::optional<double> retai
   });
 }
 
+void SearchPlan::set_checkpoint_storages(int64_t id, const std::vector<std::string>& storages) {
+  transaction([&] {
+    Query(*this, "UPDATE checkpoints SET storages = ? WHERE id = ?", join_storages(storages), id)
+        .run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no checkpoint with id " + std::to_string(id));
+  });
+}
+
 std::vector<CheckpointRow> SearchPlan::checkpoints() {
   std::vector<CheckpointRow> rows;
-  // A version-3 file (read only) has no retained_at: none of its checkpoints is retained.
-  Query q(*this, schema_version() >= kRetentionVersion
-                     ? "SELECT id, stage_id, step, file, size, checksum, created_at, retained_at "
-                       "FROM checkpoints ORDER BY stage_id, step"
-                     : "SELECT id, stage_id, step, file, size, checksum, created_at, NULL "
-                       "FROM checkpoints ORDER BY stage_id, step");
+  // An older file (read only) has no retained_at (version 3: none is retained) or no storages
+  // (before 6: all in the master's directory).
+  const int version = schema_version();
+  const std::string query =
+      std::string("SELECT id, stage_id, step, file, size, checksum, created_at, ") +
+      (version >= kRetentionVersion ? "retained_at" : "NULL") + ", " +
+      (version >= kStoragesVersion ? "storages" : "''") +
+      " FROM checkpoints ORDER BY stage_id, step";
+  Query q(*this, query.c_str());
   while (q.next()) {
     CheckpointRow row{q.int64(0), q.int64(1), q.int64(2), q.text(3),
                       q.int64(4), q.text(5),  q.real(6)};
     row.retained_at = q.optional_real(7);
+    row.storages = split_storages(q.text(8));
     rows.push_back(std::move(row));
   }
   return rows;

@@ -113,6 +113,8 @@ struct CheckpointRow {
   // When no running study needed it any more and it was kept for later studies (unset: a running
   // study needs it). master/retention.h.
   std::optional<double> retained_at{};
+  // The storages that hold its file (schema version 6), sorted; empty: the master's own directory.
+  std::vector<std::string> storages{};
 };
 
 // One job a worker ran (schema version 3): what `hippo dashboard` draws on its timeline.
@@ -234,6 +236,8 @@ class SearchPlan {
   // Marks a checkpoint as kept for later studies since `retained_at` (nullopt: a running study
   // needs it again); throws for an unknown id.
   void set_checkpoint_retained(int64_t id, std::optional<double> retained_at);
+  // The storages that hold a checkpoint's file now (a fetch added one, a lost copy went).
+  void set_checkpoint_storages(int64_t id, const std::vector<std::string>& storages);
   std::vector<CheckpointRow> checkpoints();  // by (stage, step)
 
   // Metrics. Adding the same (trial, step, name) with the same value again is a no-op (a worker

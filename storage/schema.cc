@@ -142,9 +142,17 @@ CREATE TABLE searcher_events (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 6: the storages that hold a checkpoint's file (a space-separated list of storage
+// identities, protocol/checkpoint_storage.h): where the worker that wrote it keeps its files, and
+// every storage it was fetched to since. '' (every row before version 6): the master's own
+// checkpoint directory.
+static const char* const kVersion6 = R"sql(
+ALTER TABLE checkpoints ADD COLUMN storages TEXT NOT NULL DEFAULT '';
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                                      kVersion5};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3,
+                                                      kVersion4, kVersion5, kVersion6};
   return steps;
 }
 

@@ -6,8 +6,9 @@
 
 namespace hippo::worker {
 
-JobRunner::JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots)
-    : options_(options), cache_(cache), snapshots_(snapshots), engines_(options) {}
+JobRunner::JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots,
+                     const CheckpointStore& store)
+    : options_(options), cache_(cache), snapshots_(snapshots), store_(store), engines_(options) {}
 
 bool JobRunner::run(const protocol::Job& job, const JobHost& host) {
   job_ = job;
@@ -35,6 +36,21 @@ bool JobRunner::run_on_engine(const JobHost& host) {
     state = engine.initial_state();
   } else if (const TrainState* held = cache_.find(job_.parent_state)) {
     state = *held;  // fork in memory: one copy per buffer
+  } else if (job_.fetch_parent) {
+    // Its size is the run's state's at job_.from before a byte comes; its bytes are checked as a
+    // loaded file's are, before they are kept.
+    const CheckpointShape shape =
+        engine.checkpoint_shape(job_.from, job_.hyperparams, job_.run.fixed);
+    if (job_.parent_bytes != shape.file_bytes())
+      throw StorageFailure("the parent checkpoint " + job_.parent_file + " has " +
+                               std::to_string(job_.parent_bytes) + " bytes, the state at step " +
+                               std::to_string(job_.from) + " has " +
+                               std::to_string(shape.file_bytes()),
+                           job_.parent_file);
+    std::optional<std::string> bytes = fetch_parent(host, [&](std::string_view b) {
+      state = read_checkpoint(b, job_.parent_file, shape, engine.backend());
+    });
+    if (!bytes) return false;
   } else if (!job_.parent_file.empty()) {
     // Every field is checked against what this run holds at job_.from: a file that is not that
     // state (missing, corrupt, forged, a FIFO) is lost, and the master rebuilds it by replay.
@@ -86,6 +102,20 @@ bool JobRunner::run_on_engine(const JobHost& host) {
   return true;
 }
 
+std::optional<std::string> JobRunner::fetch_parent(
+    const JobHost& host, const std::function<void(std::string_view)>& check) {
+  std::optional<std::string> bytes = host.fetch_parent();
+  if (!bytes) return std::nullopt;
+  try {
+    check(*bytes);
+  } catch (const CheckpointError& e) {
+    throw StorageFailure(e.what(), job_.parent_file);
+  }
+  store_.keep(job_.parent_file, *bytes);
+  host.fetched(static_cast<int64_t>(bytes->size()));
+  return bytes;
+}
+
 // The stage on the study's own trainer command (external_trainer.h).
 bool JobRunner::run_external(const JobHost& host) {
   if (!options_.allow_trainers)
@@ -93,6 +123,7 @@ bool JobRunner::run_external(const JobHost& host) {
                              job_.run.model["command"].dump() +
                              ": it runs no commands it receives unless started with --allow-exec "
                              "trainer");
+  if (job_.fetch_parent && !fetch_parent(host, [](std::string_view) {})) return false;
   if (job_.parent_state >= 0) {
     // The trainer reads it: a regular file (not a symlink to someone else's, not a FIFO).
     if (job_.parent_file.empty())

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "protocol/message.h"
+#include "worker/checkpoint_store.h"
 #include "worker/engine_cache.h"
 #include "worker/external_trainer.h"
 #include "worker/options.h"
@@ -23,11 +25,17 @@ struct JobHost {
   // Called after every step (the engine) or at every tick (an external trainer) with the step
   // reached; false stops the job there.
   std::function<bool(int64_t step)> between_steps;
+  // The bytes of the job's parent checkpoint from another storage (Job::fetch_parent), or nullopt
+  // when the job was stopped meanwhile. Throws StorageFailure when no copy can be had.
+  std::function<std::optional<std::string>()> fetch_parent;
+  // The fetched checkpoint was checked and kept in this worker's storage.
+  std::function<void(int64_t bytes)> fetched;
 };
 
 class JobRunner {
  public:
-  JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots);
+  JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots,
+            const CheckpointStore& store);
 
   // Runs the job: true when it reached its end (every evaluation reported and every snapshot
   // announced), false when between_steps stopped it (its snapshots not yet announced are
@@ -44,10 +52,15 @@ class JobRunner {
  private:
   bool run_on_engine(const JobHost& host);
   bool run_external(const JobHost& host);
+  // Fetches the parent checkpoint from another storage and keeps it in ours; nullopt when the job
+  // was stopped meanwhile. `check` refuses bytes that are not the state the job starts from.
+  std::optional<std::string> fetch_parent(const JobHost& host,
+                                          const std::function<void(std::string_view)>& check);
 
   const Options& options_;
   StateCache& cache_;
   SnapshotWriter& snapshots_;
+  const CheckpointStore& store_;
   EngineCache engines_;
   ExternalTrainer trainer_;   // a long-lived trainer stays here between its stages
   protocol::Job job_;         // the running job (its snapshots grow with SnapshotAt orders)

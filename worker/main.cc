@@ -10,6 +10,7 @@
 
 #include "kernels/blas_env.h"
 #include "kernels/kernels.h"
+#include "protocol/checkpoint_storage.h"
 #include "protocol/log.h"
 #include "worker/options.h"
 #include "worker/worker.h"
@@ -110,6 +111,12 @@ int main(int argc, char** argv) {
   if (ec) {
     std::fprintf(stderr, "error: --checkpoints %s: %s\n", options.checkpoints.c_str(),
                  ec.message().c_str());
+    return 2;
+  }
+  try {  // its storage's identity (made on the first use of the directory)
+    hippo::protocol::storage_identity(options.checkpoints);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: --checkpoints %s: %s\n", options.checkpoints.c_str(), e.what());
     return 2;
   }
   hippo::worker::install_stop_signals();

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <utility>
 
 #include "protocol/log.h"
 
@@ -24,13 +25,14 @@ void install_stop_signals() {
 Worker::Worker(const Options& options)
     : options_(options),
       connection_(options_),
+      store_(options_.checkpoints),
       cache_(options_.cache_states),
       snapshots_(options_.checkpoints, cache_,
                  [this](protocol::Snapshot s) {
                    s.incarnation = job_incarnation_;
                    connection_.send(s.to_json());
                  }),
-      runner_(options_, cache_, snapshots_) {}
+      runner_(options_, cache_, snapshots_, store_) {}
 
 int Worker::run() {
   hello();
@@ -74,6 +76,8 @@ void Worker::hello() {
   m.pid = static_cast<int64_t>(getpid());
   m.held = cache_.ids();
   m.runs_trainers = options_.allow_trainers;
+  m.storage = store_.identity();
+  m.files = store_.list();
   connection_.send(m.to_json());
 }
 
@@ -160,6 +164,27 @@ void Worker::on(const protocol::Shutdown&) {
   stop_job_ = true;
 }
 
+void Worker::on(const protocol::ReadFile& m) {
+  // Served idle or between two steps: a chunk is one read of at most kChunkBytes.
+  connection_.send(store_.read(m).to_json());
+}
+
+void Worker::on(const protocol::FileBytes& m) {
+  if (!fetch_ || m.read != fetch_->job) return;  // an answer to a fetch that has ended
+  if (!m.error.empty()) {
+    fetch_->error = m.error;
+  } else if (m.total != fetch_->total) {
+    fetch_->error = "the parent checkpoint has " + std::to_string(m.total) +
+                    " bytes where the job said " + std::to_string(fetch_->total);
+  } else if (m.offset == static_cast<int64_t>(fetch_->bytes.size())) {
+    fetch_->bytes += m.data;  // (an answer to a repeated request comes twice: the second is late)
+  }
+}
+
+void Worker::on(const protocol::DeleteFiles& m) {
+  store_.remove(m.files);
+}
+
 template <typename M>
 void Worker::on(const M&) {
   spdlog::warn("refused a message of type {}: a master does not send it to workers", M::kType);
@@ -181,6 +206,14 @@ void Worker::execute(const protocol::Job& job) {
     connection_.send(m.to_json());
   };
   host.between_steps = [&](int64_t step) { return between_steps(step); };
+  host.fetch_parent = [&] { return fetch_parent(job); };
+  host.fetched = [&](int64_t bytes) {
+    connection_.send(protocol::Fetched{.job = job.id,
+                                       .bytes = bytes,
+                                       .seconds = seconds_since(started),
+                                       .incarnation = job_incarnation_}
+                         .to_json());
+  };
   try {
     if (runner_.run(job, host)) {
       protocol::Done done;
@@ -224,7 +257,47 @@ void Worker::fail(int64_t job, const std::string& error, bool retry, const std::
   connection_.send(m.to_json());
 }
 
-bool Worker::between_steps(int64_t step) {
+std::optional<std::string> Worker::fetch_parent(const protocol::Job& job) {
+  // A request unanswered this long is asked again (its answer may have gone with a connection).
+  constexpr auto kPatience = std::chrono::seconds(10);
+  constexpr int kAsks = 6;
+  fetch_ = Fetch{.job = job.id, .total = job.parent_bytes};
+  fetch_->bytes.reserve(static_cast<size_t>(job.parent_bytes));
+  int64_t asked_offset = -1;
+  int asks = 0;
+  Clock::time_point asked_at;
+  while (static_cast<int64_t>(fetch_->bytes.size()) < fetch_->total) {
+    if (!fetch_->error.empty()) {
+      const std::string error = "fetching " + job.parent_file + ": " + fetch_->error;
+      fetch_.reset();
+      throw StorageFailure(error, job.parent_file);
+    }
+    const int64_t offset = static_cast<int64_t>(fetch_->bytes.size());
+    if (offset != asked_offset || Clock::now() - asked_at > kPatience) {
+      asks = offset == asked_offset ? asks + 1 : 1;
+      if (asks > kAsks) {
+        fetch_.reset();
+        throw StorageFailure("fetching " + job.parent_file + ": no bytes came for " +
+                                 std::to_string(kAsks * kPatience.count()) + " s",
+                             "");
+      }
+      connection_.send(
+          protocol::FetchParent{.job = job.id, .offset = offset, .incarnation = job_incarnation_}
+              .to_json());
+      asked_offset = offset;
+      asked_at = Clock::now();
+    }
+    if (!between_steps(job.from, 100)) {
+      fetch_.reset();
+      return std::nullopt;
+    }
+  }
+  std::string bytes = std::move(fetch_->bytes);
+  fetch_.reset();
+  return bytes;
+}
+
+bool Worker::between_steps(int64_t step, int wait_ms) {
   if (Clock::now() - last_heartbeat_ >= std::chrono::milliseconds(options_.heartbeat_ms)) {
     last_heartbeat_ = Clock::now();
     connection_.send(
@@ -234,7 +307,7 @@ bool Worker::between_steps(int64_t step) {
   if (connection_.broken()) stop_job_ = true;  // the master forgets the job when we reconnect
   // Once the job stops, what follows (a welcome, a new job) is for the main loop.
   while (!stop_job_) {
-    std::optional<protocol::json> message = connection_.receive(0);
+    std::optional<protocol::json> message = connection_.receive(std::exchange(wait_ms, 0));
     if (!message) break;
     handle(*message);
   }

@@ -5,17 +5,27 @@
 //   master -> worker: Welcome (state ids start anew: the cache is cleared), Job (run it; a job
 //   number not above the last one since the welcome is a replay and is refused), SnapshotAt (one
 //   more snapshot for the running job), Abandon (stop the running job), Reset (the master
-//   restarted: drop the running job, say hello again), Shutdown (exit).
-//   worker -> master: Hello, Heartbeat, Metric, Snapshot (job_runner.h), Done, Failed, Abandoned;
-//   each report on a job carries the incarnation of the master that gave it (its welcome's).
+//   restarted: drop the running job, say hello again), Shutdown (exit), ReadFile (bytes of a
+//   checkpoint in our storage, for a worker on another one), FileBytes (a chunk of the running
+//   job's parent, which we fetch), DeleteFiles (checkpoints of ours that no state needs).
+//   worker -> master: Hello (with our storage and its checkpoint files), Heartbeat, Metric,
+//   Snapshot (job_runner.h), Done, Failed, Abandoned, FetchParent, FileBytes, Fetched; each
+//   report on a job carries the incarnation of the master that gave it (its welcome's).
+//
+// Checkpoints on another storage come through the master, chunk by chunk, each asked for when the
+// one before it came (so a slow link holds one chunk in flight, and a lost answer is asked for
+// again): workers connect to the master only, need no port of their own, and every byte is bound
+// to the key of the worker that read it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "protocol/clock.h"
 #include "protocol/message.h"
+#include "worker/checkpoint_store.h"
 #include "worker/connection.h"
 #include "worker/job_runner.h"
 #include "worker/options.h"
@@ -43,6 +53,9 @@ class Worker {
   void on(const protocol::Abandon& m);
   void on(const protocol::Reset& m);
   void on(const protocol::Shutdown& m);
+  void on(const protocol::ReadFile& m);
+  void on(const protocol::FileBytes& m);
+  void on(const protocol::DeleteFiles& m);
   template <typename M>
   void on(const M& m);  // a type that a master does not send to workers: refused
 
@@ -55,12 +68,18 @@ class Worker {
   // Runs a job and reports how it ended: Done, Abandoned (when the master ordered it), or Failed.
   void execute(const protocol::Job& job);
   void fail(int64_t job, const std::string& error, bool retry, const std::string& lost_file);
-  // After each step of a job: a heartbeat when one is due, then the orders that came meanwhile.
-  // False when the job must stop (abandoned, the master restarted, the connection broke, a signal).
-  bool between_steps(int64_t step);
+  // After each step of a job: a heartbeat when one is due, then the orders that came meanwhile
+  // (waiting up to wait_ms for the first). False when the job must stop (abandoned, the master
+  // restarted, the connection broke, a signal).
+  bool between_steps(int64_t step, int wait_ms = 0);
+  // The bytes of the running job's parent checkpoint, chunk by chunk through the master; nullopt
+  // when the job stopped meanwhile. StorageFailure when the master has no copy to send (lost:
+  // replayed) or no chunk came for a minute (another attempt may succeed).
+  std::optional<std::string> fetch_parent(const protocol::Job& job);
 
   Options options_;
   Connection connection_;
+  CheckpointStore store_;
   StateCache cache_;
   SnapshotWriter snapshots_;
   JobRunner runner_;
@@ -76,6 +95,14 @@ class Worker {
   bool stop_job_ = false;         // the running job stops at the next step
   bool abandon_ordered_ = false;  // ... because the master said that it is needed no more
   bool shutdown_ = false;
+  // The parent checkpoint being fetched for the running job.
+  struct Fetch {
+    int64_t job = -1;
+    int64_t total = 0;
+    std::string bytes{};  // those that came, in order
+    std::string error{};  // the master's, when it has no copy to send
+  };
+  std::optional<Fetch> fetch_;
 };
 
 }  // namespace hippo::worker

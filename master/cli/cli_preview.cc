@@ -75,7 +75,7 @@ int64_t steps_reused(const Preview& p, const std::string& db) {
     master::StateRegistry states("preview");
     for (CheckpointRow row : plan.checkpoints()) {
       row.retained_at = row.created_at;  // every checkpoint counts here (see above)
-      states.add_restored(master::state_of(row));
+      states.add_restored(master::state_of(row, /*own_storage=*/""));  // where: not asked here
     }
     std::map<TrialId, int64_t> history;
     TrialId next = plan.next_trial_id();

@@ -109,7 +109,8 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
     SearchPlan plan = SearchPlan::open(plan_file);
     StageTree tree = plan.load_tree();
     StateRegistry states(kIncarnation);
-    StudyDriver driver(plan, tree, states, ck(), keep_none(), [](const Change&) {});
+    Storages storages(ck());
+    StudyDriver driver(plan, tree, states, storages, keep_none(), [](const Change&) {});
     const int64_t study = driver.submit(spec, spec_json, Policy::kShared);
     // A state at step 8 of each trial, with its file and its row, as a worker would report it.
     for (TrialId trial : {0, 1}) {
@@ -117,8 +118,11 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
       const protocol::SnapshotOrder order = states.new_snapshot_order(8);
       touch(order.file);
       const int64_t row = plan.add_checkpoint({0, key.first, 8, order.file, 5, "", 0});
-      states.add(order.state,
-                 {.stage = key.first, .step = 8, .file = order.file, .checkpoint_row = row});
+      states.add(order.state, {.stage = key.first,
+                               .step = 8,
+                               .file = order.file,
+                               .storages = {storages.own()},
+                               .checkpoint_row = row});
       files.push_back(order.file);
     }
     EXPECT_THROW(plan.transaction([&] {
@@ -133,8 +137,10 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
   SearchPlan plan = SearchPlan::open(plan_file);
   StageTree tree = plan.load_tree();
   StateRegistry states("fedcba9876543210");
-  for (const CheckpointRow& row : plan.checkpoints()) states.add_restored(state_of(row));
-  StudyDriver driver(plan, tree, states, ck(), keep_none(), [](const Change&) {});
+  Storages storages(ck());
+  for (const CheckpointRow& row : plan.checkpoints())
+    states.add_restored(state_of(row, storages.own()));
+  StudyDriver driver(plan, tree, states, storages, keep_none(), [](const Change&) {});
   driver.restore();
   ASSERT_TRUE(driver.running(1));
   driver.cancel(1);
@@ -150,7 +156,8 @@ TEST_F(CheckpointFilesTest, ABudgetKeepsWhatFitsForLaterStudies) {
   StateRegistry states(kIncarnation);
   StudyRules rules;
   rules.keep_checkpoint_bytes = 7;
-  StudyDriver driver(plan, tree, states, ck(), rules, [](const Change&) {});
+  Storages storages(ck());
+  StudyDriver driver(plan, tree, states, storages, rules, [](const Change&) {});
   const int64_t study = driver.submit(two_trial_spec(), two_trial_spec_json(), Policy::kShared);
   std::vector<std::string> files;
   for (TrialId trial : {0, 1}) {  // equal values: the older state (trial 0's) wins the tie
@@ -158,9 +165,12 @@ TEST_F(CheckpointFilesTest, ABudgetKeepsWhatFitsForLaterStudies) {
     const protocol::SnapshotOrder order = states.new_snapshot_order(8);
     touch(order.file);
     const int64_t row = plan.add_checkpoint({0, key.first, 8, order.file, 5, "", 0});
-    states.add(
-        order.state,
-        {.stage = key.first, .step = 8, .file = order.file, .checkpoint_row = row, .bytes = 5});
+    states.add(order.state, {.stage = key.first,
+                             .step = 8,
+                             .file = order.file,
+                             .storages = {storages.own()},
+                             .checkpoint_row = row,
+                             .bytes = 5});
     files.push_back(order.file);
   }
   driver.cancel(study);

@@ -148,7 +148,8 @@ TEST(Scheduler, ChildrenForkFromTheParentStateAndPreferTheWorkerThatHoldsIt) {
 
   std::set<int64_t> none, holds{7};
   auto any = [](const WorkItem&, const IdleWorker&) { return true; };
-  std::vector<Assignment> a = assign(work, {{"a", 1, &none}, {"b", 1, &holds}}, any);
+  auto shared_disk = [](const WorkItem&, const IdleWorker&) { return int64_t{0}; };
+  std::vector<Assignment> a = assign(work, {{"a", 1, &none}, {"b", 1, &holds}}, any, shared_disk);
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].work.representative, 0);
   EXPECT_EQ(a[0].peer, "b");  // it holds state 7: a fork without reading a file
@@ -157,10 +158,29 @@ TEST(Scheduler, ChildrenForkFromTheParentStateAndPreferTheWorkerThatHoldsIt) {
   // A worker that cannot take an item (too few devices, a stage that failed on its storage) is
   // skipped, and an item that nobody can take waits.
   auto not_b = [](const WorkItem&, const IdleWorker& w) { return w.peer != "b"; };
-  a = assign(work, {{"b", 1, &holds}, {"a", 1, &none}}, not_b);
+  a = assign(work, {{"b", 1, &holds}, {"a", 1, &none}}, not_b, shared_disk);
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].peer, "a");
   EXPECT_EQ(a[0].work.representative, 0);
+
+  // Without a shared disk: a worker whose storage has the parent's file moves no bytes, and is
+  // preferred to one that must fetch it; of those that must, the one that moves the fewest.
+  auto on_storage = [](const WorkItem& item, const IdleWorker& w) -> int64_t {
+    if (item.parent_state < 0) return 0;
+    return w.storage == "s2" ? 0 : w.storage == "s3" ? 500 : 1000;
+  };
+  const std::vector<WorkItem> first(work.begin(), work.begin() + 1);
+  a = assign(first, {{"a", 1, &none, "s1"}, {"c", 1, &none, "s3"}, {"b", 1, &none, "s2"}}, any,
+             on_storage);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].peer, "b");
+  a = assign(first, {{"a", 1, &none, "s1"}, {"c", 1, &none, "s3"}}, any, on_storage);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].peer, "c");
+  // Memory first, whatever the storages.
+  a = assign(first, {{"b", 1, &none, "s2"}, {"a", 1, &holds, "s1"}}, any, on_storage);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].peer, "a");
 }
 
 TEST(Scheduler, AMissingStateIsReplayedFromTheNearestEarlierOne) {

@@ -102,5 +102,63 @@ TEST(Messages, BadFieldsAreRefusedByName) {
   expect_refused(long_incarnation.dump(), "metric.incarnation");
 }
 
+// Checkpoints move between storages (no shared disk): a worker names its storage and its files,
+// a job may say that its parent must be fetched, and chunks carry any bytes.
+TEST(Messages, StoragesAndFileTransfersDecodeWhatTheyEncode) {
+  const std::string file = "state-0123456789abcdef-7.ckpt";
+  Hello hello{"w3", "cpu", 1, 1, 79, {}};
+  hello.storage = std::string(32, 'a');
+  hello.files = {file, file + ".tmp.00ff00ff00ff00ff"};
+  expect_round_trip(hello);
+  Job job;
+  job.id = 4;
+  job.run.model = {{"type", "mlp"}};
+  job.run.data = "fashion-mnist";
+  job.run.train_samples = 256;
+  job.run.eval_samples = 64;
+  job.run.fixed = json::object();
+  job.from = 10;
+  job.to = 20;
+  job.parent_state = 7;
+  job.parent_file = file;
+  job.fetch_parent = true;
+  job.parent_bytes = 5000;
+  expect_round_trip(job);
+  expect_round_trip(FetchParent{4, 1 << 20, "abcd"});
+  std::string every_byte;
+  for (int i = 0; i < 1000; ++i) every_byte += static_cast<char>(i % 256);
+  expect_round_trip(FileBytes{4, 100, 5000, every_byte, ""});
+  expect_round_trip(FileBytes{4, 0, 3 << 20, std::string(kChunkBytes, '\xff'), ""});
+  expect_round_trip(FileBytes{4, 0, 0, "", "no worker that holds it is connected"});
+  expect_round_trip(Fetched{4, 5000, 0.25, "abcd"});
+  expect_round_trip(ReadFile{9, file, 0, kChunkBytes});
+  expect_round_trip(DeleteFiles{{file}});
+}
+
+TEST(Messages, BadStorageAndTransferFieldsAreRefusedByName) {
+  expect_refused(R"({"v":1,"type":"hello","name":"w","device":"cpu","threads":1,"pid":1,
+                     "storage":"../x"})",
+                 "hello.storage: not a storage identity");
+  expect_refused(R"({"v":1,"type":"hello","name":"w","device":"cpu","threads":1,"pid":1,
+                     "files":["/etc/passwd"]})",
+                 "hello.files: not a checkpoint file name");
+  expect_refused(R"({"v":1,"type":"read_file","read":1,"file":"secrets.txt","offset":0,
+                     "length":10})",
+                 "read_file.file");
+  expect_refused(R"({"v":1,"type":"read_file","read":1,"file":"state-0123456789abcdef-7.ckpt",
+                     "offset":0,"length":2000000})",
+                 "read_file.length");
+  expect_refused(R"({"v":1,"type":"file_bytes","read":1,"offset":0,"total":10,"data":"%%%"})",
+                 "file_bytes.data: not base64");
+  expect_refused(R"({"v":1,"type":"file_bytes","read":1,"offset":8,"total":10,"data":"AAAA"})",
+                 "file_bytes.total: the bytes end past it");
+  FileBytes big{1, 0, 1 << 22, std::string(kChunkBytes, 'x'), ""};
+  json too_big = big.to_json();
+  too_big["data"] = too_big["data"].get<std::string>() + "AAAA";
+  expect_refused(too_big.dump(), "file_bytes.data");
+  expect_refused(R"({"v":1,"type":"delete_files","files":["state-x.ckpt"]})",
+                 "delete_files.files: not a checkpoint file name");
+}
+
 }  // namespace
 }  // namespace hippo::protocol

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -143,6 +144,40 @@ void fsync_directory(int dfd, const std::string& path) {
     fail(path, "fsync of its directory failed: " + error_text(errno));
 }
 
+// Writes `parts` one after the other at `path`: a temporary file of an unpredictable name, fsync,
+// a rename that never replaces, and a directory fsync (checkpoint.h).
+void write_durably(const std::string& path, std::initializer_list<std::string_view> parts) {
+  auto [dir, name] = open_parent(path);
+  // Refused here already (clearer than after the write); the rename below is what guarantees it.
+  struct stat st;
+  if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+    fail(path, "exists already (a checkpoint file is never overwritten)");
+  const std::string tmp = name + ".tmp." + random_suffix(path);
+  {
+    Fd fd(::openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   0644));
+    if (fd.get() < 0) fail(path, "cannot create " + tmp + ": " + error_text(errno));
+    try {
+      for (std::string_view part : parts) write_all(fd.get(), part.data(), part.size(), path);
+      if (::fsync(fd.get()) != 0) fail(path, "fsync failed: " + error_text(errno));
+    } catch (...) {
+      ::unlinkat(dir.get(), tmp.c_str(), 0);
+      throw;
+    }
+  }
+  if (const int err = rename_without_replacing(dir.get(), tmp, name); err != 0) {
+    ::unlinkat(dir.get(), tmp.c_str(), 0);
+    fail(path, err == EEXIST ? "exists already (a checkpoint file is never overwritten)"
+                             : "cannot rename " + tmp + ": " + error_text(err));
+  }
+  try {
+    fsync_directory(dir.get(), path);  // the rename itself is durable
+  } catch (...) {
+    ::unlinkat(dir.get(), name.c_str(), 0);  // not durable: nothing is left behind
+    throw;
+  }
+}
+
 }  // namespace
 
 int64_t CheckpointShape::file_bytes() const {
@@ -187,36 +222,12 @@ void save_checkpoint(const std::string& path, const TrainState& s, uint64_t conf
 void write_checkpoint_file(const std::string& path, const std::vector<char>& out) {
   std::vector<char> trailer;
   put(trailer, crc(out.data(), out.size()));
-  auto [dir, name] = open_parent(path);
-  // Refused here already (clearer than after the write); the rename below is what guarantees it.
-  struct stat st;
-  if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
-    fail(path, "exists already (a checkpoint file is never overwritten)");
-  const std::string tmp = name + ".tmp." + random_suffix(path);
-  {
-    Fd fd(::openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                   0644));
-    if (fd.get() < 0) fail(path, "cannot create " + tmp + ": " + error_text(errno));
-    try {
-      write_all(fd.get(), out.data(), out.size(), path);
-      write_all(fd.get(), trailer.data(), trailer.size(), path);
-      if (::fsync(fd.get()) != 0) fail(path, "fsync failed: " + error_text(errno));
-    } catch (...) {
-      ::unlinkat(dir.get(), tmp.c_str(), 0);
-      throw;
-    }
-  }
-  if (const int err = rename_without_replacing(dir.get(), tmp, name); err != 0) {
-    ::unlinkat(dir.get(), tmp.c_str(), 0);
-    fail(path, err == EEXIST ? "exists already (a checkpoint file is never overwritten)"
-                             : "cannot rename " + tmp + ": " + error_text(err));
-  }
-  try {
-    fsync_directory(dir.get(), path);  // the rename itself is durable
-  } catch (...) {
-    ::unlinkat(dir.get(), name.c_str(), 0);  // not durable: nothing is left behind
-    throw;
-  }
+  write_durably(path, {std::string_view(out.data(), out.size()),
+                       std::string_view(trailer.data(), trailer.size())});
+}
+
+void write_checkpoint_bytes(const std::string& path, std::string_view bytes) {
+  write_durably(path, {bytes});
 }
 
 TrainState load_checkpoint(const std::string& path, const CheckpointShape& expected,

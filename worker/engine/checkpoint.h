@@ -60,6 +60,9 @@ std::vector<char> encode_checkpoint(const TrainState& state, uint64_t config_has
 // CheckpointError, leaving nothing behind, when it cannot: `path` exists (whatever it is), the
 // directory is missing, the disk is full.
 void write_checkpoint_file(const std::string& path, const std::vector<char>& bytes);
+// Writes the bytes of a whole checkpoint file (checksum included: one fetched from another
+// storage) at `path` the same way, with the same errors.
+void write_checkpoint_bytes(const std::string& path, std::string_view bytes);
 // Both, one after the other.
 void save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
 // Refuses (CheckpointError naming the file and the problem) a missing file, a symlink, anything

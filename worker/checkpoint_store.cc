@@ -1,0 +1,50 @@
+#include "worker/checkpoint_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "protocol/checkpoint_storage.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/snapshot_writer.h"
+
+namespace hippo::worker {
+
+CheckpointStore::CheckpointStore(std::string dir)
+    : dir_(std::move(dir)), identity_(protocol::storage_identity(dir_)) {}
+
+std::vector<std::string> CheckpointStore::list() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    if (out.size() == protocol::kMaxListedFiles) break;  // the rest at a later hello
+    std::string name = entry.path().filename().string();
+    if (protocol::incarnation_of(name)) out.push_back(std::move(name));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+protocol::FileBytes CheckpointStore::read(const protocol::ReadFile& order) const {
+  return protocol::read_file_bytes(dir_, order);
+}
+
+void CheckpointStore::remove(const std::vector<std::string>& files) const {
+  // unlink: a file or a symlink (never what it points to), never a directory.
+  for (const std::string& file : files) ::unlink((dir_ + "/" + file).c_str());
+}
+
+void CheckpointStore::keep(const std::string& file, std::string_view bytes) const {
+  const std::string path = dir_ + "/" + file;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return;  // fetched by a neighbour
+  try {
+    write_checkpoint_bytes(path, bytes);
+  } catch (const CheckpointError& e) {
+    throw StorageFailure(std::string("keeping a fetched checkpoint: ") + e.what(), "");
+  }
+}
+
+}  // namespace hippo::worker
