@@ -580,6 +580,7 @@ void Master::serve_fetch(RunningJob& job, int64_t offset) {
       .offset = offset,
       .length = std::min(protocol::kChunkBytes, order.parent_bytes - offset)};
   job.fetch_source.clear();
+  job.fetch_offset = offset;
   while (states_.has(state)) {
     const StateInfo& info = states_.info(state);
     if (info.storages.count(storages_.own())) {
@@ -672,6 +673,15 @@ void Master::check_workers() {
     spdlog::warn("lost worker {}", name);
     schedule_changed_ = true;
   }
+  // A chunk that a lost worker was asked to read is read elsewhere now, not when its job's worker
+  // asks again.
+  if (!lost.empty())
+    for (auto& [id, job] : pool_.jobs())
+      if (!job.fetch_source.empty() && !pool_.find(job.fetch_source)) try {
+          serve_fetch(job, job.fetch_offset);
+        } catch (const PlanBusy&) {
+          // another process holds the plan: the job's worker asks again in a few seconds
+        }
 }
 
 void Master::record_unfinished(const RunningJob& job, const ConnectedWorker& w,

@@ -25,8 +25,9 @@ struct RunningJob {
   double started_at = 0;        // unix seconds, for the plan's record of executions
   ExecutionKind kind = ExecutionKind::kTrain;
   // While its parent checkpoint is fetched from another storage (order.fetch_parent): the peer
-  // of the worker asked to read the chunk it waits for ("" when none is asked).
+  // of the worker asked to read the chunk it waits for ("" when none is asked), and its offset.
   std::string fetch_source{};
+  int64_t fetch_offset = 0;
 };
 
 // The stage a job over [from, to) of `trial`'s path trains first: the one that holds step

@@ -21,6 +21,13 @@ std::vector<zmq::message_t> receive_frames(zmq::socket_t& socket) {
   return frames;
 }
 
+// ZMTP heartbeats: a connection whose peer went silent for 10 s is dropped (and a DEALER connects
+// again), where TCP alone would wait for its retransmissions to give up (minutes).
+void set_heartbeats(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::heartbeat_ivl, 2000);
+  socket.set(zmq::sockopt::heartbeat_timeout, 10000);
+}
+
 }  // namespace
 
 void configure(zmq::socket_t& socket) {
@@ -31,8 +38,12 @@ void configure(zmq::socket_t& socket) {
 void configure_router(zmq::socket_t& router) {
   configure(router);
   router.set(zmq::sockopt::router_handover, 0);
-  router.set(zmq::sockopt::heartbeat_ivl, 2000);
-  router.set(zmq::sockopt::heartbeat_timeout, 10000);
+  set_heartbeats(router);
+}
+
+void configure_dealer(zmq::socket_t& dealer) {
+  configure(dealer);
+  set_heartbeats(dealer);
 }
 
 std::string random_routing_id() {

@@ -20,6 +20,9 @@ void configure(zmq::socket_t& socket);
 // to another connection, and ZMTP heartbeats drop a connection whose peer went silent (so that a
 // worker reconnecting after a network failure gets its identity back within seconds).
 void configure_router(zmq::socket_t& router);
+// A worker's DEALER besides configure(): ZMTP heartbeats, so that a connection to a master that
+// went silent (a network cut off, a host gone) is dropped and made anew within seconds.
+void configure_dealer(zmq::socket_t& dealer);
 // A worker's routing identity: 16 random bytes (never a guessable name, so that no other peer can
 // claim it while the worker reconnects).
 std::string random_routing_id();

@@ -14,7 +14,7 @@ Connection::Connection(const Options& options)
 
 // Call with a fresh socket_ and handshakes_.
 void Connection::connect() {
-  protocol::configure(socket_);
+  protocol::configure_dealer(socket_);
   protocol::secure_client(socket_, options_.keys);
   socket_.set(zmq::sockopt::routing_id, protocol::random_routing_id());
   socket_.connect(options_.master);

@@ -154,6 +154,7 @@ void Worker::on(const protocol::Abandon& m) {
 
 void Worker::on(const protocol::Reset&) {
   if (!may_hello()) return;
+  spdlog::warn("the master does not know us (it restarted, or lost us): saying hello again");
   // The master restarted and does not know a running job: it is dropped.
   stop_job_ = true;
   hello();
@@ -210,7 +211,7 @@ void Worker::execute(const protocol::Job& job) {
   host.fetched = [&](int64_t bytes) {
     connection_.send(protocol::Fetched{.job = job.id,
                                        .bytes = bytes,
-                                       .seconds = seconds_since(started),
+                                       .seconds = seconds_since(fetch_started_),
                                        .incarnation = job_incarnation_}
                          .to_json());
   };
@@ -230,6 +231,7 @@ void Worker::execute(const protocol::Job& job) {
               .to_json());
     }
   } catch (const StorageFailure& e) {
+    spdlog::error("job {} failed on storage: {}", job.id, e.what());
     snapshots_.settle();
     fail(job.id, e.what(), true, e.lost_file);
   } catch (const TrainerError& e) {
@@ -261,6 +263,7 @@ std::optional<std::string> Worker::fetch_parent(const protocol::Job& job) {
   // A request unanswered this long is asked again (its answer may have gone with a connection).
   constexpr auto kPatience = std::chrono::seconds(10);
   constexpr int kAsks = 6;
+  fetch_started_ = Clock::now();
   fetch_ = Fetch{.job = job.id, .total = job.parent_bytes};
   fetch_->bytes.reserve(static_cast<size_t>(job.parent_bytes));
   int64_t asked_offset = -1;
@@ -275,6 +278,9 @@ std::optional<std::string> Worker::fetch_parent(const protocol::Job& job) {
     const int64_t offset = static_cast<int64_t>(fetch_->bytes.size());
     if (offset != asked_offset || Clock::now() - asked_at > kPatience) {
       asks = offset == asked_offset ? asks + 1 : 1;
+      if (asks > 1)
+        spdlog::warn("fetching {}: no answer for {} s, asking again", job.parent_file,
+                     kPatience.count());
       if (asks > kAsks) {
         fetch_.reset();
         throw StorageFailure("fetching " + job.parent_file + ": no bytes came for " +
@@ -294,6 +300,8 @@ std::optional<std::string> Worker::fetch_parent(const protocol::Job& job) {
   }
   std::string bytes = std::move(fetch_->bytes);
   fetch_.reset();
+  spdlog::info("fetched {} ({} bytes) from another storage in {:.3f} s", job.parent_file,
+               bytes.size(), seconds_since(fetch_started_));
   return bytes;
 }
 

@@ -103,6 +103,7 @@ class Worker {
     std::string error{};  // the master's, when it has no copy to send
   };
   std::optional<Fetch> fetch_;
+  Clock::time_point fetch_started_;  // of the last fetch: Fetched says how long it took
 };
 
 }  // namespace hippo::worker
