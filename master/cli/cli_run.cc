@@ -440,7 +440,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
                     "master), trainer (run by the workers that allow it themselves)");
     add_budget_options(cmd, &a->budget);
     add_keep_option(cmd, &a->keep);
-    cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory, shared with workers");
+    cmd->add_option("--checkpoints", a->checkpoints,
+                    "the master's checkpoint directory (workers may share it or have their own)");
     cmd->add_option("--worker-timeout", a->timeout, "seconds of silence before a worker is lost")
         ->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--snapshot-every", a->snapshot_every, "also snapshot every N steps (0: off)")

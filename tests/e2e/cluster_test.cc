@@ -85,16 +85,6 @@ class Cluster : public E2ETest {
     return metrics_by_trial(trials(path("reference.db"), "ci"));
   }
 
-  // The checkpoint files in a directory (checkpoints and their temporary files).
-  std::vector<std::string> checkpoint_files(const std::string& dir) {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (entry.path().filename().string().rfind("state-", 0) == 0)
-        out.push_back(entry.path().filename().string());
-    return out;
-  }
-
   // The files each storage should hold once the study ended: those of the checkpoint rows (kept
   // for later studies) that name its identity.
   std::vector<std::string> files_of_rows(const std::string& db, const std::string& dir) {
@@ -112,20 +102,14 @@ class Cluster : public E2ETest {
   // say it holds: collection deleted every other file on the storage that held it.
   void expect_files_as_the_plan_says(const std::string& db, const std::vector<std::string>& dirs) {
     auto as_said = [&] {
-      for (const std::string& dir : dirs) {
-        std::vector<std::string> files = checkpoint_files(dir);
-        std::sort(files.begin(), files.end());
-        if (files != files_of_rows(db, dir)) return false;
-      }
+      for (const std::string& dir : dirs)
+        if (checkpoint_names(dir) != files_of_rows(db, dir)) return false;
       return true;
     };
     for (int i = 0; i < 100 && !as_said(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (const std::string& dir : dirs) {
-      std::vector<std::string> files = checkpoint_files(dir);
-      std::sort(files.begin(), files.end());
-      EXPECT_EQ(files, files_of_rows(db, dir)) << dir;
-    }
+    for (const std::string& dir : dirs)
+      EXPECT_EQ(checkpoint_names(dir), files_of_rows(db, dir)) << dir;
   }
 };
 
@@ -155,7 +139,7 @@ TEST_F(Cluster, SeparateDisksTrainTheSameTrials) {
   std::set<std::string> identities;
   for (const std::string& dir : dirs) identities.insert(read_file(dir + "/.hippo-storage"));
   EXPECT_EQ(identities.size(), 3u);
-  EXPECT_TRUE(checkpoint_files(path("ck-master")).empty());
+  EXPECT_TRUE(checkpoint_names(path("ck-master")).empty());
   expect_files_as_the_plan_says(db, dirs);
   for (const std::string& dir : dirs) EXPECT_TRUE(files_of_rows(db, dir).empty()) << dir;
 }
@@ -321,7 +305,7 @@ TEST_F(Cluster, AWorkersDiskWipedUnderItsStates) {
   start_worker(0);
   const std::string client = kHippo + " --master " + address + " --format json submit ";
   ASSERT_EQ(sh(client + spec("first", json::object()) + " --wait").status, 0);
-  ASSERT_GT(checkpoint_files(dirs[0]).size(), 0u);  // states kept for the next study
+  ASSERT_GT(checkpoint_names(dirs[0]).size(), 0u);  // states kept for the next study
   for (const auto& entry : fs::directory_iterator(dirs[0])) fs::remove_all(entry.path());
   start_worker(1);
   const json longer = {{"length", {{"epochs", 5}}}};

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -130,6 +131,18 @@ inline Result sh(const std::string& command) {
   int status = pclose(p);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// The checkpoint files (and their temporary files) in a checkpoint directory, by name: what a
+// master or worker wrote there (the directory also holds its storage identity, .hippo-storage).
+inline std::vector<std::string> checkpoint_names(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind("state-", 0) == 0)
+      out.push_back(entry.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 // The last line of a command's output, parsed as JSON.
@@ -276,9 +289,8 @@ class E2ETest : public ::testing::Test {
         sh("sqlite3 " + db + " 'SELECT file FROM checkpoints WHERE retained_at IS NOT NULL'").out);
     for (std::string file; std::getline(rows, file);) retained.insert(file);
     std::vector<std::string> out;
-    for (const auto& entry : fs::directory_iterator(dir))
-      if (!retained.count(entry.path().filename().string()))
-        out.push_back(entry.path().filename().string());
+    for (const std::string& file : checkpoint_names(dir))
+      if (!retained.count(file)) out.push_back(file);
     return out;
   }
   // How many events of a kind the search plan holds.

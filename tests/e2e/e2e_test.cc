@@ -385,7 +385,7 @@ TEST_F(E2E, LostWorkerStageIsRequeued) {
   ASSERT_EQ(submitted.status, 0) << submitted.out;
   // Kill the only worker once it has trained something, then give the study a new worker.
   for (int i = 0; i < 400; ++i) {
-    if (!fs::is_empty(checkpoints)) break;
+    if (!checkpoint_names(checkpoints).empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   kill(victim, SIGKILL);
@@ -490,7 +490,7 @@ TEST_F(E2E, CancelEndsOneStudyAndFreesItsWorkers) {
   json studies = json::parse(sh(kHippo + " --db " + db + " --format json studies").out);
   for (const json& st : studies)
     EXPECT_EQ(st["status"], st["name"] == "long" ? "cancelled" : "done") << st.dump();
-  EXPECT_TRUE(fs::is_empty(checkpoints));
+  EXPECT_TRUE(checkpoint_names(checkpoints).empty());
 
   // Cancelling again, or a study that does not exist, is bad input; so is no master.
   Result again = sh(client + "cancel long 2>&1");
