@@ -8,6 +8,10 @@ bool may_cancel(const protocol::PeerIdentity& peer, const std::string& owner) {
   return peer.has(protocol::kAdminRole) || (!peer.anonymous() && peer.key == owner);
 }
 
+bool may_drain(const protocol::PeerIdentity& peer) {
+  return peer.has(protocol::kAdminRole);
+}
+
 void check_commands(const StudySpec& spec, const protocol::ExecKinds& allowed) {
   if (spec.searcher.name == "external" && !allowed.searcher)
     throw SpecError(

@@ -13,6 +13,8 @@ namespace hippo::master {
 // Whether `peer` may cancel a study that `owner` submitted (the owner's key; "" for a study that
 // `hippo run` started in-process or an anonymous peer submitted): its owner, or an admin.
 bool may_cancel(const protocol::PeerIdentity& peer, const std::string& owner);
+// Who may drain a worker (an operator's act on the whole cluster): an admin.
+bool may_drain(const protocol::PeerIdentity& peer);
 
 // Throws SpecError naming the field when the spec names a command of a kind this master was not
 // allowed to run or relay (--allow-exec): an external searcher (the master runs it) or an

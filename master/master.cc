@@ -177,6 +177,7 @@ void Master::poll(int timeout_ms) {
   if (driver_.take_schedule_change()) schedule_changed_ = true;
   if (schedule_changed_) {
     abandon_orphan_jobs();
+    retire_drained_workers();
     dispatch();
   }
   if (!storages_.deletions().empty()) send_deletions();
@@ -240,6 +241,7 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
       {Status::kType, from_client(&Master::on_status, &Status::from_json)},
       {Cancel::kType, from_client(&Master::on_cancel, &Cancel::from_json)},
       {ListWorkers::kType, from_client(&Master::on_list_workers, &ListWorkers::from_json)},
+      {Drain::kType, from_client(&Master::on_drain, &Drain::from_json)},
   };
   return table;
 }
@@ -406,6 +408,21 @@ json Master::on_cancel(const Sender& from, const protocol::Cancel& m) {
 
 json Master::on_list_workers(const Sender&, const protocol::ListWorkers&) {
   return {{"workers", workers_json(pool_, driver_)}};
+}
+
+json Master::on_drain(const Sender& from, const protocol::Drain& m) {
+  if (!may_drain(from.identity))
+    throw std::invalid_argument(
+        "draining a worker is an operator's act: only an admin (a key in "
+        "admins/ of the master's --authorized) may");
+  ConnectedWorker* w = pool_.find_named(m.worker);
+  if (!w) throw std::invalid_argument("no connected worker is named " + m.worker);
+  w->draining = true;
+  log_event(std::nullopt, "worker_draining", {{"name", w->hello.name}, {"busy", w->job >= 0}});
+  spdlog::info("draining worker {}: no more work{}", w->hello.name,
+               w->job >= 0 ? "; it exits once its job ends" : "; it exits now");
+  schedule_changed_ = true;
+  return {{"worker", w->hello.name}, {"busy", w->job >= 0}};
 }
 
 void Master::on_metric(ConnectedWorker& w, const protocol::Metric& m) {
@@ -790,10 +807,21 @@ void Master::on_tree_change(const Change& change) {
 // ---------------------------------------------------------------------------------------------
 // Scheduling.
 
+void Master::retire_drained_workers() {
+  std::vector<std::string> idle;
+  for (const auto& [peer, w] : pool_.workers())
+    if (w.draining && w.job < 0) idle.push_back(peer);
+  for (const std::string& peer : idle) {
+    log_event(std::nullopt, "worker_drained", {{"name", pool_.find(peer)->hello.name}});
+    send(peer, protocol::Shutdown{}.to_json());
+    pool_.remove(peer);
+  }
+}
+
 void Master::dispatch() {
   std::vector<IdleWorker> idle;
   for (const auto& [peer, w] : pool_.workers())
-    if (w.job < 0) idle.push_back({peer, w.hello.devices, &w.held, storage_of(w)});
+    if (w.job < 0 && !w.draining) idle.push_back({peer, w.hello.devices, &w.held, storage_of(w)});
   if (idle.empty()) return;
   const double started = thread_cpu_seconds();
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();

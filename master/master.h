@@ -169,6 +169,7 @@ class Master {
   json on_status(const Sender& from, const protocol::Status& m);
   json on_cancel(const Sender& from, const protocol::Cancel& m);
   json on_list_workers(const Sender& from, const protocol::ListWorkers& m);
+  json on_drain(const Sender& from, const protocol::Drain& m);
 
   // Bookkeeping around workers and jobs.
   void check_workers();
@@ -207,6 +208,8 @@ class Master {
   void on_tree_change(const Change& change);
 
   // Scheduling.
+  // Draining workers that are idle are told to exit and leave the pool.
+  void retire_drained_workers();
   void dispatch();
   void send_job(ConnectedWorker& w, const WorkItem& work);
   // Says once per study and device count when no connected worker has `devices` devices.

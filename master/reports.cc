@@ -115,6 +115,8 @@ json workers_json(const WorkerPool& pool, const StudyDriver& driver) {
            {"pid", w.hello.pid},
            {"last_seen_s", std::round(seconds_since(w.last_seen) * 10) / 10},
            {"states_held", w.held.size()}};
+    if (!w.hello.storage.empty()) j["storage"] = w.hello.storage;
+    if (w.draining) j["draining"] = true;
     if (w.job >= 0) {
       const RunningJob& job = pool.jobs().at(w.job);
       json studies = json::array();

@@ -62,6 +62,12 @@ bool WorkerPool::any_runs_trainers() const {
                      [](const auto& pw) { return pw.second.hello.runs_trainers; });
 }
 
+ConnectedWorker* WorkerPool::find_named(const std::string& name) {
+  for (auto& [peer, w] : workers_)
+    if (w.hello.name == name) return &w;
+  return nullptr;
+}
+
 int64_t WorkerPool::most_devices() const {
   int64_t most = 0;
   for (const auto& [peer, w] : workers_) most = std::max(most, w.hello.devices);

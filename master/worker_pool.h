@@ -29,6 +29,7 @@ struct ConnectedWorker {
   Clock::time_point last_seen;
   int64_t job = -1;        // the job it runs, -1 when idle
   std::set<int64_t> held;  // state ids in its memory
+  bool draining = false;   // `hippo drain`: no more work; told to exit once idle
 };
 
 // How many times a stage may fail with `retry` (a checkpoint that cannot be written, a trainer
@@ -62,6 +63,10 @@ class WorkerPool {
   ConnectedWorker& join(const std::string& peer, const protocol::PeerIdentity& identity,
                         const protocol::Hello& hello);
   ConnectedWorker* find(const std::string& peer);
+  // The connected worker of that name, if any.
+  ConnectedWorker* find_named(const std::string& name);
+  // A worker that leaves (drained, told to exit): idle, it holds no job.
+  void remove(const std::string& peer) { workers_.erase(peer); }
   const std::map<std::string, ConnectedWorker>& workers() const { return workers_; }
   int64_t size() const { return static_cast<int64_t>(workers_.size()); }
   int64_t most_devices() const;

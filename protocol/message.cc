@@ -529,6 +529,19 @@ Cancel Cancel::from_json(const json& m) {
   return c;
 }
 
+json Drain::to_json() const {
+  json m = envelope(kType);
+  m["worker"] = worker;
+  return m;
+}
+
+Drain Drain::from_json(const json& m) {
+  Drain d;
+  d.worker = get_string(m, "worker", 256);
+  if (d.worker.empty()) throw ProtocolError("drain.worker: empty");
+  return d;
+}
+
 json ListWorkers::to_json() const {
   return envelope(kType);
 }

@@ -8,7 +8,7 @@
 // FileBytes (a chunk the master asked for), Fetched.
 // Master -> worker: Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown, ReadFile, FileBytes (a
 // chunk of the job's parent), DeleteFiles.
-// Client -> master: Submit, Status, Cancel, ListWorkers; master -> client: Reply.
+// Client -> master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply.
 // AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
 //
 // A worker's reports on a job (heartbeat with a job, metric, snapshot, done, failed, abandoned)
@@ -334,8 +334,18 @@ struct ListWorkers {
   static ListWorkers from_json(const json& m);
 };
 
+// Drain a worker: it gets no more work, finishes its job (if any), and is told to exit.
+struct Drain {
+  static constexpr const char* kType = "drain";
+  std::string worker;  // its name
+  bool operator==(const Drain&) const = default;
+  json to_json() const;
+  static Drain from_json(const json& m);
+};
+
 // The answer to every client request: ok with the request's own fields (submit: study, name;
-// status: summary, running; cancel: summary; workers: workers), or the error that refused it.
+// status: summary, running; cancel: summary; workers: workers; drain: worker, busy), or the error
+// that refused it.
 struct Reply {
   static constexpr const char* kType = "reply";
   bool ok = false;
@@ -349,7 +359,7 @@ struct Reply {
 using AnyMessage =
     std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
                  FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown, ReadFile,
-                 DeleteFiles, Submit, Status, Cancel, ListWorkers, Reply>;
+                 DeleteFiles, Submit, Status, Cancel, ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

@@ -1,6 +1,7 @@
-// Operating a running master: `hippo cancel STUDY` and `hippo workers`. Both need the master
-// (--master ADDR or $HIPPO_MASTER): a study is cancelled by the master that runs it, and only the
-// master knows its workers. Also ask_master, the one request/reply of every client command.
+// Operating a running master: `hippo cancel STUDY`, `hippo workers` and `hippo drain WORKER`. They
+// need the master (--master ADDR or $HIPPO_MASTER): a study is cancelled by the master that runs
+// it, and only the master knows its workers. Also ask_master, the one request/reply of every client
+// command.
 #include <cstdio>
 #include <string>
 #include <zmq.hpp>
@@ -46,6 +47,7 @@ int workers(const GlobalOptions& global) {
              cell(job["trial"]) + ", steps " + cell(job["from"]) + "-" + cell(job["to"]) + ", at " +
              cell(job["step"]);
     }
+    if (w.value("draining", false)) work += " (draining)";
     rows.push_back({cell(w["name"]), cell(w["device"]), cell(w["threads"]), cell(w["pid"]),
                     cell(w["last_seen_s"]) + " s ago", cell(w["states_held"]), work});
   }
@@ -53,6 +55,17 @@ int workers(const GlobalOptions& global) {
     print_csv(rows);
   else
     print_table(rows);
+  return 0;
+}
+
+int drain(const std::string& worker, const GlobalOptions& global) {
+  json reply = ask_master(global, protocol::Drain{.worker = worker}.to_json());
+  if (global.format == Format::kJson)
+    std::printf("%s\n", reply.dump().c_str());
+  else if (reply.value("busy", false))
+    std::printf("worker %s gets no more work: it exits once its job ends\n", worker.c_str());
+  else
+    std::printf("worker %s was idle: it exits now\n", worker.c_str());
   return 0;
 }
 
@@ -89,6 +102,17 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
     CLI::App* cmd = app.add_subcommand("workers", "the workers connected to a master (--master)");
     cmd->fallthrough();
     cmd->callback([&global, action] { *action = [&global] { return workers(global); }; });
+  }
+  {
+    CLI::App* cmd = app.add_subcommand(
+        "drain", "give a worker no more work; it exits once its job ends (--master; an admin)");
+    cmd->fallthrough();
+    auto worker = std::make_shared<std::string>();
+    cmd->add_option("worker", *worker, "the worker's name (as `hippo workers` lists it)")
+        ->required();
+    cmd->callback([worker, &global, action] {
+      *action = [worker, &global] { return drain(*worker, global); };
+    });
   }
 }
 

@@ -322,5 +322,39 @@ TEST_F(Cluster, AWorkersDiskWipedUnderItsStates) {
             << summary.dump() << "\n";
 }
 
+// `hippo drain WORKER`: the worker gets no more work, ends the job it runs, and exits (status
+// 0); the study goes on without it and ends with the trials of an undisturbed run. A name no
+// worker has is refused, and so is a client that is not an admin.
+TEST_F(Cluster, ADrainedWorkerFinishesItsJobAndExits) {
+  const json longer = {{"length", {{"epochs", 6}}}};
+  Result alone = sh(hippo("alone.db") + "run " + spec("ci", longer) + " --workers 2");
+  ASSERT_EQ(alone.status, 0) << alone.out;
+  const std::string address = "ipc://" + path("master.sock"), db = path("cluster.db");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", path("ck-master")});
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 2; ++i)
+    workers.push_back(spawn({kHippo, "worker", "--master", address, "--checkpoints",
+                             path("ck-w" + std::to_string(i)), "--name", "w" + std::to_string(i)}));
+  const std::string client = kHippo + " --master " + address + " ";
+  ASSERT_EQ(sh(client + "submit " + spec("ci", longer)).status, 0);
+  wait_for_a_metric(db, "ci");
+  Result drained = sh(client + "drain w1");
+  ASSERT_EQ(drained.status, 0) << drained.out;
+  EXPECT_NE(drained.out.find("worker w1"), std::string::npos) << drained.out;
+  const double at =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_EQ(exit_status_within(workers[1], 30), 0);
+  EXPECT_EQ(wait_for_end(db, 120), "done");
+  EXPECT_EQ(metrics_by_trial(trials(db, "ci")), metrics_by_trial(trials(path("alone.db"), "ci")));
+  EXPECT_EQ(events(db, "worker_drained"), 1);
+  Result later = sh("sqlite3 " + db + " \"SELECT count(*) FROM executions WHERE worker = 'w1' " +
+                    "AND started_at > " + std::to_string(at) + "\"");
+  EXPECT_EQ(std::stoll(later.out), 0);  // no job after the drain
+  Result unknown = sh(client + "drain nobody 2>&1");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.out.find("no connected worker is named nobody"), std::string::npos)
+      << unknown.out;
+}
+
 }  // namespace
 }  // namespace hippo::e2e

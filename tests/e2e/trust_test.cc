@@ -5,7 +5,8 @@
 //   1 CommandsRunOnlyWithConsent          a spec's command runs only where its operator allowed it
 //   2 OnlyTheOperatorsUserConnects        a master without --auth admits only its user's key
 //     AWorkerIsItsKey                     a worker's identity, jobs and claims belong to its key
-//     RolesAreSeparate                    client keys are no workers; studies cancelled by owners
+//     RolesAreSeparate                    client keys are no workers; studies cancelled by owners,
+//                                         workers drained by admins
 //   5 BudgetsKeepTheMasterAnswering       huge but valid specs are refused, or enter in batches
 //   6 AnUnfinishedMessageIsCapped         a message that never ends cannot grow the master
 //   7 WorkersObeyOnlyTheirMaster          a worker refuses a master that cannot prove its key
@@ -445,6 +446,10 @@ TEST_F(Trust, RolesAreSeparate) {
   json studies = json::parse(sh(hippo("plan.db") + "--format json studies").out);
   ASSERT_EQ(studies.size(), 2u);
   for (const json& s : studies) EXPECT_EQ(s["status"], "cancelled") << s;
+  // Draining a worker is an admin's act: a client's key is refused, whatever the name.
+  Result drain = sh(client(address, "alice") + "drain anyone 2>&1");
+  EXPECT_EQ(drain.status, 2) << drain.out;
+  EXPECT_NE(drain.out.find("only an admin"), std::string::npos) << drain.out;
 }
 
 // Finding 5: a grid of 10^6 trials blocked the master for 30 s, a length of 10^12 steps with an

@@ -52,6 +52,7 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(Cancel{"my-study"});
   expect_round_trip(Cancel{7});
   expect_round_trip(ListWorkers{});
+  expect_round_trip(Drain{"w1"});
   // A worker's reports carry the incarnation of the master that gave the job; a hello whether
   // its operator lets it run external trainers.
   Hello trainer{"w2", "cpu", 1, 1, 78, {}};
