@@ -356,5 +356,51 @@ TEST_F(Cluster, ADrainedWorkerFinishesItsJobAndExits) {
       << unknown.out;
 }
 
+// The master moved to another host: its plan file copied there, a checkpoint directory of its own
+// (another storage), its workers started again pointing at the new address, each on the directory
+// it had. The states the first study kept are still on the workers' storages, and a study that goes
+// on from them reuses them: the same trials as a run of it alone.
+TEST_F(Cluster, AMasterRestartedElsewhereFindsItsWorkersStates) {
+  const std::string first_address = "ipc://" + path("first.sock");
+  const pid_t first = spawn({kHippo, "--db", path("first.db"), "master", "--bind", first_address,
+                             "--checkpoints", path("ck-first")});
+  std::vector<std::string> dirs = {path("ck-w0"), path("ck-w1")};
+  std::vector<pid_t> workers;
+  auto start_workers = [&](const std::string& address) {
+    workers.clear();
+    for (int i = 0; i < 2; ++i)
+      workers.push_back(spawn({kHippo, "worker", "--master", address, "--checkpoints", dirs[i],
+                               "--name", "w" + std::to_string(i)}));
+  };
+  start_workers(first_address);
+  ASSERT_EQ(sh(kHippo + " --master " + first_address + " submit " + spec("first", json::object()) +
+               " --wait")
+                .status,
+            0);
+  for (pid_t pid : workers) kill(pid, SIGTERM);
+  kill(first, SIGTERM);
+  for (pid_t pid : workers) exit_status_within(pid, 10);
+  exit_status_within(first, 10);
+  fs::copy_file(path("first.db"), path("moved.db"));
+  const std::string address = "ipc://" + path("moved.sock");
+  spawn({kHippo, "--db", path("moved.db"), "master", "--bind", address, "--checkpoints",
+         path("ck-moved")});
+  start_workers(address);
+  const json longer = {{"length", {{"epochs", 5}}}};
+  Result r = sh(kHippo + " --master " + address + " --format json submit " +
+                spec("longer", longer) + " --wait");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json summary = last_json(r.out);
+  EXPECT_GT(summary["steps_reused"].get<int64_t>(), 0) << summary.dump();
+  EXPECT_EQ(summary["steps_executed"].get<int64_t>(),
+            summary["steps_unique"].get<int64_t>() - summary["steps_reused"].get<int64_t>())
+      << summary.dump();
+  EXPECT_EQ(events(path("moved.db"), "checkpoint_lost"), 0);
+  Result alone = sh(hippo("alone.db") + "run " + spec("longer", longer) + " --workers 2");
+  ASSERT_EQ(alone.status, 0) << alone.out;
+  EXPECT_EQ(metrics_by_trial(trials(path("moved.db"), "longer")),
+            metrics_by_trial(trials(path("alone.db"), "longer")));
+}
+
 }  // namespace
 }  // namespace hippo::e2e
