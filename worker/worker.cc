@@ -283,9 +283,10 @@ std::optional<std::string> Worker::fetch_parent(const protocol::Job& job) {
                      kPatience.count());
       if (asks > kAsks) {
         fetch_.reset();
+        // Its sources cannot be reached: lost to us, rebuilt by a replay (never the stage's fault).
         throw StorageFailure("fetching " + job.parent_file + ": no bytes came for " +
                                  std::to_string(kAsks * kPatience.count()) + " s",
-                             "");
+                             job.parent_file);
       }
       connection_.send(
           protocol::FetchParent{.job = job.id, .offset = offset, .incarnation = job_incarnation_}

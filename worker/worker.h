@@ -73,8 +73,8 @@ class Worker {
   // restarted, the connection broke, a signal).
   bool between_steps(int64_t step, int wait_ms = 0);
   // The bytes of the running job's parent checkpoint, chunk by chunk through the master; nullopt
-  // when the job stopped meanwhile. StorageFailure when the master has no copy to send (lost:
-  // replayed) or no chunk came for a minute (another attempt may succeed).
+  // when the job stopped meanwhile. StorageFailure naming the file as lost (the master rebuilds
+  // the state by replay) when the master has no copy to send or no chunk came for a minute.
   std::optional<std::string> fetch_parent(const protocol::Job& job);
 
   Options options_;
