@@ -379,6 +379,9 @@ void Master::on_hello(const Sender& from, const protocol::Hello& hello) {
 void Master::on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m) {
   if (m.job >= 0 && w.job >= 0 && m.job == w.job && m.incarnation == states_.incarnation())
     pool_.jobs().at(w.job).progress_step = m.step;
+  // Answered, so that a worker hears of us even when we have nothing to say: one that hears
+  // nothing for long connects anew (worker.h).
+  send(w.peer, protocol::Heartbeat{}.to_json());
 }
 
 json Master::on_submit(const Sender& from, const protocol::Submit& m) {

@@ -37,8 +37,12 @@ Worker::Worker(const Options& options)
 int Worker::run() {
   hello();
   while (!shutdown_ && !g_stop) {
-    if (connection_.broken()) {
+    if (master_silent())
+      spdlog::warn("no word from the master for {} ms: connecting again",
+                   10 * options_.heartbeat_ms);
+    if (connection_.broken() || master_silent()) {
       connection_.reconnect();
+      last_heard_ = Clock::now();
       hello();
     }
     std::optional<protocol::json> message = connection_.receive(options_.heartbeat_ms);
@@ -81,6 +85,11 @@ void Worker::hello() {
   connection_.send(m.to_json());
 }
 
+bool Worker::master_silent() const {
+  return welcomed_once_ &&
+         Clock::now() - last_heard_ > std::chrono::milliseconds(10 * options_.heartbeat_ms);
+}
+
 bool Worker::may_hello() const {
   return !awaiting_welcome_ || Clock::now() - hello_sent_ > std::chrono::seconds(5);
 }
@@ -89,6 +98,7 @@ bool Worker::may_hello() const {
 // The master's messages.
 
 void Worker::handle(const protocol::json& m) {
+  last_heard_ = Clock::now();
   const std::string type = m["type"];  // parse() checked that it is a string
   if (type == protocol::Job::kType && running_job_ >= 0) {
     spdlog::warn("refused a job while busy");
@@ -122,6 +132,8 @@ void Worker::on(const protocol::Welcome& m) {
   last_job_ = 0;
   options_.heartbeat_ms = static_cast<int>(m.heartbeat_ms);
 }
+
+void Worker::on(const protocol::Heartbeat&) {}  // its arrival is what counts (handle)
 
 void Worker::on(const protocol::Job& m) {
   // A master numbers its jobs upwards from its welcome: an old number is a replay, and running
@@ -313,7 +325,8 @@ bool Worker::between_steps(int64_t step, int wait_ms) {
         protocol::Heartbeat{.job = running_job_, .step = step, .incarnation = job_incarnation_}
             .to_json());
   }
-  if (connection_.broken()) stop_job_ = true;  // the master forgets the job when we reconnect
+  // The master forgets the job when we reconnect.
+  if (connection_.broken() || master_silent()) stop_job_ = true;
   // Once the job stops, what follows (a welcome, a new job) is for the main loop.
   while (!stop_job_) {
     std::optional<protocol::json> message = connection_.receive(std::exchange(wait_ms, 0));

@@ -2,7 +2,8 @@
 // each one with one handler per type, whether it is idle or between two steps of a job
 // (handle()). Single-threaded: a job never races with its own orders, so nothing needs a lock.
 //
-//   master -> worker: Welcome (state ids start anew: the cache is cleared), Job (run it; a job
+//   master -> worker: Welcome (state ids start anew: the cache is cleared), Heartbeat (the answer
+//   to ours: the master hears us), Job (run it; a job
 //   number not above the last one since the welcome is a replay and is refused), SnapshotAt (one
 //   more snapshot for the running job), Abandon (stop the running job), Reset (the master
 //   restarted: drop the running job, say hello again), Shutdown (exit), ReadFile (bytes of a
@@ -48,6 +49,7 @@ class Worker {
   // Handles one message of the master (idle, or between two steps of the running job).
   void handle(const protocol::json& m);
   void on(const protocol::Welcome& m);
+  void on(const protocol::Heartbeat& m);
   void on(const protocol::Job& m);
   void on(const protocol::SnapshotAt& m);
   void on(const protocol::Abandon& m);
@@ -64,6 +66,11 @@ class Worker {
   // 5 s is repeated (the master may have refused it).
   void hello();
   bool may_hello() const;
+  // A welcomed worker that heard nothing from its master for 10 heartbeat intervals (twice the
+  // master's timeout for workers; the master answers every heartbeat) has a connection that only
+  // seems alive (a network cut off and back: a half-open TCP connection, or one the master's
+  // socket no longer routes to): it connects anew, with a new routing identity, and says hello.
+  bool master_silent() const;
 
   // Runs a job and reports how it ended: Done, Abandoned (when the master ordered it), or Failed.
   void execute(const protocol::Job& job);
@@ -89,6 +96,7 @@ class Worker {
   std::string incarnation_;      // the welcome's
   std::string job_incarnation_;  // the running job's: every report on it carries it
   Clock::time_point hello_sent_;
+  Clock::time_point last_heard_;  // the last message from the master
   Clock::time_point last_heartbeat_;
   int64_t last_job_ = 0;          // the newest job since the welcome (job ids start at 1)
   int64_t running_job_ = -1;      // the job being run, -1 when idle
