@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <utility>
 
@@ -38,8 +39,7 @@ int Worker::run() {
   hello();
   while (!shutdown_ && !g_stop) {
     if (master_silent())
-      spdlog::warn("no word from the master for {} ms: connecting again",
-                   10 * options_.heartbeat_ms);
+      spdlog::warn("no word from the master for {} ms: connecting again", silence_limit().count());
     if (connection_.broken() || master_silent()) {
       connection_.reconnect();
       last_heard_ = Clock::now();
@@ -85,9 +85,12 @@ void Worker::hello() {
   connection_.send(m.to_json());
 }
 
+std::chrono::milliseconds Worker::silence_limit() const {
+  return std::chrono::milliseconds(std::max(10 * options_.heartbeat_ms, 60000));
+}
+
 bool Worker::master_silent() const {
-  return welcomed_once_ &&
-         Clock::now() - last_heard_ > std::chrono::milliseconds(10 * options_.heartbeat_ms);
+  return welcomed_once_ && Clock::now() - last_heard_ > silence_limit();
 }
 
 bool Worker::may_hello() const {

@@ -66,11 +66,12 @@ class Worker {
   // 5 s is repeated (the master may have refused it).
   void hello();
   bool may_hello() const;
-  // A welcomed worker that heard nothing from its master for 10 heartbeat intervals (twice the
-  // master's timeout for workers; the master answers every heartbeat) has a connection that only
+  // A welcomed worker that heard nothing from its master for silence_limit() (a minute, or 10
+  // heartbeat intervals if longer; the master answers every heartbeat) has a connection that only
   // seems alive (a network cut off and back: a half-open TCP connection, or one the master's
   // socket no longer routes to): it connects anew, with a new routing identity, and says hello.
   bool master_silent() const;
+  std::chrono::milliseconds silence_limit() const;
 
   // Runs a job and reports how it ended: Done, Abandoned (when the master ordered it), or Failed.
   void execute(const protocol::Job& job);

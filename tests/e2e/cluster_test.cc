@@ -255,7 +255,7 @@ TEST_F(HostCluster, AWorkerCutOffFor30SecondsRejoins) {
   EXPECT_GE(events(db_, "worker_lost"), 1);
   // Back: it says hello again (within its connection's heartbeat timeout), and a new study's
   // work reaches it.
-  for (int i = 0; i < 300 && joins_of("host1") < 2; ++i)
+  for (int i = 0; i < 600 && joins_of("host1") < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(joins_of("host1"), 2);
   const double back =
