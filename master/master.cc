@@ -13,6 +13,13 @@
 namespace hippo::master {
 namespace {
 
+// Why a chunk of a job's parent checkpoint cannot be used ("" when it can): its reader's error,
+// or a file of another size than the job's order says.
+std::string chunk_error(const protocol::FileBytes& chunk, int64_t parent_bytes) {
+  if (!chunk.error.empty() || chunk.total == parent_bytes) return chunk.error;
+  return "it has " + std::to_string(chunk.total) + " bytes, not " + std::to_string(parent_bytes);
+}
+
 std::string random_incarnation() {
   std::random_device random;
   char buf[17];
@@ -605,9 +612,7 @@ void Master::serve_fetch(RunningJob& job, int64_t offset) {
     const StateInfo& info = states_.info(state);
     if (info.storages.count(storages_.own())) {
       protocol::FileBytes bytes = protocol::read_file_bytes(options_.checkpoints, read);
-      if (bytes.error.empty() && bytes.total != order.parent_bytes)
-        bytes.error = "it has " + std::to_string(bytes.total) + " bytes, not " +
-                      std::to_string(order.parent_bytes);
+      bytes.error = chunk_error(bytes, order.parent_bytes);
       if (bytes.error.empty()) return send(job.worker, bytes.to_json());
       lose_copy(state, storages_.own(), bytes.error);
       continue;
@@ -637,10 +642,7 @@ void Master::on_file_bytes(ConnectedWorker& w, const protocol::FileBytes& m) {
   if (it == pool_.jobs().end() || it->second.fetch_source != w.peer) return;
   RunningJob& job = it->second;
   job.fetch_source.clear();
-  std::string error = m.error;
-  if (error.empty() && m.total != job.order.parent_bytes)
-    error = "it has " + std::to_string(m.total) + " bytes, not " +
-            std::to_string(job.order.parent_bytes);
+  const std::string error = chunk_error(m, job.order.parent_bytes);
   if (error.empty()) return send(job.worker, m.to_json());
   // That storage's copy is lost; another one, if there is one, is read instead.
   if (states_.has(job.order.parent_state))
@@ -657,10 +659,7 @@ void Master::on_fetched(ConnectedWorker& w, const protocol::Fetched& m) {
   const int64_t state = job.order.parent_state;
   if (!states_.has(state) || states_.info(state).file != job.order.parent_file) return;
   std::set<std::string> storages = states_.info(state).storages;
-  if (!storages.insert(storage_of(w)).second) return;
-  if (const int64_t row = states_.info(state).checkpoint_row; row >= 0)
-    plan_.set_checkpoint_storages(row, {storages.begin(), storages.end()});
-  states_.set_storages(state, std::move(storages));
+  if (storages.insert(storage_of(w)).second) set_storages(state, std::move(storages));
 }
 
 void Master::send_deletions() {
@@ -778,17 +777,22 @@ void Master::lose_copy(int64_t state, const std::string& storage, const std::str
   std::set<std::string> left = states_.info(state).storages;
   if (!left.erase(storage)) return;
   if (left.empty()) return forget_state(state, why);
-  const StateInfo& info = states_.info(state);
+  const std::string file = states_.info(state).file;
+  const size_t others = left.size();
   plan_.transaction([&] {
-    if (info.checkpoint_row >= 0)
-      plan_.set_checkpoint_storages(info.checkpoint_row, {left.begin(), left.end()});
+    set_storages(state, std::move(left));
     plan_.add_event(std::nullopt, "checkpoint_lost",
-                    {{"file", info.file}, {"why", why}, {"storage", storage}});
-    storages_.remove_after_commit(plan_, {storage}, info.file);
+                    {{"file", file}, {"why", why}, {"storage", storage}});
+    storages_.remove_after_commit(plan_, {storage}, file);
   });
-  spdlog::warn("the copy of checkpoint {} on storage {} is lost ({}); {} other cop{} left",
-               info.file, storage, why, left.size(), left.size() == 1 ? "y is" : "ies are");
-  states_.set_storages(state, std::move(left));
+  spdlog::warn("the copy of checkpoint {} on storage {} is lost ({}); {} other cop{} left", file,
+               storage, why, others, others == 1 ? "y is" : "ies are");
+}
+
+void Master::set_storages(int64_t state, std::set<std::string> storages) {
+  if (const int64_t row = states_.info(state).checkpoint_row; row >= 0)
+    plan_.set_checkpoint_storages(row, {storages.begin(), storages.end()});
+  states_.set_storages(state, std::move(storages));
 }
 
 void Master::on_tree_change(const Change& change) {

@@ -193,6 +193,8 @@ class Master {
   // The copy of a state's file on one storage is lost (missing, corrupt, unreadable): that copy
   // goes; the state is forgotten when it was the last.
   void lose_copy(int64_t state, const std::string& storage, const std::string& why);
+  // The storages that hold a state's file now: its plan row and the registry.
+  void set_storages(int64_t state, std::set<std::string> storages);
   // The storage of a worker's checkpoint directory.
   std::string storage_of(const ConnectedWorker& w) const {
     return storages_.of_worker(w.hello.storage);
