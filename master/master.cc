@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <utility>
 
 #include "master/checkpoint_files.h"
 #include "protocol/checkpoint_storage.h"
@@ -144,6 +145,9 @@ void Master::remove_unreported_checkpoints() {
 // Messages.
 
 void Master::poll(int timeout_ms) {
+  // The master's CPU time is read once here and once after each message and at the end: each
+  // read ends one measurement and begins the next (a read is a system call).
+  cpu_mark_ = thread_cpu_seconds();
   if (!deferred_.empty() && seconds_since(last_busy_) >= 1) {
     // Short tries, so that the master keeps answering clients while the lock is held.
     int busy_timeout = plan_.set_busy_timeout(100);
@@ -169,7 +173,7 @@ void Master::poll(int timeout_ms) {
   }
   transport_->check();
   // Scheduling work is shared by the running studies, in proportion to their trials.
-  double started = thread_cpu_seconds();
+  const double started = cpu_mark_;
   check_workers();
   if (trials_to_close_ && deferred_.empty()) {
     try {
@@ -308,11 +312,13 @@ bool Master::try_handle(const protocol::Envelope& envelope) {
     auto handler = handlers().find(type);
     if (handler == handlers().end())
       throw protocol::ProtocolError("message.type: unknown type \"" + type + "\"");
-    const double started = thread_cpu_seconds();
     handler->second(*this, Sender{envelope.peer, transport_->identity_of(envelope)}, m);
+    // Since the last mark: this message's parsing and handling (and the first one's receiving).
+    const double now = thread_cpu_seconds(), cpu_s = now - std::exchange(cpu_mark_, now);
     MasterCosts::Count& cost = costs_.messages[handler->first];
     ++cost.count;
-    cost.cpu_s += thread_cpu_seconds() - started;
+    cost.cpu_s += cpu_s;
+    driver_.charge_master_time(cpu_s);
   } catch (const PlanBusy& e) {
     // Every handler's first write is a BEGIN IMMEDIATE, and nothing before it changes what a
     // retry would do: the message is handled again, whole, once the lock is released.
@@ -815,10 +821,10 @@ void Master::on_tree_change(const Change& change) {
 // Scheduling.
 
 void Master::retire_drained_workers() {
-  std::vector<std::string> idle;
-  for (const auto& [peer, w] : pool_.workers())
-    if (w.draining && w.job < 0) idle.push_back(peer);
-  for (const std::string& peer : idle) {
+  std::vector<std::string> drained;
+  for (const std::string& peer : pool_.idle())
+    if (pool_.find(peer)->draining) drained.push_back(peer);
+  for (const std::string& peer : drained) {
     log_event(std::nullopt, "worker_drained", {{"name", pool_.find(peer)->hello.name}});
     send(peer, protocol::Shutdown{}.to_json());
     pool_.remove(peer);
@@ -827,15 +833,16 @@ void Master::retire_drained_workers() {
 
 void Master::dispatch() {
   std::vector<IdleWorker> idle;
-  for (const auto& [peer, w] : pool_.workers())
-    if (w.job < 0 && !w.draining) idle.push_back({peer, w.hello.devices, &w.held, storage_of(w)});
+  for (const std::string& peer : pool_.idle())
+    if (const ConnectedWorker& w = *pool_.find(peer); !w.draining)
+      idle.push_back({peer, w.hello.devices, &w.held, storage_of(w)});
   if (idle.empty()) return;
   const double started = thread_cpu_seconds();
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();
   priorities_.refresh(tree_, needed.ends, needed.version, needed.raised, needed.uppers,
                       [&](const std::string& root) { return step_costs_.per_step(root); });
   priorities_.forget_trained(tree_, needed.ends, std::exchange(trained_stages_, {}));
-  in_flight_.update(tree_, pool_.jobs(), driver_.tree_shape());
+  in_flight_.update(tree_, pool_.jobs(), driver_.tree_shape(), pool_.take_job_changes());
   SchedulerInput input{tree_,       states_,
                        in_flight_,  driver_.pending_evaluations(),
                        needed.ends, driver_.failed_stages(),

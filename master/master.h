@@ -110,6 +110,8 @@ class Master {
   // A searcher still holds operations back (the next poll goes on with them without waiting).
   bool expanding() const { return driver_.expanding(); }
   const MasterCosts& costs() const { return costs_; }
+  // The search plan written to a new file (SearchPlan::save_copy): an in-memory plan's way out.
+  void save_plan_copy(const std::string& path) { plan_.save_copy(path); }
   StudySummary summary(int64_t study);
   Progress progress(int64_t study) const;
   // Tells every worker to exit; the jobs still running are recorded as abandoned (their studies
@@ -223,6 +225,7 @@ class Master {
   // never the work it describes.
   void log_event(std::optional<int64_t> study, const std::string& kind, const json& detail);
 
+  double cpu_mark_ = 0;  // this thread's CPU time at the last read (poll)
   SearchPlan plan_;
   PlanLock lock_;  // one master per plan (plan_lock.h)
   Options options_;

@@ -40,10 +40,12 @@ class WorkList {
     };
     const bool bounded = in_.order == ScheduleOrder::kCriticalPath && limit != SIZE_MAX;
     for (auto it = in_.priorities.begin(); it != in_.priorities.end(); ++it) {
-      const StageId id = it->second;
-      const Priorities::Entry& entry = in_.priorities.entries().at(id);
-      if (bounded && best.size() >= limit && entry.total <= best.top()) break;
+      const auto [minus_total, id] = *it;
+      if (bounded && best.size() >= limit && -minus_total <= best.top()) break;
+      // Running jobs' stages lead the order (they were the best): skipped at the cost of one
+      // lookup each.
       if (in_.in_flight.trains(id) || in_.failed_stages.count(id)) continue;
+      const Priorities::Entry& entry = in_.priorities.entries().at(id);
       const Stage& x = in_.tree.stage(id);
       if (x.parent != kNoStage && in_.failed_stages.count(x.parent)) continue;
       auto need = in_.needed_ends.find(id);
@@ -134,23 +136,23 @@ class WorkList {
 }  // namespace
 
 void InFlight::update(const StageTree& tree, const std::map<int64_t, RunningJob>& jobs,
-                      int64_t shape) {
+                      int64_t shape, const std::vector<int64_t>& changed) {
   if (shape != shape_) {
     jobs_.clear();
     stages_.clear();
     states_.clear();
     shape_ = shape;
+    for (const auto& [id, job] : jobs) add(id, tree, job);
+    return;
   }
-  // Both maps are ordered by job id: one merge adds the new jobs and drops the ended ones.
-  auto known = jobs_.begin();
-  for (const auto& [id, job] : jobs) {
-    while (known != jobs_.end() && known->first < id) remove(known++);
-    if (known != jobs_.end() && known->first == id)
-      ++known;
-    else
-      add(id, tree, job);
+  for (int64_t id : changed) {
+    auto running = jobs.find(id);
+    auto known = jobs_.find(id);
+    if (running == jobs.end() && known != jobs_.end())
+      remove(known);
+    else if (running != jobs.end() && known == jobs_.end())
+      add(id, tree, running->second);
   }
-  while (known != jobs_.end()) remove(known++);
 }
 
 void InFlight::add(int64_t job, const StageTree& tree, const RunningJob& running) {
@@ -167,7 +169,7 @@ void InFlight::add(int64_t job, const StageTree& tree, const RunningJob& running
   for (const StateKey& k : f.states) ++states_[k];
 }
 
-void InFlight::remove(std::map<int64_t, Footprint>::iterator job) {
+void InFlight::remove(std::unordered_map<int64_t, Footprint>::iterator job) {
   for (StageId s : job->second.stages)
     if (auto it = stages_.find(s); --it->second == 0) stages_.erase(it);
   for (const StateKey& k : job->second.states)

@@ -103,14 +103,16 @@ class Priorities {
 
 // What running jobs will produce: the stages they train, and the states they will report (their
 // snapshots and evaluations). Kept between decisions, so that a decision does not cost every
-// running job: update() adds the jobs that started since and drops those that ended, and reads
-// them all again only after the tree split (a split moves states and stages on jobs' paths, and
-// adds snapshot orders to running jobs).
+// running job: update() adds the jobs that started since and drops those that ended (the pool
+// says which: WorkerPool::take_job_changes), and reads them all again only after the tree split
+// (a split moves states and stages on jobs' paths, and adds snapshot orders to running jobs).
 class InFlight {
  public:
   // `shape`: a number that changes whenever the tree split or was reloaded (then everything is
-  // read again).
-  void update(const StageTree& tree, const std::map<int64_t, RunningJob>& jobs, int64_t shape);
+  // read again). `changed`: the ids of the jobs that started or ended since the last update, in
+  // any order, repeats allowed.
+  void update(const StageTree& tree, const std::map<int64_t, RunningJob>& jobs, int64_t shape,
+              const std::vector<int64_t>& changed);
   bool trains(StageId stage) const { return stages_.count(stage) != 0; }
   bool reports(const StateKey& state) const { return states_.count(state) != 0; }
 
@@ -120,9 +122,9 @@ class InFlight {
     std::vector<StateKey> states;
   };
   void add(int64_t job, const StageTree& tree, const RunningJob& running);
-  void remove(std::map<int64_t, Footprint>::iterator job);
+  void remove(std::unordered_map<int64_t, Footprint>::iterator job);
 
-  std::map<int64_t, Footprint> jobs_;
+  std::unordered_map<int64_t, Footprint> jobs_;
   std::unordered_map<StageId, int> stages_;  // stage -> the jobs that train it
   std::map<StateKey, int> states_;           // state -> the jobs that report it
   int64_t shape_ = -1;

@@ -362,6 +362,7 @@ SimulatedRun Simulation::run(const std::string& plan_path, const std::string& ch
   transport_ = transport.get();
   SearchPlan::Options plan_options;
   plan_options.durable = false;
+  plan_options.in_memory = true;  // written to plan_path at the end
   Master master(SearchPlan::open(plan_path, plan_options), master_options, std::move(transport));
 
   for (int64_t i = 0; i < options_.workers; ++i) {
@@ -419,6 +420,7 @@ SimulatedRun Simulation::run(const std::string& plan_path, const std::string& ch
                         : 0;
   out.failures = failures_;
   out.master = master.costs();
+  master.save_plan_copy(plan_path);
   out.jobs = out.master.jobs;
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count();
   return out;

@@ -3,8 +3,10 @@
 // sockets. Nothing trains: a worker's job takes the time the TimeModel says, and its evaluations
 // report what a MetricModel (simulated_metrics.h) says. The master runs unchanged over a
 // Transport (transport.h) whose other end is this simulator, on a clock that the simulator
-// advances from event to event (protocol/clock.h), and its plan is a real SQLite file (not
-// fsynced: it is thrown away, or kept at --db for the history queries).
+// advances from event to event (protocol/clock.h), and its plan is a real SQLite database, kept
+// in memory while the simulation runs (no commit writes a file: the per-message costs leave out
+// the commits' writes, which bench/plan_sync.sh measures) and written to a file at the end, thrown
+// away or kept at --plan for the history queries.
 //
 // A simulated worker does what a real one does, in the order a real one does it: after its
 // hello, it takes a job, loads the parent state unless it holds it in memory, trains, evaluates

@@ -35,7 +35,8 @@ ConnectedWorker& WorkerPool::join(const std::string& peer, const protocol::PeerI
       continue;
     }
     // The same connection again, or the same key and name anew: a reconnection.
-    if (other.job >= 0) jobs_.erase(other.job);
+    if (other.job >= 0) drop_job(other.job);
+    idle_.erase(other.peer);
     it = workers_.erase(it);
   }
   ConnectedWorker& w = workers_[peer];
@@ -43,6 +44,7 @@ ConnectedWorker& WorkerPool::join(const std::string& peer, const protocol::PeerI
   w.identity = identity;
   w.hello = hello;
   w.last_seen = Clock::now();
+  idle_.insert(peer);
   return w;
 }
 
@@ -78,6 +80,8 @@ RunningJob& WorkerPool::start(ConnectedWorker& worker, RunningJob job) {
   job.order.id = next_job_++;
   job.worker = worker.peer;
   worker.job = job.order.id;
+  idle_.erase(worker.peer);
+  job_changes_.push_back(job.order.id);
   return jobs_[job.order.id] = std::move(job);
 }
 
@@ -88,24 +92,29 @@ RunningJob& WorkerPool::job_of(const ConnectedWorker& worker, int64_t job, const
 }
 
 void WorkerPool::end_job(ConnectedWorker& worker, const std::vector<int64_t>& held) {
-  jobs_.erase(worker.job);
+  drop_job(worker.job);
   worker.job = -1;
   worker.held = {held.begin(), held.end()};
+  idle_.insert(worker.peer);
 }
 
 std::vector<std::string> WorkerPool::expire(double timeout_s,
                                             const std::function<void(const RunningJob&)>& on_lost) {
   std::vector<std::string> lost;
+  if (seconds_since(oldest_seen_) < timeout_s) return lost;  // nobody can have expired yet
+  oldest_seen_ = Clock::now();
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (seconds_since(it->second.last_seen) < timeout_s) {
+      oldest_seen_ = std::min(oldest_seen_, it->second.last_seen);
       ++it;
       continue;
     }
     lost.push_back(it->second.hello.name);
     if (it->second.job >= 0) {
       on_lost(jobs_.at(it->second.job));
-      jobs_.erase(it->second.job);
+      drop_job(it->second.job);
     }
+    idle_.erase(it->first);
     it = workers_.erase(it);
   }
   return lost;

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "master/running_job.h"
@@ -66,8 +67,14 @@ class WorkerPool {
   // The connected worker of that name, if any.
   ConnectedWorker* find_named(const std::string& name);
   // A worker that leaves (drained, told to exit): idle, it holds no job.
-  void remove(const std::string& peer) { workers_.erase(peer); }
+  void remove(const std::string& peer) {
+    idle_.erase(peer);
+    workers_.erase(peer);
+  }
   const std::map<std::string, ConnectedWorker>& workers() const { return workers_; }
+  // The workers without a job (draining ones too), by peer: what a decision looks at, without
+  // stepping over the busy ones.
+  const std::set<std::string>& idle() const { return idle_; }
   int64_t size() const { return static_cast<int64_t>(workers_.size()); }
   int64_t most_devices() const;
   // How many different keys the connected workers have.
@@ -82,9 +89,12 @@ class WorkerPool {
   RunningJob& job_of(const ConnectedWorker& worker, int64_t job, const char* what);
   // The job ended (done, failed, abandoned): the worker is idle and holds `held`.
   void end_job(ConnectedWorker& worker, const std::vector<int64_t>& held);
+  // The ids of the jobs that started or ended since the last call (InFlight::update).
+  std::vector<int64_t> take_job_changes() { return std::exchange(job_changes_, {}); }
 
   // Workers silent for longer than timeout_s leave the pool; each one's job (if any) is handed
-  // to on_lost before the job is dropped.
+  // to on_lost before the job is dropped. Cheap until the oldest last_seen of the last look can
+  // have expired (last_seen only moves forward).
   std::vector<std::string> expire(double timeout_s,
                                   const std::function<void(const RunningJob&)>& on_lost);
   // Marks and returns the jobs that no running study needs any more.
@@ -108,8 +118,16 @@ class WorkerPool {
     int count = 0;
     std::set<std::string> workers;
   };
+  void drop_job(int64_t job) {
+    jobs_.erase(job);
+    job_changes_.push_back(job);
+  }
+
   std::map<std::string, ConnectedWorker> workers_;  // by peer identity
+  std::set<std::string> idle_;                      // of workers_, those with no job
+  Clock::time_point oldest_seen_{};                 // at most every worker's last_seen
   std::map<int64_t, RunningJob> jobs_;              // running, by id
+  std::vector<int64_t> job_changes_;                // started or ended since take_job_changes
   std::map<StageId, StorageFailures> storage_failures_;
   Claims claims_;
   int64_t next_job_ = 1;

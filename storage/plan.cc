@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -197,6 +199,7 @@ SearchPlan::SearchPlan(std::string path) : path_(std::move(path)) {}
 
 SearchPlan::SearchPlan(SearchPlan&& o) noexcept
     : path_(std::move(o.path_)),
+      in_memory_(o.in_memory_),
       db_(std::exchange(o.db_, nullptr)),
       depth_(o.depth_),
       after_commit_(std::move(o.after_commit_)),
@@ -205,6 +208,7 @@ SearchPlan::SearchPlan(SearchPlan&& o) noexcept
 
 SearchPlan& SearchPlan::operator=(SearchPlan&& o) noexcept {
   std::swap(path_, o.path_);
+  std::swap(in_memory_, o.in_memory_);
   std::swap(db_, o.db_);
   std::swap(depth_, o.depth_);
   std::swap(after_commit_, o.after_commit_);
@@ -250,8 +254,13 @@ SearchPlan::Statement& SearchPlan::prepare(const std::string& sql) {
 
 SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
   SearchPlan plan(path);
-  if (sqlite3_open_v2(path.c_str(), &plan.db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                      nullptr) != SQLITE_OK) {
+  plan.in_memory_ = options.in_memory;
+  // In memory: SQLite's memdb file system (a name without '/' is private to this connection),
+  // not ":memory:", so that the page cache stays its usual size (a ":memory:" database is all
+  // cache, and some of the pager's work per transaction walks the whole cache).
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (sqlite3_open_v2(options.in_memory ? "file:plan?vfs=memdb" : path.c_str(), &plan.db_,
+                      options.in_memory ? flags | SQLITE_OPEN_URI : flags, nullptr) != SQLITE_OK) {
     plan.fail("cannot open");
   }
   sqlite3_extended_result_codes(plan.db_, 1);
@@ -265,14 +274,35 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
                              std::to_string(latest_schema_version()) + "; use a newer hippo");
   }
   // WAL: readers (the CLI querying a running master) never block the writer, and a commit is a
-  // single append to the WAL.
-  plan.exec("PRAGMA journal_mode = WAL");
+  // single append to the WAL. (In memory, the journal stays in memory.)
+  plan.exec(options.in_memory ? "PRAGMA journal_mode = MEMORY" : "PRAGMA journal_mode = WAL");
   // FULL: a commit is on disk when it returns (the WAL is fsynced), so what the master has
   // acknowledged to a client or acted on survives a power loss too (plan.h).
   plan.exec(options.durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = OFF");
   plan.exec("PRAGMA foreign_keys = ON");
   plan.migrate();
   return plan;
+}
+
+void SearchPlan::save_copy(const std::string& path) {
+  if (std::filesystem::exists(path)) throw std::runtime_error(path + " exists");
+  // An in-memory plan's connection reads file names as URIs, and VACUUM INTO would write to its
+  // memdb file system unless told the real one.
+  std::string target = path;
+  if (in_memory_) {
+    target = "file:";
+    for (char c : std::filesystem::absolute(path).string()) {
+      if (c == '%' || c == '?' || c == '#') {
+        char escaped[4];
+        std::snprintf(escaped, sizeof escaped, "%%%02X", static_cast<unsigned char>(c));
+        target += escaped;
+      } else {
+        target += c;
+      }
+    }
+    target += "?vfs=unix";
+  }
+  Query(*this, "VACUUM INTO ?", target).next();
 }
 
 SearchPlan SearchPlan::open_read_only(const std::string& path) {

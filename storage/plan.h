@@ -160,6 +160,10 @@ class SearchPlan {
     // false: a commit returns before it is on disk (SQLite's synchronous = OFF), for a plan that
     // is thrown away after the process (`hippo simulate`): a power loss may lose it whole.
     bool durable = true;
+    // true: the database lives in this process's memory, and reaches `path` only through
+    // save_copy (for `hippo simulate`, whose plan no other process reads while it runs: no
+    // commit writes a file).
+    bool in_memory = false;
   };
 
   // Creates the file or opens it and migrates it to the latest schema version. Throws
@@ -178,6 +182,9 @@ class SearchPlan {
   ~SearchPlan();
 
   const std::string& path() const { return path_; }
+  // Writes the whole database, compacted, to a new file at `path` (SQLite's VACUUM INTO); an
+  // in-memory plan's way to a file. Throws std::runtime_error if it exists or cannot be written.
+  void save_copy(const std::string& path);
   int schema_version();
   // How long a write waits for another process's write lock; returns the previous value.
   int set_busy_timeout(int ms);
@@ -292,6 +299,7 @@ class SearchPlan {
   std::vector<MetricRow> read_metrics(Query& q);
 
   std::string path_;
+  bool in_memory_ = false;  // Options::in_memory
   sqlite3* db_ = nullptr;
   int depth_ = 0;                                    // transaction() nesting
   std::vector<std::function<void()>> after_commit_;  // of the open transaction, in order

@@ -510,8 +510,12 @@ TEST_F(E2E, CancelEndsOneStudyAndFreesItsWorkers) {
 // told the master how far it got).
 TEST_F(E2E, ARunEndedMidJobRecordsTheJobItAbandoned) {
   // All of Fashion-MNIST per epoch: seconds per epoch, so that a job is under way at the end.
+  // One trial, one stage: the job that the first metric came from is the one interrupted (with
+  // the CI example's schedule, a job ending at a split could be followed by one that had not yet
+  // sent a heartbeat when a loaded machine got to the interrupt).
   std::string file = spec("long", {{"model", {{"hidden", {256, 128}}}},
                                    {"data", {{"train_samples", 60000}}},
+                                   {"hyperparameters", constant_lr({0.05})},
                                    {"length", {{"epochs", 50}}}});
   const std::string db = path("long.db"), out = path("summary.json");
   pid_t run =

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace hippo::master {
 namespace {
 
@@ -39,7 +41,7 @@ struct Fixture {
       return cost.count(root) ? cost.at(root) : 1.0;
     });
     InFlight in_flight;
-    in_flight.update(tree, jobs, 0);
+    in_flight.update(tree, jobs, 0, {});
     SchedulerInput in{tree, states, in_flight, pending, needed, failed, priorities};
     return ready_work(in);
   }
@@ -100,10 +102,11 @@ TEST(Scheduler, InFlightKeptEqualsInFlightReadAfresh) {
   };
   InFlight kept;
   int64_t shape = 0;
+  std::vector<int64_t> changed;  // jobs started or ended since the last update
   auto same = [&] {
     InFlight fresh;
-    fresh.update(f.tree, f.jobs, 0);
-    kept.update(f.tree, f.jobs, shape);
+    fresh.update(f.tree, f.jobs, 0, {});
+    kept.update(f.tree, f.jobs, shape, std::exchange(changed, {}));
     for (const Stage& x : f.tree.stages())
       EXPECT_EQ(kept.trains(x.id), fresh.trains(x.id)) << "stage " << x.id;
     for (TrialId t : {0, 1, 2})
@@ -113,12 +116,18 @@ TEST(Scheduler, InFlightKeptEqualsInFlightReadAfresh) {
       }
   };
   f.jobs[1] = job(0, 0, 100, {50, 100});
+  changed = {1};
   same();
   EXPECT_TRUE(kept.trains(f.tree.stage_at(0, 0)));
   EXPECT_TRUE(kept.reports(state_key(f.tree, 0, 50)));
   f.jobs[2] = job(2, 0, 120, {120});
+  f.jobs[3] = job(1, 0, 100, {100});
+  changed = {2, 3};
   same();
+  // Job 1 ended, job 3 ended and was named twice, job 4 started and ended in between.
   f.jobs.erase(1);
+  f.jobs.erase(3);
+  changed = {3, 1, 4, 3, 4};
   same();
   EXPECT_FALSE(kept.trains(f.tree.stage_at(0, 0)));
   EXPECT_FALSE(kept.reports(state_key(f.tree, 0, 50)));
@@ -388,7 +397,7 @@ TEST(Scheduler, LimitedWorkIsTheBestOfAll) {
   Priorities priorities;
   priorities.refresh(f.tree, needed, 0, {}, {}, [](const std::string&) { return 1.0; });
   InFlight in_flight;
-  in_flight.update(f.tree, f.jobs, 0);
+  in_flight.update(f.tree, f.jobs, 0, {});
   SchedulerInput in{f.tree, f.states, in_flight, f.pending, needed, f.failed, priorities};
   std::vector<WorkItem> all = ready_work(in), best = ready_work(in, 2);
   ASSERT_EQ(all.size(), 6u);  // one top stage per root key

@@ -676,6 +676,32 @@ TEST_F(PlanTest, AReadOnlyPlanRefusesWritesAndSeesOthersCommits) {
   EXPECT_EQ(reader.study_metrics(study).size(), 2u);
 }
 
+// An in-memory plan (hippo simulate's) writes no file until save_copy, which writes a whole,
+// readable plan (also under a name with URI characters) and never over an existing file. A
+// rollback inside it works as in a file.
+TEST_F(PlanTest, AnInMemoryPlanReachesAFileOnlyThroughSaveCopy) {
+  SearchPlan::Options options;
+  options.durable = false;
+  options.in_memory = true;
+  auto plan = SearchPlan::open(file_.string(), options);
+  int64_t study = study_with_trials(plan, "s", 3, 0);
+  plan.add_metric({1, 5, "loss", 0.5});
+  EXPECT_THROW(plan.transaction([&] {
+    plan.add_metric({2, 5, "loss", 0.25});
+    throw std::runtime_error("rolled back");
+  }),
+               std::runtime_error);
+  EXPECT_TRUE(fs::is_empty(dir_)) << "nothing on disk before save_copy";
+  const fs::path copy = dir_ / "a?b#c%d.db";
+  plan.save_copy(copy.string());
+  EXPECT_EQ(fs::directory_iterator(dir_)->path(), copy) << "the file named, and only it";
+  EXPECT_THROW(plan.save_copy(copy.string()), std::runtime_error);
+  auto saved = SearchPlan::open_read_only(copy.string());
+  EXPECT_EQ(saved.trials(study).size(), 3u);
+  ASSERT_EQ(saved.study_metrics(study).size(), 1u);
+  EXPECT_EQ(saved.study_metrics(study)[0].trial, 1);
+}
+
 TEST_F(PlanTest, ReadOnlyOpeningRefusesMissingForeignAndNewerFiles) {
   EXPECT_THROW(SearchPlan::open_read_only((dir_ / "missing.db").string()), std::runtime_error);
   EXPECT_FALSE(fs::exists(dir_ / "missing.db"));
