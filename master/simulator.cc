@@ -167,8 +167,9 @@ class Simulation {
     protocol::Job order;
     const SimulatedStudy* study = nullptr;
     JobTimes times;
-    double started = 0, train_from = 0;  // virtual times: the job arrived, training began
-    double writes_end = 0;               // the snapshot writer is busy until then
+    double started = 0, train_from = 0;     // virtual times: the job arrived, training began
+    std::multimap<int64_t, double> writes;  // the job's snapshots: step -> written at
+    double writes_end = 0;                  // the last of them written
   };
 
   void schedule(double at, int order, EventKind kind, size_t index, nlohmann::json message = {}) {
@@ -202,12 +203,19 @@ class Simulation {
     return w.train_from + static_cast<double>(step - w.order.from) * w.times.step_s +
            static_cast<double>(before) * w.times.eval_s;
   }
+  // The writer takes snapshots in step order as training passes them: one ordered mid-job (a
+  // split) for an earlier step than those already planned waits only for those before it.
   void snapshot(Worker& w, const protocol::SnapshotOrder& order) {
     const double write_s = order.file.empty() ? 0
                                               : static_cast<double>(w.times.state_bytes) /
                                                     options_.times.bandwidth_bytes_s;
-    w.writes_end = std::max(time_at(w, order.step), w.writes_end) + write_s;
-    schedule(w.writes_end, 0, EventKind::kMessage, worker_of(w.peer),
+    double start = time_at(w, order.step);
+    if (auto next = w.writes.upper_bound(order.step); next != w.writes.begin())
+      start = std::max(start, std::prev(next)->second);
+    const double written = start + write_s;
+    w.writes.emplace(order.step, written);
+    w.writes_end = std::max(w.writes_end, written);
+    schedule(written, 0, EventKind::kMessage, worker_of(w.peer),
              protocol::Snapshot{.job = w.job,
                                 .step = order.step,
                                 .state = order.state,
@@ -285,6 +293,7 @@ void Simulation::start_job(Worker& w, protocol::Job order) {
     hold(w, w.order.parent_state);
   }
   w.train_from = now_ + w.times.job_s + load_s;
+  w.writes.clear();
   w.writes_end = w.train_from;
   const size_t index = worker_of(w.peer);
   for (int64_t step : w.order.eval_steps) {
