@@ -10,17 +10,19 @@
 # Environment: GRID_SIZES (default "1000 10000 100000": a multistep grid of a tiny MLP, 50 steps
 # per trial, 2 workers, the INTERFACE.md shape), ASHA_RUNS (default "1000:16 1000:128 10000:128
 # 10000:1000 100000:1000": trials:workers, parallel = workers), STEP (seconds per step, default
-# 0.005).
+# 0.005), REAL_GRID_SIZES (default "1000 10000"; "" for none): the same grids run for real by
+# `hippo run` with 2 workers (training included), their wall times and growth.
 set -euo pipefail
 hippo=${1:-build/hippo}
 [[ -f $hippo && -x $hippo ]] || { echo "no hippo binary at $hippo" >&2; exit 2; }
 GRID_SIZES=${GRID_SIZES:-"1000 10000 100000"}
 ASHA_RUNS=${ASHA_RUNS:-"1000:16 1000:128 10000:128 10000:1000 100000:1000"}
 STEP=${STEP:-0.005}
+REAL_GRID_SIZES=${REAL_GRID_SIZES-"1000 10000"}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-python3 - "$dir" $GRID_SIZES -- $ASHA_RUNS <<'PY'
+python3 - "$dir" $(printf '%s\n' $GRID_SIZES $REAL_GRID_SIZES | sort -un) -- $ASHA_RUNS <<'PY'
 import json, sys
 out = sys.argv[1]
 args = sys.argv[2:]
@@ -96,3 +98,26 @@ for name, trials, workers, dec, met, done, wall, plan, rss, decisions, jobs in r
     print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
         kind, trials, workers, dec, met, done, wall, growth, plan, rss, decisions, jobs))
 PY
+
+[[ -z $REAL_GRID_SIZES ]] && exit 0
+echo
+echo "The grids run for real (hippo run, 2 workers, training included):"
+echo "| trials | wall s | growth | steps executed |"
+echo "|---|---|---|---|"
+first=""
+for n in $REAL_GRID_SIZES; do
+  "$hippo" --db "$dir/real-$n.db" --format json run "$dir/grid-$n.json" --workers 2 $limits \
+    > "$dir/real-$n.out" 2>"$dir/real-$n.err" || { echo "hippo run of grid-$n failed" >&2; exit 1; }
+  python3 - "$n" "$dir/real-$n.out" "$first" <<'PY'
+import json, sys
+n, path, first = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+r = json.loads(open(path).read().strip().splitlines()[-1])
+if first:
+    t0, n0 = map(float, first.split(":"))
+    growth = "%.1fx for %.0fx trials" % (r["wall_s"] / t0, n / n0)
+else:
+    growth = "1.0x"
+print("| %d | %.1f | %s | %d |" % (n, r["wall_s"], growth, r["steps_executed"]))
+PY
+  [[ -z $first ]] && first="$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['wall_s'])" "$dir/real-$n.out"):$n"
+done
