@@ -24,17 +24,25 @@ const JobTimes& TimeModel::of(const std::string& root_key) const {
 
 std::map<std::string, JobTimes> times_from_plan(const std::string& path) {
   SearchPlan plan = SearchPlan::open_read_only(path);
+  // Least squares of seconds = job_s + steps * step_s + evals * eval_s over a root key's done
+  // training jobs: the sums of the normal equations over (1, steps, evals).
   struct Fit {
-    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;  // least squares of y = a + b x
-    double eval_sum = 0;
+    double s[3][3] = {};  // sum of u_i * u_j, u = (1, steps, evals)
+    double sy[3] = {};    // sum of u_i * seconds
+    double eval_sum = 0;  // evaluation-only jobs
     int64_t evals = 0;
     int64_t bytes = 0, checkpoints = 0;
   };
   std::map<std::string, Fit> fits;
-  std::map<TrialId, std::string> root_of;  // trial -> its study's root key
+  std::map<TrialId, std::string> root_of;            // trial -> its study's root key
+  std::map<TrialId, std::vector<int64_t>> measured;  // trial -> the steps of its metrics
   for (const StudyRow& study : plan.studies()) {
     const std::string root_key = parse_spec(study.spec).root_key;
     for (const TrialRow& t : plan.trials(study.id)) root_of[t.id] = root_key;
+    for (const MetricRow& m : plan.study_metrics(study.id)) {
+      std::vector<int64_t>& steps = measured[m.trial];
+      if (steps.empty() || steps.back() != m.step) steps.push_back(m.step);  // by (step, name)
+    }
   }
   for (const ExecutionRow& e : plan.executions(std::nullopt)) {
     auto root = root_of.find(e.trial);
@@ -46,12 +54,16 @@ std::map<std::string, JobTimes> times_from_plan(const std::string& path) {
       ++f.evals;
       continue;
     }
-    const double steps = static_cast<double>(e.to - e.from);
-    f.n += 1;
-    f.sx += steps;
-    f.sy += seconds;
-    f.sxx += steps * steps;
-    f.sxy += steps * seconds;
+    // The job evaluated the states its representative has metrics of in (from, to] (each state
+    // is evaluated once, whichever trial asked).
+    const std::vector<int64_t>& steps = measured[e.trial];
+    const double evals = static_cast<double>(std::upper_bound(steps.begin(), steps.end(), e.to) -
+                                             std::upper_bound(steps.begin(), steps.end(), e.from));
+    const double u[3] = {1, static_cast<double>(e.to - e.from), evals};
+    for (int i = 0; i < 3; ++i) {
+      f.sy[i] += u[i] * seconds;
+      for (int j = 0; j < 3; ++j) f.s[i][j] += u[i] * u[j];
+    }
   }
   const StageTree tree = plan.load_tree();
   for (const CheckpointRow& c : plan.checkpoints()) {
@@ -62,16 +74,49 @@ std::map<std::string, JobTimes> times_from_plan(const std::string& path) {
     f->second.bytes += c.size;
     ++f->second.checkpoints;
   }
+  // Solves the normal equations over the first n unknowns (Cramer's rule); false when they are
+  // degenerate (jobs of one length, or evaluations in proportion to steps, say nothing of them).
+  auto solve = [](const Fit& f, int n, double out[3]) {
+    auto det = [&](const double m[3][3]) {
+      if (n == 1) return m[0][0];
+      if (n == 2) return m[0][0] * m[1][1] - m[0][1] * m[1][0];
+      return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+             m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+             m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+    };
+    const double d = det(f.s);
+    double scale = 1;
+    for (int i = 0; i < n; ++i) scale *= f.s[i][i];
+    if (!(std::abs(d) > 1e-9 * scale)) return false;
+    for (int k = 0; k < n; ++k) {
+      double m[3][3];
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) m[i][j] = j == k ? f.sy[i] : f.s[i][j];
+      out[k] = det(m) / d;
+    }
+    return true;
+  };
   std::map<std::string, JobTimes> out;
   for (const auto& [root, f] : fits) {
-    if (f.sx <= 0) continue;
+    if (f.s[0][1] <= 0) continue;  // no training steps
     JobTimes t;
-    // Jobs all of one length (a trial-based run) say nothing of a job's own cost: it is 0 then.
-    const double d = f.n * f.sxx - f.sx * f.sx;
-    const bool one_length = d <= 1e-9 * f.n * f.sxx;
-    t.step_s = std::max(0.0, one_length ? f.sy / f.sx : (f.n * f.sxy - f.sx * f.sy) / d);
-    t.job_s = one_length ? 0 : std::max(0.0, (f.sy - t.step_s * f.sx) / f.n);
-    t.eval_s = f.evals > 0 ? std::max(0.0, f.eval_sum / static_cast<double>(f.evals) - t.job_s) : 0;
+    double x[3] = {0, 0, 0};
+    if (solve(f, 3, x) && x[0] >= 0 && x[1] > 0 && x[2] >= 0) {
+      t.job_s = x[0];
+      t.step_s = x[1];
+      t.eval_s = x[2];
+    } else {
+      // Evaluations in step with the steps (a trial-based run: every job evaluates once an
+      // epoch) count in step_s; jobs all of one length say nothing of a job's own cost (0).
+      if (solve(f, 2, x) && x[0] >= 0 && x[1] > 0) {
+        t.job_s = x[0];
+        t.step_s = x[1];
+      } else {
+        t.step_s = f.sy[0] / f.s[0][1];
+      }
+      t.eval_s =
+          f.evals > 0 ? std::max(0.0, f.eval_sum / static_cast<double>(f.evals) - t.job_s) : 0;
+    }
     if (f.checkpoints > 0) t.state_bytes = f.bytes / f.checkpoints;
     out[root] = t;
   }

@@ -49,10 +49,12 @@ struct TimeModel {
 };
 
 // The times of every root key that the finished jobs of a plan measured: per root key, a least-
-// squares line through the done training jobs' durations (job_s + steps * step_s, evaluations
-// included in step_s), eval_s from the evaluation-only jobs, state_bytes from its checkpoints.
-// Training jobs all of one length (a trial-based run) give step_s alone (job_s 0). Throws
-// std::runtime_error for a file that is not a plan.
+// squares fit of the done training jobs' durations to job_s + steps * step_s + evals * eval_s
+// (a job's evaluations: its representative's metrics within its steps), state_bytes from its
+// checkpoints. Where evaluations come in step with the steps (a trial-based run: every job
+// evaluates once an epoch), they count in step_s and eval_s comes from the evaluation-only jobs;
+// jobs all of one length give step_s alone (job_s 0). Throws std::runtime_error for a file that
+// is not a plan.
 std::map<std::string, JobTimes> times_from_plan(const std::string& path);
 
 struct SimulatedStudy {

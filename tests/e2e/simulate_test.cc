@@ -44,9 +44,9 @@ TEST_F(Simulate, PredictsTheInterfaceExampleWithin15Percent) {
       measured_s, predicted_s, measured_t, predicted_t);
   EXPECT_NEAR(predicted_s / measured_s, 1.0, 0.15);
   // The other way is looser: trial-based jobs evaluate 72 states in 33,696 steps where the shared
-  // ones evaluate fewer per step, and a fit of jobs that all evaluate once an epoch cannot tell
-  // an evaluation's cost from a step's (times_from_plan), so it comes out 7-16% short here.
-  EXPECT_NEAR(predicted_t / measured_t, 1.0, 0.25);
+  // ones evaluate fewer per step, and with every job of both runs evaluating once an epoch, a fit
+  // cannot tell an evaluation's cost from a step's (times_from_plan): it comes out 4-16% short.
+  EXPECT_NEAR(predicted_t / measured_t, 1.0, 0.2);
   EXPECT_EQ(predicted_shared["steps_executed"], shared["steps_executed"]);
   EXPECT_EQ(predicted_trial_based["steps_executed"], trial_based["steps_executed"]);
 }

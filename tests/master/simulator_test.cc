@@ -106,6 +106,32 @@ TEST(Simulator, FailuresAreSurvivedAndTheirWorkDoneAgain) {
   EXPECT_EQ(run.studies[0].best_value, calm.studies[0].best_value);
 }
 
+// A plan's jobs give back the times that made them: two grids of one model, evaluated every
+// epoch and every other epoch, make jobs of different lengths and evaluations per step, which is
+// what separates a job's own cost, a step's and an evaluation's.
+TEST(Simulator, TimesFromAPlanAreTheTimesThatMadeIt) {
+  const std::string dir = testing::TempDir() + "simulator_times";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  SimulatedStudy sparse = grid("sparse");
+  sparse.spec_json["hyperparameters"]["lr"]["init"]["grid"] = {0.2, 0.3};
+  sparse.spec_json["eval"]["every"]["epochs"] = 2;
+  sparse.spec = parse_spec(sparse.spec_json);
+  SyntheticCurves curves;
+  SimulationOptions o = options(3);
+  o.plan_path = dir + "/plan.db";
+  simulate({grid(), sparse}, o, curves);
+  const std::map<std::string, JobTimes> times = times_from_plan(o.plan_path);
+  ASSERT_EQ(times.size(), 1u);
+  const JobTimes& t = times.begin()->second;
+  // Loading a parent (1 MiB at 1 GB/s) adds a millisecond to some jobs' own cost.
+  EXPECT_NEAR(t.job_s, 0.1, 0.002);
+  EXPECT_NEAR(t.step_s, 0.01, 1e-4);
+  EXPECT_NEAR(t.eval_s, 0.05, 1e-3);
+  EXPECT_EQ(t.state_bytes, 1 << 20);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Simulator, ReplayedMetricsRepeatAnAdaptiveStudy) {
   const std::string dir = testing::TempDir() + "simulator_replay";
   std::filesystem::remove_all(dir);
