@@ -13,6 +13,8 @@ namespace {
 // Evaluation reads the evaluation prefix in batches of this many samples, in order.
 constexpr int kEvalBatch = 128;
 constexpr int kClasses = 10;
+// A batch's loading fetches this many samples ahead of the one it converts.
+constexpr int kLoadAhead = 4;
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 // The training or evaluation set, checked against the requested prefix length.
@@ -75,12 +77,7 @@ class ImageNetwork final : public Network {
   }
 
   void prefetch(const int32_t* indices, int batch) const override {
-    const int64_t size = train_set_->image_size();
-    for (int b = 0; b < batch; ++b) {
-      const uint8_t* pixels = train_set_->pixels.data() + indices[b] * size;
-      for (int64_t i = 0; i < size; i += 64) __builtin_prefetch(pixels + i, 0, 2);
-      __builtin_prefetch(train_set_->labels.data() + indices[b], 0, 2);
-    }
+    for (int b = 0; b < batch; ++b) prefetch_sample<2>(*train_set_, indices[b]);
   }
 
   Metrics evaluate(const float* params) override {
@@ -102,6 +99,15 @@ class ImageNetwork final : public Network {
   }
 
  private:
+  // Starts fetching sample `index` of `set` (its pixels and label) into the cache; `locality` is
+  // __builtin_prefetch's (3: into L1, 2: L2).
+  template <int kLocality>
+  static void prefetch_sample(const Dataset& set, int32_t index) {
+    const uint8_t* pixels = set.pixels.data() + index * set.image_size();
+    for (int64_t i = 0; i < set.image_size(); i += 64) __builtin_prefetch(pixels + i, 0, kLocality);
+    __builtin_prefetch(set.labels.data() + index, 0, kLocality);
+  }
+
   // Sizes the activation and scratch buffers for `batch` samples.
   void reserve(int batch) {
     if (batch <= reserved_) return;
@@ -136,6 +142,9 @@ class ImageNetwork final : public Network {
     float* in_place = static_cast<float*>(backend_->host_address(activations_.data()));
     float* x = in_place ? in_place : host_input_.data();  // [batch, rows * cols]
     for (int b = 0; b < batch; ++b) {
+      // The images are scattered over the data set: fetching a few ahead overlaps their cache
+      // misses (one image at a time waited for each: 7% of the mlp's step).
+      if (b + kLoadAhead < batch) prefetch_sample<3>(set, indices[b + kLoadAhead]);
       const uint8_t* pixels = set.pixels.data() + indices[b] * size;
       for (int64_t i = 0; i < size; ++i)
         x[b * size + i] = (pixels[i] * (1.0f / 255.0f) - kMean) * kInvStd;
