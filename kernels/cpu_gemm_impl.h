@@ -7,6 +7,8 @@
 //     static constexpr int kLanes, kMr, kNv;    // register tile: kMr rows x kNv vectors of C
 //     static constexpr int kMrNarrow;           // rows of the tile of one vector (narrow C)
 //     static V zero(); static V load(const float*); static void store(float*, V);
+//     static V load_first(const float*, int n);         // lanes [0, n) (0 < n <= kLanes), rest 0
+//     static void store_first(float*, V, int n);        // lanes [0, n) only
 //     static V broadcast(float); static V fma(V a, V b, V c);  // a * b + c, rounded once
 //     static V add(V, V); static V relu(V);     // relu: v > 0 ? v : 0, as the scalar code
 //     static void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd);
@@ -18,8 +20,10 @@
 // values. A is read in place when its rows or its columns are contiguous (packing it would only
 // copy it: the tiles of a block of kMc rows keep it in cache), else packed into panels of
 // kMr x kKc. Between slices, the tile goes through C in memory (an fp32 store and load: the chain
-// is unchanged). Edge tiles run in full on zero-padded panels into a local tile, of which only
-// the valid part is copied.
+// is unchanged). Edges: a last panel of columns that leaves whole vectors of the tile empty runs
+// on a tile of fewer vectors, and a last vector that is partly outside C is loaded and stored
+// with a mask; a tile of fewer than kMr rows runs in full on zero-padded panels into a local
+// tile, of which only the valid part is copied.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +33,18 @@
 #include "kernels/cpu_gemm.h"
 
 namespace hippo::kernels::cpu::impl {
+
+// Where a product's operands are for one block of C: rows ic.. (mc of them) of A and C, the slice
+// of p from pc (kc values), and how A is read.
+struct Block {
+  View a;
+  float* c;
+  int64_t ldc;
+  float* pa;  // A's packed panels (those of the block that are not read in place)
+  bool in_place, rows_of_a, load;
+  const Epilogue* last;  // the epilogue, on the last slice of p
+  int ic, mc, pc, kc;
+};
 
 template <class I, int MR, int NV>
 struct Gemm {
@@ -95,19 +111,25 @@ struct Gemm {
     return v;
   }
 
-  // The kMr x NR tile t (rows ldt apart) += a x panel b over kc values of p; t starts from its
-  // contents when `load`, else from 0. With `last`, the epilogue's bias and ReLU follow, for the
-  // tile at rows i0.., columns j0.. of C. A's value (i, p) is a[i * lda + p] when kRowsOfA (A
-  // read in place, row-major), else a[p * lda + i] (a packed panel, lda = MR, or A stored
-  // transposed, read in place).
+  // The kMr x NR tile t (rows ldt apart) += a x panel b over kc values of p, of which the first
+  // nr columns (NR - L < nr <= NR) are read and written (the last vector's other lanes are
+  // computed on the panel's zero padding and dropped); t starts from its contents when `load`,
+  // else from 0. With `last`, the epilogue's bias and ReLU follow, for the tile at rows i0..,
+  // columns j0.. of C. A's value (i, p) is a[i * lda + p] when kRowsOfA (A read in place,
+  // row-major), else a[p * lda + i] (a packed panel, lda = MR, or A stored transposed, read in
+  // place).
   template <bool kRowsOfA>
   static inline void tile(int kc, const float* a, int64_t lda, const float* b, float* t,
-                          int64_t ldt, bool load, const Epilogue* last, int i0, int j0) {
+                          int64_t ldt, bool load, const Epilogue* last, int i0, int j0, int nr) {
+    const int tail = nr - (NV - 1) * L;  // valid lanes of the last vector
+    auto load_c = [&](const float* p, int v) {
+      return v < NV - 1 || tail == L ? I::load(p) : I::load_first(p, tail);
+    };
     V acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = load ? I::load(t + i * ldt + v * L) : I::zero();
+      for (int v = 0; v < NV; ++v) acc[i][v] = load ? load_c(t + i * ldt + v * L, v) : I::zero();
     for (int p = 0; p < kc; ++p) {
       V bv[NV];
 #pragma GCC unroll 4
@@ -131,7 +153,7 @@ struct Gemm {
         if (e.col_bias)
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v)
-            acc[i][v] = I::add(acc[i][v], I::load(e.col_bias + j0 + v * L));
+            acc[i][v] = I::add(acc[i][v], load_c(e.col_bias + j0 + v * L, v));
         if (e.relu)
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) acc[i][v] = I::relu(acc[i][v]);
@@ -140,26 +162,55 @@ struct Gemm {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) I::store(t + i * ldt + v * L, acc[i][v]);
+      for (int v = 0; v < NV; ++v) {
+        if (v < NV - 1 || tail == L)
+          I::store(t + i * ldt + v * L, acc[i][v]);
+        else
+          I::store_first(t + i * ldt + v * L, acc[i][v], tail);
+      }
   }
 
-  // A tile of C at (i0, j0) with nr valid columns: in place when whole, else through a local
-  // tile (the epilogue then runs on the valid values only, in scalar code).
+  // A tile of C at (i0, j0) with mr valid rows and nr valid columns (NR - L < nr <= NR): in
+  // place when its rows are whole, else through a local tile (the epilogue then runs on the
+  // valid values only, in scalar code).
   template <bool kRowsOfA>
   static void edge_or_tile(int kc, const float* a, int64_t lda, const float* b, float* c,
                            int64_t ldc, bool load, const Epilogue* last, int i0, int j0, int mr,
                            int nr) {
-    if (mr == MR && nr == NR) {
-      tile<kRowsOfA>(kc, a, lda, b, c, ldc, load, last, i0, j0);
+    if (mr == MR) {
+      tile<kRowsOfA>(kc, a, lda, b, c, ldc, load, last, i0, j0, nr);
       return;
     }
     alignas(64) float t[MR * NR];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NR; ++j) t[i * NR + j] = load && i < mr && j < nr ? c[i * ldc + j] : 0;
-    tile<kRowsOfA>(kc, a, lda, b, t, NR, load, nullptr, 0, 0);
+    tile<kRowsOfA>(kc, a, lda, b, t, NR, load, nullptr, 0, 0, NR);
     for (int i = 0; i < mr; ++i)
       for (int j = 0; j < nr; ++j)
         c[i * ldc + j] = last ? finish(t[i * NR + j], *last, i0 + i, j0 + j) : t[i * NR + j];
+  }
+
+  // The columns j0.. (nr of them) of the block's C: B's panel packed at pb (first, when `pack`),
+  // then each tile of rows. A panel whose last vectors would hold no column goes to the tile of
+  // as many vectors as it fills (the last 16 columns of the mlp's 784: half the work).
+  static void panel(const Block& k, View b, float* pb, bool pack, int j0, int nr) {
+    if constexpr (NV > 1) {
+      if (nr <= (NV - 1) * L) return Gemm<I, MR, NV - 1>::panel(k, b, pb, pack, j0, nr);
+    }
+    if (pack) pack_b(b, k.pc, k.kc, j0, nr, pb);
+    for (int ir = 0; ir < k.mc; ir += MR) {
+      const int mr = std::min(MR, k.mc - ir), i0 = k.ic + ir;
+      float* ct = k.c + i0 * k.ldc + j0;
+      if (!k.in_place || mr < MR)
+        edge_or_tile<false>(k.kc, k.pa + ir * k.kc, MR, pb, ct, k.ldc, k.load, k.last, i0, j0, mr,
+                            nr);
+      else if (k.rows_of_a)
+        edge_or_tile<true>(k.kc, k.a.p + i0 * k.a.rs + k.pc, k.a.rs, pb, ct, k.ldc, k.load, k.last,
+                           i0, j0, mr, nr);
+      else
+        edge_or_tile<false>(k.kc, k.a.p + k.pc * k.a.cs + i0, k.a.cs, pb, ct, k.ldc, k.load, k.last,
+                            i0, j0, mr, nr);
+    }
   }
 
   static void run(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epilogue& e,
@@ -176,30 +227,24 @@ struct Gemm {
       const int nc = std::min(kNc, n - jc);
       for (int pc = 0; pc < k; pc += kc_max) {
         const int kc = std::min(kc_max, k - pc);
-        const bool load = e.accumulate || pc > 0;
-        const Epilogue* last = pc + kc == k ? &e : nullptr;
         for (int ic = 0; ic < m; ic += kMc) {
-          const int mc = std::min(kMc, m - ic);
-          for (int ir = in_place ? mc / MR * MR : 0; ir < mc; ir += MR)
-            pack_a(a, ic + ir, std::min(MR, mc - ir), pc, kc, pa + ir * kc);
-          for (int jr = 0; jr < nc; jr += NR) {
-            // Each B panel is packed just before its first use, while A's block waits in cache.
-            if (ic == 0) pack_b(b, pc, kc, jc + jr, std::min(NR, nc - jr), pb + jr * kc);
-            for (int ir = 0; ir < mc; ir += MR) {
-              const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
-              float* ct = c + (ic + ir) * ldc + jc + jr;
-              const float* bp = pb + jr * kc;
-              if (!in_place || mr < MR)
-                edge_or_tile<false>(kc, pa + ir * kc, MR, bp, ct, ldc, load, last, ic + ir, jc + jr,
-                                    mr, nr);
-              else if (rows_of_a)
-                edge_or_tile<true>(kc, a.p + (ic + ir) * a.rs + pc, a.rs, bp, ct, ldc, load, last,
-                                   ic + ir, jc + jr, mr, nr);
-              else
-                edge_or_tile<false>(kc, a.p + pc * a.cs + ic + ir, a.cs, bp, ct, ldc, load, last,
-                                    ic + ir, jc + jr, mr, nr);
-            }
-          }
+          const Block blk{.a = a,
+                          .c = c,
+                          .ldc = ldc,
+                          .pa = pa,
+                          .in_place = in_place,
+                          .rows_of_a = rows_of_a,
+                          .load = e.accumulate || pc > 0,
+                          .last = pc + kc == k ? &e : nullptr,
+                          .ic = ic,
+                          .mc = std::min(kMc, m - ic),
+                          .pc = pc,
+                          .kc = kc};
+          for (int ir = in_place ? blk.mc / MR * MR : 0; ir < blk.mc; ir += MR)
+            pack_a(a, ic + ir, std::min(MR, blk.mc - ir), pc, kc, pa + ir * kc);
+          // Each B panel is packed just before its first use, while A's block waits in cache.
+          for (int jr = 0; jr < nc; jr += NR)
+            panel(blk, b, pb + jr * kc, ic == 0, jc + jr, std::min(NR, nc - jr));
         }
       }
     }

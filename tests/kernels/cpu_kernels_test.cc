@@ -44,8 +44,12 @@ struct Shape {
 TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
   // Partial tiles everywhere; n <= 16 (the narrow tile); k over several slices (> kKc) and not a
   // multiple of 8; m over several row blocks (> kMc), n over several column blocks (> kNc).
-  const Shape shapes[] = {{1, 1, 1},    {7, 5, 3},     {37, 29, 53},  {16, 10, 130},
-                          {8, 32, 600}, {200, 33, 17}, {9, 1100, 40}, {64, 96, 257}};
+  // Last panels of columns that fill part of a vector, or leave whole vectors of the tile empty
+  // (the mlp's 784 = 24 x 32 + 16 on AVX-512): C's rows are ldc = n + 3 apart, and the values
+  // between them must stay untouched.
+  const Shape shapes[] = {{1, 1, 1},     {7, 5, 3},     {37, 29, 53},   {16, 10, 130},
+                          {8, 32, 600},  {200, 33, 17}, {9, 1100, 40},  {64, 96, 257},
+                          {16, 784, 24}, {24, 44, 20},  {10, 128, 128}, {128, 10, 20}};
   cpu::GemmBuffers buffers;
   for (const Shape s : shapes)
     for (bool ta : {false, true})
@@ -56,7 +60,8 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
                        " epilogue=" + std::to_string(epilogue));
           const auto a = random_vector(size_t(s.m) * s.k, 1),
                      b = random_vector(size_t(s.k) * s.n, 2);
-          const auto c0 = random_vector(size_t(s.m) * s.n, 3);
+          const int64_t ldc = s.n + 3;
+          const auto c0 = random_vector(size_t(s.m) * ldc, 3);
           const auto row_bias = random_vector(s.m, 4), col_bias = random_vector(s.n, 5);
           const cpu::View va = ta ? cpu::View{a.data(), 1, s.m} : cpu::View{a.data(), s.k, 1};
           const cpu::View vb = tb ? cpu::View{b.data(), 1, s.k} : cpu::View{b.data(), s.n, 1};
@@ -70,19 +75,23 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
           std::vector<float> portable;
           for (Isa isa : runnable_isas()) {
             std::vector<float> c = c0;
-            cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), s.n, e, buffers);
+            cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), ldc, e, buffers);
+            for (int i = 0; i < s.m; ++i)
+              for (int j = s.n; j < ldc; ++j)
+                ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j])
+                    << cpu::isa_name(isa) << " wrote " << i << "," << j << " outside C";
             if (isa == Isa::kPortable) {
               portable = c;
               for (int i = 0; i < s.m; ++i)
                 for (int j = 0; j < s.n; ++j) {
-                  double ref = e.accumulate ? c0[size_t(i) * s.n + j] : 0.0;
+                  double ref = e.accumulate ? c0[i * ldc + j] : 0.0;
                   for (int p = 0; p < s.k; ++p)
                     ref += double{a[ta ? size_t(p) * s.m + i : size_t(i) * s.k + p]} *
                            b[tb ? size_t(j) * s.k + p : size_t(p) * s.n + j];
                   if (e.row_bias) ref += e.row_bias[i];
                   if (e.col_bias) ref += e.col_bias[j];
                   if (e.relu) ref = std::max(ref, 0.0);
-                  ASSERT_NEAR(c[size_t(i) * s.n + j], ref, 1e-5 * (s.k + 1)) << i << "," << j;
+                  ASSERT_NEAR(c[i * ldc + j], ref, 1e-5 * (s.k + 1)) << i << "," << j;
                 }
             } else {
               EXPECT_TRUE(same_bits(c, portable)) << cpu::isa_name(isa) << " differs from portable";
