@@ -82,6 +82,15 @@ class CpuBackend final : public Backend {
             {.col_bias = bias, .relu = relu});
   }
 
+  // The step is taken on each tile of dw while it is in registers: dw is never stored.
+  void linear_weight_sgd(const float* dy, const float* x, float* dw, float* w, float* momentum,
+                         int rows, int in, int out, const SgdParams& hp) const override {
+    if (hp.momentum != 0 && momentum == nullptr)
+      throw std::invalid_argument("linear_weight_sgd: momentum needs a buffer");
+    const cpu::SgdStep step{.params = w, .momentum = momentum, .ld = in, .hp = hp};
+    product(out, in, rows, cpu::View{dy, 1, out}, cpu::View{x, in, 1}, dw, in, {.sgd = &step});
+  }
+
   void bias_forward(float* y, const float* bias, int64_t outer, int64_t channels,
                     int64_t inner) const override {
     if (inner == 1) {  // y[outer, channels]: one task per row, vectorized over channels
@@ -547,6 +556,14 @@ class CpuBackend final : public Backend {
     for_each_part(parts, [&](int t, int, int) {
       const int lo = part_bound(span, parts, unit, t), hi = part_bound(span, parts, unit, t + 1);
       cpu::Epilogue part = e;
+      cpu::SgdStep step;  // e.sgd's at the part's first value
+      if (e.sgd) {
+        const int64_t first = by_cols ? lo : lo * e.sgd->ld;
+        step = *e.sgd;
+        step.params += first;
+        if (step.momentum) step.momentum += first;
+        part.sgd = &step;
+      }
       if (by_cols) {
         if (part.col_bias) part.col_bias += lo;
         cpu::gemm(isa_, m, hi - lo, k, a, cpu::View{b.p + lo * b.cs, b.rs, b.cs}, c + lo, ldc, part,

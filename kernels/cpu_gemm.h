@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/kernels.h"
+
 namespace hippo::kernels::cpu {
 
 // The instruction sets the kernels are compiled for, from the most widely available.
@@ -28,12 +30,25 @@ struct View {
   int64_t rs, cs;
 };
 
+// An SGD step (kernels.h's sgd_update) taken by a product whose C is the gradient of params:
+// element (i, j) at params[i * ld + j], its momentum at momentum[i * ld + j] (null without
+// momentum).
+struct SgdStep {
+  float* params;
+  float* momentum;
+  int64_t ld;
+  SgdParams hp;
+};
+
 // What a product does with each value of C, in this order.
 struct Epilogue {
   bool accumulate = false;          // the chain starts from C's value (else from 0)
   const float* row_bias = nullptr;  // c[i, j] += row_bias[i]
   const float* col_bias = nullptr;  // c[i, j] += col_bias[j]
   bool relu = false;                // c[i, j] = c[i, j] > 0 ? c[i, j] : 0
+  // Then, with sgd: the parameter whose gradient c[i, j] is takes its SGD step (the same bits as
+  // sgd_update over the stored C), and c[i, j] is not stored (C is left unspecified).
+  const SgdStep* sgd = nullptr;
 };
 
 // One thread's packing buffers (allocated once, reused by every product).

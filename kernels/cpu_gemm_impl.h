@@ -23,7 +23,8 @@
 // is unchanged). Edges: a last panel of columns that leaves whole vectors of the tile empty runs
 // on a tile of fewer vectors, and a last vector that is partly outside C is loaded and stored
 // with a mask; a tile of fewer than kMr rows runs in full on zero-padded panels into a local
-// tile, of which only the valid part is copied.
+// tile, of which only the valid part is copied. An epilogue's SGD step (cpu_optimizer_impl.h's
+// sgd_step, the same operations as sgd_update) runs on the tile in registers.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include <cstring>
 
 #include "kernels/cpu_gemm.h"
+#include "kernels/cpu_optimizer_impl.h"
 
 namespace hippo::kernels::cpu::impl {
 
@@ -111,6 +113,55 @@ struct Gemm {
     return v;
   }
 
+  // The end of the value (i, j) of C, v before the epilogue: stored at c (C's element), or with
+  // the epilogue's SGD step, that step.
+  static void finish_at(float v, const Epilogue& e, int i, int j, float* c) {
+    v = finish(v, e, i, j);
+    if (!e.sgd) {
+      *c = v;
+      return;
+    }
+    const SgdStep& s = *e.sgd;
+    const int64_t at = i * s.ld + j;
+    float unused = 0;
+    float& m = s.momentum ? s.momentum[at] : unused;
+    switch (sgd_kind(s.hp)) {
+      case SgdKind::kPlain:
+        return sgd_step<SgdKind::kPlain>(s.params[at], m, v, s.hp);
+      case SgdKind::kMomentum:
+        return sgd_step<SgdKind::kMomentum>(s.params[at], m, v, s.hp);
+      case SgdKind::kNesterov:
+        break;
+    }
+    sgd_step<SgdKind::kNesterov>(s.params[at], m, v, s.hp);
+  }
+
+  // The SGD step of the parameters of a tile at rows i0.., columns j0.. with their gradient g
+  // (tail valid lanes of the last vector).
+  template <SgdKind kKind>
+  static void sgd_tile(const SgdStep& s, V (&g)[MR][NV], int i0, int j0, int tail) {
+    const SgdParams hp = s.hp;  // a copy, which the stores to the parameters cannot alias
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const int64_t at = (i0 + i) * s.ld + j0 + v * L;
+        const bool whole = v < NV - 1 || tail == L;
+        V p = whole ? I::load(s.params + at) : I::load_first(s.params + at, tail);
+        V m = I::zero();
+        if (kKind != SgdKind::kPlain)
+          m = whole ? I::load(s.momentum + at) : I::load_first(s.momentum + at, tail);
+        sgd_step<kKind>(p, m, g[i][v], hp);
+        if (whole) {
+          I::store(s.params + at, p);
+          if (kKind != SgdKind::kPlain) I::store(s.momentum + at, m);
+        } else {
+          I::store_first(s.params + at, p, tail);
+          if (kKind != SgdKind::kPlain) I::store_first(s.momentum + at, m, tail);
+        }
+      }
+  }
+
   // The kMr x NR tile t (rows ldt apart) += a x panel b over kc values of p, of which the first
   // nr columns (NR - L < nr <= NR) are read and written (the last vector's other lanes are
   // computed on the panel's zero padding and dropped); t starts from its contents when `load`,
@@ -159,6 +210,16 @@ struct Gemm {
           for (int v = 0; v < NV; ++v) acc[i][v] = I::relu(acc[i][v]);
       }
     }
+    if (last && last->sgd) {
+      switch (sgd_kind(last->sgd->hp)) {
+        case SgdKind::kPlain:
+          return sgd_tile<SgdKind::kPlain>(*last->sgd, acc, i0, j0, tail);
+        case SgdKind::kMomentum:
+          return sgd_tile<SgdKind::kMomentum>(*last->sgd, acc, i0, j0, tail);
+        case SgdKind::kNesterov:
+          return sgd_tile<SgdKind::kNesterov>(*last->sgd, acc, i0, j0, tail);
+      }
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
@@ -186,8 +247,12 @@ struct Gemm {
       for (int j = 0; j < NR; ++j) t[i * NR + j] = load && i < mr && j < nr ? c[i * ldc + j] : 0;
     tile<kRowsOfA>(kc, a, lda, b, t, NR, load, nullptr, 0, 0, NR);
     for (int i = 0; i < mr; ++i)
-      for (int j = 0; j < nr; ++j)
-        c[i * ldc + j] = last ? finish(t[i * NR + j], *last, i0 + i, j0 + j) : t[i * NR + j];
+      for (int j = 0; j < nr; ++j) {
+        if (last)
+          finish_at(t[i * NR + j], *last, i0 + i, j0 + j, c + i * ldc + j);
+        else
+          c[i * ldc + j] = t[i * NR + j];
+      }
   }
 
   // The columns j0.. (nr of them) of the block's C: B's panel packed at pb (first, when `pack`),
@@ -260,7 +325,7 @@ void gemm(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epil
   if (k <= 0) {  // an empty chain: 0 (or C), then the epilogue
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j)
-        c[i * ldc + j] = Gemm<I, 1, 1>::finish(e.accumulate ? c[i * ldc + j] : 0.0f, e, i, j);
+        Gemm<I, 1, 1>::finish_at(e.accumulate ? c[i * ldc + j] : 0.0f, e, i, j, c + i * ldc + j);
     return;
   }
   if (n <= I::kLanes)

@@ -16,6 +16,7 @@
 
 #include "kernels/cpu_conv.h"
 #include "kernels/cpu_gemm.h"
+#include "kernels/cpu_optimizer.h"
 #include "kernels/kernels.h"
 #include "tests/kernels/random_vector.h"
 
@@ -98,6 +99,45 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
             }
           }
         }
+}
+
+// A product whose epilogue takes the SGD step of the parameters whose gradient C is: on every
+// instruction set, the same parameters and momentum, bit for bit, as the portable product stored
+// and then the portable sgd_update, for each variant; values between the parameters' rows stay.
+TEST(CpuGemmTest, SgdStepInTheEpilogueEqualsTheProductThenSgdUpdate) {
+  const Shape shapes[] = {{7, 5, 3},     {37, 29, 300}, {16, 784, 24},
+                          {10, 128, 64}, {0, 4, 5},     {3, 4, 0}};
+  const SgdParams kinds[] = {SgdParams{.lr = 0.1f, .weight_decay = 1e-3f},
+                             SgdParams{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f},
+                             SgdParams{.lr = 0.1f, .momentum = 0.9f, .nesterov = true}};
+  cpu::GemmBuffers buffers;
+  for (const Shape s : shapes)
+    for (const SgdParams& hp : kinds) {
+      SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+                   " momentum=" + std::to_string(hp.momentum) +
+                   " nesterov=" + std::to_string(hp.nesterov));
+      const int64_t ld = s.n + 3;
+      const auto a = random_vector(size_t(s.k) * s.m, 80), b = random_vector(size_t(s.k) * s.n, 81);
+      const auto p0 = random_vector(size_t(s.m) * ld, 82), m0 = random_vector(size_t(s.m) * ld, 83);
+      const cpu::View va{a.data(), 1, s.m}, vb{b.data(), s.n, 1};  // a weight gradient's operands
+      float* no_momentum = nullptr;
+      // The reference: the portable product stored, then the portable update row by row.
+      std::vector<float> grad(size_t(s.m) * ld), p_ref = p0, m_ref = m0;
+      cpu::gemm(Isa::kPortable, s.m, s.n, s.k, va, vb, grad.data(), ld, {}, buffers);
+      for (int i = 0; i < s.m; ++i)
+        cpu::sgd_update(Isa::kPortable, p_ref.data() + i * ld, grad.data() + i * ld,
+                        hp.momentum != 0 ? m_ref.data() + i * ld : no_momentum, s.n, hp);
+      for (Isa isa : runnable_isas()) {
+        std::vector<float> c(size_t(s.m) * ld), p = p0, m = m0;
+        const cpu::SgdStep step{.params = p.data(),
+                                .momentum = hp.momentum != 0 ? m.data() : nullptr,
+                                .ld = ld,
+                                .hp = hp};
+        cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), ld, {.sgd = &step}, buffers);
+        EXPECT_TRUE(same_bits(p, p_ref)) << cpu::isa_name(isa) << ": parameters";
+        EXPECT_TRUE(same_bits(m, m_ref)) << cpu::isa_name(isa) << ": momentum";
+      }
+    }
 }
 
 TEST(CpuGemmTest, EmptySumIsZeroOrKeepsC) {
@@ -358,6 +398,41 @@ TEST(CpuBackendIsaTest, ConvolutionBlockEqualsItsParts) {
         EXPECT_TRUE(same_bits(dx, pdx));
       }
   }
+}
+
+// A linear layer's weight gradient with its SGD step (linear_weight_sgd) gives the parameters and
+// momentum of gemm then sgd_update, bit for bit, on every instruction set and thread count: split
+// over the threads by columns (in >= out) and by rows, for each variant of the step.
+TEST(CpuBackendIsaTest, LinearWeightSgdEqualsItsParts) {
+  struct Layer {
+    int rows, in, out;
+  };
+  for (const Layer l : {Layer{50, 70, 40}, Layer{20, 40, 600}})
+    for (const SgdParams hp : {SgdParams{.lr = 0.1f, .weight_decay = 1e-3f},
+                               SgdParams{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f},
+                               SgdParams{.lr = 0.1f, .momentum = 0.9f, .nesterov = true}}) {
+      const size_t n = size_t(l.out) * l.in;
+      const auto x = random_vector(size_t(l.rows) * l.in, 90);
+      const auto dy = random_vector(size_t(l.rows) * l.out, 91);
+      const auto w0 = random_vector(n, 92), m0 = random_vector(n, 93);
+      auto reference = make_backend("cpu:portable", 1);
+      std::vector<float> dw(n), w_ref = w0, m_ref = m0;
+      reference->gemm(true, false, l.out, l.in, l.rows, 1.0f, dy.data(), x.data(), 0.0f, dw.data());
+      reference->sgd_update(w_ref.data(), dw.data(), m_ref.data(), int64_t(n), hp);
+      for (Isa isa : runnable_isas())
+        for (int threads : {1, 3}) {
+          const std::string device = std::string("cpu:") + cpu::isa_name(isa);
+          SCOPED_TRACE(device + " with " + std::to_string(threads) + " threads, " +
+                       std::to_string(l.out) + "x" + std::to_string(l.in) +
+                       " momentum=" + std::to_string(hp.momentum));
+          auto be = make_backend(device, threads);
+          std::vector<float> scratch(n), w = w0, m = m0;
+          be->linear_weight_sgd(dy.data(), x.data(), scratch.data(), w.data(), m.data(), l.rows,
+                                l.in, l.out, hp);
+          EXPECT_TRUE(same_bits(w, w_ref));
+          EXPECT_TRUE(same_bits(m, m_ref));
+        }
+    }
 }
 
 // The fused layers give the values of the operations they stand for, bit for bit.
