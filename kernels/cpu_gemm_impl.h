@@ -15,7 +15,8 @@
 //   };                                          // dst[c * ldd + r] = src[r * lds + c], r, c < 8
 //
 // Structure (BLIS): for each block of kNc columns and slice of kKc values of p, B's slice is
-// packed into panels of kKc x NR (NR = kNv * kLanes, row after row); the micro-kernel multiplies
+// packed into panels of kKc x NR (NR = kNv * kLanes, row after row), or read in place where its
+// rows are contiguous and an odd number of cache lines apart; the micro-kernel multiplies
 // kMr rows of A by one B panel into a kMr x NR tile of C held in registers, broadcasting A's
 // values. A is read in place when its rows or its columns are contiguous (packing it would only
 // copy it: the tiles of a block of kMc rows keep it in cache), else packed into panels of
@@ -170,8 +171,9 @@ struct Gemm {
   // row-major), else a[p * lda + i] (a packed panel, lda = MR, or A stored transposed, read in
   // place).
   template <bool kRowsOfA>
-  static inline void tile(int kc, const float* a, int64_t lda, const float* b, float* t,
-                          int64_t ldt, bool load, const Epilogue* last, int i0, int j0, int nr) {
+  static inline void tile(int kc, const float* a, int64_t lda, const float* b, int64_t ldb,
+                          float* t, int64_t ldt, bool load, const Epilogue* last, int i0, int j0,
+                          int nr) {
     const int tail = nr - (NV - 1) * L;  // valid lanes of the last vector
     auto load_c = [&](const float* p, int v) {
       return v < NV - 1 || tail == L ? I::load(p) : I::load_first(p, tail);
@@ -184,7 +186,7 @@ struct Gemm {
     for (int p = 0; p < kc; ++p) {
       V bv[NV];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = I::load(b + p * NR + v * L);
+      for (int v = 0; v < NV; ++v) bv[v] = I::load(b + p * ldb + v * L);
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
         const V av = I::broadcast(kRowsOfA ? a[i * lda + p] : a[p * lda + i]);
@@ -235,17 +237,17 @@ struct Gemm {
   // place when its rows are whole, else through a local tile (the epilogue then runs on the
   // valid values only, in scalar code).
   template <bool kRowsOfA>
-  static void edge_or_tile(int kc, const float* a, int64_t lda, const float* b, float* c,
-                           int64_t ldc, bool load, const Epilogue* last, int i0, int j0, int mr,
-                           int nr) {
+  static void edge_or_tile(int kc, const float* a, int64_t lda, const float* b, int64_t ldb,
+                           float* c, int64_t ldc, bool load, const Epilogue* last, int i0, int j0,
+                           int mr, int nr) {
     if (mr == MR) {
-      tile<kRowsOfA>(kc, a, lda, b, c, ldc, load, last, i0, j0, nr);
+      tile<kRowsOfA>(kc, a, lda, b, ldb, c, ldc, load, last, i0, j0, nr);
       return;
     }
     alignas(64) float t[MR * NR];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NR; ++j) t[i * NR + j] = load && i < mr && j < nr ? c[i * ldc + j] : 0;
-    tile<kRowsOfA>(kc, a, lda, b, t, NR, load, nullptr, 0, 0, NR);
+    tile<kRowsOfA>(kc, a, lda, b, ldb, t, NR, load, nullptr, 0, 0, NR);
     for (int i = 0; i < mr; ++i)
       for (int j = 0; j < nr; ++j) {
         if (last)
@@ -262,19 +264,25 @@ struct Gemm {
     if constexpr (NV > 1) {
       if (nr <= (NV - 1) * L) return Gemm<I, MR, NV - 1>::panel(k, b, pb, pack, j0, nr);
     }
-    if (pack) pack_b(b, k.pc, k.kc, j0, nr, pb);
+    // B's rows read in place where they hold the whole panel and lie one odd number of cache
+    // lines apart (the mlp's 784 inputs: 49), so that a panel's rows spread over every set of
+    // the L1 cache; else packed (a power-of-two stride would evict the panel from L1).
+    const bool b_in_place = b.cs == 1 && nr == NR && b.rs % 16 == 0 && b.rs / 16 % 2 == 1;
+    const float* bp = b_in_place ? b.p + k.pc * b.rs + j0 : pb;
+    const int64_t ldb = b_in_place ? b.rs : NR;
+    if (pack && !b_in_place) pack_b(b, k.pc, k.kc, j0, nr, pb);
     for (int ir = 0; ir < k.mc; ir += MR) {
       const int mr = std::min(MR, k.mc - ir), i0 = k.ic + ir;
       float* ct = k.c + i0 * k.ldc + j0;
       if (!k.in_place || mr < MR)
-        edge_or_tile<false>(k.kc, k.pa + ir * k.kc, MR, pb, ct, k.ldc, k.load, k.last, i0, j0, mr,
-                            nr);
+        edge_or_tile<false>(k.kc, k.pa + ir * k.kc, MR, bp, ldb, ct, k.ldc, k.load, k.last, i0, j0,
+                            mr, nr);
       else if (k.rows_of_a)
-        edge_or_tile<true>(k.kc, k.a.p + i0 * k.a.rs + k.pc, k.a.rs, pb, ct, k.ldc, k.load, k.last,
-                           i0, j0, mr, nr);
+        edge_or_tile<true>(k.kc, k.a.p + i0 * k.a.rs + k.pc, k.a.rs, bp, ldb, ct, k.ldc, k.load,
+                           k.last, i0, j0, mr, nr);
       else
-        edge_or_tile<false>(k.kc, k.a.p + k.pc * k.a.cs + i0, k.a.cs, pb, ct, k.ldc, k.load, k.last,
-                            i0, j0, mr, nr);
+        edge_or_tile<false>(k.kc, k.a.p + k.pc * k.a.cs + i0, k.a.cs, bp, ldb, ct, k.ldc, k.load,
+                            k.last, i0, j0, mr, nr);
     }
   }
 

@@ -47,10 +47,11 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
   // multiple of 8; m over several row blocks (> kMc), n over several column blocks (> kNc).
   // Last panels of columns that fill part of a vector, or leave whole vectors of the tile empty
   // (the mlp's 784 = 24 x 32 + 16 on AVX-512): C's rows are ldc = n + 3 apart, and the values
-  // between them must stay untouched.
-  const Shape shapes[] = {{1, 1, 1},     {7, 5, 3},     {37, 29, 53},   {16, 10, 130},
-                          {8, 32, 600},  {200, 33, 17}, {9, 1100, 40},  {64, 96, 257},
-                          {16, 784, 24}, {24, 44, 20},  {10, 128, 128}, {128, 10, 20}};
+  // between them must stay untouched. B read in place (rows 784 or 48 floats apart, an odd number
+  // of cache lines), over one slice of k or two.
+  const Shape shapes[] = {{1, 1, 1},      {7, 5, 3},     {37, 29, 53},  {16, 10, 130}, {8, 32, 600},
+                          {200, 33, 17},  {9, 1100, 40}, {64, 96, 257}, {16, 784, 24}, {24, 44, 20},
+                          {10, 128, 128}, {128, 10, 20}, {40, 48, 300}};
   cpu::GemmBuffers buffers;
   for (const Shape s : shapes)
     for (bool ta : {false, true})
