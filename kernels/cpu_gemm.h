@@ -49,6 +49,8 @@ struct Epilogue {
   // Then, with sgd: the parameter whose gradient c[i, j] is takes its SGD step (the same bits as
   // sgd_update over the stored C), and c[i, j] is not stored (C is left unspecified).
   const SgdStep* sgd = nullptr;
+  // C is stored transposed: c[i, j] at c[j * ldc + i] (ldc >= m); else at c[i * ldc + j].
+  bool transposed_c = false;
 };
 
 // One thread's packing buffers (allocated once, reused by every product).
@@ -80,8 +82,10 @@ void gemm_avx512(int m, int n, int k, View a, View b, float* c, int64_t ldc, con
                  GemmBuffers& buffers);
 
 // Block sizes shared by every instruction set (cpu_gemm_impl.h): C is computed in blocks of at
-// most kMc x kNc, the sum in slices of at most kKc values of p.
-inline constexpr int kKc = 256, kMc = 192, kNc = 1024;
+// most kMc x kNc, the sum in slices of at most kKc values of p (kKcTransposed for a C stored
+// transposed, whose partial sums cost a transposition each way; its blocks shrink so that their
+// packed panels fit the buffers).
+inline constexpr int kKc = 256, kMc = 192, kNc = 1024, kKcTransposed = 1024;
 // Largest register tile over all instruction sets (buffers are sized for it).
 inline constexpr int kMaxMr = 16, kMaxNr = 32;
 

@@ -43,6 +43,7 @@ struct Block {
   View a;
   float* c;
   int64_t ldc;
+  bool transposed_c;
   float* pa;  // A's packed panels (those of the block that are not read in place)
   bool in_place, rows_of_a, load;
   const Epilogue* last;  // the epilogue, on the last slice of p
@@ -233,27 +234,45 @@ struct Gemm {
       }
   }
 
-  // A tile of C at (i0, j0) with mr valid rows and nr valid columns (NR - L < nr <= NR): in
-  // place when its rows are whole, else through a local tile (the epilogue then runs on the
-  // valid values only, in scalar code).
+  // Where C's value (i, j) is, for C at c with rows (or, transposed, columns) ldc apart.
+  static float* at(float* c, int64_t ldc, bool transposed, int i, int j) {
+    return transposed ? c + j * ldc + i : c + i * ldc + j;
+  }
+
+  // A tile of C at (i0, j0) (c: its first value) with mr valid rows and nr valid columns
+  // (NR - L < nr <= NR): in place when its rows are whole and C is not transposed, else through a
+  // local tile. A whole tile of a transposed C moves in 8 x 8 transpositions where the tile is
+  // made of them (the epilogue runs in registers); other edges move value by value (the epilogue
+  // then runs on the valid values only, in scalar code).
   template <bool kRowsOfA>
   static void edge_or_tile(int kc, const float* a, int64_t lda, const float* b, int64_t ldb,
-                           float* c, int64_t ldc, bool load, const Epilogue* last, int i0, int j0,
-                           int mr, int nr) {
-    if (mr == MR) {
+                           float* c, int64_t ldc, bool transposed, bool load, const Epilogue* last,
+                           int i0, int j0, int mr, int nr) {
+    if (mr == MR && !transposed) {
       tile<kRowsOfA>(kc, a, lda, b, ldb, c, ldc, load, last, i0, j0, nr);
       return;
     }
-    alignas(64) float t[MR * NR];
+    alignas(64) float t[MR * NR] = {};
+    if (mr == MR && nr == NR && MR % 8 == 0 && NR % 8 == 0) {  // transposed, in 8 x 8 blocks
+      for (int i = 0; load && i < MR; i += 8)
+        for (int j = 0; j < NR; j += 8) I::transpose8x8(c + j * ldc + i, ldc, t + i * NR + j, NR);
+      tile<kRowsOfA>(kc, a, lda, b, ldb, t, NR, load, last, i0, j0, NR);
+      if (last && last->sgd) return;
+      for (int i = 0; i < MR; i += 8)
+        for (int j = 0; j < NR; j += 8) I::transpose8x8(t + i * NR + j, NR, c + j * ldc + i, ldc);
+      return;
+    }
     for (int i = 0; i < MR; ++i)
-      for (int j = 0; j < NR; ++j) t[i * NR + j] = load && i < mr && j < nr ? c[i * ldc + j] : 0;
+      for (int j = 0; j < NR; ++j)
+        t[i * NR + j] = load && i < mr && j < nr ? *at(c, ldc, transposed, i, j) : 0;
     tile<kRowsOfA>(kc, a, lda, b, ldb, t, NR, load, nullptr, 0, 0, NR);
     for (int i = 0; i < mr; ++i)
       for (int j = 0; j < nr; ++j) {
+        float* ct = at(c, ldc, transposed, i, j);
         if (last)
-          finish_at(t[i * NR + j], *last, i0 + i, j0 + j, c + i * ldc + j);
+          finish_at(t[i * NR + j], *last, i0 + i, j0 + j, ct);
         else
-          c[i * ldc + j] = t[i * NR + j];
+          *ct = t[i * NR + j];
       }
   }
 
@@ -273,16 +292,16 @@ struct Gemm {
     if (pack && !b_in_place) pack_b(b, k.pc, k.kc, j0, nr, pb);
     for (int ir = 0; ir < k.mc; ir += MR) {
       const int mr = std::min(MR, k.mc - ir), i0 = k.ic + ir;
-      float* ct = k.c + i0 * k.ldc + j0;
+      float* ct = at(k.c, k.ldc, k.transposed_c, i0, j0);
       if (!k.in_place || mr < MR)
-        edge_or_tile<false>(k.kc, k.pa + ir * k.kc, MR, bp, ldb, ct, k.ldc, k.load, k.last, i0, j0,
-                            mr, nr);
-      else if (k.rows_of_a)
-        edge_or_tile<true>(k.kc, k.a.p + i0 * k.a.rs + k.pc, k.a.rs, bp, ldb, ct, k.ldc, k.load,
-                           k.last, i0, j0, mr, nr);
-      else
-        edge_or_tile<false>(k.kc, k.a.p + k.pc * k.a.cs + i0, k.a.cs, bp, ldb, ct, k.ldc, k.load,
+        edge_or_tile<false>(k.kc, k.pa + ir * k.kc, MR, bp, ldb, ct, k.ldc, k.transposed_c, k.load,
                             k.last, i0, j0, mr, nr);
+      else if (k.rows_of_a)
+        edge_or_tile<true>(k.kc, k.a.p + i0 * k.a.rs + k.pc, k.a.rs, bp, ldb, ct, k.ldc,
+                           k.transposed_c, k.load, k.last, i0, j0, mr, nr);
+      else
+        edge_or_tile<false>(k.kc, k.a.p + k.pc * k.a.cs + i0, k.a.cs, bp, ldb, ct, k.ldc,
+                            k.transposed_c, k.load, k.last, i0, j0, mr, nr);
     }
   }
 
@@ -293,24 +312,29 @@ struct Gemm {
     // A with contiguous rows or columns is read in place, except a last panel of fewer than MR
     // rows (reading on would leave A), which is packed zero-padded; other A are packed.
     const bool rows_of_a = a.cs == 1, in_place = a.cs == 1 || a.rs == 1;
-    // Slices of p of equal length (a multiple of 8 except the last), at most kKc.
-    const int slices = (k + kKc - 1) / kKc;
+    // Slices of p of equal length (a multiple of 8 except the last), at most kKc (kKcTransposed);
+    // blocks of rows and columns whose packed panels fit the buffers (sized for kKc).
+    const int kc_limit = e.transposed_c ? kKcTransposed : kKc;
+    const int slices = (k + kc_limit - 1) / kc_limit;
     const int kc_max = std::min(k, (k / slices + 7) / 8 * 8);
-    for (int jc = 0; jc < n; jc += kNc) {
-      const int nc = std::min(kNc, n - jc);
+    const int mc_max = std::min<int64_t>(kMc, int64_t{kMc + kMaxMr} * kKc / kc_max / MR * MR);
+    const int nc_max = std::min<int64_t>(kNc, int64_t{kNc + kMaxNr} * kKc / kc_max / NR * NR);
+    for (int jc = 0; jc < n; jc += nc_max) {
+      const int nc = std::min(nc_max, n - jc);
       for (int pc = 0; pc < k; pc += kc_max) {
         const int kc = std::min(kc_max, k - pc);
-        for (int ic = 0; ic < m; ic += kMc) {
+        for (int ic = 0; ic < m; ic += mc_max) {
           const Block blk{.a = a,
                           .c = c,
                           .ldc = ldc,
+                          .transposed_c = e.transposed_c,
                           .pa = pa,
                           .in_place = in_place,
                           .rows_of_a = rows_of_a,
                           .load = e.accumulate || pc > 0,
                           .last = pc + kc == k ? &e : nullptr,
                           .ic = ic,
-                          .mc = std::min(kMc, m - ic),
+                          .mc = std::min(mc_max, m - ic),
                           .pc = pc,
                           .kc = kc};
           for (int ir = in_place ? blk.mc / MR * MR : 0; ir < blk.mc; ir += MR)
@@ -332,8 +356,10 @@ void gemm(int m, int n, int k, View a, View b, float* c, int64_t ldc, const Epil
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {  // an empty chain: 0 (or C), then the epilogue
     for (int i = 0; i < m; ++i)
-      for (int j = 0; j < n; ++j)
-        Gemm<I, 1, 1>::finish_at(e.accumulate ? c[i * ldc + j] : 0.0f, e, i, j, c + i * ldc + j);
+      for (int j = 0; j < n; ++j) {
+        float* cij = Gemm<I, 1, 1>::at(c, ldc, e.transposed_c, i, j);
+        Gemm<I, 1, 1>::finish_at(e.accumulate ? *cij : 0.0f, e, i, j, cij);
+      }
     return;
   }
   if (n <= I::kLanes)

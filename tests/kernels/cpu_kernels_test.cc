@@ -48,10 +48,12 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
   // Last panels of columns that fill part of a vector, or leave whole vectors of the tile empty
   // (the mlp's 784 = 24 x 32 + 16 on AVX-512): C's rows are ldc = n + 3 apart, and the values
   // between them must stay untouched. B read in place (rows 784 or 48 floats apart, an odd number
-  // of cache lines), over one slice of k or two.
-  const Shape shapes[] = {{1, 1, 1},      {7, 5, 3},     {37, 29, 53},  {16, 10, 130}, {8, 32, 600},
-                          {200, 33, 17},  {9, 1100, 40}, {64, 96, 257}, {16, 784, 24}, {24, 44, 20},
-                          {10, 128, 128}, {128, 10, 20}, {40, 48, 300}};
+  // of cache lines), over one slice of k or two. Each also with C stored transposed, over several
+  // slices of k and blocks of rows (k = 1100).
+  const Shape shapes[] = {{1, 1, 1},     {7, 5, 3},      {37, 29, 53},   {16, 10, 130},
+                          {8, 32, 600},  {200, 33, 17},  {9, 1100, 40},  {64, 96, 257},
+                          {16, 784, 24}, {24, 44, 20},   {10, 128, 128}, {128, 10, 20},
+                          {40, 48, 300}, {100, 40, 1100}};
   cpu::GemmBuffers buffers;
   for (const Shape s : shapes)
     for (bool ta : {false, true})
@@ -75,6 +77,7 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
           e.relu = epilogue >= 2;
 
           std::vector<float> portable;
+          const float kSlack = -7.0f;
           for (Isa isa : runnable_isas()) {
             std::vector<float> c = c0;
             cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), ldc, e, buffers);
@@ -98,6 +101,20 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
             } else {
               EXPECT_TRUE(same_bits(c, portable)) << cpu::isa_name(isa) << " differs from portable";
             }
+            // C stored transposed (rows m + 5 apart): the same values, nothing outside it written.
+            const int64_t ldt = s.m + 5;
+            std::vector<float> ct(size_t(s.n) * ldt, kSlack);
+            for (int i = 0; i < s.m; ++i)
+              for (int j = 0; j < s.n; ++j) ct[j * ldt + i] = c0[i * ldc + j];
+            cpu::Epilogue et = e;
+            et.transposed_c = true;
+            cpu::gemm(isa, s.m, s.n, s.k, va, vb, ct.data(), ldt, et, buffers);
+            for (int j = 0; j < s.n; ++j)
+              for (int i = 0; i < ldt; ++i)
+                ASSERT_EQ(std::memcmp(&ct[j * ldt + i], i < s.m ? &portable[i * ldc + j] : &kSlack,
+                                      sizeof(float)),
+                          0)
+                    << cpu::isa_name(isa) << " transposed: " << i << "," << j;
           }
         }
 }
@@ -277,6 +294,8 @@ void expect_same_bits_everywhere(const ConvShape& s) {
   const int rows = 50, in = 70, out = 40;
   const auto fx = random_vector(size_t(rows) * in, 14), fw = random_vector(size_t(out) * in, 15);
   const auto fb = random_vector(out, 16), fdy = random_vector(size_t(rows) * out, 17);
+  const int wide_out = 90;
+  const auto ww = random_vector(size_t(wide_out) * in, 18), wb = random_vector(wide_out, 19);
   auto run = [&](const std::string& device, int threads) {
     auto be = make_backend(device, threads);
     std::vector<float> col(be->conv2d_scratch_size(s)), dcol(col.size());
@@ -289,7 +308,10 @@ void expect_same_bits_everywhere(const ConvShape& s) {
     be->bias_relu_backward(fy.data(), g.data(), fdb.data(), rows, out, 1);
     be->gemm(true, false, out, in, rows, 1.0f, g.data(), fx.data(), 0.0f, fdw.data());
     be->gemm(false, false, rows, in, out, 1.0f, g.data(), fw.data(), 0.0f, fdx.data());
-    return std::vector<std::vector<float>>{y, dx, dw, db, fy, g, fdb, fdw, fdx};
+    // A layer of more outputs than rows: y^T = w x^T stored transposed, split by outputs.
+    std::vector<float> wide(size_t(rows) * wide_out);
+    be->linear_forward(fx.data(), ww.data(), wb.data(), wide.data(), rows, in, wide_out, true);
+    return std::vector<std::vector<float>>{y, dx, dw, db, fy, g, fdb, fdw, fdx, wide};
   };
   const auto reference = run("cpu:portable", 1);
   for (Isa isa : runnable_isas())
@@ -442,14 +464,17 @@ TEST(CpuBackendIsaTest, FusedLayersEqualTheirParts) {
   const int rows = 33, in = 45, out = 27;
   const auto x = random_vector(size_t(rows) * in, 20), w = random_vector(size_t(out) * in, 21);
   const auto b = random_vector(out, 22), dy = random_vector(size_t(rows) * out, 23);
-  for (bool relu : {false, true}) {
-    std::vector<float> fused(size_t(rows) * out), parts(fused.size());
-    be->linear_forward(x.data(), w.data(), b.data(), fused.data(), rows, in, out, relu);
-    be->gemm(false, true, rows, out, in, 1.0f, x.data(), w.data(), 0.0f, parts.data());
-    be->bias_forward(parts.data(), b.data(), rows, out, 1);
-    if (relu) be->relu_forward(parts.data(), parts.data(), int64_t{rows} * out);
-    EXPECT_TRUE(same_bits(fused, parts)) << "relu=" << relu;
-  }
+  // Fewer outputs than rows, and more (computed as y^T = w x^T stored transposed).
+  for (int layer_out : {out, 70})
+    for (bool relu : {false, true}) {
+      std::vector<float> fused(size_t(rows) * layer_out), parts(fused.size());
+      const auto lw = random_vector(size_t(layer_out) * in, 25), lb = random_vector(layer_out, 26);
+      be->linear_forward(x.data(), lw.data(), lb.data(), fused.data(), rows, in, layer_out, relu);
+      be->gemm(false, true, rows, layer_out, in, 1.0f, x.data(), lw.data(), 0.0f, parts.data());
+      be->bias_forward(parts.data(), lb.data(), rows, layer_out, 1);
+      if (relu) be->relu_forward(parts.data(), parts.data(), int64_t{rows} * layer_out);
+      EXPECT_TRUE(same_bits(fused, parts)) << "relu=" << relu << " out=" << layer_out;
+    }
   const auto y = random_vector(size_t(rows) * out, 24);  // about half of it > 0
   for (int64_t inner : {1, 7}) {
     const int64_t outer = 3, channels = 11, n = outer * channels * inner;
