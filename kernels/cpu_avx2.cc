@@ -19,6 +19,12 @@ struct Avx2 {
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  // Lanes below n all ones (the masked loads and stores read a lane's sign bit).
+  static __m256i first(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V load_first(const float* p, int n) { return _mm256_maskload_ps(p, first(n)); }
+  static void store_first(float* p, V v, int n) { _mm256_maskstore_ps(p, first(n), v); }
   static V broadcast(float x) { return _mm256_set1_ps(x); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }

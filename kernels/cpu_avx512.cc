@@ -19,6 +19,9 @@ struct Avx512 {
   static V zero() { return _mm512_setzero_ps(); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static __mmask16 first(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+  static V load_first(const float* p, int n) { return _mm512_maskz_loadu_ps(first(n), p); }
+  static void store_first(float* p, V v, int n) { _mm512_mask_storeu_ps(p, first(n), v); }
   static V broadcast(float x) { return _mm512_set1_ps(x); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }

@@ -75,11 +75,27 @@ class CpuBackend final : public Backend {
   }
 
   // y[rows, out] = x[rows, in] w[out, in]^T + bias, then ReLU: the bias and ReLU are applied to
-  // each tile of y while it is in registers.
+  // each tile of y while it is in registers. With more outputs than rows (the mlp's first layer:
+  // 256 x 784 weights, 128 x 784 inputs), as y^T = w x^T stored transposed: the product then packs
+  // (transposes) the smaller x instead of w, and reads w in place; each value is the same chain
+  // (a fused multiply-add's product is commutative).
   void linear_forward(const float* x, const float* w, const float* bias, float* y, int rows, int in,
                       int out, bool relu) const override {
-    product(rows, out, in, cpu::View{x, in, 1}, cpu::View{w, 1, in}, y, out,
-            {.col_bias = bias, .relu = relu});
+    if (out > rows)
+      product(out, rows, in, cpu::View{w, in, 1}, cpu::View{x, 1, in}, y, out,
+              {.row_bias = bias, .relu = relu, .transposed_c = true});
+    else
+      product(rows, out, in, cpu::View{x, in, 1}, cpu::View{w, 1, in}, y, out,
+              {.col_bias = bias, .relu = relu});
+  }
+
+  // The step is taken on each tile of dw while it is in registers: dw is never stored.
+  void linear_weight_sgd(const float* dy, const float* x, float* dw, float* w, float* momentum,
+                         int rows, int in, int out, const SgdParams& hp) const override {
+    if (hp.momentum != 0 && momentum == nullptr)
+      throw std::invalid_argument("linear_weight_sgd: momentum needs a buffer");
+    const cpu::SgdStep step{.params = w, .momentum = momentum, .ld = in, .hp = hp};
+    product(out, in, rows, cpu::View{dy, 1, out}, cpu::View{x, in, 1}, dw, in, {.sgd = &step});
   }
 
   void bias_forward(float* y, const float* bias, int64_t outer, int64_t channels,
@@ -547,13 +563,23 @@ class CpuBackend final : public Backend {
     for_each_part(parts, [&](int t, int, int) {
       const int lo = part_bound(span, parts, unit, t), hi = part_bound(span, parts, unit, t + 1);
       cpu::Epilogue part = e;
+      cpu::SgdStep step;  // e.sgd's at the part's first value
+      if (e.sgd) {
+        const int64_t first = by_cols ? lo : lo * e.sgd->ld;
+        step = *e.sgd;
+        step.params += first;
+        if (step.momentum) step.momentum += first;
+        part.sgd = &step;
+      }
+      // The part's first value of C: column lo (stored transposed: row lo), or row lo.
+      const int64_t first_c = by_cols != e.transposed_c ? lo : lo * ldc;
       if (by_cols) {
         if (part.col_bias) part.col_bias += lo;
-        cpu::gemm(isa_, m, hi - lo, k, a, cpu::View{b.p + lo * b.cs, b.rs, b.cs}, c + lo, ldc, part,
-                  *gemm_buffers_[t]);
+        cpu::gemm(isa_, m, hi - lo, k, a, cpu::View{b.p + lo * b.cs, b.rs, b.cs}, c + first_c, ldc,
+                  part, *gemm_buffers_[t]);
       } else {
         if (part.row_bias) part.row_bias += lo;
-        cpu::gemm(isa_, hi - lo, n, k, cpu::View{a.p + lo * a.rs, a.rs, a.cs}, b, c + lo * ldc, ldc,
+        cpu::gemm(isa_, hi - lo, n, k, cpu::View{a.p + lo * a.rs, a.rs, a.cs}, b, c + first_c, ldc,
                   part, *gemm_buffers_[t]);
       }
     });

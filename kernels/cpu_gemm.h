@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/kernels.h"
+
 namespace hippo::kernels::cpu {
 
 // The instruction sets the kernels are compiled for, from the most widely available.
@@ -28,12 +30,27 @@ struct View {
   int64_t rs, cs;
 };
 
+// An SGD step (kernels.h's sgd_update) taken by a product whose C is the gradient of params:
+// element (i, j) at params[i * ld + j], its momentum at momentum[i * ld + j] (null without
+// momentum).
+struct SgdStep {
+  float* params;
+  float* momentum;
+  int64_t ld;
+  SgdParams hp;
+};
+
 // What a product does with each value of C, in this order.
 struct Epilogue {
   bool accumulate = false;          // the chain starts from C's value (else from 0)
   const float* row_bias = nullptr;  // c[i, j] += row_bias[i]
   const float* col_bias = nullptr;  // c[i, j] += col_bias[j]
   bool relu = false;                // c[i, j] = c[i, j] > 0 ? c[i, j] : 0
+  // Then, with sgd: the parameter whose gradient c[i, j] is takes its SGD step (the same bits as
+  // sgd_update over the stored C), and c[i, j] is not stored (C is left unspecified).
+  const SgdStep* sgd = nullptr;
+  // C is stored transposed: c[i, j] at c[j * ldc + i] (ldc >= m); else at c[i * ldc + j].
+  bool transposed_c = false;
 };
 
 // One thread's packing buffers (allocated once, reused by every product).
@@ -65,8 +82,10 @@ void gemm_avx512(int m, int n, int k, View a, View b, float* c, int64_t ldc, con
                  GemmBuffers& buffers);
 
 // Block sizes shared by every instruction set (cpu_gemm_impl.h): C is computed in blocks of at
-// most kMc x kNc, the sum in slices of at most kKc values of p.
-inline constexpr int kKc = 256, kMc = 192, kNc = 1024;
+// most kMc x kNc, the sum in slices of at most kKc values of p (kKcTransposed for a C stored
+// transposed, whose partial sums cost a transposition each way; its blocks shrink so that their
+// packed panels fit the buffers).
+inline constexpr int kKc = 256, kMc = 192, kNc = 1024, kKcTransposed = 1024;
 // Largest register tile over all instruction sets (buffers are sized for it).
 inline constexpr int kMaxMr = 16, kMaxNr = 32;
 

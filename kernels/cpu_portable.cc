@@ -17,6 +17,8 @@ struct Portable {
   static V zero() { return 0.0f; }
   static V load(const float* p) { return *p; }
   static void store(float* p, V v) { *p = v; }
+  static V load_first(const float* p, int) { return *p; }  // n is always 1 lane
+  static void store_first(float* p, V v, int) { *p = v; }
   static V broadcast(float x) { return x; }
   static V fma(V a, V b, V c) { return std::fma(a, b, c); }
   static V add(V a, V b) { return a + b; }

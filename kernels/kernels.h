@@ -125,6 +125,16 @@ class Backend {
     bias_forward(y, bias, rows, out, 1);
     if (relu) relu_forward(y, y, int64_t{rows} * out);
   }
+  // A linear layer's weight gradient and its SGD step: dw[out, in] = dy[rows, out]^T x[rows, in]
+  // (gemm's chain), then sgd_update(w, dw, momentum, out * in, hp), with the same values of w and
+  // momentum; dw's contents afterwards are unspecified (a backend may take the step while the
+  // gradient is in registers and store none of it).
+  virtual void linear_weight_sgd(const float* dy, const float* x, float* dw, float* w,
+                                 float* momentum, int rows, int in, int out,
+                                 const SgdParams& hp) const {
+    gemm(true, false, out, in, rows, 1.0f, dy, x, 0.0f, dw);
+    sgd_update(w, dw, momentum, int64_t{out} * in, hp);
+  }
   // The gradient through a bias and, unless y is null, a ReLU before it: dy[outer, channels,
   // inner] (in place) = dy where y > 0, else 0; then dbias[channels] as bias_backward of it. The
   // same values as relu_backward and bias_backward in turn (a backend may do both in one pass).

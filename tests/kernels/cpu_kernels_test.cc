@@ -16,6 +16,7 @@
 
 #include "kernels/cpu_conv.h"
 #include "kernels/cpu_gemm.h"
+#include "kernels/cpu_optimizer.h"
 #include "kernels/kernels.h"
 #include "tests/kernels/random_vector.h"
 
@@ -44,8 +45,15 @@ struct Shape {
 TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
   // Partial tiles everywhere; n <= 16 (the narrow tile); k over several slices (> kKc) and not a
   // multiple of 8; m over several row blocks (> kMc), n over several column blocks (> kNc).
-  const Shape shapes[] = {{1, 1, 1},    {7, 5, 3},     {37, 29, 53},  {16, 10, 130},
-                          {8, 32, 600}, {200, 33, 17}, {9, 1100, 40}, {64, 96, 257}};
+  // Last panels of columns that fill part of a vector, or leave whole vectors of the tile empty
+  // (the mlp's 784 = 24 x 32 + 16 on AVX-512): C's rows are ldc = n + 3 apart, and the values
+  // between them must stay untouched. B read in place (rows 784 or 48 floats apart, an odd number
+  // of cache lines), over one slice of k or two. Each also with C stored transposed, over several
+  // slices of k and blocks of rows (k = 1100).
+  const Shape shapes[] = {{1, 1, 1},     {7, 5, 3},      {37, 29, 53},   {16, 10, 130},
+                          {8, 32, 600},  {200, 33, 17},  {9, 1100, 40},  {64, 96, 257},
+                          {16, 784, 24}, {24, 44, 20},   {10, 128, 128}, {128, 10, 20},
+                          {40, 48, 300}, {100, 40, 1100}};
   cpu::GemmBuffers buffers;
   for (const Shape s : shapes)
     for (bool ta : {false, true})
@@ -56,7 +64,8 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
                        " epilogue=" + std::to_string(epilogue));
           const auto a = random_vector(size_t(s.m) * s.k, 1),
                      b = random_vector(size_t(s.k) * s.n, 2);
-          const auto c0 = random_vector(size_t(s.m) * s.n, 3);
+          const int64_t ldc = s.n + 3;
+          const auto c0 = random_vector(size_t(s.m) * ldc, 3);
           const auto row_bias = random_vector(s.m, 4), col_bias = random_vector(s.n, 5);
           const cpu::View va = ta ? cpu::View{a.data(), 1, s.m} : cpu::View{a.data(), s.k, 1};
           const cpu::View vb = tb ? cpu::View{b.data(), 1, s.k} : cpu::View{b.data(), s.n, 1};
@@ -68,27 +77,85 @@ TEST(CpuGemmTest, EveryInstructionSetMatchesTheReferenceWithTheSameBits) {
           e.relu = epilogue >= 2;
 
           std::vector<float> portable;
+          const float kSlack = -7.0f;
           for (Isa isa : runnable_isas()) {
             std::vector<float> c = c0;
-            cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), s.n, e, buffers);
+            cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), ldc, e, buffers);
+            for (int i = 0; i < s.m; ++i)
+              for (int j = s.n; j < ldc; ++j)
+                ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j])
+                    << cpu::isa_name(isa) << " wrote " << i << "," << j << " outside C";
             if (isa == Isa::kPortable) {
               portable = c;
               for (int i = 0; i < s.m; ++i)
                 for (int j = 0; j < s.n; ++j) {
-                  double ref = e.accumulate ? c0[size_t(i) * s.n + j] : 0.0;
+                  double ref = e.accumulate ? c0[i * ldc + j] : 0.0;
                   for (int p = 0; p < s.k; ++p)
                     ref += double{a[ta ? size_t(p) * s.m + i : size_t(i) * s.k + p]} *
                            b[tb ? size_t(j) * s.k + p : size_t(p) * s.n + j];
                   if (e.row_bias) ref += e.row_bias[i];
                   if (e.col_bias) ref += e.col_bias[j];
                   if (e.relu) ref = std::max(ref, 0.0);
-                  ASSERT_NEAR(c[size_t(i) * s.n + j], ref, 1e-5 * (s.k + 1)) << i << "," << j;
+                  ASSERT_NEAR(c[i * ldc + j], ref, 1e-5 * (s.k + 1)) << i << "," << j;
                 }
             } else {
               EXPECT_TRUE(same_bits(c, portable)) << cpu::isa_name(isa) << " differs from portable";
             }
+            // C stored transposed (rows m + 5 apart): the same values, nothing outside it written.
+            const int64_t ldt = s.m + 5;
+            std::vector<float> ct(size_t(s.n) * ldt, kSlack);
+            for (int i = 0; i < s.m; ++i)
+              for (int j = 0; j < s.n; ++j) ct[j * ldt + i] = c0[i * ldc + j];
+            cpu::Epilogue et = e;
+            et.transposed_c = true;
+            cpu::gemm(isa, s.m, s.n, s.k, va, vb, ct.data(), ldt, et, buffers);
+            for (int j = 0; j < s.n; ++j)
+              for (int i = 0; i < ldt; ++i)
+                ASSERT_EQ(std::memcmp(&ct[j * ldt + i], i < s.m ? &portable[i * ldc + j] : &kSlack,
+                                      sizeof(float)),
+                          0)
+                    << cpu::isa_name(isa) << " transposed: " << i << "," << j;
           }
         }
+}
+
+// A product whose epilogue takes the SGD step of the parameters whose gradient C is: on every
+// instruction set, the same parameters and momentum, bit for bit, as the portable product stored
+// and then the portable sgd_update, for each variant; values between the parameters' rows stay.
+TEST(CpuGemmTest, SgdStepInTheEpilogueEqualsTheProductThenSgdUpdate) {
+  const Shape shapes[] = {{7, 5, 3},     {37, 29, 300}, {16, 784, 24},
+                          {10, 128, 64}, {0, 4, 5},     {3, 4, 0}};
+  const SgdParams kinds[] = {SgdParams{.lr = 0.1f, .weight_decay = 1e-3f},
+                             SgdParams{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f},
+                             SgdParams{.lr = 0.1f, .momentum = 0.9f, .nesterov = true}};
+  cpu::GemmBuffers buffers;
+  for (const Shape s : shapes)
+    for (const SgdParams& hp : kinds) {
+      SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+                   " momentum=" + std::to_string(hp.momentum) +
+                   " nesterov=" + std::to_string(hp.nesterov));
+      const int64_t ld = s.n + 3;
+      const auto a = random_vector(size_t(s.k) * s.m, 80), b = random_vector(size_t(s.k) * s.n, 81);
+      const auto p0 = random_vector(size_t(s.m) * ld, 82), m0 = random_vector(size_t(s.m) * ld, 83);
+      const cpu::View va{a.data(), 1, s.m}, vb{b.data(), s.n, 1};  // a weight gradient's operands
+      float* no_momentum = nullptr;
+      // The reference: the portable product stored, then the portable update row by row.
+      std::vector<float> grad(size_t(s.m) * ld), p_ref = p0, m_ref = m0;
+      cpu::gemm(Isa::kPortable, s.m, s.n, s.k, va, vb, grad.data(), ld, {}, buffers);
+      for (int i = 0; i < s.m; ++i)
+        cpu::sgd_update(Isa::kPortable, p_ref.data() + i * ld, grad.data() + i * ld,
+                        hp.momentum != 0 ? m_ref.data() + i * ld : no_momentum, s.n, hp);
+      for (Isa isa : runnable_isas()) {
+        std::vector<float> c(size_t(s.m) * ld), p = p0, m = m0;
+        const cpu::SgdStep step{.params = p.data(),
+                                .momentum = hp.momentum != 0 ? m.data() : nullptr,
+                                .ld = ld,
+                                .hp = hp};
+        cpu::gemm(isa, s.m, s.n, s.k, va, vb, c.data(), ld, {.sgd = &step}, buffers);
+        EXPECT_TRUE(same_bits(p, p_ref)) << cpu::isa_name(isa) << ": parameters";
+        EXPECT_TRUE(same_bits(m, m_ref)) << cpu::isa_name(isa) << ": momentum";
+      }
+    }
 }
 
 TEST(CpuGemmTest, EmptySumIsZeroOrKeepsC) {
@@ -227,6 +294,8 @@ void expect_same_bits_everywhere(const ConvShape& s) {
   const int rows = 50, in = 70, out = 40;
   const auto fx = random_vector(size_t(rows) * in, 14), fw = random_vector(size_t(out) * in, 15);
   const auto fb = random_vector(out, 16), fdy = random_vector(size_t(rows) * out, 17);
+  const int wide_out = 90;
+  const auto ww = random_vector(size_t(wide_out) * in, 18), wb = random_vector(wide_out, 19);
   auto run = [&](const std::string& device, int threads) {
     auto be = make_backend(device, threads);
     std::vector<float> col(be->conv2d_scratch_size(s)), dcol(col.size());
@@ -239,7 +308,10 @@ void expect_same_bits_everywhere(const ConvShape& s) {
     be->bias_relu_backward(fy.data(), g.data(), fdb.data(), rows, out, 1);
     be->gemm(true, false, out, in, rows, 1.0f, g.data(), fx.data(), 0.0f, fdw.data());
     be->gemm(false, false, rows, in, out, 1.0f, g.data(), fw.data(), 0.0f, fdx.data());
-    return std::vector<std::vector<float>>{y, dx, dw, db, fy, g, fdb, fdw, fdx};
+    // A layer of more outputs than rows: y^T = w x^T stored transposed, split by outputs.
+    std::vector<float> wide(size_t(rows) * wide_out);
+    be->linear_forward(fx.data(), ww.data(), wb.data(), wide.data(), rows, in, wide_out, true);
+    return std::vector<std::vector<float>>{y, dx, dw, db, fy, g, fdb, fdw, fdx, wide};
   };
   const auto reference = run("cpu:portable", 1);
   for (Isa isa : runnable_isas())
@@ -351,20 +423,58 @@ TEST(CpuBackendIsaTest, ConvolutionBlockEqualsItsParts) {
   }
 }
 
+// A linear layer's weight gradient with its SGD step (linear_weight_sgd) gives the parameters and
+// momentum of gemm then sgd_update, bit for bit, on every instruction set and thread count: split
+// over the threads by columns (in >= out) and by rows, for each variant of the step.
+TEST(CpuBackendIsaTest, LinearWeightSgdEqualsItsParts) {
+  struct Layer {
+    int rows, in, out;
+  };
+  for (const Layer l : {Layer{50, 70, 40}, Layer{20, 40, 600}})
+    for (const SgdParams hp : {SgdParams{.lr = 0.1f, .weight_decay = 1e-3f},
+                               SgdParams{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f},
+                               SgdParams{.lr = 0.1f, .momentum = 0.9f, .nesterov = true}}) {
+      const size_t n = size_t(l.out) * l.in;
+      const auto x = random_vector(size_t(l.rows) * l.in, 90);
+      const auto dy = random_vector(size_t(l.rows) * l.out, 91);
+      const auto w0 = random_vector(n, 92), m0 = random_vector(n, 93);
+      auto reference = make_backend("cpu:portable", 1);
+      std::vector<float> dw(n), w_ref = w0, m_ref = m0;
+      reference->gemm(true, false, l.out, l.in, l.rows, 1.0f, dy.data(), x.data(), 0.0f, dw.data());
+      reference->sgd_update(w_ref.data(), dw.data(), m_ref.data(), int64_t(n), hp);
+      for (Isa isa : runnable_isas())
+        for (int threads : {1, 3}) {
+          const std::string device = std::string("cpu:") + cpu::isa_name(isa);
+          SCOPED_TRACE(device + " with " + std::to_string(threads) + " threads, " +
+                       std::to_string(l.out) + "x" + std::to_string(l.in) +
+                       " momentum=" + std::to_string(hp.momentum));
+          auto be = make_backend(device, threads);
+          std::vector<float> scratch(n), w = w0, m = m0;
+          be->linear_weight_sgd(dy.data(), x.data(), scratch.data(), w.data(), m.data(), l.rows,
+                                l.in, l.out, hp);
+          EXPECT_TRUE(same_bits(w, w_ref));
+          EXPECT_TRUE(same_bits(m, m_ref));
+        }
+    }
+}
+
 // The fused layers give the values of the operations they stand for, bit for bit.
 TEST(CpuBackendIsaTest, FusedLayersEqualTheirParts) {
   auto be = make_cpu_backend(2);
   const int rows = 33, in = 45, out = 27;
   const auto x = random_vector(size_t(rows) * in, 20), w = random_vector(size_t(out) * in, 21);
   const auto b = random_vector(out, 22), dy = random_vector(size_t(rows) * out, 23);
-  for (bool relu : {false, true}) {
-    std::vector<float> fused(size_t(rows) * out), parts(fused.size());
-    be->linear_forward(x.data(), w.data(), b.data(), fused.data(), rows, in, out, relu);
-    be->gemm(false, true, rows, out, in, 1.0f, x.data(), w.data(), 0.0f, parts.data());
-    be->bias_forward(parts.data(), b.data(), rows, out, 1);
-    if (relu) be->relu_forward(parts.data(), parts.data(), int64_t{rows} * out);
-    EXPECT_TRUE(same_bits(fused, parts)) << "relu=" << relu;
-  }
+  // Fewer outputs than rows, and more (computed as y^T = w x^T stored transposed).
+  for (int layer_out : {out, 70})
+    for (bool relu : {false, true}) {
+      std::vector<float> fused(size_t(rows) * layer_out), parts(fused.size());
+      const auto lw = random_vector(size_t(layer_out) * in, 25), lb = random_vector(layer_out, 26);
+      be->linear_forward(x.data(), lw.data(), lb.data(), fused.data(), rows, in, layer_out, relu);
+      be->gemm(false, true, rows, layer_out, in, 1.0f, x.data(), lw.data(), 0.0f, parts.data());
+      be->bias_forward(parts.data(), lb.data(), rows, layer_out, 1);
+      if (relu) be->relu_forward(parts.data(), parts.data(), int64_t{rows} * layer_out);
+      EXPECT_TRUE(same_bits(fused, parts)) << "relu=" << relu << " out=" << layer_out;
+    }
   const auto y = random_vector(size_t(rows) * out, 24);  // about half of it > 0
   for (int64_t inner : {1, 7}) {
     const int64_t outer = 3, channels = 11, n = outer * channels * inner;

@@ -131,16 +131,21 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
     indices_.resize(batch);
     const int64_t next_position = order_.take(s.data_position, batch, indices_.data());
     if (s.step + 1 < to) prefetch(hp, fixed, s.step + 1, next_position);
-    network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
-                        grads_.data());
-
     if (s.optimizer == "sgd") {
-      be.sgd_update(s.params.data(), grads_.data(), s.opt_state.data(), nparams,
-                    kernels::SgdParams{.lr = float(st.lr),
-                                       .momentum = float(st.momentum),
-                                       .weight_decay = float(st.weight_decay),
-                                       .nesterov = st.nesterov});
+      const kernels::SgdParams hp{.lr = float(st.lr),
+                                  .momentum = float(st.momentum),
+                                  .weight_decay = float(st.weight_decay),
+                                  .nesterov = st.nesterov};
+      // One micro-batch: the network may take the step layer by layer (the same bits).
+      if (config_.microbatches > 1 || !network_->sgd_step(s.params.data(), indices_.data(), batch,
+                                                          grads_.data(), s.opt_state.data(), hp)) {
+        network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
+                            grads_.data());
+        be.sgd_update(s.params.data(), grads_.data(), s.opt_state.data(), nparams, hp);
+      }
     } else {
+      network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
+                          grads_.data());
       be.adam_update(s.params.data(), grads_.data(), s.opt_state.data(),
                      s.opt_state.data() + nparams, nparams,
                      kernels::AdamParams{.lr = float(st.lr),

@@ -25,11 +25,20 @@ class Linear final : public Layer {
     be.linear_forward(x, p, p + int64_t{out_} * in_, y, batch, in_, out_, relu_);
   }
 
+  // With sgd, W's step is taken tile by tile as its gradient is computed (linear_weight_sgd),
+  // after dx has read W.
   void backward(const Backend& be, int batch, const float* p, const float* x, const float* y,
-                float* dy, float* dx, float* dp, float*) const override {
-    be.bias_relu_backward(relu_ ? y : nullptr, dy, dp + int64_t{out_} * in_, batch, out_, 1);
-    be.gemm(true, false, out_, in_, batch, 1.0f, dy, x, 0.0f, dp);           // dW[out, in] = dy^T x
+                float* dy, float* dx, float* dp, float*, const LayerSgd* sgd) const override {
+    const int64_t weights = int64_t{out_} * in_;
+    be.bias_relu_backward(relu_ ? y : nullptr, dy, dp + weights, batch, out_, 1);
     if (dx) be.gemm(false, false, batch, in_, out_, 1.0f, dy, p, 0.0f, dx);  // dx = dy W
+    if (!sgd) {
+      be.gemm(true, false, out_, in_, batch, 1.0f, dy, x, 0.0f, dp);  // dW[out, in] = dy^T x
+      return;
+    }
+    be.linear_weight_sgd(dy, x, dp, sgd->params, sgd->momentum, batch, in_, out_, sgd->hp);
+    be.sgd_update(sgd->params + weights, dp + weights,
+                  sgd->momentum ? sgd->momentum + weights : nullptr, out_, sgd->hp);
   }
 
  private:
@@ -60,9 +69,11 @@ class ConvBlock final : public Layer {
   }
 
   void backward(const Backend& be, int batch, const float* p, const float* x, const float* y,
-                float* dy, float* dx, float* dp, float* scratch) const override {
+                float* dy, float* dx, float* dp, float* scratch,
+                const LayerSgd* sgd) const override {
     const kernels::ConvShape s = shape(batch);
     be.conv_block_backward(s, x, p, y, dy, scratch, dx, dp, dp + s.col_rows() * out_);
+    if (sgd) be.sgd_update(sgd->params, dp, sgd->momentum, param_count(), sgd->hp);
   }
 
  private:
@@ -91,7 +102,7 @@ class Flatten final : public Layer {
     be.swap_outer_axes(x, y, c_, batch, hw_);
   }
   void backward(const Backend& be, int batch, const float*, const float*, const float*, float* dy,
-                float* dx, float*, float*) const override {
+                float* dx, float*, float*, const LayerSgd*) const override {
     if (dx) be.swap_outer_axes(dy, dx, batch, c_, hw_);
   }
 

@@ -18,6 +18,15 @@
 
 namespace hippo::worker {
 
+// The SGD step a layer takes on its own parameters during backward, as soon as their gradient is
+// known (ImageNetwork's fused step): the layer's parameters (those backward reads) and their
+// momentum (null without momentum).
+struct LayerSgd {
+  float* params;
+  float* momentum;
+  kernels::SgdParams hp;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -32,10 +41,12 @@ class Layer {
   virtual void forward(const kernels::Backend& be, int batch, const float* params, const float* x,
                        float* y, float* scratch) const = 0;
   // From x and y of the forward pass and dy (which it may overwrite): the parameter gradients
-  // dparams (overwritten) and, unless dx is null, dx[batch, in].
+  // dparams (overwritten) and, unless dx is null, dx[batch, in]. With sgd, then the SGD step of
+  // the parameters (sgd->params == params), with the bits of sgd_update over dparams; dparams is
+  // then scratch (a fused step may leave it unspecified).
   virtual void backward(const kernels::Backend& be, int batch, const float* params, const float* x,
-                        const float* y, float* dy, float* dx, float* dparams,
-                        float* scratch) const = 0;
+                        const float* y, float* dy, float* dx, float* dparams, float* scratch,
+                        const LayerSgd* sgd) const = 0;
 };
 
 class Model {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "tests/worker/engine/recipe.h"
+#include "worker/engine/network.h"
 #include "worker/engine/rng.h"
 #include "worker/engine/step_settings.h"
 
@@ -169,6 +170,50 @@ INSTANTIATE_TEST_SUITE_P(Models, ExactnessTest,
                          [](const auto& info) {
                            return info.param.model + "_" + info.param.optimizer;
                          });
+
+// The image networks' fused SGD step (Network::sgd_step: each layer steps as soon as its gradient
+// is known, the mlp's weights in the product's epilogue) equals gradients() then the backend's
+// sgd_update, bit for bit: each model, each variant of SGD, each instruction set, 1 and 3 threads,
+// over steps with momentum built up.
+TEST(FusedSgdTest, SgdStepEqualsGradientsThenUpdate) {
+  for (const std::string model : {"mlp", "cnn"})
+    for (const kernels::SgdParams hp :
+         {kernels::SgdParams{.lr = 0.05f, .weight_decay = 1e-3f},
+          kernels::SgdParams{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f},
+          kernels::SgdParams{.lr = 0.05f, .momentum = 0.9f, .nesterov = true}})
+      for (const char* device : {"cpu:portable", "cpu:avx2", "cpu:avx512"})
+        for (int threads : {1, 3}) {
+          SCOPED_TRACE(model + " on " + device + " with " + std::to_string(threads) +
+                       " threads, momentum " + std::to_string(hp.momentum) +
+                       (hp.nesterov ? " nesterov" : ""));
+          std::shared_ptr<const kernels::Backend> be;
+          try {
+            be = kernels::make_backend(device, threads);
+          } catch (const std::invalid_argument& e) {  // this CPU lacks the instruction set
+            std::cout << "skipping " << device << ": " << e.what() << std::endl;
+            continue;
+          }
+          const RunConfig config = small_config(model);
+          auto fused = make_network(config, be), parts = make_network(config, be);
+          const int64_t n = fused->param_count();
+          std::vector<float> init(n);
+          fused->init(config.seed, init.data());
+          auto p_fused = kernels::Buffer<float>::from_host(be, init.data(), n);
+          auto p_parts = kernels::Buffer<float>::from_host(be, init.data(), n);
+          kernels::Buffer<float> m_fused(be, n), m_parts(be, n), g_fused(be, n), g_parts(be, n);
+          const int batch = 24;
+          std::vector<int32_t> indices(batch);
+          for (int step = 0; step < 3; ++step) {
+            for (int b = 0; b < batch; ++b) indices[b] = (step * 37 + b * 7) % 200;
+            ASSERT_TRUE(fused->sgd_step(p_fused.data(), indices.data(), batch, g_fused.data(),
+                                        m_fused.data(), hp));
+            parts->gradients(p_parts.data(), indices.data(), batch, 1, g_parts.data());
+            be->sgd_update(p_parts.data(), g_parts.data(), m_parts.data(), n, hp);
+            EXPECT_TRUE(p_fused == p_parts) << "parameters after step " << step;
+            EXPECT_TRUE(m_fused == m_parts) << "momentum after step " << step;
+          }
+        }
+}
 
 // What a checkpoint is checked against is what training holds, at every step: batch sizes that
 // drop the end of an epoch (48 of 200 samples) and change mid-epoch (to 30 at step 6), each
