@@ -107,7 +107,10 @@ void Master::sweep_checkpoints() {
 // What the CLI asks.
 
 int64_t Master::submit(const StudySpec& spec, const json& spec_json, Policy policy) {
+  // In-process (outside poll): its CPU time is measured here; a submit message's, in try_handle.
+  const double started = thread_cpu_seconds();
   int64_t id = driver_.submit(spec, spec_json, policy);
+  driver_.charge_master_time(thread_cpu_seconds() - started);
   schedule_changed_ = true;
   return id;
 }
@@ -162,6 +165,9 @@ void Master::poll(int timeout_ms) {
     } catch (const PlanBusy&) {
       // locked by another process: the next poll tries again
     }
+    // Charged to the expanding studies, not to the first message after it.
+    const double now = thread_cpu_seconds();
+    driver_.charge_master_time(now - std::exchange(cpu_mark_, now));
     if (driver_.expanding()) timeout_ms = 0;
   }
   auto envelope = transport_->receive(timeout_ms);

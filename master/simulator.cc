@@ -214,7 +214,6 @@ class Simulation {
     JobTimes times;
     double started = 0, train_from = 0;     // virtual times: the job arrived, training began
     std::multimap<int64_t, double> writes;  // the job's snapshots: step -> written at
-    double writes_end = 0;                  // the last of them written
   };
 
   void schedule(double at, int order, EventKind kind, size_t index, nlohmann::json message = {}) {
@@ -259,7 +258,6 @@ class Simulation {
       start = std::max(start, std::prev(next)->second);
     const double written = start + write_s;
     w.writes.emplace(order.step, written);
-    w.writes_end = std::max(w.writes_end, written);
     schedule(written, 0, EventKind::kMessage, worker_of(w.peer),
              protocol::Snapshot{.job = w.job,
                                 .step = order.step,
@@ -268,6 +266,13 @@ class Simulation {
                                 .bytes = order.file.empty() ? 0 : w.times.state_bytes,
                                 .incarnation = w.incarnation}
                  .to_json());
+  }
+
+  // When the job's last snapshot is written (its training's start if it has none).
+  static double last_written(const Worker& w) {
+    double last = w.train_from;
+    for (const auto& [step, written] : w.writes) last = std::max(last, written);
+    return last;
   }
 
   void from_master(const std::string& peer, const std::string& body);
@@ -339,7 +344,6 @@ void Simulation::start_job(Worker& w, protocol::Job order) {
   }
   w.train_from = now_ + w.times.job_s + load_s;
   w.writes.clear();
-  w.writes_end = w.train_from;
   const size_t index = worker_of(w.peer);
   for (int64_t step : w.order.eval_steps) {
     protocol::Metric metric{.job = w.job,
@@ -370,8 +374,8 @@ void Simulation::fire(const Event& e) {
         end_job(w);
         break;
       }
-      if (w.writes_end > now_) {  // the last snapshots are still being written
-        schedule(w.writes_end, 1, EventKind::kDone, e.index);
+      if (const double written = last_written(w); written > now_) {  // still being written
+        schedule(written, 1, EventKind::kDone, e.index);
         break;
       }
       deliver(w, protocol::Done{.job = w.job,

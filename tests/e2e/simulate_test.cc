@@ -15,6 +15,18 @@ class Simulate : public E2ETest {
     EXPECT_EQ(r.status, 0) << r.out;
     return r.status == 0 ? last_json(r.out) : json();
   }
+  // An ASHA study (the example with `changes` merged) run for real, then simulated with its own
+  // plan's times and metrics: the real run's summary and the simulation's shared column.
+  std::pair<json, json> replay_asha(const json& changes) {
+    json asha = json::parse(read_file(kExamples + "/fmnist-mlp-asha.json"));
+    asha.merge_patch(changes);
+    const std::string file = path("asha.json"), plan = path("asha.db");
+    std::ofstream(file) << asha.dump();
+    json real = run("asha.db", file);
+    if (real.is_null()) return {};
+    return {real, simulate(file, "--policy shared --times-from " + plan + " --metrics-from " + plan,
+                           "shared")};
+  }
   // One column of `simulate --format json`.
   json simulate(const std::string& spec, const std::string& options, const std::string& column) {
     Result r = sh(kHippo + " --format json simulate " + spec + " --workers 2 " + options);
@@ -56,16 +68,8 @@ TEST_F(Simulate, PredictsTheInterfaceExampleWithin15Percent) {
 // order in which concurrent results arrive, which the real run's timing sets (under the
 // sanitizers it differs from the simulated one, and so does the search).
 TEST_F(Simulate, ReplaysAnAshaStudyAsItRan) {
-  json asha = json::parse(read_file(kExamples + "/fmnist-mlp-asha.json"));
-  asha["searcher"]["parallel"] = 1;
-  const std::string file = path("asha.json");
-  std::ofstream(file) << asha.dump();
-  json real = run("asha.db", file);
-  ASSERT_FALSE(real.is_null());
-  const std::string plan = path("asha.db");
-  json sim =
-      simulate(file, "--policy shared --times-from " + plan + " --metrics-from " + plan, "shared");
-  ASSERT_FALSE(sim.is_null());
+  auto [real, sim] = replay_asha({{"searcher", {{"parallel", 1}}}});
+  ASSERT_FALSE(real.is_null() || sim.is_null());
   const json& study = sim["studies"][0];
   EXPECT_EQ(study["status"], "done");
   EXPECT_EQ(study["trials"], real["trials"]);
@@ -81,19 +85,10 @@ TEST_F(Simulate, ReplaysAnAshaStudyAsItRan) {
 // The same on a run of seconds, the 15% goal: the INTERFACE.md model on 16,384 samples, 27
 // trials of up to 9 epochs, one in flight (as above). Release only (label slow).
 TEST_F(Simulate, ReplaysALongerAshaStudyWithin15Percent) {
-  json asha = json::parse(read_file(kExamples + "/fmnist-mlp-asha.json"));
-  asha["model"]["hidden"] = {256, 128};
-  asha["data"]["train_samples"] = 16384;
-  asha["searcher"]["max_trials"] = 27;
-  asha["searcher"]["parallel"] = 1;
-  const std::string file = path("asha.json");
-  std::ofstream(file) << asha.dump();
-  json real = run("asha.db", file);
-  ASSERT_FALSE(real.is_null());
-  const std::string plan = path("asha.db");
-  json sim =
-      simulate(file, "--policy shared --times-from " + plan + " --metrics-from " + plan, "shared");
-  ASSERT_FALSE(sim.is_null());
+  auto [real, sim] = replay_asha({{"model", {{"hidden", {256, 128}}}},
+                                  {"data", {{"train_samples", 16384}}},
+                                  {"searcher", {{"max_trials", 27}, {"parallel", 1}}}});
+  ASSERT_FALSE(real.is_null() || sim.is_null());
   const json& study = sim["studies"][0];
   EXPECT_EQ(study["trials"], real["trials"]);
   EXPECT_EQ(study["steps_executed"], real["steps_executed"]);
