@@ -408,6 +408,13 @@ void SearchPlan::in_transaction(const char* begin, const std::function<void()>& 
   for (const std::function<void()>& action : std::exchange(after_commit_, {})) action();
 }
 
+void SearchPlan::single_write(const std::function<void()>& fn) {
+  if (depth_ > 0)
+    fn();
+  else
+    transaction(fn);
+}
+
 void SearchPlan::after_commit(std::function<void()> action) {
   if (depth_ == 0)
     action();
@@ -421,7 +428,7 @@ int64_t SearchPlan::create_study(const std::string& name, const nlohmann::json& 
                                  Policy policy) {
   if (name.empty()) throw std::invalid_argument("a study needs a name");
   int64_t id = 0;
-  transaction([&] {
+  single_write([&] {
     if (study_by_name(name)) {
       throw std::invalid_argument("a study named \"" + name + "\" already exists");
     }
@@ -439,7 +446,7 @@ void SearchPlan::set_study_status(int64_t study, StudyStatus status, const std::
   if (status != StudyStatus::kRunning) ended = now();
   std::optional<std::string> err;
   if (!error.empty()) err = error;
-  transaction([&] {
+  single_write([&] {
     Query(*this, "UPDATE studies SET status = ?, ended_at = ?, error = ? WHERE id = ?",
           to_string(status), ended, err, study)
         .run();
@@ -461,7 +468,7 @@ void SearchPlan::add_searcher_event(int64_t study, const SearcherEvent& event) {
   // NaN is bound as NULL (SQLite has no NaN) and read back as NaN.
   std::optional<double> value;
   if (!std::isnan(event.value)) value = event.value;
-  transaction([&] {
+  single_write([&] {
     if (!exists("studies", study))
       throw std::invalid_argument("no study with id " + std::to_string(study));
     Query(*this,
@@ -547,7 +554,7 @@ int64_t SearchPlan::add_trial(const TrialRow& row) {
                                 std::to_string(row.length) + " < 1");
   }
   int64_t number = 0;
-  transaction([&] {
+  single_write([&] {
     if (!exists("studies", row.study_id)) {
       throw std::invalid_argument("trial " + std::to_string(row.id) + ": no study with id " +
                                   std::to_string(row.study_id));
@@ -584,7 +591,7 @@ void SearchPlan::set_trial_length(TrialId trial, int64_t length) {
     throw std::invalid_argument("trial " + std::to_string(trial) + ": length " +
                                 std::to_string(length) + " < 1");
   }
-  transaction([&] {
+  single_write([&] {
     Query(*this, "UPDATE trials SET length = ? WHERE id = ?", length, trial).run();
     if (sqlite3_changes(db_) == 0)
       throw std::invalid_argument("no trial with id " + std::to_string(trial));
@@ -595,7 +602,7 @@ void SearchPlan::set_trial_status(TrialId trial, TrialStatus status,
                                   const std::string& end_reason) {
   std::optional<std::string> reason;
   if (!end_reason.empty()) reason = end_reason;
-  transaction([&] {
+  single_write([&] {
     Query(*this, "UPDATE trials SET status = ?, end_reason = ? WHERE id = ?", to_string(status),
           reason, trial)
         .run();
@@ -663,7 +670,7 @@ std::vector<int64_t> SearchPlan::eval_requests(TrialId trial) {
 
 int64_t SearchPlan::add_checkpoint(const CheckpointRow& row) {
   int64_t id = 0;
-  transaction([&] {
+  single_write([&] {
     Query stage(*this, "SELECT start_step, end_step FROM stages WHERE id = ?", row.stage);
     if (!stage.next()) {
       throw std::invalid_argument("checkpoint " + row.file + ": no stage with id " +
@@ -686,7 +693,7 @@ int64_t SearchPlan::add_checkpoint(const CheckpointRow& row) {
 }
 
 void SearchPlan::delete_checkpoint(int64_t id) {
-  transaction([&] {
+  single_write([&] {
     Query(*this, "DELETE FROM checkpoints WHERE id = ?", id).run();
     if (sqlite3_changes(db_) == 0)
       throw std::invalid_argument("no checkpoint with id " + std::to_string(id));
@@ -694,7 +701,7 @@ void SearchPlan::delete_checkpoint(int64_t id) {
 }
 
 void SearchPlan::set_checkpoint_retained(int64_t id, std::optional<double> retained_at) {
-  transaction([&] {
+  single_write([&] {
     Query(*this, "UPDATE checkpoints SET retained_at = ? WHERE id = ?", retained_at, id).run();
     if (sqlite3_changes(db_) == 0)
       throw std::invalid_argument("no checkpoint with id " + std::to_string(id));
@@ -702,7 +709,7 @@ void SearchPlan::set_checkpoint_retained(int64_t id, std::optional<double> retai
 }
 
 void SearchPlan::set_checkpoint_storages(int64_t id, const std::vector<std::string>& storages) {
-  transaction([&] {
+  single_write([&] {
     Query(*this, "UPDATE checkpoints SET storages = ? WHERE id = ?", join_storages(storages), id)
         .run();
     if (sqlite3_changes(db_) == 0)
@@ -737,7 +744,7 @@ void SearchPlan::add_metric(const MetricRow& row) {
   // NaN is bound as NULL (SQLite has no NaN) and read back as NaN.
   std::optional<double> value;
   if (!std::isnan(row.value)) value = row.value;
-  transaction([&] {
+  single_write([&] {
     {
       Query old(*this, "SELECT value FROM metrics WHERE trial_id = ? AND step = ? AND name = ?",
                 row.trial, row.step, row.name);
@@ -866,7 +873,7 @@ std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
 
 void SearchPlan::add_event(std::optional<int64_t> study, const std::string& kind,
                            const nlohmann::json& detail) {
-  transaction([&] {
+  single_write([&] {
     Query(*this, "INSERT INTO events (time, study_id, kind, detail) VALUES (?, ?, ?, ?)", now(),
           study, kind, detail)
         .run();
@@ -910,7 +917,7 @@ std::vector<EventRow> SearchPlan::events_of_kind(const std::string& kind) {
 void SearchPlan::save_stage(const Stage& s) {
   std::optional<int64_t> parent;
   if (s.parent != kNoStage) parent = s.parent;
-  transaction([&] {
+  single_write([&] {
     Query(*this,
           "INSERT INTO stages (id, root_key, parent, start_step, end_step, trained_until, "
           "representative) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "

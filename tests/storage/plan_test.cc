@@ -220,6 +220,42 @@ TEST_F(PlanTest, AFailedTransactionLeavesNothing) {
   EXPECT_EQ(plan.studies()[0].name, "kept");
 }
 
+// A write of one statement runs in an open transaction without a savepoint of its own: when it
+// fails (refused by its checks, or by a constraint of the schema), it leaves nothing, and the
+// writes before it in the transaction stay.
+TEST_F(PlanTest, AFailedSingleWriteInsideATransactionUndoesOnlyItself) {
+  auto plan = SearchPlan::open(file_.string());
+  int64_t study = study_with_trials(plan, "s", 2, 0);
+  Stage stage;
+  stage.id = 7;
+  stage.root_key = "root";
+  stage.end = 100;
+  stage.representative = 0;
+  plan.save_stage(stage);
+  TrialRow duplicate = plan.trials(study)[1];
+  CheckpointRow checkpoint;
+  checkpoint.stage = stage.id;
+  checkpoint.step = 10;
+  checkpoint.file = "a.ckpt";
+  plan.transaction([&] {
+    plan.add_metric({0, 5, "loss", 0.5});
+    EXPECT_THROW(plan.add_metric({0, 5, "loss", 0.7}), std::invalid_argument);  // its check
+    EXPECT_THROW(plan.add_trial(duplicate), std::invalid_argument);
+    plan.add_checkpoint(checkpoint);
+    // UNIQUE (stage_id, step): refused by SQLite itself, within the statement.
+    checkpoint.file = "b.ckpt";
+    EXPECT_THROW(plan.add_checkpoint(checkpoint), std::runtime_error);
+    EXPECT_THROW(plan.set_trial_status(99, TrialStatus::kDone), std::invalid_argument);
+    plan.add_event(study, "after", {});
+  });
+  ASSERT_EQ(plan.metrics(0).size(), 1u);
+  EXPECT_EQ(plan.metrics(0)[0].value, 0.5);
+  EXPECT_EQ(plan.trials(study).size(), 2u);
+  ASSERT_EQ(plan.checkpoints().size(), 1u);
+  EXPECT_EQ(plan.checkpoints()[0].file, "a.ckpt");
+  EXPECT_EQ(plan.events(study, 10).size(), 1u);
+}
+
 // after_commit: what must follow a commit (removing a checkpoint's file once its row is gone)
 // runs after it, and never for writes that were rolled back, nor for a savepoint's.
 TEST_F(PlanTest, AfterCommitActionsRunOnlyOnceCommitted) {
