@@ -7,7 +7,6 @@
 #include <deque>
 #include <filesystem>
 #include <list>
-#include <queue>
 #include <random>
 #include <stdexcept>
 #include <tuple>
@@ -187,7 +186,8 @@ class Simulation {
     Simulation& sim_;
   };
 
-  enum class EventKind { kMessage, kDone, kSubmit, kFailure, kRestart };
+  // kAbandoned: the worker stopped its job when told to abandon it.
+  enum class EventKind { kMessage, kDone, kAbandoned, kSubmit, kFailure, kRestart };
   struct Event {
     double time = 0;
     int order = 0;  // at equal times: messages (0) before done (1)
@@ -195,7 +195,8 @@ class Simulation {
     EventKind kind = EventKind::kMessage;
     size_t index = 0;        // the worker, or the study for kSubmit
     int64_t generation = 0;  // the worker's at scheduling: stale once it changed
-    nlohmann::json message;  // kMessage
+    std::string body;        // kMessage: the message, serialized when it was scheduled
+    int64_t snapshot = -1;   // kMessage: the state a snapshot message reports, else -1
     bool operator>(const Event& o) const {
       return std::tie(time, order, seq) > std::tie(o.time, o.order, o.seq);
     }
@@ -216,13 +217,31 @@ class Simulation {
     std::multimap<int64_t, double> writes;  // the job's snapshots: step -> written at
   };
 
-  void schedule(double at, int order, EventKind kind, size_t index, nlohmann::json message = {}) {
+  void schedule(double at, int order, EventKind kind, size_t index) {
     const int64_t generation = kind == EventKind::kSubmit ? 0 : workers_[index].generation;
-    queue_.push({at, order, seq_++, kind, index, generation, std::move(message)});
+    push({at, order, 0, kind, index, generation, {}, -1});
   }
-  void deliver(Worker& w, const nlohmann::json& message) {
-    transport_->inbox_.push_back({w.peer, protocol::serialize(message), "", -1});
+  // A message of worker `index`, sent at `at`.
+  void schedule_message(double at, size_t index, const nlohmann::json& message,
+                        int64_t snapshot = -1) {
+    push({at, 0, 0, EventKind::kMessage, index, workers_[index].generation,
+          protocol::serialize(message), snapshot});
   }
+  void push(Event e) {
+    e.seq = seq_++;
+    queue_.push_back(std::move(e));
+    std::push_heap(queue_.begin(), queue_.end(), std::greater<>());
+  }
+  Event pop() {
+    std::pop_heap(queue_.begin(), queue_.end(), std::greater<>());
+    Event e = std::move(queue_.back());
+    queue_.pop_back();
+    return e;
+  }
+  void deliver(Worker& w, std::string body) {
+    transport_->inbox_.push_back({w.peer, std::move(body), "", -1});
+  }
+  void deliver(Worker& w, const nlohmann::json& message) { deliver(w, protocol::serialize(message)); }
   void hold(Worker& w, int64_t state) {
     w.held.remove(state);
     w.held.push_front(state);
@@ -258,14 +277,15 @@ class Simulation {
       start = std::max(start, std::prev(next)->second);
     const double written = start + write_s;
     w.writes.emplace(order.step, written);
-    schedule(written, 0, EventKind::kMessage, worker_of(w.peer),
-             protocol::Snapshot{.job = w.job,
-                                .step = order.step,
-                                .state = order.state,
-                                .file = order.file,
-                                .bytes = order.file.empty() ? 0 : w.times.state_bytes,
-                                .incarnation = w.incarnation}
-                 .to_json());
+    schedule_message(written, worker_of(w.peer),
+                     protocol::Snapshot{.job = w.job,
+                                        .step = order.step,
+                                        .state = order.state,
+                                        .file = order.file,
+                                        .bytes = order.file.empty() ? 0 : w.times.state_bytes,
+                                        .incarnation = w.incarnation}
+                         .to_json(),
+                     order.state);
   }
 
   // When the job's last snapshot is written (its training's start if it has none).
@@ -277,7 +297,7 @@ class Simulation {
 
   void from_master(const std::string& peer, const std::string& body);
   void start_job(Worker& w, protocol::Job order);
-  void fire(const Event& e);
+  void fire(Event e);
   void end_job(Worker& w) {
     busy_s_ += now_ - w.started;
     w.job = -1;
@@ -294,7 +314,7 @@ class Simulation {
   MetricModel& metrics_;
   double& now_;
   std::mt19937_64 random_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> queue_;
+  std::vector<Event> queue_;  // a heap (push, pop): the earliest first
   int64_t seq_ = 0;
   std::vector<Worker> workers_;
   SimTransport* transport_ = nullptr;
@@ -319,7 +339,7 @@ void Simulation::from_master(const std::string& peer, const std::string& body) {
     if (protocol::Abandon::from_json(m).job != w.job) return;
     // It stops at its next step; what it has not announced yet is lost.
     ++w.generation;
-    schedule(now_ + w.times.step_s, 1, EventKind::kDone, worker_of(peer), {{"abandoned", true}});
+    schedule(now_ + w.times.step_s, 1, EventKind::kAbandoned, worker_of(peer));
   } else if (type == protocol::Reset::kType) {
     deliver(w, hello(w));
   }
@@ -350,30 +370,28 @@ void Simulation::start_job(Worker& w, protocol::Job order) {
                             .step = step,
                             .metrics = metrics_.metrics(w.study->spec, w.order.hyperparams, step),
                             .incarnation = w.incarnation};
-    schedule(time_at(w, step) + w.times.eval_s, 0, EventKind::kMessage, index, metric.to_json());
+    schedule_message(time_at(w, step) + w.times.eval_s, index, metric.to_json());
   }
   for (const protocol::SnapshotOrder& o : w.order.snapshots) snapshot(w, o);
   const bool eval_at_end = !w.order.eval_steps.empty() && w.order.eval_steps.back() == w.order.to;
   schedule(time_at(w, w.order.to) + (eval_at_end ? w.times.eval_s : 0), 1, EventKind::kDone, index);
 }
 
-void Simulation::fire(const Event& e) {
+void Simulation::fire(Event e) {
   if (e.kind == EventKind::kSubmit) return;  // handled by run()
   Worker& w = workers_[e.index];
   if (e.generation != w.generation) return;  // void: the worker failed, or abandoned the job
   switch (e.kind) {
     case EventKind::kMessage:
-      if (e.message.value("type", "") == protocol::Snapshot::kType)
-        hold(w, e.message.at("state").get<int64_t>());
-      deliver(w, e.message);
+      if (e.snapshot >= 0) hold(w, e.snapshot);
+      deliver(w, std::move(e.body));
+      break;
+    case EventKind::kAbandoned:
+      deliver(w, protocol::Abandoned{.job = w.job, .held = held(w), .incarnation = w.incarnation}
+                     .to_json());
+      end_job(w);
       break;
     case EventKind::kDone: {
-      if (e.message.is_object() && e.message.value("abandoned", false)) {
-        deliver(w, protocol::Abandoned{.job = w.job, .held = held(w), .incarnation = w.incarnation}
-                       .to_json());
-        end_job(w);
-        break;
-      }
       if (const double written = last_written(w); written > now_) {  // still being written
         schedule(written, 1, EventKind::kDone, e.index);
         break;
@@ -426,7 +444,7 @@ SimulatedRun Simulation::run(const std::string& plan_path, const std::string& ch
   for (int64_t i = 0; i < options_.workers; ++i) {
     workers_.push_back({});
     workers_.back().peer = "sim-" + std::to_string(i);
-    fire({0, 0, 0, EventKind::kRestart, static_cast<size_t>(i), 0, {}});  // its first hello
+    fire({0, 0, 0, EventKind::kRestart, static_cast<size_t>(i), 0, {}, -1});  // its first hello
   }
   for (size_t i = 0; i < studies_.size(); ++i)
     schedule(studies_[i].submit_at_s, 0, EventKind::kSubmit, i);
@@ -444,16 +462,15 @@ SimulatedRun Simulation::run(const std::string& plan_path, const std::string& ch
       throw std::runtime_error(
           "simulate: nothing more can happen and a study is still running (no simulated worker "
           "can take its work: a pipeline needs --devices, or every trial failed to start)");
-    now_ = queue_.top().time;
-    while (!queue_.empty() && queue_.top().time == now_) {
-      Event e = queue_.top();
-      queue_.pop();
+    now_ = queue_.front().time;
+    while (!queue_.empty() && queue_.front().time == now_) {
+      Event e = pop();
       if (e.kind == EventKind::kSubmit) {
         const SimulatedStudy& s = studies_[e.index];
         ids[e.index] = master.submit(s.spec, s.spec_json, options_.policy);
         ++submitted;
       } else {
-        fire(e);
+        fire(std::move(e));
       }
     }
   }
