@@ -154,6 +154,15 @@ class SearchPlan::Query {
   }
   // Steps a statement that returns no rows.
   void run() { next(); }
+  // The same, where a constraint may refuse the write (the statement then undid itself): its
+  // refusal, SQLite's message, for the caller to find out and say what was wrong. The checks that
+  // name a problem run only then, not before every write (a master writes rows all the time).
+  std::optional<std::string> refused() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_DONE || rc == SQLITE_ROW) return std::nullopt;
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) return std::string(sqlite3_errmsg(plan_.db_));
+    plan_.fail(std::string("running \"") + sqlite3_sql(stmt_) + "\"");
+  }
 
   bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
   int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
@@ -229,6 +238,10 @@ void SearchPlan::fail(const std::string& what) {
                    " (another process held the write lock for longer than the busy timeout)");
   }
   throw std::runtime_error(message);
+}
+
+void SearchPlan::fail_with(const std::string& what, const std::string& refusal) {
+  throw std::runtime_error(path_ + ": " + what + ": " + refusal);
 }
 
 void SearchPlan::exec(const char* sql) {
@@ -469,14 +482,18 @@ void SearchPlan::add_searcher_event(int64_t study, const SearcherEvent& event) {
   std::optional<double> value;
   if (!std::isnan(event.value)) value = event.value;
   single_write([&] {
-    if (!exists("studies", study))
-      throw std::invalid_argument("no study with id " + std::to_string(study));
-    Query(*this,
-          "INSERT INTO searcher_events (study_id, seq, kind, trial, step, value) VALUES (?1, "
-          "(SELECT COALESCE(MAX(seq), 0) + 1 FROM searcher_events WHERE study_id = ?1), ?2, ?3, "
-          "?4, ?5)",
-          study, kSearcherEventKinds[static_cast<int>(event.kind)], event.trial, event.step, value)
-        .run();
+    if (auto refusal =
+            Query(*this,
+                  "INSERT INTO searcher_events (study_id, seq, kind, trial, step, value) VALUES "
+                  "(?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM searcher_events WHERE study_id = "
+                  "?1), ?2, ?3, ?4, ?5)",
+                  study, kSearcherEventKinds[static_cast<int>(event.kind)], event.trial,
+                  event.step, value)
+                .refused()) {
+      if (!exists("studies", study))
+        throw std::invalid_argument("no study with id " + std::to_string(study));
+      fail_with("searcher event", *refusal);
+    }
   });
 }
 
@@ -644,17 +661,23 @@ std::optional<TrialRow> SearchPlan::trial(TrialId id) {
 // ---- evaluation requests ----
 
 void SearchPlan::add_eval_requests(TrialId trial, const std::vector<int64_t>& steps) {
+  auto no_trial = [&] {
+    return std::invalid_argument("no trial with id " + std::to_string(trial));
+  };
   transaction([&] {
-    if (!exists("trials", trial))
-      throw std::invalid_argument("no trial with id " + std::to_string(trial));
+    if (steps.empty() && !exists("trials", trial)) throw no_trial();
     for (int64_t step : steps) {
       if (step < 0) {
         throw std::invalid_argument("trial " + std::to_string(trial) + ": evaluation step " +
                                     std::to_string(step) + " < 0");
       }
-      Query(*this, "INSERT OR IGNORE INTO eval_requests (trial_id, step) VALUES (?, ?)", trial,
-            step)
-          .run();
+      if (auto refusal =
+              Query(*this, "INSERT OR IGNORE INTO eval_requests (trial_id, step) VALUES (?, ?)",
+                    trial, step)
+                  .refused()) {
+        if (!exists("trials", trial)) throw no_trial();
+        fail_with("evaluation request", *refusal);
+      }
     }
   });
 }
@@ -745,26 +768,27 @@ void SearchPlan::add_metric(const MetricRow& row) {
   std::optional<double> value;
   if (!std::isnan(row.value)) value = row.value;
   single_write([&] {
-    {
-      Query old(*this, "SELECT value FROM metrics WHERE trial_id = ? AND step = ? AND name = ?",
-                row.trial, row.step, row.name);
-      if (old.next()) {
-        MetricRow stored = row;
-        stored.value = old.is_null(0) ? NAN : old.real(0);
-        if (stored == row) return;
-        throw std::invalid_argument(
-            "trial " + std::to_string(row.trial) + " step " + std::to_string(row.step) +
-            ": metric " + row.name + " is already " + nlohmann::json(stored.value).dump() +
-            ", refusing a different value " + nlohmann::json(row.value).dump());
-      }
+    auto refusal =
+        Query(*this, "INSERT INTO metrics (trial_id, step, name, value) VALUES (?, ?, ?, ?)",
+              row.trial, row.step, row.name, value)
+            .refused();
+    if (!refusal) return;
+    Query old(*this, "SELECT value FROM metrics WHERE trial_id = ? AND step = ? AND name = ?",
+              row.trial, row.step, row.name);
+    if (old.next()) {  // the same metric again: nothing to write if it has the same value
+      MetricRow stored = row;
+      stored.value = old.is_null(0) ? NAN : old.real(0);
+      if (stored == row) return;
+      throw std::invalid_argument(
+          "trial " + std::to_string(row.trial) + " step " + std::to_string(row.step) +
+          ": metric " + row.name + " is already " + nlohmann::json(stored.value).dump() +
+          ", refusing a different value " + nlohmann::json(row.value).dump());
     }
     if (!exists("trials", row.trial)) {
       throw std::invalid_argument("metric " + row.name + ": no trial with id " +
                                   std::to_string(row.trial));
     }
-    Query(*this, "INSERT INTO metrics (trial_id, step, name, value) VALUES (?, ?, ?, ?)", row.trial,
-          row.step, row.name, value)
-        .run();
+    fail_with("metric " + row.name, *refusal);
   });
 }
 
@@ -795,32 +819,42 @@ std::vector<MetricRow> SearchPlan::study_metrics(int64_t study) {
 // ---- executions ----
 
 int64_t SearchPlan::add_execution(const ExecutionRow& row) {
-  const std::string what = "execution of trial " + std::to_string(row.trial) + " [" +
-                           std::to_string(row.from) + ", " + std::to_string(row.to) + ")";
+  auto what = [&] {
+    return "execution of trial " + std::to_string(row.trial) + " [" + std::to_string(row.from) +
+           ", " + std::to_string(row.to) + ")";
+  };
   if (row.from < 0 || row.to < row.from || row.reached < row.from || row.reached > row.to)
-    throw std::invalid_argument(what + ": reached step " + std::to_string(row.reached) +
+    throw std::invalid_argument(what() + ": reached step " + std::to_string(row.reached) +
                                 " is not within its steps");
   if (row.ended_at < row.started_at)
-    throw std::invalid_argument(what + ": ended before it started");
+    throw std::invalid_argument(what() + ": ended before it started");
   std::optional<std::string> error;
   if (!row.error.empty()) error = row.error;
   int64_t id = 0;
   transaction([&] {
-    if (!exists("trials", row.trial))
-      throw std::invalid_argument(what + ": no trial with id " + std::to_string(row.trial));
-    Query(*this,
-          "INSERT INTO executions (stage_id, trial_id, kind, from_step, to_step, reached_step, "
-          "worker, started_at, ended_at, outcome, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-          row.stage, row.trial, to_string(row.kind), row.from, row.to, row.reached, row.worker,
-          row.started_at, row.ended_at, to_string(row.outcome), error)
-        .run();
+    if (auto refusal = Query(*this,
+                             "INSERT INTO executions (stage_id, trial_id, kind, from_step, "
+                             "to_step, reached_step, worker, started_at, ended_at, outcome, "
+                             "error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             row.stage, row.trial, to_string(row.kind), row.from, row.to,
+                             row.reached, row.worker, row.started_at, row.ended_at,
+                             to_string(row.outcome), error)
+                           .refused()) {
+      if (!exists("trials", row.trial))
+        throw std::invalid_argument(what() + ": no trial with id " + std::to_string(row.trial));
+      fail_with(what(), *refusal);
+    }
     id = sqlite3_last_insert_rowid(db_);
     for (int64_t study : row.studies) {
-      if (!exists("studies", study))
-        throw std::invalid_argument(what + ": no study with id " + std::to_string(study));
-      Query(*this, "INSERT OR IGNORE INTO execution_studies (execution_id, study_id) VALUES (?, ?)",
-            id, study)
-          .run();
+      if (auto refusal = Query(*this,
+                               "INSERT OR IGNORE INTO execution_studies (execution_id, study_id) "
+                               "VALUES (?, ?)",
+                               id, study)
+                             .refused()) {
+        if (!exists("studies", study))
+          throw std::invalid_argument(what() + ": no study with id " + std::to_string(study));
+        fail_with(what(), *refusal);
+      }
     }
   });
   return id;

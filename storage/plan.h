@@ -299,6 +299,8 @@ class SearchPlan {
   Statement& prepare(const std::string& sql);         // compiled once, kept for the connection
   bool exists(const std::string& table, int64_t id);  // a row with this id
   [[noreturn]] void fail(const std::string& what);
+  // A write that a constraint refused (Query::refused) for no reason the caller names.
+  [[noreturn]] void fail_with(const std::string& what, const std::string& refusal);
   StudyRow read_study(Query& q);
   TrialRow read_trial(Query& q);
   std::vector<MetricRow> read_metrics(Query& q);

@@ -310,6 +310,9 @@ TEST_F(PlanTest, RefusesBadInputWithoutChangingAnything) {
   EXPECT_THROW(plan.set_trial_length(99, 5), std::invalid_argument);
   EXPECT_THROW(plan.set_trial_status(99, TrialStatus::kDone), std::invalid_argument);
   EXPECT_THROW(plan.add_eval_requests(99, {1}), std::invalid_argument);
+  EXPECT_THROW(plan.add_eval_requests(99, {}), std::invalid_argument);
+  EXPECT_THROW(plan.add_searcher_event(99, {SearcherEvent::Kind::kClosed, 0, 0, NAN}),
+               std::invalid_argument);
   EXPECT_THROW(plan.add_eval_requests(0, {3, -1}), std::invalid_argument);
   EXPECT_THROW(plan.add_metric({99, 1, "loss", 1.0}), std::invalid_argument);
   EXPECT_THROW(plan.add_checkpoint({0, 99, 5, "c", 1, "x", 0}), std::invalid_argument);
