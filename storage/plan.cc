@@ -271,7 +271,9 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
   // In memory: SQLite's memdb file system (a name without '/' is private to this connection),
   // not ":memory:", so that the page cache stays its usual size (a ":memory:" database is all
   // cache, and some of the pager's work per transaction walks the whole cache).
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  // NOMUTEX: a SearchPlan, like its statement cache, is used by one thread at a time (plan.h), so
+  // SQLite's lock around every call of the connection guards nothing.
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(options.in_memory ? "file:plan?vfs=memdb" : path.c_str(), &plan.db_,
                       options.in_memory ? flags | SQLITE_OPEN_URI : flags, nullptr) != SQLITE_OK) {
     plan.fail("cannot open");
@@ -323,7 +325,8 @@ SearchPlan SearchPlan::open_read_only(const std::string& path) {
   // READONLY: SQLite itself refuses any write through this connection. (It may still create the
   // -wal and -shm files beside a plan whose last writer closed: they are SQLite's shared index,
   // not data.)
-  if (sqlite3_open_v2(path.c_str(), &plan.db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &plan.db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
     plan.fail("cannot open");
   }
   sqlite3_extended_result_codes(plan.db_, 1);
