@@ -241,7 +241,9 @@ class Simulation {
   void deliver(Worker& w, std::string body) {
     transport_->inbox_.push_back({w.peer, std::move(body), "", -1});
   }
-  void deliver(Worker& w, const nlohmann::json& message) { deliver(w, protocol::serialize(message)); }
+  void deliver(Worker& w, const nlohmann::json& message) {
+    deliver(w, protocol::serialize(message));
+  }
   void hold(Worker& w, int64_t state) {
     w.held.remove(state);
     w.held.push_front(state);

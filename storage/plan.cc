@@ -240,7 +240,9 @@ void SearchPlan::fail(const std::string& what) {
   throw std::runtime_error(message);
 }
 
-void SearchPlan::fail_with(const std::string& what, const std::string& refusal) {
+void SearchPlan::explain_refusal(const std::string& refusal, const std::string& what,
+                                 const std::string& table, int64_t id, const std::string& missing) {
+  if (!exists(table, id)) throw std::invalid_argument(missing);
   throw std::runtime_error(path_ + ": " + what + ": " + refusal);
 }
 
@@ -490,12 +492,11 @@ void SearchPlan::add_searcher_event(int64_t study, const SearcherEvent& event) {
                   "INSERT INTO searcher_events (study_id, seq, kind, trial, step, value) VALUES "
                   "(?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM searcher_events WHERE study_id = "
                   "?1), ?2, ?3, ?4, ?5)",
-                  study, kSearcherEventKinds[static_cast<int>(event.kind)], event.trial,
-                  event.step, value)
+                  study, kSearcherEventKinds[static_cast<int>(event.kind)], event.trial, event.step,
+                  value)
                 .refused()) {
-      if (!exists("studies", study))
-        throw std::invalid_argument("no study with id " + std::to_string(study));
-      fail_with("searcher event", *refusal);
+      explain_refusal(*refusal, "searcher event", "studies", study,
+                      "no study with id " + std::to_string(study));
     }
   });
 }
@@ -664,11 +665,9 @@ std::optional<TrialRow> SearchPlan::trial(TrialId id) {
 // ---- evaluation requests ----
 
 void SearchPlan::add_eval_requests(TrialId trial, const std::vector<int64_t>& steps) {
-  auto no_trial = [&] {
-    return std::invalid_argument("no trial with id " + std::to_string(trial));
-  };
+  auto no_trial = [&] { return "no trial with id " + std::to_string(trial); };
   transaction([&] {
-    if (steps.empty() && !exists("trials", trial)) throw no_trial();
+    if (steps.empty() && !exists("trials", trial)) throw std::invalid_argument(no_trial());
     for (int64_t step : steps) {
       if (step < 0) {
         throw std::invalid_argument("trial " + std::to_string(trial) + ": evaluation step " +
@@ -678,8 +677,7 @@ void SearchPlan::add_eval_requests(TrialId trial, const std::vector<int64_t>& st
               Query(*this, "INSERT OR IGNORE INTO eval_requests (trial_id, step) VALUES (?, ?)",
                     trial, step)
                   .refused()) {
-        if (!exists("trials", trial)) throw no_trial();
-        fail_with("evaluation request", *refusal);
+        explain_refusal(*refusal, "evaluation request", "trials", trial, no_trial());
       }
     }
   });
@@ -783,15 +781,12 @@ void SearchPlan::add_metric(const MetricRow& row) {
       stored.value = old.is_null(0) ? NAN : old.real(0);
       if (stored == row) return;
       throw std::invalid_argument(
-          "trial " + std::to_string(row.trial) + " step " + std::to_string(row.step) +
-          ": metric " + row.name + " is already " + nlohmann::json(stored.value).dump() +
+          "trial " + std::to_string(row.trial) + " step " + std::to_string(row.step) + ": metric " +
+          row.name + " is already " + nlohmann::json(stored.value).dump() +
           ", refusing a different value " + nlohmann::json(row.value).dump());
     }
-    if (!exists("trials", row.trial)) {
-      throw std::invalid_argument("metric " + row.name + ": no trial with id " +
-                                  std::to_string(row.trial));
-    }
-    fail_with("metric " + row.name, *refusal);
+    explain_refusal(*refusal, "metric " + row.name, "trials", row.trial,
+                    "metric " + row.name + ": no trial with id " + std::to_string(row.trial));
   });
 }
 
@@ -835,17 +830,16 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
   if (!row.error.empty()) error = row.error;
   int64_t id = 0;
   transaction([&] {
-    if (auto refusal = Query(*this,
-                             "INSERT INTO executions (stage_id, trial_id, kind, from_step, "
-                             "to_step, reached_step, worker, started_at, ended_at, outcome, "
-                             "error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             row.stage, row.trial, to_string(row.kind), row.from, row.to,
-                             row.reached, row.worker, row.started_at, row.ended_at,
-                             to_string(row.outcome), error)
-                           .refused()) {
-      if (!exists("trials", row.trial))
-        throw std::invalid_argument(what() + ": no trial with id " + std::to_string(row.trial));
-      fail_with(what(), *refusal);
+    if (auto refusal =
+            Query(*this,
+                  "INSERT INTO executions (stage_id, trial_id, kind, from_step, "
+                  "to_step, reached_step, worker, started_at, ended_at, outcome, "
+                  "error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  row.stage, row.trial, to_string(row.kind), row.from, row.to, row.reached,
+                  row.worker, row.started_at, row.ended_at, to_string(row.outcome), error)
+                .refused()) {
+      explain_refusal(*refusal, what(), "trials", row.trial,
+                      what() + ": no trial with id " + std::to_string(row.trial));
     }
     id = sqlite3_last_insert_rowid(db_);
     for (int64_t study : row.studies) {
@@ -854,9 +848,8 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
                                "VALUES (?, ?)",
                                id, study)
                              .refused()) {
-        if (!exists("studies", study))
-          throw std::invalid_argument(what() + ": no study with id " + std::to_string(study));
-        fail_with(what(), *refusal);
+        explain_refusal(*refusal, what(), "studies", study,
+                        what() + ": no study with id " + std::to_string(study));
       }
     }
   });

@@ -299,8 +299,12 @@ class SearchPlan {
   Statement& prepare(const std::string& sql);         // compiled once, kept for the connection
   bool exists(const std::string& table, int64_t id);  // a row with this id
   [[noreturn]] void fail(const std::string& what);
-  // A write that a constraint refused (Query::refused) for no reason the caller names.
-  [[noreturn]] void fail_with(const std::string& what, const std::string& refusal);
+  // After a write that a constraint refused (Query::refused): std::invalid_argument(missing) when
+  // `table` has no row `id` (the check that the write would otherwise run every time), else
+  // std::runtime_error naming `what` and SQLite's refusal.
+  [[noreturn]] void explain_refusal(const std::string& refusal, const std::string& what,
+                                    const std::string& table, int64_t id,
+                                    const std::string& missing);
   StudyRow read_study(Query& q);
   TrialRow read_trial(Query& q);
   std::vector<MetricRow> read_metrics(Query& q);
