@@ -214,8 +214,10 @@ TEST_F(Reliability, FullDiskFailsTheStageAndAnotherWorkerRetries) {
 // runs: the master says the plan is locked, keeps the workers' messages in order and retries
 // them, answers queries meanwhile, and the study ends as an undisturbed one does.
 TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
+  // Six epochs: the study must still be training when the lock is taken (three ended first once).
   std::string file = spec("locked", {{"model", {{"hidden", {256, 128}}}},
-                                     {"data", {{"train_samples", 4096}, {"eval_samples", 512}}}});
+                                     {"data", {{"train_samples", 4096}, {"eval_samples", 512}}},
+                                     {"length", {{"epochs", 6}}}});
   Result calm = sh(hippo("calm.db") + "--format json run " + file + " --workers 1");
   ASSERT_EQ(calm.status, 0) << calm.out;
 
@@ -226,8 +228,10 @@ TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
   spawn({kHippo, "worker", "--master", address, "--checkpoints", checkpoints, "--name", "w"});
   ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
   wait_for_a_metric(db, "locked");
-  pid_t locker = spawn(
-      {"/bin/sh", "-c", "(echo 'BEGIN EXCLUSIVE;'; sleep 7; echo 'COMMIT;') | sqlite3 " + db});
+  // The busy timeout: BEGIN EXCLUSIVE waits out a write of the master's instead of failing.
+  pid_t locker = spawn({"/bin/sh", "-c",
+                        "(echo '.timeout 10000'; echo 'BEGIN EXCLUSIVE;'; sleep 7; echo 'COMMIT;') "
+                        "| sqlite3 " + db});
   std::this_thread::sleep_for(1s);
   // Queries still answer: from the file (readers are not blocked in WAL mode), and from the
   // master between its attempts to write.
