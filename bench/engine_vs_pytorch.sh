@@ -46,13 +46,18 @@ for envname in own unset; do
   echo "== environment: $envname (OPENBLAS_CORETYPE=$("${envcmd[@]}" sh -c 'echo ${OPENBLAS_CORETYPE-<unset>}'))"
   "${envcmd[@]}" "$build/sgemm_peak" --threads 2 >"$out/$envname.peak"
   for model in mlp cnn; do
-    steps=$([ "$model" = mlp ] && echo 300 || echo 15)
+    # Timed runs of about a second of hippo's time at 1 thread (300 mlp steps were 0.2 s, and
+    # read 10% slower than the steady state), after untimed warm-up steps: the same for both.
+    steps=$([ "$model" = mlp ] && echo 1000 || echo 15)
+    warmup=$([ "$model" = mlp ] && echo 50 || echo 5)
     for t in 1 2; do
       for _ in $(seq "$reps"); do
         run "$envname.$model.hippo.$t" "${envcmd[@]}" OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t \
-          "$build/bench_engine" --model "$model" --batch 128 --threads "$t" --steps "$steps"
+          "$build/bench_engine" --model "$model" --batch 128 --threads "$t" --steps "$steps" \
+          --warmup "$warmup"
         run "$envname.$model.torch.$t" "${envcmd[@]}" OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t \
-          $python "$here/engine_vs_pytorch.py" --model "$model" --batch 128 --threads "$t" --steps "$steps"
+          $python "$here/engine_vs_pytorch.py" --model "$model" --batch 128 --threads "$t" \
+          --steps "$steps" --warmup "$warmup"
       done
     done
   done

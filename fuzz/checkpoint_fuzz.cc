@@ -120,7 +120,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         int64_t held = 0;
         std::memcpy(&held, bytes.data() + f.offset, f.width);
         // Unsigned arithmetic wraps where the field holds an edge value (INT64_MAX + 1).
-        value = static_cast<int64_t>(static_cast<uint64_t>(held) + ((pick & 1) ? 1u : ~uint64_t{0}));
+        value =
+            static_cast<int64_t>(static_cast<uint64_t>(held) + ((pick & 1) ? 1u : ~uint64_t{0}));
       }
       std::memcpy(bytes.data() + f.offset, &value, f.width);  // little-endian: the low bytes
       const uint32_t crc = crc_of(bytes.data(), bytes.size() - 4);

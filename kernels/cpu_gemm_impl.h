@@ -276,6 +276,21 @@ struct Gemm {
       }
   }
 
+  // An SGD epilogue reads and writes its tile's parameters and momentum: rows a whole row of
+  // the layer apart, which the hardware does not fetch ahead. The next tile's rows i0.. (mr of
+  // them), columns j0.. (nr), are fetched while this tile multiplies.
+  static void prefetch_sgd_rows(const SgdStep& s, int i0, int mr, int j0, int nr) {
+    for (int i = 0; i < mr; ++i) {
+      const int64_t at = (i0 + i) * s.ld + j0;
+      for (int j = 0; j < nr; j += 16) {
+        __builtin_prefetch(s.params + at + j, 1, 3);
+        if (s.momentum) __builtin_prefetch(s.momentum + at + j, 1, 3);
+      }
+      __builtin_prefetch(s.params + at + nr - 1, 1, 3);
+      if (s.momentum) __builtin_prefetch(s.momentum + at + nr - 1, 1, 3);
+    }
+  }
+
   // The columns j0.. (nr of them) of the block's C: B's panel packed at pb (first, when `pack`),
   // then each tile of rows. A panel whose last vectors would hold no column goes to the tile of
   // as many vectors as it fills (the last 16 columns of the mlp's 784: half the work).
@@ -290,8 +305,11 @@ struct Gemm {
     const float* bp = b_in_place ? b.p + k.pc * b.rs + j0 : pb;
     const int64_t ldb = b_in_place ? b.rs : NR;
     if (pack && !b_in_place) pack_b(b, k.pc, k.kc, j0, nr, pb);
+    const SgdStep* sgd = k.last ? k.last->sgd : nullptr;
     for (int ir = 0; ir < k.mc; ir += MR) {
       const int mr = std::min(MR, k.mc - ir), i0 = k.ic + ir;
+      if (sgd && ir + MR < k.mc)
+        prefetch_sgd_rows(*sgd, i0 + MR, std::min(MR, k.mc - ir - MR), j0, nr);
       float* ct = at(k.c, k.ldc, k.transposed_c, i0, j0);
       if (!k.in_place || mr < MR)
         edge_or_tile<false>(k.kc, k.pa + ir * k.kc, MR, bp, ldb, ct, k.ldc, k.transposed_c, k.load,

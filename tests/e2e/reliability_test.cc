@@ -231,7 +231,8 @@ TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
   // The busy timeout: BEGIN EXCLUSIVE waits out a write of the master's instead of failing.
   pid_t locker = spawn({"/bin/sh", "-c",
                         "(echo '.timeout 10000'; echo 'BEGIN EXCLUSIVE;'; sleep 7; echo 'COMMIT;') "
-                        "| sqlite3 " + db});
+                        "| sqlite3 " +
+                            db});
   std::this_thread::sleep_for(1s);
   // Queries still answer: from the file (readers are not blocked in WAL mode), and from the
   // master between its attempts to write.
