@@ -282,13 +282,18 @@ struct Gemm {
   static void prefetch_sgd_rows(const SgdStep& s, int i0, int mr, int j0, int nr) {
     for (int i = 0; i < mr; ++i) {
       const int64_t at = (i0 + i) * s.ld + j0;
-      for (int j = 0; j < nr; j += 16) {
-        __builtin_prefetch(s.params + at + j, 1, 3);
-        if (s.momentum) __builtin_prefetch(s.momentum + at + j, 1, 3);
-      }
-      __builtin_prefetch(s.params + at + nr - 1, 1, 3);
-      if (s.momentum) __builtin_prefetch(s.momentum + at + nr - 1, 1, 3);
+      prefetch_for_write(s.params + at, nr);
+      if (s.momentum) prefetch_for_write(s.momentum + at, nr);
     }
+  }
+
+  // Fetches the cache lines that p[0, n) lies on, to be written.
+  static void prefetch_for_write(const float* p, int n) {
+    constexpr uintptr_t kLine = 64;
+    const uintptr_t last = reinterpret_cast<uintptr_t>(p + n - 1);
+    for (uintptr_t line = reinterpret_cast<uintptr_t>(p) / kLine * kLine; line <= last;
+         line += kLine)
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 3);
   }
 
   // The columns j0.. (nr of them) of the block's C: B's panel packed at pb (first, when `pack`),

@@ -229,10 +229,9 @@ TEST_F(Reliability, LockedSearchPlanIsWaitedFor) {
   ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + file + " >/dev/null").status, 0);
   wait_for_a_metric(db, "locked");
   // The busy timeout: BEGIN EXCLUSIVE waits out a write of the master's instead of failing.
-  pid_t locker = spawn({"/bin/sh", "-c",
-                        "(echo '.timeout 10000'; echo 'BEGIN EXCLUSIVE;'; sleep 7; echo 'COMMIT;') "
-                        "| sqlite3 " +
-                            db});
+  const std::string lock_for_7s =
+      "(echo '.timeout 10000'; echo 'BEGIN EXCLUSIVE;'; sleep 7; echo 'COMMIT;') | sqlite3 " + db;
+  pid_t locker = spawn({"/bin/sh", "-c", lock_for_7s});
   std::this_thread::sleep_for(1s);
   // Queries still answer: from the file (readers are not blocked in WAL mode), and from the
   // master between its attempts to write.
