@@ -14,10 +14,10 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "dashboard/pages.h"
+#include "protocol/random_token.h"
 #include "storage/plan.h"
 
 namespace hippo::dashboard {
@@ -261,13 +261,6 @@ void send(httplib::Response& res, std::string body, const char* type) {
 
 constexpr const char* kHtml = "text/html; charset=utf-8";
 
-std::string random_tag() {
-  std::random_device random;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%08x%08x", random(), random());
-  return buf;
-}
-
 }  // namespace
 
 bool is_loopback(const std::string& host) {
@@ -281,7 +274,7 @@ bool is_loopback(const std::string& host) {
 
 struct Server::Impl {
   ServerOptions options;
-  std::string instance = random_tag();  // ETags of one run never match another's
+  std::string instance = protocol::random_hex(16);  // ETags of one run never match another's
   HardenedServer http;
   int bound_port = -1;
 

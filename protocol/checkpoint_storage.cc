@@ -1,7 +1,6 @@
 #include "protocol/checkpoint_storage.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+
+#include "protocol/random_token.h"
 
 namespace hippo::protocol {
 namespace {
@@ -27,19 +28,6 @@ bool all_of_class(std::string_view text, int (*in_class)(int)) {
 
 int is_lower_hex(int c) {
   return std::isdigit(c) || (c >= 'a' && c <= 'f');
-}
-
-std::string random_hex(size_t digits) {
-  std::string bytes(digits / 2, '\0');
-  if (getrandom(bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
-    throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
-  static const char* const kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
 }
 
 // The id in an existing identity file; a symlink, a FIFO or a file of another size is refused.

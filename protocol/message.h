@@ -1,8 +1,16 @@
-// The messages between master, workers and clients: one struct per type, each with its encoder
-// (to_json: {"v": 1, "type": kType, ...fields}) and its decoder (from_json), which checks every
-// field and throws ProtocolError naming the first bad one ("metric.step: ..."). The decoders
-// check what a message can be on its own (types, ranges, plain file names, bounded lists); what
-// depends on the receiver's state (is this the worker's job?) is the receiver's check.
+// The messages between master, workers and clients: one struct per type. Each declares its wire
+// fields once, next to its members: kFields, a list of field descriptors (fields.h) that names
+// each field on the wire, its bounds and its check, in the order a decoder reads them. Its encoder
+// (to_json: {"v": 1, "type": kType, ...fields}) and its decoder (from_json) walk that list; the
+// decoder checks every field and throws ProtocolError naming the first bad one ("metric.step:
+// ..."), then runs the struct's check() (if it has one) for what spans fields. The decoders check
+// what a message can be on its own (types, ranges, plain file names, bounded lists); what depends
+// on the receiver's state (is this the worker's job?) is the receiver's check.
+//
+// Adding a field: the member, and its line in kFields (a sender that predates it: .defaulted()
+// or .omitted()). Adding a type: the struct, its kFields, its line in AnyMessage and in
+// message.cc's list of codecs, and a seed in fuzz/corpus/message/ (tests/protocol checks that every
+// type has one).
 //
 // Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
 // FileBytes (a chunk the master asked for), Fetched.
@@ -19,9 +27,11 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
+#include "protocol/fields.h"
 #include "protocol/wire.h"
 #include "stagetree/sequence.h"
 
@@ -36,9 +46,73 @@ inline constexpr size_t kMaxListedFiles = 65536;
 // A checkpoint moves between storages in chunks of at most this many bytes (FileBytes; base64 on
 // the wire, well inside kMaxMessageBytes).
 inline constexpr int64_t kChunkBytes = 1 << 20;
+// A metric message names at most this many metrics, each name at most kMaxMetricName bytes.
+inline constexpr size_t kMaxMetrics = 256;
+inline constexpr size_t kMaxMetricName = 128;
+// Lists of steps and snapshots in a job are bounded only by the message size; this bounds what a
+// decoder reserves for them.
+inline constexpr size_t kMaxJobSteps = size_t{1} << 21;
+// A checkpoint file's name is at most this long (wire.h's is_valid_file_name).
+inline constexpr size_t kMaxFileName = 200;
+
+// The checks that the field lists below name: why a decoded string is refused, "" when it is not.
+namespace checks {
+std::string file_name(const std::string& s);           // a plain file name (wire.h)
+std::string file_name_or_empty(const std::string& s);  // "" (no file) or a plain file name
+std::string checkpoint_file(const std::string& s);     // a checkpoint's name (checkpoint_storage.h)
+std::string storage_identity(const std::string& s);    // 32 lowercase hex digits
+std::string not_empty(const std::string& s);
+bool checkpoint_or_temporary(const std::string& s);  // a checkpoint's name or its temporary file's
+}  // namespace checks
+
+// The fields with a wire form of their own (fields.h's Custom): writer and reader of each.
+namespace codecs {
+// Metric.metrics: {name: number}, a non-finite number as "nan", "inf" or "-inf" (JSON has none;
+// nlohmann would write null). The reader also takes null as NaN (what older workers sent),
+// refuses any other value ("metric.metrics.<name>: not a number"), and bounds the names
+// (kMaxMetrics, kMaxMetricName).
+void write_metrics(json& m, const char* name, const json& metrics);
+json read_metrics(const json& m, const char* name);
+// FileBytes.data: raw bytes as base64, at most kChunkBytes of them.
+void write_base64(json& m, const char* name, const std::string& bytes);
+std::string read_base64(const json& m, const char* name);
+// Job.hyperparameters: stagetree's JSON form of sequences.
+void write_hyperparams(json& m, const char* name, const Hyperparams& hyperparams);
+Hyperparams read_hyperparams(const json& m, const char* name);
+// Cancel.study: a name (a string of at most 256 bytes) or an id (an integer).
+void write_json(json& m, const char* name, const json& value);
+json read_name_or_id(const json& m, const char* name);
+// Reply.error: a string of at most 64 KiB; absent: "refused".
+void write_string(json& m, const char* name, const std::string& text);
+std::string read_error(const json& m, const char* name);
+// Reply.fields: flat in the message (the request's own fields next to "ok"); the writer leaves
+// "v", "type" and "ok" to the envelope, the reader takes every key but those.
+void write_flat(json& m, const char* name, const json& fields);
+json read_flat(const json& m, const char* name);
+}  // namespace codecs
 
 // ---------------------------------------------------------------------------------------------
 // Worker -> master.
+
+// A job a worker dropped because its master restarted or went silent (it said Reset, or nothing
+// for long): how far it got, so that the next master counts the steps it trained. `trial` is the
+// job's (Job::trial), `reported` the last step whose snapshot it announced, `reached` the step it
+// got to; `incarnation` the master's that gave it.
+struct DroppedJob {
+  int64_t trial = -1;
+  int64_t from = 0, to = 0, reported = 0, reached = 0;
+  std::string incarnation{};
+  bool operator==(const DroppedJob&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"trial", &DroppedJob::trial},
+                 fields::Int{"from", &DroppedJob::from},
+                 fields::Int{"to", &DroppedJob::to},
+                 fields::Int{"reported", &DroppedJob::reported},
+                 fields::Int{"reached", &DroppedJob::reached},
+                 fields::Text{"incarnation", &DroppedJob::incarnation, kMaxIncarnation}};
+  // from <= reported <= reached <= to
+  void check() const;
+};
 
 // A worker introduces itself (at start, and again when the master says reset).
 struct Hello {
@@ -56,7 +130,22 @@ struct Hello {
   // The checkpoint files (and temporary files of them) in its directory, at most kMaxListedFiles:
   // the master deletes those of its plan that no state needs any more.
   std::vector<std::string> files{};
+  // The job it dropped when its master restarted (at most one), if any: DroppedJob.
+  std::vector<DroppedJob> dropped{};
   bool operator==(const Hello&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Text{"name", &Hello::name, 256},
+                 fields::Text{"device", &Hello::device, 64},
+                 fields::Int{"threads", &Hello::threads, 1, 4096},
+                 fields::Int{"devices", &Hello::devices, 1, 4096}.defaulted(),
+                 fields::Int{"pid", &Hello::pid},
+                 fields::IntList{"held", &Hello::held, kMaxHeldStates}.defaulted(),
+                 fields::Bool{"runs_trainers", &Hello::runs_trainers}.omitted(),
+                 fields::Text{"storage", &Hello::storage, 64, checks::storage_identity}.omitted(),
+                 fields::Names{"files", &Hello::files, kMaxListedFiles,
+                               checks::checkpoint_or_temporary, "checkpoint file name"}
+                     .omitted(),
+                 fields::NestedList{"dropped", &Hello::dropped, 1}.omitted()};
   json to_json() const;
   static Hello from_json(const json& m);
 };
@@ -67,7 +156,17 @@ struct Heartbeat {
   int64_t job = -1;  // -1: idle (no job, step or incarnation on the wire)
   int64_t step = 0;
   std::string incarnation{};
+  // Why the worker cannot work now, in its own words (a full or read-only checkpoint directory);
+  // absent: it can. The master gives no work to a worker that says so.
+  std::string fault{};
   bool operator==(const Heartbeat&) const = default;
+  static bool training(const Heartbeat& h) { return h.job >= 0; }
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"job", &Heartbeat::job}
+          .omitted(),  // idle (-1): not there, nor step and incarnation
+      fields::Int{"step", &Heartbeat::step}.when(training),
+      fields::Text{"incarnation", &Heartbeat::incarnation, kMaxIncarnation}.when(training),
+      fields::Text{"fault", &Heartbeat::fault, 4096}.omitted()};
   json to_json() const;
   static Heartbeat from_json(const json& m);
 };
@@ -77,9 +176,14 @@ struct Metric {
   static constexpr const char* kType = "metric";
   int64_t job = 0;
   int64_t step = 0;
-  json metrics = json::object();  // {name: number}; built-in models: accuracy, loss
+  // {name: number}; built-in models: accuracy, loss. A diverging trial's may be NaN or +-inf.
+  json metrics = json::object();
   std::string incarnation{};
-  bool operator==(const Metric&) const = default;
+  bool operator==(const Metric&) const = default;  // (NaN, as ever, equals nothing)
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"job", &Metric::job}, fields::Int{"step", &Metric::step},
+      fields::Custom{"metrics", &Metric::metrics, codecs::write_metrics, codecs::read_metrics},
+      fields::Text{"incarnation", &Metric::incarnation, kMaxIncarnation}};
   json to_json() const;
   static Metric from_json(const json& m);
 };
@@ -92,6 +196,13 @@ struct Snapshot {
   int64_t bytes = 0;
   std::string incarnation{};
   bool operator==(const Snapshot&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"job", &Snapshot::job},
+                 fields::Int{"step", &Snapshot::step, 1},
+                 fields::Int{"state", &Snapshot::state},
+                 fields::Text{"file", &Snapshot::file, kMaxFileName, checks::file_name_or_empty},
+                 fields::Int{"bytes", &Snapshot::bytes},
+                 fields::Text{"incarnation", &Snapshot::incarnation, kMaxIncarnation}};
   json to_json() const;
   static Snapshot from_json(const json& m);
 };
@@ -104,6 +215,11 @@ struct Done {
   std::vector<int64_t> held;
   std::string incarnation{};
   bool operator==(const Done&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"job", &Done::job}, fields::Int{"step", &Done::step},
+                 fields::Real{"busy_s", &Done::busy_s, 0, 1e9},
+                 fields::IntList{"held", &Done::held, kMaxHeldStates}.defaulted(),
+                 fields::Text{"incarnation", &Done::incarnation, kMaxIncarnation}};
   json to_json() const;
   static Done from_json(const json& m);
 };
@@ -119,7 +235,16 @@ struct Failed {
   std::string lost_file;  // "" when none
   std::vector<int64_t> held;
   std::string incarnation{};
+  int64_t step = 0;  // the step the job reached (its steps past the last snapshot are lost)
   bool operator==(const Failed&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"job", &Failed::job, -1},
+      fields::Text{"error", &Failed::error, 4096},
+      fields::Bool{"retry", &Failed::retry}.omitted(),
+      fields::Text{"lost_file", &Failed::lost_file, kMaxFileName, checks::file_name}.omitted(),
+      fields::IntList{"held", &Failed::held, kMaxHeldStates}.defaulted(),
+      fields::Text{"incarnation", &Failed::incarnation, kMaxIncarnation},
+      fields::Int{"step", &Failed::step}.omitted()};
   json to_json() const;
   static Failed from_json(const json& m);
 };
@@ -130,7 +255,13 @@ struct Abandoned {
   int64_t job = 0;
   std::vector<int64_t> held;
   std::string incarnation{};
+  int64_t step = 0;  // the step it stopped at
   bool operator==(const Abandoned&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"job", &Abandoned::job},
+                 fields::IntList{"held", &Abandoned::held, kMaxHeldStates}.defaulted(),
+                 fields::Text{"incarnation", &Abandoned::incarnation, kMaxIncarnation},
+                 fields::Int{"step", &Abandoned::step}.omitted()};
   json to_json() const;
   static Abandoned from_json(const json& m);
 };
@@ -144,6 +275,9 @@ struct FetchParent {
   int64_t offset = 0;
   std::string incarnation{};
   bool operator==(const FetchParent&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"job", &FetchParent::job}, fields::Int{"offset", &FetchParent::offset},
+                 fields::Text{"incarnation", &FetchParent::incarnation, kMaxIncarnation}};
   json to_json() const;
   static FetchParent from_json(const json& m);
 };
@@ -159,6 +293,15 @@ struct FileBytes {
   std::string data{};   // raw bytes (base64 on the wire), at most kChunkBytes
   std::string error{};  // "" when the bytes were read
   bool operator==(const FileBytes&) const = default;
+  // data or error: the error, when there is one, is read first, and the data only without it.
+  static bool has_bytes(const FileBytes& f) { return f.error.empty(); }
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"read", &FileBytes::read}, fields::Int{"offset", &FileBytes::offset},
+      fields::Int{"total", &FileBytes::total},  // >= offset + the bytes: check()
+      fields::Text{"error", &FileBytes::error, 4096, checks::not_empty}.omitted(),
+      fields::Custom{"data", &FileBytes::data, codecs::write_base64, codecs::read_base64}.when(
+          has_bytes)};
+  void check() const;  // the bytes end at or before total
   json to_json() const;
   static FileBytes from_json(const json& m);
 };
@@ -171,6 +314,10 @@ struct Fetched {
   double seconds = 0;  // from the first request to the file written
   std::string incarnation{};
   bool operator==(const Fetched&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"job", &Fetched::job}, fields::Int{"bytes", &Fetched::bytes},
+                 fields::Real{"seconds", &Fetched::seconds, 0, 1e9},
+                 fields::Text{"incarnation", &Fetched::incarnation, kMaxIncarnation}};
   json to_json() const;
   static Fetched from_json(const json& m);
 };
@@ -183,6 +330,9 @@ struct Welcome {
   std::string incarnation;  // random per start of a master ("" from an older master)
   int64_t heartbeat_ms = 1000;
   bool operator==(const Welcome&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Text{"incarnation", &Welcome::incarnation, kMaxIncarnation}.defaulted(),
+                 fields::Int{"heartbeat_ms", &Welcome::heartbeat_ms, 10, 60000}};
   json to_json() const;
   static Welcome from_json(const json& m);
 };
@@ -203,6 +353,22 @@ struct RunSpec {
   std::string pipeline_schedule = "1f1b";
   int pipeline_chunks = 1;
   bool operator==(const RunSpec&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Object{"model", &RunSpec::model},
+      fields::Text{"data", &RunSpec::data, 64},
+      fields::Int{"train_samples", &RunSpec::train_samples},  // >= 1 but external: check()
+      fields::Int{"eval_samples", &RunSpec::eval_samples},
+      fields::Object{"data_fields", &RunSpec::data_fields}.omitted(),
+      fields::Int{"seed", &RunSpec::seed},
+      fields::Object{"fixed", &RunSpec::fixed},
+      fields::Group{"pipeline",
+                    std::tuple{fields::Int{"stages", &RunSpec::pipeline_stages, 1, 256},
+                               fields::Int{"microbatches", &RunSpec::microbatches, 1, 4096},
+                               fields::Text{"schedule", &RunSpec::pipeline_schedule, 32},
+                               fields::Int{"chunks", &RunSpec::pipeline_chunks, 1, 64}}}
+          .defaulted()};
+  // An engine's data set has a size; an external model's own data set may leave it out (0).
+  void check() const;
 };
 json to_json(const RunSpec& r);
 RunSpec run_spec_from_json(const json& j);
@@ -214,6 +380,10 @@ struct SnapshotOrder {
   int64_t state = 0;
   std::string file;
   bool operator==(const SnapshotOrder&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"step", &SnapshotOrder::step, 1},  // Job: inside (from, to], in its check()
+      fields::Int{"state", &SnapshotOrder::state},
+      fields::Text{"file", &SnapshotOrder::file, kMaxFileName, checks::file_name_or_empty}};
 };
 
 // One unit of work: train the representative's sequences from step `from` (the state `parent`,
@@ -234,7 +404,28 @@ struct Job {
   // and keep them as parent_file in this worker's own directory. Absent: false, 0.
   bool fetch_parent = false;
   int64_t parent_bytes = 0;
+  // The master's id of the trial whose path it trains (its representative), for the worker to
+  // name in a DroppedJob; absent: -1.
+  int64_t trial = -1;
   bool operator==(const Job&) const = default;
+  static bool fetches_parent(const Job& j) { return j.fetch_parent; }
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"job", &Job::id},
+      fields::Nested{"run", &Job::run},
+      fields::Custom{"hyperparameters", &Job::hyperparams, codecs::write_hyperparams,
+                     codecs::read_hyperparams},
+      fields::Int{"from", &Job::from},
+      fields::Int{"to", &Job::to},  // >= from: check()
+      fields::Int{"parent_state", &Job::parent_state, -1},
+      fields::Text{"parent_file", &Job::parent_file, kMaxFileName, checks::file_name_or_empty},
+      fields::IntList{"eval_steps", &Job::eval_steps, kMaxJobSteps},
+      fields::NestedList{"snapshots", &Job::snapshots, kMaxJobSteps},
+      fields::Bool{"fetch_parent", &Job::fetch_parent}.omitted(),
+      fields::Int{"parent_bytes", &Job::parent_bytes, 1}.when(fetches_parent),
+      fields::Int{"trial", &Job::trial, -1}.omitted()};
+  // to >= from; a parent state unless from == 0; eval steps and snapshots increasing, inside
+  // [from, to] and (from, to]; a parent file to fetch.
+  void check() const;
   json to_json() const;
   static Job from_json(const json& m);
 };
@@ -245,6 +436,9 @@ struct SnapshotAt {
   int64_t job = 0;
   SnapshotOrder order;
   bool operator==(const SnapshotAt&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"job", &SnapshotAt::job}, fields::Inline{&SnapshotAt::order}};
+  void check() const;  // a file to write (a job's own snapshots may be in memory only)
   json to_json() const;
   static SnapshotAt from_json(const json& m);
 };
@@ -254,6 +448,7 @@ struct Abandon {
   static constexpr const char* kType = "abandon";
   int64_t job = 0;
   bool operator==(const Abandon&) const = default;
+  static constexpr auto kFields = std::tuple{fields::Int{"job", &Abandon::job}};
   json to_json() const;
   static Abandon from_json(const json& m);
 };
@@ -262,6 +457,7 @@ struct Abandon {
 struct Reset {
   static constexpr const char* kType = "reset";
   bool operator==(const Reset&) const = default;
+  static constexpr std::tuple<> kFields{};
   json to_json() const;
   static Reset from_json(const json& m);
 };
@@ -270,6 +466,7 @@ struct Reset {
 struct Shutdown {
   static constexpr const char* kType = "shutdown";
   bool operator==(const Shutdown&) const = default;
+  static constexpr std::tuple<> kFields{};
   json to_json() const;
   static Shutdown from_json(const json& m);
 };
@@ -283,6 +480,11 @@ struct ReadFile {
   int64_t offset = 0;
   int64_t length = 0;  // at most kChunkBytes
   bool operator==(const ReadFile&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"read", &ReadFile::read},
+                 fields::Text{"file", &ReadFile::file, kMaxFileName, checks::checkpoint_file},
+                 fields::Int{"offset", &ReadFile::offset},
+                 fields::Int{"length", &ReadFile::length, 1, kChunkBytes}};
   json to_json() const;
   static ReadFile from_json(const json& m);
 };
@@ -293,6 +495,9 @@ struct DeleteFiles {
   // checkpoint file names or their temporary files' (checkpoint_storage.h), at most kMaxListedFiles
   std::vector<std::string> files;
   bool operator==(const DeleteFiles&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Names{"files", &DeleteFiles::files, kMaxListedFiles,
+                               checks::checkpoint_or_temporary, "checkpoint file name"}};
   json to_json() const;
   static DeleteFiles from_json(const json& m);
 };
@@ -305,6 +510,8 @@ struct Submit {
   json spec;           // the study spec, checked by the master (searchers/spec.h)
   std::string policy;  // "shared" or "trial-based"
   bool operator==(const Submit&) const = default;
+  static constexpr auto kFields = std::tuple{fields::Object{"spec", &Submit::spec},
+                                             fields::Text{"policy", &Submit::policy, 32}};
   json to_json() const;
   static Submit from_json(const json& m);
 };
@@ -314,6 +521,7 @@ struct Status {
   static constexpr const char* kType = "status";
   int64_t study = 0;
   bool operator==(const Status&) const = default;
+  static constexpr auto kFields = std::tuple{fields::Int{"study", &Status::study}};
   json to_json() const;
   static Status from_json(const json& m);
 };
@@ -322,14 +530,28 @@ struct Cancel {
   static constexpr const char* kType = "cancel";
   json study;  // a name (string) or an id (number or all-digit string)
   bool operator==(const Cancel&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Custom{"study", &Cancel::study, codecs::write_json, codecs::read_name_or_id}};
   json to_json() const;
   static Cancel from_json(const json& m);
+};
+
+// Go on with an interrupted study where it stopped (its owner's or an admin's request).
+struct Resume {
+  static constexpr const char* kType = "resume";
+  json study;  // a name (string) or an id (number or all-digit string)
+  bool operator==(const Resume&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Custom{"study", &Resume::study, codecs::write_json, codecs::read_name_or_id}};
+  json to_json() const;
+  static Resume from_json(const json& m);
 };
 
 // The connected workers and what each one trains.
 struct ListWorkers {
   static constexpr const char* kType = "workers";
   bool operator==(const ListWorkers&) const = default;
+  static constexpr std::tuple<> kFields{};
   json to_json() const;
   static ListWorkers from_json(const json& m);
 };
@@ -339,6 +561,8 @@ struct Drain {
   static constexpr const char* kType = "drain";
   std::string worker;  // its name
   bool operator==(const Drain&) const = default;
+  static constexpr auto kFields =
+      std::tuple{fields::Text{"worker", &Drain::worker, 256, checks::not_empty}};
   json to_json() const;
   static Drain from_json(const json& m);
 };
@@ -352,6 +576,14 @@ struct Reply {
   std::string error;             // when !ok
   json fields = json::object();  // when ok
   bool operator==(const Reply&) const = default;
+  static bool accepted(const Reply& r) { return r.ok; }
+  static bool refused(const Reply& r) { return !r.ok; }
+  static constexpr auto kFields = std::tuple{
+      fields::Bool{"ok", &Reply::ok}.defaulted(),
+      fields::Custom{"error", &Reply::error, codecs::write_string, codecs::read_error}.when(
+          refused),
+      fields::Custom{"fields", &Reply::fields, codecs::write_flat, codecs::read_flat}.when(
+          accepted)};
   json to_json() const;
   static Reply from_json(const json& m);
 };
@@ -359,7 +591,7 @@ struct Reply {
 using AnyMessage =
     std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
                  FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown, ReadFile,
-                 DeleteFiles, Submit, Status, Cancel, ListWorkers, Drain, Reply>;
+                 DeleteFiles, Submit, Status, Cancel, Resume, ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

@@ -2,10 +2,10 @@
 
 #include <cerrno>
 #include <chrono>
-#include <random>
 #include <vector>
 
 #include "protocol/monitor.h"
+#include "protocol/random_token.h"
 
 namespace hippo::protocol {
 namespace {
@@ -47,10 +47,9 @@ void configure_dealer(zmq::socket_t& dealer) {
 }
 
 std::string random_routing_id() {
-  std::random_device random;
-  std::string id(16, '\0');
-  for (char& c : id) c = static_cast<char>(random());
-  id[0] = static_cast<char>(1 + random() % 255);  // ZeroMQ reserves ids that start with 0
+  std::string id = random_bytes(16);
+  // ZeroMQ reserves ids that start with 0.
+  id[0] = static_cast<char>(1 + static_cast<unsigned char>(id[0]) % 255);
   return id;
 }
 

@@ -49,6 +49,11 @@ bool get_bool(const json& m, const char* field, bool absent);
 // An array of at most max_items integers, each in [min, max].
 std::vector<int64_t> get_int_list(const json& m, const char* field, size_t max_items,
                                   int64_t min = 0, int64_t max = INT64_MAX);
+// "<type>.<field>", the type being m's "type" ("message" when it has none): how errors name a
+// field. ProtocolError("<type>.<field>: <why>").
+std::string field_path(const json& m, const char* field);
+[[noreturn]] void refuse(const json& m, const char* field, const std::string& why);
+
 // A message of the given type with the version set: the start of every encoder.
 json envelope(const char* type);
 

@@ -4,6 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
 namespace hippo::protocol {
 namespace {
 
@@ -159,6 +168,91 @@ TEST(Messages, BadStorageAndTransferFieldsAreRefusedByName) {
   expect_refused(too_big.dump(), "file_bytes.data");
   expect_refused(R"({"v":1,"type":"delete_files","files":["state-x.ckpt"]})",
                  "delete_files.files: not a checkpoint file name");
+}
+
+// A diverging trial's loss is NaN or infinite: on the wire "nan", "inf", "-inf" (JSON has no such
+// numbers, and nlohmann would write null); null, what older workers sent, is NaN.
+TEST(Messages, NonFiniteMetricsCrossTheWire) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  Metric sent{
+      3, 20, {{"accuracy", 0.5}, {"loss", std::nan("")}, {"up", kInf}, {"down", -kInf}}, "abcd"};
+  const std::string body = serialize(sent.to_json());
+  EXPECT_NE(body.find(R"("loss":"nan")"), std::string::npos) << body;
+  EXPECT_NE(body.find(R"("up":"inf")"), std::string::npos) << body;
+  EXPECT_NE(body.find(R"("down":"-inf")"), std::string::npos) << body;
+  AnyMessage decoded = decode(parse(body));
+  ASSERT_TRUE(std::holds_alternative<Metric>(decoded));
+  const Metric& got = std::get<Metric>(decoded);
+  EXPECT_EQ(got.job, 3);
+  EXPECT_EQ(got.step, 20);
+  EXPECT_EQ(got.incarnation, "abcd");
+  EXPECT_EQ(got.metrics["accuracy"], 0.5);
+  ASSERT_TRUE(got.metrics["loss"].is_number_float());
+  EXPECT_TRUE(std::isnan(got.metrics["loss"].get<double>()));
+  EXPECT_EQ(got.metrics["up"].get<double>(), kInf);
+  EXPECT_EQ(got.metrics["down"].get<double>(), -kInf);
+  EXPECT_EQ(serialize(got.to_json()), body);  // and again, the same bytes
+
+  Metric old = Metric::from_json(parse(
+      R"({"v":1,"type":"metric","job":1,"step":2,"metrics":{"loss":null},"incarnation":""})"));
+  ASSERT_TRUE(old.metrics["loss"].is_number_float());
+  EXPECT_TRUE(std::isnan(old.metrics["loss"].get<double>()));
+}
+
+TEST(Messages, MetricsAreNumbersAndBounded) {
+  for (const char* value : {R"("abc")", R"("NaN")", "{}", "[1]", "true"})
+    expect_refused(std::string(R"({"v":1,"type":"metric","job":1,"step":2,"metrics":{"loss":)") +
+                       value + R"(},"incarnation":""})",
+                   "metric.metrics.loss: not a number");
+  Metric many{1, 2, json::object(), ""};
+  for (size_t i = 0; i <= kMaxMetrics; ++i) many.metrics[std::to_string(i)] = 1.0;
+  expect_refused(many.to_json().dump(), "metric.metrics: more than 256 names");
+  many.metrics.erase("0");
+  expect_round_trip(many);  // exactly kMaxMetrics
+  Metric long_name{1, 2, {{std::string(kMaxMetricName + 1, 'n'), 1.0}}, ""};
+  expect_refused(long_name.to_json().dump(), "metric.metrics: a name longer than 128 bytes");
+}
+
+// The field lists (fields.h) are what the encoders write: every key of an encoded message is a
+// declared field (a reply's own fields aside), and each type of AnyMessage has a seed in the
+// fuzzer's corpus that decodes to it and encodes to what it decodes.
+template <typename... M>
+std::map<std::string, std::vector<std::string>> declared_names(std::variant<M...>*) {
+  return {{M::kType, fields::names<M>()}...};
+}
+
+TEST(Messages, EveryTypeHasAFuzzSeedAndWritesOnlyItsDeclaredFields) {
+  const auto names = declared_names(static_cast<AnyMessage*>(nullptr));
+  EXPECT_EQ(names.size(), std::variant_size_v<AnyMessage>);
+  std::set<std::string> seen;
+  for (const auto& entry : std::filesystem::directory_iterator(HIPPO_MESSAGE_CORPUS)) {
+    std::ifstream in(entry.path());
+    std::stringstream body;
+    body << in.rdbuf();
+    AnyMessage message;
+    try {
+      message = decode(parse(body.str()));
+    } catch (const ProtocolError&) {
+      continue;  // a seed of a bad message
+    }
+    const std::string type = type_of(message);
+    seen.insert(type);
+    const json wire = std::visit([](const auto& m) { return m.to_json(); }, message);
+    // Decoding what it encodes gives the same message (compared by its bytes: a metric may hold
+    // NaN, which equals nothing).
+    const AnyMessage again = decode(parse(serialize(wire)));
+    EXPECT_EQ(std::visit([](const auto& m) { return serialize(m.to_json()); }, again),
+              serialize(wire))
+        << entry.path();
+    if (type == Reply::kType) continue;  // its fields are the request's
+    const std::vector<std::string>& declared = names.at(type);
+    for (const auto& [key, value] : wire.items())
+      EXPECT_TRUE(key == "v" || key == "type" ||
+                  std::find(declared.begin(), declared.end(), key) != declared.end())
+          << entry.path() << ": " << key << " is not in " << type << "'s field list";
+  }
+  for (const auto& [type, fields] : names)
+    EXPECT_TRUE(seen.count(type)) << "no seed in fuzz/corpus/message decodes to " << type;
 }
 
 }  // namespace

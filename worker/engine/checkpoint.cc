@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/random_token.h"
+
 namespace hippo::worker {
 namespace {
 
@@ -75,12 +77,11 @@ class Fd {
 // 16 hex digits from the kernel's random source: a temporary name at which nobody can have
 // planted anything in advance.
 std::string random_suffix(const std::string& path) {
-  uint64_t r = 0;
-  if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
-    fail(path, "getrandom failed: " + error_text(errno));
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(r));
-  return text;
+  try {
+    return protocol::random_hex(16);
+  } catch (const std::system_error& e) {
+    fail(path, e.what());
+  }
 }
 
 // The directory of `path`, opened, and the last component of `path`.
