@@ -31,8 +31,9 @@ Enum parse_name(const char* const (&names)[N], const std::string& text, const ch
 
 // Indexed by the enums' values.
 const char* const kPolicies[] = {"shared", "trial-based"};
-const char* const kStudyStatuses[] = {"running", "done", "failed", "cancelled"};
-const char* const kTrialStatuses[] = {"pending", "running", "done", "stopped", "failed"};
+const char* const kStudyStatuses[] = {"running", "done", "failed", "cancelled", "interrupted"};
+const char* const kTrialStatuses[] = {"pending", "running", "done",
+                                      "stopped", "failed",  "diverged"};
 const char* const kExecutionKinds[] = {"train", "replay", "evaluate"};
 const char* const kExecutionOutcomes[] = {"done", "failed", "abandoned", "lost"};
 const char* const kSearcherEventKinds[] = {"validation", "closed", "failed", "batch"};
@@ -44,6 +45,7 @@ constexpr int kExecutionsVersion = 3;
 constexpr int kRetentionVersion = 4;
 constexpr int kSearcherEventsVersion = 5;
 constexpr int kStoragesVersion = 6;
+constexpr int kAccountsVersion = 7;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -210,6 +212,7 @@ SearchPlan::SearchPlan(SearchPlan&& o) noexcept
     : path_(std::move(o.path_)),
       in_memory_(o.in_memory_),
       db_(std::exchange(o.db_, nullptr)),
+      version_(o.version_),
       depth_(o.depth_),
       after_commit_(std::move(o.after_commit_)),
       busy_timeout_ms_(o.busy_timeout_ms_),
@@ -219,6 +222,7 @@ SearchPlan& SearchPlan::operator=(SearchPlan&& o) noexcept {
   std::swap(path_, o.path_);
   std::swap(in_memory_, o.in_memory_);
   std::swap(db_, o.db_);
+  std::swap(version_, o.version_);
   std::swap(depth_, o.depth_);
   std::swap(after_commit_, o.after_commit_);
   std::swap(busy_timeout_ms_, o.busy_timeout_ms_);
@@ -298,6 +302,7 @@ SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
   plan.exec(options.durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = OFF");
   plan.exec("PRAGMA foreign_keys = ON");
   plan.migrate();
+  plan.version_ = plan.schema_version();
   return plan;
 }
 
@@ -346,6 +351,7 @@ SearchPlan SearchPlan::open_read_only(const std::string& path) {
                       : " is too old to read without migrating; any hippo command that opens it "
                         "for writing (e.g. `hippo --db FILE studies`) migrates it"));
   }
+  plan.version_ = version;
   return plan;
 }
 
@@ -373,15 +379,28 @@ int SearchPlan::schema_version() {
 void SearchPlan::migrate() {
   const auto& steps = migrations();
   if (schema_version() == latest_schema_version()) return;  // no write lock needed
-  for (size_t i = 0; i < steps.size(); ++i) {
-    // The version is read again inside the write transaction: another process may have migrated
-    // the file since we looked.
-    transaction([&] {
-      if (schema_version() > static_cast<int>(i)) return;
-      exec(std::string(steps[i]).c_str());
-      exec(("PRAGMA user_version = " + std::to_string(i + 1)).c_str());
-    });
+  // A step may rebuild a table that others refer to (SQLite's "12 steps" for a changed CHECK):
+  // foreign keys are off while the steps run (the pragma is a no-op inside a transaction), and
+  // each step is checked with foreign_key_check before it commits.
+  exec("PRAGMA foreign_keys = OFF");
+  try {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      // The version is read again inside the write transaction: another process may have
+      // migrated the file since we looked.
+      transaction([&] {
+        if (schema_version() > static_cast<int>(i)) return;
+        exec(std::string(steps[i]).c_str());
+        if (Query(*this, "PRAGMA foreign_key_check").next())
+          throw std::runtime_error(path_ + ": migrating to schema version " +
+                                   std::to_string(i + 1) + " broke a foreign key");
+        exec(("PRAGMA user_version = " + std::to_string(i + 1)).c_str());
+      });
+    }
+  } catch (...) {
+    exec("PRAGMA foreign_keys = ON");
+    throw;
   }
+  exec("PRAGMA foreign_keys = ON");
 }
 
 void SearchPlan::transaction(const std::function<void()>& fn) {
@@ -459,6 +478,18 @@ int64_t SearchPlan::create_study(const std::string& name, const nlohmann::json& 
   return id;
 }
 
+void SearchPlan::set_study_account(int64_t study, const StudyAccount& a) {
+  single_write([&] {
+    Query(*this,
+          "UPDATE studies SET steps_executed = ?, busy_s = ?, bytes_moved = ?, transfer_s = ?, "
+          "master_s = ?, run_s = ? WHERE id = ?",
+          a.steps_executed, a.busy_s, a.bytes_moved, a.transfer_s, a.master_s, a.run_s, study)
+        .run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no study with id " + std::to_string(study));
+  });
+}
+
 void SearchPlan::set_study_status(int64_t study, StudyStatus status, const std::string& error) {
   std::optional<double> ended;
   if (status != StudyStatus::kRunning) ended = now();
@@ -520,17 +551,36 @@ std::vector<SearcherEvent> SearchPlan::searcher_events(int64_t study) {
 
 void SearchPlan::delete_study(int64_t study) {
   transaction([&] {
-    Query(*this, "UPDATE studies SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", now(),
-          study)
+    Query(*this,
+          "UPDATE studies SET deleted_at = ?, searcher_state = NULL WHERE id = ? AND deleted_at "
+          "IS NULL",
+          now(), study)
         .run();
     if (sqlite3_changes(db_) == 0) {
       throw std::invalid_argument("no study with id " + std::to_string(study) + " to delete");
     }
+    // What only this study needed goes; its trials, their metrics and stages stay: the tree is
+    // shared, and a later study reuses their evaluations.
+    Query(*this,
+          "DELETE FROM eval_requests WHERE trial_id IN (SELECT id FROM trials WHERE "
+          "study_id = ?)",
+          study)
+        .run();
+    if (version_ >= kSearcherEventsVersion)
+      Query(*this, "DELETE FROM searcher_events WHERE study_id = ?", study).run();
+    Query(*this, "DELETE FROM events WHERE study_id = ?", study).run();
   });
 }
 
-#define STUDY_COLUMNS \
-  "id, name, spec, policy, status, created_at, ended_at, searcher_state, error, deleted_at"
+// The columns read_study reads; a file older than version 7 (read only) has no accounts.
+std::string SearchPlan::study_columns() {
+  return std::string(
+             "id, name, spec, policy, status, created_at, ended_at, searcher_state, error, "
+             "deleted_at, ") +
+         (version_ >= kAccountsVersion
+              ? "steps_executed, busy_s, bytes_moved, transfer_s, master_s, run_s"
+              : "0, 0, 0, 0, 0, COALESCE(ended_at - created_at, 0)");
+}
 
 StudyRow SearchPlan::read_study(Query& q) {
   StudyRow r;
@@ -544,25 +594,30 @@ StudyRow SearchPlan::read_study(Query& q) {
   r.searcher_state = q.json(7);
   r.error = q.text(8);
   r.deleted_at = q.optional_real(9);
+  r.account = {q.int64(10), q.real(11), q.int64(12), q.real(13), q.real(14), q.real(15)};
   return r;
 }
 
 std::vector<StudyRow> SearchPlan::studies() {
   std::vector<StudyRow> rows;
-  Query q(*this, "SELECT " STUDY_COLUMNS " FROM studies WHERE deleted_at IS NULL ORDER BY id");
+  const std::string sql =
+      "SELECT " + study_columns() + " FROM studies WHERE deleted_at IS NULL ORDER BY id";
+  Query q(*this, sql.c_str());
   while (q.next()) rows.push_back(read_study(q));
   return rows;
 }
 
 std::optional<StudyRow> SearchPlan::study(int64_t id) {
-  Query q(*this, "SELECT " STUDY_COLUMNS " FROM studies WHERE id = ?", id);
+  const std::string sql = "SELECT " + study_columns() + " FROM studies WHERE id = ?";
+  Query q(*this, sql.c_str(), id);
   if (!q.next()) return std::nullopt;
   return read_study(q);
 }
 
 std::optional<StudyRow> SearchPlan::study_by_name(const std::string& name) {
-  Query q(*this, "SELECT " STUDY_COLUMNS " FROM studies WHERE name = ? AND deleted_at IS NULL",
-          name);
+  const std::string sql =
+      "SELECT " + study_columns() + " FROM studies WHERE name = ? AND deleted_at IS NULL";
+  Query q(*this, sql.c_str(), name);
   if (!q.next()) return std::nullopt;
   return read_study(q);
 }
@@ -619,21 +674,25 @@ void SearchPlan::set_trial_length(TrialId trial, int64_t length) {
   });
 }
 
-void SearchPlan::set_trial_status(TrialId trial, TrialStatus status,
-                                  const std::string& end_reason) {
+void SearchPlan::set_trial_status(TrialId trial, TrialStatus status, const std::string& end_reason,
+                                  std::optional<int64_t> end_step) {
   std::optional<std::string> reason;
   if (!end_reason.empty()) reason = end_reason;
   single_write([&] {
-    Query(*this, "UPDATE trials SET status = ?, end_reason = ? WHERE id = ?", to_string(status),
-          reason, trial)
+    Query(*this, "UPDATE trials SET status = ?, end_reason = ?, end_step = ? WHERE id = ?",
+          to_string(status), reason, end_step, trial)
         .run();
     if (sqlite3_changes(db_) == 0)
       throw std::invalid_argument("no trial with id " + std::to_string(trial));
   });
 }
 
-#define TRIAL_COLUMNS \
-  "id, study_id, number, root_key, params, hyperparams, length, status, end_reason"
+std::string SearchPlan::trial_columns() {
+  return std::string(
+             "id, study_id, number, root_key, params, hyperparams, length, status, "
+             "end_reason, ") +
+         (version_ >= kAccountsVersion ? "end_step" : "NULL");
+}
 
 TrialRow SearchPlan::read_trial(Query& q) {
   TrialRow r;
@@ -646,18 +705,22 @@ TrialRow SearchPlan::read_trial(Query& q) {
   r.length = q.int64(6);
   r.status = parse_trial_status(q.text(7));
   r.end_reason = q.text(8);
+  if (!q.is_null(9)) r.end_step = q.int64(9);
   return r;
 }
 
 std::vector<TrialRow> SearchPlan::trials(int64_t study) {
   std::vector<TrialRow> rows;
-  Query q(*this, "SELECT " TRIAL_COLUMNS " FROM trials WHERE study_id = ? ORDER BY number", study);
+  const std::string sql =
+      "SELECT " + trial_columns() + " FROM trials WHERE study_id = ? ORDER BY number";
+  Query q(*this, sql.c_str(), study);
   while (q.next()) rows.push_back(read_trial(q));
   return rows;
 }
 
 std::optional<TrialRow> SearchPlan::trial(TrialId id) {
-  Query q(*this, "SELECT " TRIAL_COLUMNS " FROM trials WHERE id = ?", id);
+  const std::string sql = "SELECT " + trial_columns() + " FROM trials WHERE id = ?";
+  Query q(*this, sql.c_str(), id);
   if (!q.next()) return std::nullopt;
   return read_trial(q);
 }

@@ -44,8 +44,11 @@ struct PlanBusy : std::runtime_error {
 };
 
 enum class Policy { kShared, kTrialBased };
-enum class StudyStatus { kRunning, kDone, kFailed, kCancelled };
-enum class TrialStatus { kPending, kRunning, kDone, kStopped, kFailed };
+// interrupted: the run that had it stopped before it ended (Ctrl-C, a signal, a crash that the
+// next run found); it can be resumed where it stopped.
+enum class StudyStatus { kRunning, kDone, kFailed, kCancelled, kInterrupted };
+// diverged: its metric was NaN or infinite at an evaluation (a result, not an error).
+enum class TrialStatus { kPending, kRunning, kDone, kStopped, kFailed, kDiverged };
 // What a job did: trained its steps, trained them again to rebuild a lost state (a replay), or
 // only evaluated a state (from == to).
 enum class ExecutionKind { kTrain, kReplay, kEvaluate };
@@ -69,6 +72,20 @@ ExecutionOutcome parse_execution_outcome(const std::string& text);
 // has it as a name). The id such a text stands for, if any.
 std::optional<int64_t> study_id_in(const std::string& text);
 
+// What was spent on a study, over every master that ran it (schema version 7): steps the workers
+// executed for it (redone ones included), their busy seconds, checkpoint bytes fetched between
+// storages and the seconds that took, the masters' CPU seconds, and the seconds some master ran
+// it (its wall time: a restart's outage is not in it).
+struct StudyAccount {
+  int64_t steps_executed = 0;
+  double busy_s = 0;
+  int64_t bytes_moved = 0;
+  double transfer_s = 0;
+  double master_s = 0;
+  double run_s = 0;
+  bool operator==(const StudyAccount&) const = default;
+};
+
 struct StudyRow {
   int64_t id = 0;
   std::string name;
@@ -80,6 +97,7 @@ struct StudyRow {
   nlohmann::json searcher_state;     // null until the searcher first saves
   std::string error;                 // why a failed study failed
   std::optional<double> deleted_at;  // deleted studies are hidden from studies()
+  StudyAccount account;
 };
 
 struct TrialRow {
@@ -92,6 +110,8 @@ struct TrialRow {
   int64_t length = 0;  // the trial needs steps [0, length)
   TrialStatus status = TrialStatus::kPending;
   std::string end_reason;  // e.g. "stopped by sha at rung 1"
+  // Where a trial that ended before its length ended (diverged, stopped, failed), if it did.
+  std::optional<int64_t> end_step;
 };
 
 struct MetricRow {
@@ -209,8 +229,11 @@ class SearchPlan {
 
   // Studies. create_study throws std::invalid_argument if a study that is not deleted has the name.
   int64_t create_study(const std::string& name, const nlohmann::json& spec, Policy policy);
-  // Any status but running sets ended_at; error says why a study failed (empty for none).
+  // Any status but running sets ended_at (running clears it: a resumed study); error says why a
+  // study ended (empty for none).
   void set_study_status(int64_t study, StudyStatus status, const std::string& error = "");
+  // Replaces the study's accounting (StudyAccount: the master keeps the totals).
+  void set_study_account(int64_t study, const StudyAccount& account);
   // Saves the searcher's whole state, which includes every event fed to it: the study's searcher
   // events are deleted.
   void save_searcher_state(int64_t study, const nlohmann::json& state);
@@ -218,6 +241,9 @@ class SearchPlan {
   void add_searcher_event(int64_t study, const SearcherEvent& event);
   // The events since the saved state, in the order they were added (none before version 5).
   std::vector<SearcherEvent> searcher_events(int64_t study);
+  // Hides a study (deleted_at: its name is free again) and removes what only it needed: its
+  // evaluation requests, searcher state and events, and its log of events. Its trials, their
+  // metrics and the stages stay: the tree is shared, and later studies reuse their evaluations.
   void delete_study(int64_t study);
 
   std::vector<StudyRow> studies();                                 // not deleted, by id
@@ -229,7 +255,8 @@ class SearchPlan {
   int64_t add_trial(const TrialRow& row);
   TrialId next_trial_id();  // one past the largest id stored, 0 for none
   void set_trial_length(TrialId trial, int64_t length);
-  void set_trial_status(TrialId trial, TrialStatus status, const std::string& end_reason = "");
+  void set_trial_status(TrialId trial, TrialStatus status, const std::string& end_reason = "",
+                        std::optional<int64_t> end_step = std::nullopt);
   std::vector<TrialRow> trials(int64_t study);  // by number
   std::optional<TrialRow> trial(TrialId id);
 
@@ -305,6 +332,9 @@ class SearchPlan {
   [[noreturn]] void explain_refusal(const std::string& refusal, const std::string& what,
                                     const std::string& table, int64_t id,
                                     const std::string& missing);
+  // The columns read_study and read_trial read, for this file's schema version.
+  std::string study_columns();
+  std::string trial_columns();
   StudyRow read_study(Query& q);
   TrialRow read_trial(Query& q);
   std::vector<MetricRow> read_metrics(Query& q);
@@ -312,6 +342,7 @@ class SearchPlan {
   std::string path_;
   bool in_memory_ = false;  // Options::in_memory
   sqlite3* db_ = nullptr;
+  int version_ = 0;                                  // the schema version, once opened
   int depth_ = 0;                                    // transaction() nesting
   std::vector<std::function<void()>> after_commit_;  // of the open transaction, in order
   int busy_timeout_ms_ = 0;

@@ -150,9 +150,68 @@ static const char* const kVersion6 = R"sql(
 ALTER TABLE checkpoints ADD COLUMN storages TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 7: every study ends and says why. A trial whose metric became NaN or infinite is
+// 'diverged', and trials.end_step says where a trial ended early (diverged, stopped, failed); a
+// study a run left unfinished (Ctrl-C, a signal, a crash seen by the next run) is 'interrupted'
+// and can be resumed. A study's accounting (what the workers executed for it, their busy time,
+// the bytes fetched, the master's CPU time, and the seconds some master ran it) is kept in its
+// row, so that a restarted master reports the whole study, not its own part. SQLite cannot
+// change a CHECK constraint: both tables are rebuilt (SQLite's "12 steps": the migration runs
+// with foreign keys off and is checked with foreign_key_check before it commits, plan.cc).
+static const char* const kVersion7 = R"sql(
+CREATE TABLE studies_v7 (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  policy TEXT NOT NULL CHECK (policy IN ('shared', 'trial-based')),
+  status TEXT NOT NULL
+    CHECK (status IN ('running', 'done', 'failed', 'cancelled', 'interrupted')),
+  created_at REAL NOT NULL,
+  ended_at REAL,
+  searcher_state TEXT,
+  error TEXT,
+  deleted_at REAL,
+  steps_executed INTEGER NOT NULL DEFAULT 0 CHECK (steps_executed >= 0),
+  busy_s REAL NOT NULL DEFAULT 0,
+  bytes_moved INTEGER NOT NULL DEFAULT 0,
+  transfer_s REAL NOT NULL DEFAULT 0,
+  master_s REAL NOT NULL DEFAULT 0,
+  run_s REAL NOT NULL DEFAULT 0
+);
+INSERT INTO studies_v7 (id, name, spec, policy, status, created_at, ended_at, searcher_state,
+                        error, deleted_at, run_s)
+  SELECT id, name, spec, policy, status, created_at, ended_at, searcher_state, error, deleted_at,
+         COALESCE(ended_at - created_at, 0) FROM studies;
+DROP TABLE studies;
+ALTER TABLE studies_v7 RENAME TO studies;
+CREATE UNIQUE INDEX studies_by_name ON studies (name) WHERE deleted_at IS NULL;
+
+CREATE TABLE trials_v7 (
+  id INTEGER PRIMARY KEY,
+  study_id INTEGER NOT NULL REFERENCES studies (id),
+  number INTEGER NOT NULL CHECK (number >= 1),
+  root_key TEXT NOT NULL,
+  params TEXT NOT NULL,
+  hyperparams TEXT NOT NULL,
+  length INTEGER NOT NULL CHECK (length >= 1),
+  status TEXT NOT NULL
+    CHECK (status IN ('pending', 'running', 'done', 'stopped', 'failed', 'diverged')),
+  end_reason TEXT,
+  created_at REAL NOT NULL,
+  end_step INTEGER CHECK (end_step >= 0),
+  UNIQUE (study_id, number)
+);
+INSERT INTO trials_v7 (id, study_id, number, root_key, params, hyperparams, length, status,
+                       end_reason, created_at)
+  SELECT id, study_id, number, root_key, params, hyperparams, length, status, end_reason,
+         created_at FROM trials;
+DROP TABLE trials;
+ALTER TABLE trials_v7 RENAME TO trials;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3,
-                                                      kVersion4, kVersion5, kVersion6};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4,
+                                                      kVersion5, kVersion6, kVersion7};
   return steps;
 }
 

@@ -693,6 +693,66 @@ TEST_F(PlanTest, MigratesAVersion3FileToRetainedCheckpoints) {
   EXPECT_EQ(plan.checkpoints()[0].retained_at, 1.9e9);
 }
 
+TEST_F(PlanTest, MigratesAVersion6FileToDivergedTrialsAndAccounts) {
+  std::string sql;
+  for (int i = 0; i < 6; ++i) sql += std::string(migrations()[i]);
+  // A version-6 file with rows in every table that refers to studies and trials (the rebuild of
+  // both must keep every reference), and a deleted study whose name a later one took.
+  raw_exec(file_,
+           sql +
+               "PRAGMA user_version = 6;"
+               "INSERT INTO studies (name, spec, policy, status, created_at, ended_at, "
+               "error, deleted_at) VALUES ('old', '{}', 'shared', 'done', 1.7e9, 1.7e9 + 30, "
+               "NULL, 1.8e9);"
+               "INSERT INTO studies (name, spec, policy, status, created_at) "
+               "VALUES ('old', '{}', 'shared', 'running', 1.7e9);"
+               "INSERT INTO trials (id, study_id, number, root_key, params, hyperparams, "
+               "length, status, end_reason, created_at) VALUES (0, 1, 1, 'r', '{}', '{}', "
+               "10, 'stopped', 'at rung 1', 1.7e9);"
+               "INSERT INTO stages VALUES (0, 'r', NULL, 0, 10, 10, 0);"
+               "INSERT INTO eval_requests VALUES (0, 10);"
+               "INSERT INTO metrics VALUES (0, 10, 'loss', NULL);"
+               "INSERT INTO events (time, study_id, kind, detail) VALUES (1.7e9, 1, 'x', "
+               "'{}');");
+  {
+    auto reader = SearchPlan::open_read_only(file_.string());  // as it is: no accounts yet
+    ASSERT_EQ(reader.study(1)->account.run_s, 30);
+    EXPECT_FALSE(reader.trial(0)->end_step);
+  }
+  auto plan = SearchPlan::open(file_.string());
+  EXPECT_EQ(plan.schema_version(), latest_schema_version());
+  ASSERT_TRUE(plan.study(1));
+  EXPECT_TRUE(plan.study(1)->deleted_at);
+  EXPECT_EQ(plan.study(1)->account.run_s, 30);  // its run time until then
+  EXPECT_EQ(plan.study_by_name("old")->id, 2);
+  EXPECT_THROW(plan.create_study("old", {}, Policy::kShared), std::invalid_argument);
+  ASSERT_TRUE(plan.trial(0));
+  EXPECT_EQ(plan.trial(0)->end_reason, "at rung 1");
+  EXPECT_EQ(plan.eval_requests(0), std::vector<int64_t>{10});
+  EXPECT_TRUE(std::isnan(plan.metrics(0).at(0).value));
+  EXPECT_EQ(plan.load_tree().stage(0).representative, 0);
+  // The foreign keys hold on the rebuilt tables: a trial of no study is refused.
+  TrialRow orphan;
+  orphan.id = 5;
+  orphan.study_id = 99;
+  orphan.length = 3;
+  EXPECT_THROW(plan.add_trial(orphan), std::invalid_argument);
+
+  // Version 7's statuses and columns.
+  plan.set_trial_status(0, TrialStatus::kDiverged, "loss is nan at step 10", 10);
+  EXPECT_EQ(plan.trial(0)->status, TrialStatus::kDiverged);
+  EXPECT_EQ(plan.trial(0)->end_step, 10);
+  plan.set_study_status(2, StudyStatus::kInterrupted, "interrupted (SIGINT)");
+  EXPECT_EQ(plan.study(2)->status, StudyStatus::kInterrupted);
+  EXPECT_TRUE(plan.study(2)->ended_at);
+  plan.set_study_status(2, StudyStatus::kRunning);  // resumed
+  EXPECT_FALSE(plan.study(2)->ended_at);
+  StudyAccount account{1024, 3.5, 4096, 0.25, 0.125, 12.5};
+  plan.set_study_account(2, account);
+  EXPECT_EQ(plan.study(2)->account, account);
+  EXPECT_THROW(plan.set_study_account(7, account), std::invalid_argument);
+}
+
 TEST_F(PlanTest, AReadOnlyPlanRefusesWritesAndSeesOthersCommits) {
   auto writer = SearchPlan::open(file_.string());
   int64_t study = study_with_trials(writer, "s", 2, 0);
