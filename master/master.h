@@ -1,22 +1,28 @@
-// The master: one transport (transport.h: a ZeroMQ ROUTER socket, with CURVE when asked; or the
-// simulator's workers) in front of its collaborators:
+// The master's front: a router from messages to decisions, over its collaborators:
 //
-//   StudyDriver    (study_driver.h)   studies, searchers, trials, pending evaluations
+//   StudyDriver    (study_driver.h)   studies, searchers, trials, pending evaluations; the edits
 //   StateRegistry  (state_registry.h) states, their checkpoint files, the metric cache
-//   WorkerPool     (worker_pool.h)    workers, their jobs, liveness, storage retries
+//   WorkerPool     (worker_pool.h)    workers, their jobs, liveness, failed attempts
+//   Copies         (copies.h)         parents fetched across storages, lost copies, handovers
+//   jobs           (jobs.h)           the order a job gets, its progress and execution rows
 //   the scheduler  (scheduler.h)      pure functions: ready work and its assignment
 //   reports        (reports.h)        summaries, progress, the workers list
 //
-// The front binds each message to the key its connection proved (protocol/trust.h), checks that
-// the key's role may send it (access.h), decodes it (protocol/message.h), routes it by type to
-// one handler (handlers() in master.cc), and after the messages of a poll asks the scheduler for
-// work when something changed. A worker's report counts only for the job that the master gave to
-// that worker's own connection, in this incarnation. The ROUTER's connections are watched
-// (protocol/connection_watch.h): one that holds too much of an unfinished message is dropped. Every
-// transition is written to the search plan before it is acted on. When another process holds the
-// plan's write lock, a worker's message that needs to write waits, with that worker's later
-// messages, in a queue retried every second (every handler's first write is its BEGIN IMMEDIATE,
-// before which it changes nothing a retry would repeat); clients keep being answered meanwhile.
+// The messages come through a Transport (transport.h: the ROUTER socket, or the simulator's
+// workers). Each one is bound to the key its connection proved (protocol/trust.h), checked
+// against that key's role (access.h), decoded (protocol/message.h) and routed by type to one
+// handler (handlers() in master.cc). A handler decides on the state as it is and applies what it
+// decided as one Edit (edit.h); a decision that throws refuses the message and changes nothing.
+// A worker's report counts only for the job that the master gave to that worker's own
+// connection, in this incarnation.
+//
+// One poll is one transaction of the search plan: the messages that arrived together (at most
+// kMessagesPerCommit), the study driver's queue of work they caused, the lost workers, the
+// scheduling decision, then one commit, and only then what they send. When another process holds
+// the plan's write lock, the transaction cannot begin: clients are answered what needs no write
+// (the others are refused with the lock's error), and workers' messages wait, in order, and are
+// tried again every second. When the plan itself fails (a full disk), the master stops: a
+// restart resumes from the plan.
 #pragma once
 
 #include <chrono>
@@ -29,6 +35,8 @@
 #include <string>
 
 #include "master/access.h"
+#include "master/copies.h"
+#include "master/edit.h"
 #include "master/plan_lock.h"
 #include "master/reports.h"
 #include "master/scheduler.h"
@@ -51,6 +59,12 @@ namespace hippo::master {
 // long a reply waits for the commit, and on the transaction's size).
 inline constexpr size_t kMessagesPerCommit = 128;
 
+// The search plan failed while an edit was applied (a full disk, an I/O error): memory may be
+// ahead of the plan, so the master cannot go on. A restart resumes from the plan.
+struct PlanFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct Options {
   std::string bind = "tcp://127.0.0.1:5555";
   std::string checkpoints = "checkpoints";  // the directory workers write into (shared disk)
@@ -62,6 +76,10 @@ struct Options {
   StudyRules rules;  // --allow-exec, --max-trials, --max-steps, --max-evaluations
   ScheduleOrder order = ScheduleOrder::kCriticalPath;
   protocol::ConnectionLimits connections;
+  // true (`hippo master`): the studies the plan says are running are resumed (this is a restart).
+  // false (`hippo run`): they belong to runs that ended without ending them (a crash, SIGKILL):
+  // they are interrupted, resumable, and only the study the run is asked for runs.
+  bool resume_running = true;
 };
 
 // The measured time per step of each root key (from the jobs that ended), for priorities.
@@ -89,8 +107,9 @@ struct MasterCosts {
 
 class Master {
  public:
-  // Opens the socket, restores the tree, the checkpoints and every running study from the plan,
-  // and removes the checkpoint files of this plan's earlier masters that no row names.
+  // Listens on options.bind (transport.h's ZmqTransport), restores the tree, the checkpoints and
+  // every running study from the plan, and removes the checkpoint files of this plan's earlier
+  // masters that no row names.
   Master(SearchPlan plan, const Options& options);
   // The same over another transport (the simulator's); options.bind, auth and connections are
   // then the transport's business.
@@ -98,17 +117,27 @@ class Master {
   ~Master();
 
   // Starts a study (for `hippo run`: in-process, so nobody's key owns it); throws SpecError or
-  // std::invalid_argument (a duplicate name) and then changes nothing.
+  // std::invalid_argument (a name that exists) and then changes nothing.
   int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy);
-  // Ends a running study as `hippo run` must when it cannot finish it (interrupted, no workers).
-  void fail_study(int64_t study, const std::string& error);
+  // Takes up an interrupted study again (for `hippo run --resume` and `hippo resume`): throws
+  // std::invalid_argument or SpecError and then changes nothing.
+  void resume(int64_t study);
+  // `hippo run` stops before its study ends (a signal, its workers gone): the study is
+  // interrupted, resumable where it stopped.
+  void interrupt(int64_t study, const std::string& why);
 
   // Handles the messages that arrive within timeout_ms, then dispatches work to idle workers.
+  // Throws PlanFailure when the search plan fails (the master must stop).
   void poll(int timeout_ms);
 
   bool study_running(int64_t study) const { return driver_.running(study); }
+  // A study of the plan by its name, or by its id (study_id_in), whatever its status.
+  std::optional<StudyRow> study_named(const std::string& name_or_id);
   // A searcher still holds operations back (the next poll goes on with them without waiting).
   bool expanding() const { return driver_.expanding(); }
+  // Seconds until the master has something to do with no message coming (a stage's retry, a
+  // worker's probation), if it waits for that: the simulator's clock goes there.
+  std::optional<double> seconds_to_wake() const;
   const MasterCosts& costs() const { return costs_; }
   // The search plan written to a new file (SearchPlan::save_copy): an in-memory plan's way out.
   void save_plan_copy(const std::string& path) { plan_.save_copy(path); }
@@ -135,21 +164,38 @@ class Master {
   // Removes the files of earlier masters of this plan that no checkpoint row names (left by a
   // crash), logs how many, and records this master's incarnation (checkpoint_files.h).
   void sweep_checkpoints();
-  // Handles messages that arrived together in one commit (each handler's transaction is a
-  // savepoint in it): a commit costs more than most handlers. What they send waits in outbox_
-  // for the commit, so that nobody hears of a change a crash could still undo. When another
-  // process holds the plan, they are handled one by one (and wait in deferred_ as they must).
-  void handle_together(std::vector<protocol::Envelope>& messages);
-  // One message as it arrived: handled, or deferred behind its worker's earlier ones.
-  void handle_or_defer(protocol::Envelope& envelope);
-  // Handles one message. False when the search plan is locked by another process: the message
-  // changed nothing and waits in deferred_, to be retried in order.
-  bool try_handle(const protocol::Envelope& envelope);
-  // Sends now, or after the commit of the messages being handled together.
-  void send(const std::string& peer, const json& message);
 
-  // The job a worker reports on: the one this master gave to that worker's connection, in this
-  // incarnation (ProtocolError otherwise: the report is stale or not its own).
+  // One round of a poll: the messages, the driver's work, the housekeeping and a decision, in one
+  // transaction; then what they send. When the plan is locked by another process, see above.
+  void step(std::vector<protocol::Envelope>& batch);
+  // Runs fn in a transaction that does not wait for another process's lock: false (fn not run)
+  // when one holds it. What fn sends waits for the commit.
+  bool transact(const std::function<void()>& fn);
+  // What the CLI asks between polls (submit, resume, ...): fn in a transaction of its own (that
+  // waits for the lock as long as the plan's busy timeout), its sends after the commit.
+  void in_process(const std::function<void()>& fn);
+  // Whether anything but messages asks for a round now (lost workers, work queued, a retry due).
+  bool housekeeping_due() const;
+  // Handles one message; a bad one is refused and logged (rate-limited).
+  void handle(const protocol::Envelope& envelope);
+  // Answers a client's message while the plan is locked: what needs no write is answered, the
+  // rest refused with the lock's error. A worker's message waits (deferred_).
+  void handle_while_locked(protocol::Envelope& envelope);
+  // Refused messages: logged and recorded as events, at most kRefusalsLogged per sender and
+  // minute (then once a minute, how many more).
+  void refuse(const std::string& peer, const std::string& error);
+  // Applies an edit (StudyDriver::apply) and the pool's part of it; what it sends goes out after
+  // the commit. PlanFailure when the plan fails.
+  void apply(const Edit& edit);
+  // The driver's queue of work, item after item, each applied before the next is decided.
+  void drain();
+  // Sends now, or after the commit of the transaction that is open.
+  void send(const std::string& peer, const json& message);
+  // Client requests that write need the plan: std::runtime_error with the lock's error otherwise.
+  void require_writable() const;
+
+  // The job a worker reports on: the one this master gave to that worker's own connection, in
+  // this incarnation (ProtocolError otherwise: the report is stale or not its own).
   RunningJob& reported_job(const ConnectedWorker& w, int64_t job, const std::string& incarnation,
                            const char* what);
 
@@ -161,8 +207,8 @@ class Master {
   void on_done(ConnectedWorker& w, const protocol::Done& m);
   void on_failed(ConnectedWorker& w, const protocol::Failed& m);
   void on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m);
-  // A job's parent checkpoint, fetched from another storage: a chunk asked for, a chunk a holder
-  // read (relayed to the job's worker), the whole file kept on the job's worker's storage.
+  // A job's parent checkpoint, fetched from another storage (copies.h): a chunk asked for, a
+  // chunk a holder read, the whole file kept on the job's worker's storage.
   void on_fetch_parent(ConnectedWorker& w, const protocol::FetchParent& m);
   void on_file_bytes(ConnectedWorker& w, const protocol::FileBytes& m);
   void on_fetched(ConnectedWorker& w, const protocol::Fetched& m);
@@ -170,60 +216,29 @@ class Master {
   json on_submit(const Sender& from, const protocol::Submit& m);
   json on_status(const Sender& from, const protocol::Status& m);
   json on_cancel(const Sender& from, const protocol::Cancel& m);
+  json on_resume(const Sender& from, const protocol::Resume& m);
   json on_list_workers(const Sender& from, const protocol::ListWorkers& m);
   json on_drain(const Sender& from, const protocol::Drain& m);
 
-  // Bookkeeping around workers and jobs.
+  // Workers that went silent are lost, with their jobs (from the newest state they reported).
   void check_workers();
-  // A job that ended before its end (lost, failed, abandoned, or still running at shutdown):
-  // its row goes to the executions, reaching as far as its heartbeats said, and the steps it
-  // trained past its last reported state, lost, count as executed (the dashboard's sum of the
-  // executions equals the summary's steps executed).
-  void record_unfinished(const RunningJob& job, const ConnectedWorker& w, ExecutionOutcome outcome,
-                         const std::string& error = "");
-  // Adds the job's row to the plan's executions (the dashboard's timeline) as it ends; `reached`
-  // is clamped to its steps. A log, like events: a row that cannot be written is reported, not
-  // fatal.
-  void record_execution(const RunningJob& job, const ConnectedWorker& w, ExecutionOutcome outcome,
-                        int64_t reached, const std::string& error = "");
-  // The job trained its path over [from, step) and the worker holds the state at `step`.
-  void mark_progress(RunningJob& job, int64_t step);
+  // A job ends without its end (lost, failed, abandoned): its row, its lost steps, and, lost,
+  // one more attempt at its stage (whose trials fail after kLostAttempts).
+  void add_lost_job(Edit& e, const RunningJob& job, const std::string& worker_name);
   void abandon_orphan_jobs();
-  // Forgets a state whose checkpoint is lost (missing or corrupt): its row in the plan and its
-  // files go, and the scheduler rebuilds the state by replay from the nearest earlier one.
-  void forget_state(int64_t state, const std::string& why);
-  // The copy of a state's file on one storage is lost (missing, corrupt, unreadable): that copy
-  // goes; the state is forgotten when it was the last.
-  void lose_copy(int64_t state, const std::string& storage, const std::string& why);
-  // The storages that hold a state's file now: its plan row and the registry.
-  void set_storages(int64_t state, std::set<std::string> storages);
-  // The storage of a worker's checkpoint directory.
-  std::string storage_of(const ConnectedWorker& w) const {
-    return storages_.of_worker(w.hello.storage);
-  }
-  // Sends the job's worker the chunk of its parent at `offset`: read here when the master's own
-  // directory holds the file, else asked of a connected worker whose storage holds it. With no
-  // copy left that anyone can read, the state is forgotten (replayed) and the worker told.
-  void serve_fetch(RunningJob& job, int64_t offset);
-  // Sends the deletions that wait for a storage to a connected worker of it.
-  void send_deletions();
   // The tree changed: states above split points move, and a running job that will pass a split
   // point is told to snapshot there.
   void on_tree_change(const Change& change);
 
   // Scheduling.
-  // Draining workers that are idle are told to exit and leave the pool.
+  // Draining workers that are idle hand over what only they hold, then are told to exit.
   void retire_drained_workers();
   void dispatch();
-  void send_job(ConnectedWorker& w, const WorkItem& work);
+  void send_job(ConnectedWorker& w, const WorkItem& work, int64_t study);
   // Says once per study and device count when no connected worker has `devices` devices.
   void warn_if_no_worker_has(int64_t devices, int64_t study);
   // Says once per study when no connected worker runs external trainers.
   void warn_if_no_worker_runs_trainers(int64_t study);
-
-  // Events are a log: one that cannot be written (the plan is locked) is reported and dropped,
-  // never the work it describes.
-  void log_event(std::optional<int64_t> study, const std::string& kind, const json& detail);
 
   double cpu_mark_ = 0;  // this thread's CPU time at the last read (poll)
   SearchPlan plan_;
@@ -236,21 +251,30 @@ class Master {
   std::set<std::string> incarnations_;  // of every master of this plan, this one's too
   StudyDriver driver_;
   WorkerPool pool_;
+  Copies copies_;
   StepCosts step_costs_;
-  Priorities priorities_;                // kept between decisions (scheduler.h)
-  InFlight in_flight_;                   // likewise
-  std::vector<StageId> trained_stages_;  // trained further since the last dispatch
-  int64_t studies_ended_seen_ = 0;       // by abandon_orphan_jobs
+  Priorities priorities_;                                  // kept between decisions (scheduler.h)
+  InFlight in_flight_;                                     // likewise
+  int64_t studies_ended_seen_ = 0;                         // by abandon_orphan_jobs
+  int64_t needed_version_seen_ = -1;                       // likewise
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   // Worker messages that found the search plan locked, oldest first; retried every second.
   std::deque<protocol::Envelope> deferred_;
-  // While messages are handled together: what they send, as (peer, body), in order.
-  std::optional<std::vector<std::pair<std::string, std::string>>> outbox_;
   Clock::time_point last_busy_;
+  std::string busy_error_;  // the lock's error, while messages wait
+  // While a transaction is open: what it sends, as (peer, body), in order.
+  std::optional<std::vector<std::pair<std::string, std::string>>> outbox_;
+  // Refusals per sender in the current minute (refuse()).
+  struct Refusals {
+    Clock::time_point since;
+    int64_t count = 0;
+  };
+  std::map<std::string, Refusals> refusals_;
+  Clock::time_point next_retry_ = Clock::time_point::max();  // of a stage backing off
   MasterCosts costs_;
   bool schedule_changed_ = true;  // something arrived since the last dispatch
-  bool trials_to_close_ = false;  // close_trained_trials() is due (a restart, a lost worker)
+  bool trials_to_close_ = false;  // close_trained_trials() is due (a lost worker)
 };
 
 }  // namespace hippo::master

@@ -7,10 +7,11 @@
 namespace hippo::master {
 
 std::optional<MetricRow> best_metric(const std::vector<MetricRow>& metrics,
-                                     const Objective& objective) {
+                                     const Objective& objective,
+                                     const std::set<TrialId>& diverged) {
   std::optional<MetricRow> best;
   for (const MetricRow& m : metrics) {
-    if (m.name != objective.metric || std::isnan(m.value)) continue;
+    if (m.name != objective.metric || !std::isfinite(m.value) || diverged.count(m.trial)) continue;
     if (!best || better(m.value, best->value, objective.maximize)) best = m;
   }
   return best;
@@ -53,7 +54,7 @@ Progress progress(const StudyDriver& driver, const StageTree& tree, int64_t stud
   StageTree::NeededSteps steps = tree.needed_steps(needed);
   p.steps_unique = steps.unique;
   p.steps_trained = steps.trained;
-  p.elapsed_s = seconds_since(s.started);
+  p.elapsed_s = s.run_s();
   return p;
 }
 
@@ -69,9 +70,11 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   Progress p = progress(driver, tree, study);
   out.trials = p.trials;
   out.steps_unique = p.steps_unique;
-  out.steps_executed = s.steps_executed;
-  out.bytes_moved = s.bytes_moved;
-  out.transfer_s = s.transfer_s;
+  // Over every master that ran it (the plan keeps the account): a restart's part and the part
+  // before it.
+  out.steps_executed = s.account.steps_executed;
+  out.bytes_moved = s.account.bytes_moved;
+  out.transfer_s = s.account.transfer_s;
   std::map<TrialId, int64_t> history;  // trial -> the prefix of it that history covered
   int64_t longest_left = 0;            // the critical path of what history did not cover
   for (const auto& [req, tid] : s.trials) {
@@ -83,18 +86,22 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
     if (t.in_tree && covered > 0) history[tid] = covered;
   }
   out.steps_reused = tree.needed_steps(history).unique;
-  auto end = s.status == StudyStatus::kRunning ? Clock::now() : s.ended;
-  out.wall_s = std::chrono::duration<double>(end - s.started).count();
+  out.wall_s = s.run_s();
   // Lower bounds of the makespan, in seconds: the critical path, and the work spread over all
   // workers (both without what history covered), at the measured time per step of this study.
-  double per_step = s.steps_executed > 0 ? s.busy_worker_s / s.steps_executed : 0;
+  const StudyAccount& a = s.account;
+  double per_step = a.steps_executed > 0 ? a.busy_s / static_cast<double>(a.steps_executed) : 0;
   double spread = std::max<double>(1, static_cast<double>(workers));
   double bound = per_step * std::max<double>(static_cast<double>(longest_left),
                                              (out.steps_unique - out.steps_reused) / spread);
   out.makespan_ratio = bound > 0 ? out.wall_s / bound : 0;
-  out.master_ms_per_trial = p.trials > 0 ? 1000 * s.master_s / p.trials : 0;
-  if (std::optional<MetricRow> best = best_metric(
-          plan.study_metrics(study), {s.spec.searcher.metric, s.spec.searcher.maximize})) {
+  out.master_ms_per_trial = p.trials > 0 ? 1000 * a.master_s / p.trials : 0;
+  std::set<TrialId> diverged;
+  for (const auto& [req, tid] : s.trials)
+    if (driver.trial(tid)->status == TrialStatus::kDiverged) diverged.insert(tid);
+  if (std::optional<MetricRow> best =
+          best_metric(plan.study_metrics(study), {s.spec.searcher.metric, s.spec.searcher.maximize},
+                      diverged)) {
     const TrackedTrial& t = *driver.trial(best->trial);
     out.has_best = true;
     out.best_trial = t.number;
@@ -117,6 +124,9 @@ json workers_json(const WorkerPool& pool, const StudyDriver& driver) {
            {"states_held", w.held.size()}};
     if (!w.hello.storage.empty()) j["storage"] = w.hello.storage;
     if (w.draining) j["draining"] = true;
+    // Why it gets no work now: its own fault, or set aside after failures of its own.
+    if (const std::string why = pool.unavailable(w); !why.empty() && !w.draining)
+      j["unavailable"] = why;
     if (w.job >= 0) {
       const RunningJob& job = pool.jobs().at(w.job);
       json studies = json::array();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,12 @@
 
 namespace hippo::master {
 
-// The best value of the objective's metric among `metrics` (NaN never wins; of equal values the
-// first row wins), or nullopt when no row has it.
+// The best value of the objective's metric among `metrics` (NaN and infinities never win, nor
+// any row of the `diverged` trials; of equal values the first row wins), or nullopt when no row
+// has it.
 std::optional<MetricRow> best_metric(const std::vector<MetricRow>& metrics,
-                                     const Objective& objective);
+                                     const Objective& objective,
+                                     const std::set<TrialId>& diverged = {});
 
 struct StudySummary {
   int64_t study = 0;

@@ -28,6 +28,9 @@ struct RunningJob {
   // of the worker asked to read the chunk it waits for ("" when none is asked), and its offset.
   std::string fetch_source{};
   int64_t fetch_offset = 0;
+  // The steps of order.eval_steps whose metrics came: one that did not by the job's end fails
+  // the trials that wait for it (they say why).
+  std::set<int64_t> evaluated{};
 };
 
 // The stage a job over [from, to) of `trial`'s path trains first: the one that holds step

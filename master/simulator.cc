@@ -460,6 +460,13 @@ SimulatedRun Simulation::run(const std::string& plan_path, const std::string& ch
     master.poll(0);
     if (submitted == studies_.size() && !running()) break;
     if (master.expanding() || !transport_->inbox_.empty()) continue;
+    // The master may wait for a time of its own (a stage retried after a failure): the clock
+    // goes there if nothing happens before.
+    const std::optional<double> wake = master.seconds_to_wake();
+    if (wake && (queue_.empty() || now_ + *wake < queue_.front().time)) {
+      now_ += std::max(*wake, 1e-6);
+      continue;
+    }
     if (queue_.empty())
       throw std::runtime_error(
           "simulate: nothing more can happen and a study is still running (no simulated worker "

@@ -1,9 +1,9 @@
 #include "master/study_driver.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "master/access.h"
-#include "master/checkpoint_files.h"
 #include "protocol/clock.h"
 #include "protocol/log.h"
 
@@ -21,7 +21,31 @@ bool is_open(TrialStatus status) {
   return status == TrialStatus::kPending || status == TrialStatus::kRunning;
 }
 
+// What a searcher sees of a diverged trial: the worst value of its mode.
+double worst_value(bool maximize) {
+  return maximize ? -INFINITY : INFINITY;
+}
+
+std::string non_finite_name(double v) {
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+// "loss, accuracy" (the names a worker reported), for the message of a missing metric.
+std::string names_in(const json& metrics) {
+  std::string out;
+  for (const auto& [name, value] : metrics.items()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+const char* kCommandsHint =
+    "resume it with `hippo resume {}` if it was interrupted, give this spec another \"name\", or "
+    "delete the old study with `hippo delete {}`";
+
 }  // namespace
+
+double TrackedStudy::run_s() const {
+  return status == StudyStatus::kRunning ? account.run_s + seconds_since(resumed) : account.run_s;
+}
 
 StudyDriver::StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states,
                          Storages& storages, StudyRules rules,
@@ -34,9 +58,9 @@ StudyDriver::StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& state
       on_tree_change_(std::move(on_tree_change)) {}
 
 // ---------------------------------------------------------------------------------------------
-// Restoring, and staying in line with the plan.
+// Restoring.
 
-void StudyDriver::restore() {
+void StudyDriver::restore(bool resume_running) {
   next_trial_ = plan_.next_trial_id();
   for (const StudyRow& row : plan_.studies()) {
     // Metrics of every study feed the cache, so a new study reuses evaluations of shared states.
@@ -47,66 +71,92 @@ void StudyDriver::restore() {
       if (tree_.has_trial(ts.first) && tree_.trial(ts.first).length >= ts.second)
         states_.cache_metrics(state_key(tree_, ts.first, ts.second), metrics);
     if (row.status != StudyStatus::kRunning) continue;
-
-    TrackedStudy s;
-    s.id = row.id;
-    s.policy = row.policy;
-    s.started = Clock::now();
-    s.owner = owner_of(row.id);
     try {
-      s.spec = parse_spec(row.spec);
-      // Its command runs only if this master's operator allows it, whoever allowed it before.
-      check_commands(s.spec, rules_.exec);
-      s.searcher = make_searcher(s.spec);
-      s.searcher->load(row.searcher_state);
-      // The events fed to it after that state, again: their operations were carried out then.
-      for (const SearcherEvent& e : plan_.searcher_events(row.id)) {
-        feed(*s.searcher, e);
-        ++s.journaled;
-      }
+      if (!resume_running)
+        throw std::runtime_error("the run that had it ended without ending it (a crash)");
+      restore_study(row);
     } catch (const std::exception& e) {
-      plan_.set_study_status(row.id, StudyStatus::kFailed,
-                             std::string("cannot resume after a restart: ") + e.what());
-      continue;
+      // Not this master's to run (another master, or this one with --allow-exec, may resume it).
+      const std::string why = resume_running
+                                  ? std::string("this master cannot resume it: ") + e.what()
+                                  : std::string(e.what());
+      plan_.transaction([&] {
+        plan_.set_study_status(row.id, StudyStatus::kInterrupted, why);
+        plan_.add_event(row.id, "interrupted", {{"error", why}});
+      });
+      spdlog::warn("study {} is interrupted: {}", row.name, why);
     }
-    for (const TrialRow& tr : plan_.trials(row.id)) {
-      TrackedTrial t;
-      t.id = tr.id;
-      t.study = row.id;
-      t.number = tr.number;
-      t.request = tr.number - 1;
-      t.params = tr.params;
-      t.length = tr.length;
-      t.in_tree = tree_.has_trial(tr.id);
-      t.status = tr.status;  // set_status below, once the study is running here
-      s.requested_steps += t.length;
-      s.requested_evaluations += static_cast<int64_t>(plan_.eval_requests(tr.id).size());
-      if (t.status == TrialStatus::kFailed) t.error = tr.end_reason;
-      if (t.status == TrialStatus::kStopped) t.stopped_at = trained_length(t);
-      if (is_open(t.status)) {
-        std::set<int64_t> have;
-        for (const MetricRow& m : plan_.metrics(tr.id))
-          if (m.name == s.spec.searcher.metric) have.insert(m.step);
-        for (int64_t step : plan_.eval_requests(tr.id))
-          if (!have.count(step)) {
-            t.pending_evals.insert(step);
-            pending_.add(tree_, t.id, step);
-          }
-      }
-      s.trials[t.request] = t.id;
-      trials_[t.id] = std::move(t);
-    }
-    plan_.add_event(row.id, "resumed", json::object());
-    TrackedStudy& study = studies_[row.id] = std::move(s);
-    for (const auto& [request, id] : study.trials)
-      set_status(trials_.at(id), trials_.at(id).status);
   }
-  expanding_ = true;
   // States whose studies ended while no master ran are kept or evicted now, under this master's
   // budget; what running trials reuse from history is measured again on what is left.
-  plan_.transaction([&] { collect_checkpoints(); });
+  plan_.transaction([&] { apply(decide(Collect{})); });
   for (auto& [id, t] : trials_)
     if (t.in_tree) t.history_steps = states_.deepest_retained(tree_, id, t.length);
+  close_trained_trials();
+}
+
+void StudyDriver::restore_study(const StudyRow& row) {
+  TrackedStudy s;
+  s.id = row.id;
+  s.policy = row.policy;
+  s.resumed = Clock::now();
+  s.owner = owner_of(row.id);
+  s.account = row.account;
+  s.spec = parse_spec(row.spec);
+  // Its command runs only if this master's operator allows it, whoever allowed it before.
+  check_commands(s.spec, rules_.exec);
+  s.searcher = make_searcher(s.spec);
+  s.searcher->load(row.searcher_state);
+  // The events fed to it after that state, again: their operations were carried out then.
+  for (const SearcherEvent& e : plan_.searcher_events(row.id)) {
+    feed(*s.searcher, e);
+    ++s.journaled;
+  }
+  // Nothing in memory changes before here: a study that cannot be restored leaves no trace.
+  for (auto it = trials_.begin(); it != trials_.end();) {  // of an earlier run of this master
+    if (it->second.study == row.id) {
+      forget_pending(it->second);
+      open_.erase(it->first);
+      it = trials_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const TrialRow& tr : plan_.trials(row.id)) {
+    TrackedTrial t;
+    t.id = tr.id;
+    t.study = row.id;
+    t.number = tr.number;
+    t.request = tr.number - 1;
+    t.params = tr.params;
+    t.length = tr.length;
+    t.in_tree = tree_.has_trial(tr.id);
+    t.status = tr.status;  // set_status below, once the study is running here
+    const std::vector<int64_t> requested = plan_.eval_requests(tr.id);
+    s.requested_steps += t.length;
+    s.requested_evaluations += static_cast<int64_t>(requested.size());
+    if (t.status == TrialStatus::kFailed) t.error = tr.end_reason;
+    if (t.status == TrialStatus::kStopped || t.status == TrialStatus::kDiverged)
+      t.stopped_at = tr.end_step.value_or(trained_length(t));
+    if (is_open(t.status)) {
+      std::set<int64_t> have;
+      for (const MetricRow& m : plan_.metrics(tr.id))
+        if (m.name == s.spec.searcher.metric) have.insert(m.step);
+      for (int64_t step : requested)
+        if (!have.count(step)) {
+          t.pending_evals.insert(step);
+          pending_.add(tree_, t.id, step);
+        }
+    }
+    s.trials[t.request] = t.id;
+    trials_[t.id] = std::move(t);
+  }
+  plan_.add_event(row.id, "resumed", json::object());
+  TrackedStudy& study = studies_[row.id] = std::move(s);
+  for (const auto& [request, id] : study.trials) set_status(trials_.at(id), trials_.at(id).status);
+  needed_.valid = false;
+  expanding_ = true;
+  schedule_changed_ = true;
 }
 
 std::string StudyDriver::owner_of(int64_t study) {
@@ -115,82 +165,17 @@ std::string StudyDriver::owner_of(int64_t study) {
   return "";
 }
 
-void StudyDriver::resync() {
-  tree_ = plan_.load_tree();
-  ++tree_shape_;
-  needed_.valid = false;
-  pending_.clear();  // its keys name stages of the tree in memory: rebuilt below
-  for (auto it = trials_.begin(); it != trials_.end();) {
-    std::optional<TrialRow> row = plan_.trial(it->first);
-    if (!row) {
-      open_.erase(it->first);
-      it = trials_.erase(it);
-      continue;
-    }
-    it->second.length = row->length;
-    it->second.in_tree = tree_.has_trial(it->first);
-    if (it->second.in_tree)
-      for (int64_t step : it->second.pending_evals) pending_.add(tree_, it->first, step);
-    ++it;
-  }
-  for (auto& [id, s] : studies_)
-    for (auto it = s.trials.begin(); it != s.trials.end();)
-      it = trials_.count(it->second) ? std::next(it) : s.trials.erase(it);
-}
-
-void StudyDriver::study_transaction(TrackedStudy& s, const std::function<void()>& fn) {
-  charged_.insert(s.id);  // the master's time for what this runs in is charged to s
-  try {
-    plan_.transaction(fn);
-  } catch (const PlanBusy&) {
-    throw;  // the plan is locked (fn has not begun): the caller retries, the study is fine
-  } catch (const std::exception& e) {
-    resync();
-    plan_.transaction([&] { finish(s, StudyStatus::kFailed, e.what()); });
-  }
-}
-
-std::vector<Operation> StudyDriver::feed(Searcher& searcher, const SearcherEvent& e) {
-  switch (e.kind) {
-    case SearcherEvent::Kind::kValidation:
-      return searcher.on_validation(e.trial, e.step, e.value);
-    case SearcherEvent::Kind::kClosed:
-      return searcher.on_trial_closed(e.trial);
-    case SearcherEvent::Kind::kFailed:
-      return searcher.on_trial_failed(e.trial);
-    case SearcherEvent::Kind::kBatch:
-      return searcher.next_batch();
-  }
-  return {};
-}
-
-void StudyDriver::journal(TrackedStudy& s, const SearcherEvent& e) {
-  if (!s.searcher->replays_exactly()) return;  // save_searcher saves it whole
-  plan_.add_searcher_event(s.id, e);
-  ++s.journaled;
-}
-
-void StudyDriver::react(TrackedStudy& s, const SearcherEvent& e) {
-  std::vector<Operation> ops = feed(*s.searcher, e);
-  journal(s, e);  // before the operations, so that events they cause come after it
-  apply(s, ops);
-}
-
-void StudyDriver::save_searcher(TrackedStudy& s) {
-  // A whole state costs about its trials to write: once the journal is as long, each event has
-  // paid O(1) toward it (a study that grows to n trials writes about 7n in all; with a quarter,
-  // it was 25n, a tenth of a large ASHA simulation), and a restart replays at most that many
-  // events (cheap: no I/O but the journal's read).
-  const int64_t due = std::max<int64_t>(kJournalBeforeSave, static_cast<int64_t>(s.trials.size()));
-  if (s.searcher->replays_exactly() && s.journaled < due) return;
-  plan_.save_searcher_state(s.id, s.searcher->save());
-  s.journaled = 0;
-}
-
-bool StudyDriver::take_schedule_change() {
-  bool changed = schedule_changed_;
-  schedule_changed_ = false;
-  return changed;
+void StudyDriver::resume(int64_t study) {
+  std::optional<StudyRow> row = plan_.study(study);
+  if (!row || row->deleted_at) throw std::invalid_argument("no study " + std::to_string(study));
+  if (row->status != StudyStatus::kInterrupted)
+    throw std::invalid_argument("study " + row->name + " is " + to_string(row->status) +
+                                ": only an interrupted study can be resumed");
+  restore_study(*row);
+  plan_.set_study_status(study, StudyStatus::kRunning);
+  spdlog::info("study {} resumed", row->name);
+  for (const auto& [request, id] : studies_.at(study).trials)
+    if (trials_.at(id).status == TrialStatus::kRunning) queue_.push_back(Close{id});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -200,97 +185,70 @@ int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy
                             const std::string& owner) {
   check_commands(spec, rules_.exec);
   check_budget(spec, rules_.budget);
-  int64_t id = 0;
-  try {
-    plan_.transaction([&] {
-      id = plan_.create_study(spec.name, spec_json, policy);
-      TrackedStudy s;
-      s.id = id;
-      s.spec = spec;
-      s.searcher = make_searcher(spec);
-      s.policy = policy;
-      s.started = Clock::now();
-      s.owner = owner;
-      TrackedStudy& study = studies_[id] = std::move(s);
-      try {
-        apply(study, study.searcher->on_study_start());
-        plan_.save_searcher_state(id, study.searcher->save());
-        plan_.add_event(id, "submitted", {{"policy", to_string(policy)}, {"owner", owner}});
-      } catch (...) {
-        studies_.erase(id);
-        throw;
-      }
-    });
-  } catch (...) {
-    resync();
-    throw;
+  if (std::optional<StudyRow> old = plan_.study_by_name(spec.name))
+    throw std::invalid_argument(
+        fmt::format("a study named {} exists already ({}); ", spec.name, to_string(old->status)) +
+        fmt::format(fmt::runtime(kCommandsHint), spec.name, spec.name));
+  TrackedStudy s;
+  s.spec = spec;
+  s.searcher = make_searcher(spec);
+  s.policy = policy;
+  s.resumed = Clock::now();
+  s.owner = owner;
+  std::vector<Operation> ops = s.searcher->on_study_start();
+  // Its first operations are checked before anything is written: a study whose searcher asks
+  // for more than this master allows is refused whole. (Later ones fail the study instead.)
+  int64_t steps = 0, evaluations = 0;
+  std::map<RequestId, int64_t> lengths;  // of the trials created, 0 until trained
+  for (const Operation& op : ops) {
+    if (const Create* c = std::get_if<Create>(&op)) {
+      if (c->trial != static_cast<RequestId>(lengths.size()) || c->fork)
+        throw SpecError("searcher: its first trials must be created 0, 1, 2, ... without forks");
+      lengths[c->trial] = 0;
+      if (static_cast<int64_t>(lengths.size()) > rules_.budget.trials)
+        throw SpecError("searcher.max_trials: the searcher asked for more than " +
+                        std::to_string(rules_.budget.trials) +
+                        " trials, this master's limit (--max-trials)");
+    } else if (const Train* t = std::get_if<Train>(&op)) {
+      auto it = lengths.find(t->trial);
+      if (it == lengths.end())
+        throw SpecError("searcher: it trained trial " + std::to_string(t->trial) +
+                        ", which it never created");
+      steps += std::max<int64_t>(0, t->length - it->second);
+      it->second = std::max(it->second, t->length);
+      evaluations += static_cast<int64_t>(t->eval_steps.size());
+    }
   }
-  charged_.insert(id);  // the caller's measurement of this goes to the new study
+  if (steps > rules_.budget.steps)
+    throw SpecError("length: the searcher asked for " + std::to_string(steps) +
+                    " steps in all, more than this master's limit of " +
+                    std::to_string(rules_.budget.steps) + " (--max-steps)");
+  if (evaluations > rules_.budget.evaluations)
+    throw SpecError("eval.every: the searcher asked for " + std::to_string(evaluations) +
+                    " evaluations in all, more than this master's limit of " +
+                    std::to_string(rules_.budget.evaluations) + " (--max-evaluations)");
+  int64_t id = 0;
+  plan_.transaction([&] {
+    id = plan_.create_study(spec.name, spec_json, policy);
+    plan_.save_searcher_state(id, s.searcher->save());
+    plan_.add_event(id, "submitted", {{"policy", to_string(policy)}, {"owner", owner}});
+  });
+  s.id = id;
+  studies_[id] = std::move(s);
+  for (Operation& op : ops) queue_.push_back(Operate{id, std::move(op)});
+  touched(id);  // the caller's measurement of this goes to the new study
   schedule_changed_ = true;
   expanding_ = true;
   return id;
 }
 
-bool StudyDriver::expand(double seconds) {
-  const double started = thread_cpu_seconds();
-  expanding_ = false;
-  for (auto& [id, s] : studies_) {
-    while (s.status == StudyStatus::kRunning) {
-      if (thread_cpu_seconds() - started >= seconds) return expanding_ = true;
-      // A batch stays held back until a transaction takes it: the plan may be locked (PlanBusy,
-      // thrown before anything changed), and the searcher gives each batch once.
-      if (s.held_back.empty()) s.held_back = s.searcher->next_batch();
-      if (s.held_back.empty()) break;
-      study_transaction(s, [&] {
-        journal(s, {SearcherEvent::Kind::kBatch});
-        apply(s, s.held_back);
-        save_searcher(s);
-      });
-      s.held_back.clear();
-      schedule_changed_ = true;
+bool StudyDriver::expand() {
+  for (auto& [id, s] : studies_)
+    if (s.status == StudyStatus::kRunning && s.expanding) {
+      queue_.push_back(searcher_work(id, SearcherEvent::Kind::kBatch, 0));
+      return expanding_ = true;
     }
-  }
-  return false;
-}
-
-void StudyDriver::charge_budget(TrackedStudy& s, int64_t steps, int64_t evaluations) {
-  s.requested_steps += steps;
-  s.requested_evaluations += evaluations;
-  const Budget& b = rules_.budget;
-  if (s.requested_steps > b.steps)
-    throw std::runtime_error("the searcher asked for " + std::to_string(s.requested_steps) +
-                             " steps in all, more than this master's limit of " +
-                             std::to_string(b.steps) + " (--max-steps)");
-  if (s.requested_evaluations > b.evaluations)
-    throw std::runtime_error("the searcher asked for " + std::to_string(s.requested_evaluations) +
-                             " evaluations in all, more than this master's limit of " +
-                             std::to_string(b.evaluations) + " (--max-evaluations)");
-}
-
-void StudyDriver::cancel(int64_t id) {
-  TrackedStudy& s = studies_.at(id);
-  if (s.status != StudyStatus::kRunning)
-    throw std::invalid_argument("study " + s.spec.name + " (id " + std::to_string(id) +
-                                ") has already ended: " + to_string(s.status));
-  try {
-    plan_.transaction([&] {
-      for (const auto& [request, trial] : s.trials) {
-        TrackedTrial& t = trials_.at(trial);
-        if (is_open(t.status)) stop(t, "the study was cancelled");
-      }
-      finish(s, StudyStatus::kCancelled, "cancelled by a client");
-    });
-  } catch (...) {
-    resync();
-    throw;
-  }
-  spdlog::info("study {} cancelled", s.spec.name);
-  schedule_changed_ = true;
-}
-
-void StudyDriver::fail(int64_t id, const std::string& error) {
-  TrackedStudy& s = studies_.at(id);
-  plan_.transaction([&] { finish(s, StudyStatus::kFailed, error); });
+  return expanding_ = false;
 }
 
 int64_t StudyDriver::find(const json& id_or_name) const {
@@ -318,37 +276,216 @@ const TrackedTrial* StudyDriver::trial(TrialId id) const {
   return it == trials_.end() ? nullptr : &it->second;
 }
 
-void StudyDriver::finish(TrackedStudy& s, StudyStatus status, std::string error) {
-  if (s.status != StudyStatus::kRunning) return;
-  // A study whose every trial failed has failed, for the reason its first trial gives.
-  if (status == StudyStatus::kDone && !s.trials.empty() &&
-      std::all_of(s.trials.begin(), s.trials.end(), [&](const auto& rt) {
-        return trials_.at(rt.second).status == TrialStatus::kFailed;
-      })) {
-    status = StudyStatus::kFailed;
-    error = "every trial failed; the first: " + trials_.at(s.trials.begin()->second).error;
-  }
-  s.status = status;
-  s.error = error;
-  s.ended = Clock::now();
-  ++studies_ended_;
-  for (const auto& [request, id] : s.trials) open_.erase(id);
-  needed_.valid = false;
-  plan_.set_study_status(s.id, status, error);
-  schedule_changed_ = true;  // its work under way may be abandoned
-  plan_.add_event(s.id, status == StudyStatus::kDone ? "finished" : to_string(status),
-                  {{"error", error}});
-  collect_checkpoints();
-  if (status == StudyStatus::kFailed) spdlog::error("study {} failed: {}", s.spec.name, error);
+std::optional<int64_t> StudyDriver::study_for(StageId stage) const {
+  for (int64_t id : studies_through(stage))
+    if (running(id)) return id;
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Searcher operations.
+// Decisions the master asks for.
 
-void StudyDriver::apply(TrackedStudy& s, const std::vector<Operation>& ops) {
-  for (const Operation& op : ops) {
-    if (s.status != StudyStatus::kRunning) return;
-    if (const Create* c = std::get_if<Create>(&op)) {
+Edit StudyDriver::end_study(const TrackedStudy& s, StudyStatus status, const std::string& error,
+                            const std::string& why) const {
+  StudyStatus final_status = status;
+  std::string final_error = error;
+  // A study none of whose trials gave a result has failed, for the reason its first trial gives.
+  if (status == StudyStatus::kDone && !s.trials.empty() &&
+      std::all_of(s.trials.begin(), s.trials.end(), [&](const auto& rt) {
+        const TrialStatus ts = trials_.at(rt.second).status;
+        return ts == TrialStatus::kFailed || ts == TrialStatus::kDiverged;
+      })) {
+    const TrackedTrial& first = trials_.at(s.trials.begin()->second);
+    final_status = StudyStatus::kFailed;
+    final_error = "every trial failed or diverged; the first: " +
+                  (first.status == TrialStatus::kFailed ? first.error : "it diverged");
+  }
+  Edit e;
+  if (status != StudyStatus::kInterrupted)
+    for (const auto& [request, id] : s.trials)
+      if (const TrackedTrial& t = trials_.at(id); is_open(t.status))
+        e.add(edit::EndTrial{id, TrialStatus::kStopped, why, trained_length(t)});
+  e.add(edit::EndStudy{s.id, final_status, final_error});
+  e.later.push_back(Collect{});
+  return e;
+}
+
+Edit StudyDriver::cancel(int64_t study) const {
+  const TrackedStudy& s = studies_.at(study);
+  if (s.status != StudyStatus::kRunning)
+    throw std::invalid_argument("study " + s.spec.name + " (id " + std::to_string(study) +
+                                ") has already ended: " + to_string(s.status));
+  return end_study(s, StudyStatus::kCancelled, "cancelled by a client", "the study was cancelled");
+}
+
+Edit StudyDriver::interrupt(int64_t study, const std::string& why) const {
+  const TrackedStudy& s = studies_.at(study);
+  if (s.status != StudyStatus::kRunning)
+    throw std::invalid_argument("study " + s.spec.name + " has already ended");
+  return end_study(s, StudyStatus::kInterrupted, why, "");
+}
+
+Edit StudyDriver::fail(int64_t study, const std::string& error) const {
+  const TrackedStudy& s = studies_.at(study);
+  if (s.status != StudyStatus::kRunning)
+    throw std::invalid_argument("study " + s.spec.name + " has already ended");
+  return end_study(s, StudyStatus::kFailed, error, "the study failed");
+}
+
+Edit StudyDriver::fail_stage(StageId stage, const std::string& error) const {
+  Edit e;
+  e.add(edit::FailStage{stage});
+  std::vector<StageId> todo{stage};
+  while (!todo.empty()) {
+    const StageId id = todo.back();
+    todo.pop_back();
+    for (TrialId t : tree_.trials_ending_in(id)) {
+      auto it = trials_.find(t);
+      if (it == trials_.end() || it->second.status != TrialStatus::kRunning) continue;
+      e.add(edit::EndTrial{t, TrialStatus::kFailed, error});
+      e.later.push_back(
+          searcher_work(it->second.study, SearcherEvent::Kind::kFailed, it->second.request));
+    }
+    for (StageId c : tree_.stage(id).children) todo.push_back(c);
+  }
+  return e;
+}
+
+Edit StudyDriver::close_trials_ending(TrialId trial, int64_t from, int64_t to) const {
+  Edit e;
+  for (StageId id : tree_.path(trial)) {
+    const Stage& x = tree_.stage(id);
+    if (x.end <= from || x.start >= to) continue;
+    for (TrialId t : tree_.trials_ending_in(id))
+      if (auto it = trials_.find(t);
+          it != trials_.end() && it->second.status == TrialStatus::kRunning)
+        e.later.push_back(Close{t});
+  }
+  return e;
+}
+
+Edit StudyDriver::deliver_metrics(const StateKey& state, const json& metrics) const {
+  Edit e;
+  e.add(edit::CacheMetrics{state, metrics});
+  for (TrialId t : pending_.waiting(state)) e.later.push_back(Deliver{t, state.second, metrics});
+  return e;
+}
+
+Edit StudyDriver::deliver_nothing(const StateKey& state, const std::string& why) const {
+  Edit e;
+  const json* cached = states_.cached_metrics(state);
+  for (TrialId t : pending_.waiting(state))
+    e.later.push_back(cached ? Deliver{t, state.second, *cached}
+                             : Deliver{t, state.second, {}, why});
+  return e;
+}
+
+void StudyDriver::close_trained_trials() {
+  for (auto& [id, t] : trials_)
+    if (t.status == TrialStatus::kRunning && running(t.study)) queue_.push_back(Close{id});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The queue's decisions.
+
+Edit StudyDriver::next() {
+  Work work = std::move(queue_.front());
+  queue_.pop_front();
+  return std::visit([&](const auto& w) { return decide(w); }, work);
+}
+
+Edit StudyDriver::decide(const Deliver& w) {
+  auto it = trials_.find(w.trial);
+  if (it == trials_.end() || !it->second.pending_evals.count(w.step)) return {};
+  const TrackedTrial& t = it->second;
+  const TrackedStudy& s = studies_.at(t.study);
+  Edit e;
+  if (!w.metrics.empty()) e.add(edit::RecordMetrics{t.id, w.step, w.metrics});
+  if (s.status != StudyStatus::kRunning) return e;
+  const std::string& metric = s.spec.searcher.metric;
+  const std::string at = " at step " + std::to_string(w.step);
+  const std::optional<double> value = metric_value(w.metrics, metric);
+  if (!value) {
+    // The trainer forgot the metric, or the job ended without it: the trial fails, saying so.
+    const std::string reason =
+        w.metrics.empty()
+            ? "no " + metric + at + ": " + (w.absent.empty() ? "no metric came" : w.absent)
+            : "no " + metric + at + " (the trainer reported " + names_in(w.metrics) + ")";
+    e.add(edit::EndTrial{t.id, TrialStatus::kFailed, reason, w.step});
+    e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kFailed, t.request));
+  } else if (!std::isfinite(*value)) {
+    // Diverged: a result, not an error. The searcher sees the worst value, then the trial closed.
+    e.add(edit::EndTrial{t.id, TrialStatus::kDiverged,
+                         metric + " is " + non_finite_name(*value) + at, w.step});
+    e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kValidation, t.request, w.step,
+                                   worst_value(s.spec.searcher.maximize)));
+    e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kClosed, t.request));
+  } else {
+    // The searcher reacts (its operations come first), then the trial may close.
+    e.next.push_back(
+        searcher_work(s.id, SearcherEvent::Kind::kValidation, t.request, w.step, *value));
+    e.next.push_back(Close{t.id});
+  }
+  return e;
+}
+
+Edit StudyDriver::decide(const Close& w) {
+  auto it = trials_.find(w.trial);
+  if (it == trials_.end()) return {};
+  const TrackedTrial& t = it->second;
+  if (t.status != TrialStatus::kRunning || !running(t.study) || !t.pending_evals.empty() ||
+      !trial_trained(t))
+    return {};
+  Edit e;
+  e.add(edit::EndTrial{t.id, TrialStatus::kDone, "trained to its length"});
+  e.next.push_back(searcher_work(t.study, SearcherEvent::Kind::kClosed, t.request));
+  return e;
+}
+
+Edit StudyDriver::decide(const Feed& w) {
+  auto it = studies_.find(w.study);
+  if (it == studies_.end() || it->second.status != StudyStatus::kRunning) return {};
+  TrackedStudy& s = it->second;
+  std::vector<Operation> ops;
+  try {
+    ops = feed(*s.searcher, w.event);
+  } catch (const std::exception& e) {
+    return end_study(s, StudyStatus::kFailed, std::string("its searcher failed: ") + e.what(),
+                     "the study failed");
+  }
+  if (w.event.kind == SearcherEvent::Kind::kBatch && ops.empty()) {
+    s.expanding = false;  // it holds nothing back any more
+    return {};
+  }
+  Edit e;
+  edit::Journal journal{s.id, w.event};
+  if (save_due(s)) journal.state = s.searcher->save();
+  e.add(std::move(journal));
+  for (Operation& op : ops) e.next.push_back(Operate{s.id, std::move(op)});
+  return e;
+}
+
+bool StudyDriver::save_due(const TrackedStudy& s) const {
+  // A whole state costs about its trials to write: once the journal is as long, each event has
+  // paid O(1) toward it, and a restart replays at most that many events.
+  const int64_t due = std::max<int64_t>(kJournalBeforeSave, static_cast<int64_t>(s.trials.size()));
+  return !s.searcher->replays_exactly() || s.journaled + 1 >= due;
+}
+
+Edit StudyDriver::decide(const Operate& w) {
+  auto it = studies_.find(w.study);
+  if (it == studies_.end() || it->second.status != StudyStatus::kRunning) return {};
+  const TrackedStudy& s = it->second;
+  auto trial_of = [&](RequestId request, const char* what) -> const TrackedTrial& {
+    auto found = s.trials.find(request);
+    if (found == s.trials.end())
+      throw std::runtime_error(std::string("searcher ") + what + " unknown trial " +
+                               std::to_string(request));
+    return trials_.at(found->second);
+  };
+  Edit e;
+  try {
+    if (const Create* c = std::get_if<Create>(&w.op)) {
       if (s.trials.count(c->trial))
         throw std::runtime_error("searcher created trial " + std::to_string(c->trial) + " twice");
       if (c->trial != static_cast<RequestId>(s.trials.size()))
@@ -357,227 +494,102 @@ void StudyDriver::apply(TrackedStudy& s, const std::vector<Operation>& ops) {
         throw std::runtime_error("the searcher asked for more than " +
                                  std::to_string(rules_.budget.trials) +
                                  " trials, this master's limit (--max-trials)");
-      // The trial enters the plan and the tree with its first Train (a stored trial has work).
       if (c->fork && !s.trials.count(c->fork->donor))
         throw std::runtime_error("searcher forked trial " + std::to_string(c->trial) +
                                  " from unknown trial " + std::to_string(c->fork->donor));
-      TrackedTrial t;
-      t.id = next_trial_++;
-      t.study = s.id;
-      t.request = c->trial;
-      t.params = c->params;
-      t.fork = c->fork;
-      s.trials[c->trial] = t.id;
-      trials_[t.id] = std::move(t);
-    } else if (const Train* tr = std::get_if<Train>(&op)) {
-      auto it = s.trials.find(tr->trial);
-      if (it == s.trials.end())
-        throw std::runtime_error("searcher trained unknown trial " + std::to_string(tr->trial));
-      place_trial(s, trials_.at(it->second), tr->length, tr->eval_steps);
-    } else if (const Stop* st = std::get_if<Stop>(&op)) {
-      auto it = s.trials.find(st->trial);
-      if (it != s.trials.end()) stop(trials_.at(it->second), "stopped by the searcher");
-    } else if (std::holds_alternative<Finish>(op)) {
-      finish(s, StudyStatus::kDone, "");
-    }
-  }
-}
-
-void StudyDriver::place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
-                              const std::vector<int64_t>& evals) {
-  charge_budget(s, std::max<int64_t>(0, length - t.length), static_cast<int64_t>(evals.size()));
-  if (length > t.length) {
-    Change change;
-    if (!t.in_tree) {
-      TrialRow row;
-      row.id = t.id;
-      row.study_id = s.id;
-      // Trial-based: a root key of its own, so that no trial shares a stage with another.
-      row.root_key = s.policy == Policy::kTrialBased ? trial_based_root_key(s.spec.root_key, t.id)
-                                                     : s.spec.root_key;
-      row.params = t.params;
-      row.hyperparams = s.spec.hyperparams(t.params);
-      if (t.fork) {
-        // The donor's history up to the fork step, the trial's own values after it.
-        const TrackedTrial& donor = trials_.at(s.trials.at(t.fork->donor));
-        if (!donor.in_tree)
-          throw std::runtime_error("searcher forked from trial " + std::to_string(t.fork->donor) +
-                                   ", which has never been trained");
-        const Hyperparams& history = tree_.trial(donor.id).hyperparams;
-        for (auto& [name, seq] : row.hyperparams) {
-          try {
-            seq = splice(history.at(name), seq, t.fork->step);
-          } catch (const std::invalid_argument& e) {
-            throw std::runtime_error("fork of trial " + std::to_string(t.request) + " at step " +
-                                     std::to_string(t.fork->step) + ": " + name + ": " + e.what());
-          }
-        }
+      e.add(edit::TrackTrial{s.id, c->trial, c->params, c->fork});
+    } else if (const Train* tr = std::get_if<Train>(&w.op)) {
+      const TrackedTrial& t = trial_of(tr->trial, "trained");
+      if (t.status == TrialStatus::kFailed) {
+        // Its stage fails in the engine: training it again would fail again.
+        e.add(edit::AddEvent{s.id,
+                             "operation_ignored",
+                             {{"trial", t.number},
+                              {"operation", "train"},
+                              {"why", "the trial failed: " + t.error}}});
+      } else {
+        e.add(placement(s, t, *tr));
       }
-      row.length = length;
-      row.status = TrialStatus::kRunning;
-      t.number = plan_.add_trial(row);
-      change = tree_.add_trial(t.id, row.root_key, row.hyperparams, length);
-      t.in_tree = true;
-    } else {
-      change = tree_.extend_trial(t.id, length);
-      plan_.set_trial_length(t.id, length);
+    } else if (const Stop* st = std::get_if<Stop>(&w.op)) {
+      auto found = s.trials.find(st->trial);
+      // A trial that closed may be stopped too (a rung it is not promoted from); one that failed
+      // or diverged keeps saying so.
+      if (found != s.trials.end())
+        if (const TrackedTrial& t = trials_.at(found->second);
+            is_open(t.status) || t.status == TrialStatus::kDone)
+          e.add(edit::EndTrial{t.id, TrialStatus::kStopped, "stopped by the searcher",
+                               trained_length(t)});
+    } else if (std::holds_alternative<Finish>(w.op)) {
+      return end_study(s, StudyStatus::kDone, "", "the study finished");
     }
-    t.length = length;
-    schedule_changed_ = true;
-    plan_.save_change(tree_, change);
-    for (const Split& split : change.splits) pending_.on_split(tree_, split);
-    tree_shape_ += static_cast<int64_t>(change.splits.size());
-    raise_needed_ends(t, change);
-    on_tree_change_(change);
-    t.history_steps = std::max(t.history_steps, states_.deepest_retained(tree_, t.id, length));
+  } catch (const std::exception& err) {
+    return end_study(s, StudyStatus::kFailed, err.what(), "the study failed");
   }
-  plan_.add_eval_requests(t.id, evals);
-  set_status(t, TrialStatus::kRunning);
-  plan_.set_trial_status(t.id, t.status);
-  // Every evaluation waits first, those evaluated already (for another trial) are then reported
-  // in step order: a trial that is trained closes only after its last one, so its searcher sees
-  // them all (reported one by one, it would close after the first).
-  std::vector<std::pair<int64_t, json>> cached;
-  for (int64_t step : evals) {
-    t.pending_evals.insert(step);
-    pending_.add(tree_, t.id, step);
-    if (const json* m = states_.cached_metrics(state_key(tree_, t.id, step)))
-      cached.emplace_back(step, *m);
-  }
-  for (const auto& [step, metrics] : cached)
-    if (t.pending_evals.count(step)) record_metric(t, step, metrics);  // unless stopped meanwhile
+  return e;
 }
 
-void StudyDriver::stop(TrackedTrial& t, const std::string& reason) {
-  forget_pending(t);
-  t.stopped_at = trained_length(t);
-  set_status(t, TrialStatus::kStopped);
-  plan_.set_trial_status(t.id, t.status, reason);
-}
-
-void StudyDriver::forget_pending(TrackedTrial& t) {
-  for (int64_t step : t.pending_evals) pending_.remove(tree_, t.id, step);
-  t.pending_evals.clear();
-}
-
-// Stores the metric for the trial and lets its searcher react, in the caller's transaction.
-void StudyDriver::record_metric(TrackedTrial& t, int64_t step, const json& metrics) {
-  for (const auto& [name, value] : metrics.items())
-    plan_.add_metric({t.id, step, name, value.get<double>()});
-  t.pending_evals.erase(step);
-  pending_.remove(tree_, t.id, step);
-  TrackedStudy& s = studies_.at(t.study);
-  if (s.status != StudyStatus::kRunning) return;
-  if (std::optional<double> v = metric_value(metrics, s.spec.searcher.metric)) {
-    react(s, {SearcherEvent::Kind::kValidation, t.request, step, *v});
-  }
-  maybe_close(t);
-}
-
-void StudyDriver::maybe_close(TrackedTrial& t) {
-  if (t.status != TrialStatus::kRunning || !t.pending_evals.empty() || !trial_trained(t)) return;
-  set_status(t, TrialStatus::kDone);
-  plan_.set_trial_status(t.id, t.status, "trained to its length");
-  TrackedStudy& s = studies_.at(t.study);
-  if (s.status != StudyStatus::kRunning) return;
-  react(s, {SearcherEvent::Kind::kClosed, t.request});
-}
-
-bool StudyDriver::trial_trained(const TrackedTrial& t) const {
-  if (!t.in_tree) return false;
-  return tree_.stage(tree_.stage_at(t.id, t.length)).trained_until >= t.length;
-}
-
-// ---------------------------------------------------------------------------------------------
-// What workers report.
-
-void StudyDriver::record_metrics(const StateKey& key, const json& metrics) {
-  states_.cache_metrics(key, metrics);
-  const int64_t step = key.second;
-  const std::set<TrialId>& index = pending_.waiting(key);
-  const std::vector<TrialId> waiting(index.begin(), index.end());
-  // One commit for every trial that waited for this state; each study's part is a savepoint of
-  // its own, so one failing searcher fails only its study.
-  plan_.transaction([&] {
-    for (TrialId id : waiting) {
-      auto it = trials_.find(id);
-      if (it == trials_.end()) continue;
-      TrackedTrial& t = it->second;
-      TrackedStudy& s = studies_.at(t.study);
-      study_transaction(s, [&] {
-        record_metric(t, step, metrics);
-        save_searcher(s);
-      });
+edit::PlaceTrial StudyDriver::placement(const TrackedStudy& s, const TrackedTrial& t,
+                                        const Train& train) const {
+  const std::string name = "trial " + std::to_string(train.trial);
+  if (train.length < 1)
+    throw std::runtime_error("searcher trained " + name + " to length " +
+                             std::to_string(train.length));
+  for (int64_t step : train.eval_steps)
+    if (step < 0 || step > train.length)
+      throw std::runtime_error("searcher asked to evaluate " + name + " at step " +
+                               std::to_string(step) + ", outside [0, " +
+                               std::to_string(train.length) + "]");
+  edit::PlaceTrial p;
+  p.trial = t.id;
+  p.length = train.length;
+  p.evals = train.eval_steps;
+  p.steps = std::max<int64_t>(0, train.length - t.length);
+  p.evaluations = static_cast<int64_t>(train.eval_steps.size());
+  const Budget& b = rules_.budget;
+  if (s.requested_steps + p.steps > b.steps)
+    throw std::runtime_error("the searcher asked for " +
+                             std::to_string(s.requested_steps + p.steps) +
+                             " steps in all, more than this master's limit of " +
+                             std::to_string(b.steps) + " (--max-steps)");
+  if (s.requested_evaluations + p.evaluations > b.evaluations)
+    throw std::runtime_error("the searcher asked for " +
+                             std::to_string(s.requested_evaluations + p.evaluations) +
+                             " evaluations in all, more than this master's limit of " +
+                             std::to_string(b.evaluations) + " (--max-evaluations)");
+  if (t.in_tree || train.length <= t.length) return p;
+  // Its first placement: its row.
+  TrialRow row;
+  row.id = t.id;
+  row.study_id = s.id;
+  // Trial-based: a root key of its own, so that no trial shares a stage with another.
+  row.root_key = s.policy == Policy::kTrialBased ? trial_based_root_key(s.spec.root_key, t.id)
+                                                 : s.spec.root_key;
+  row.params = t.params;
+  row.hyperparams = s.spec.hyperparams(t.params);
+  if (t.fork) {
+    // The donor's history up to the fork step, the trial's own values after it.
+    const TrackedTrial& donor = trials_.at(s.trials.at(t.fork->donor));
+    if (!donor.in_tree)
+      throw std::runtime_error("searcher forked from trial " + std::to_string(t.fork->donor) +
+                               ", which has never been trained");
+    const Hyperparams& history = tree_.trial(donor.id).hyperparams;
+    for (auto& [hp, seq] : row.hyperparams) {
+      try {
+        seq = splice(history.at(hp), seq, t.fork->step);
+      } catch (const std::invalid_argument& e) {
+        throw std::runtime_error("fork of " + name + " at step " + std::to_string(t.fork->step) +
+                                 ": " + hp + ": " + e.what());
+      }
     }
-  });
+  }
+  row.length = train.length;
+  row.status = TrialStatus::kRunning;
+  p.row = std::move(row);
+  return p;
 }
 
-void StudyDriver::close_trials_ending(TrialId trial, int64_t from, int64_t to) {
-  std::vector<TrialId> ending;
-  for (StageId id : tree_.path(trial)) {
-    const Stage& x = tree_.stage(id);
-    if (x.end <= from || x.start >= to) continue;
-    for (TrialId t : tree_.trials_ending_in(id)) ending.push_back(t);
-  }
-  for (TrialId id : ending) {
-    auto it = trials_.find(id);
-    if (it == trials_.end()) continue;
-    TrackedTrial& t = it->second;
-    TrackedStudy& s = studies_.at(t.study);
-    if (s.status != StudyStatus::kRunning) continue;
-    study_transaction(s, [&] {
-      maybe_close(t);
-      save_searcher(s);
-    });
-  }
-}
-
-// A trial closes when the "done" of the job that trained its last stage comes. If its last state
-// was reported (a snapshot) but that "done" never came (the master restarted, or the worker was
-// lost, in between), nothing is left to train and nothing else would close it: this does.
-void StudyDriver::close_trained_trials() {
-  plan_.transaction([&] {
-    for (auto& [id, t] : trials_) {
-      if (t.status != TrialStatus::kRunning || !running(t.study)) continue;
-      TrackedStudy& s = studies_.at(t.study);
-      study_transaction(s, [&] {
-        maybe_close(t);
-        save_searcher(s);
-      });
-    }
-  });
-  schedule_changed_ = true;
-}
-
-void StudyDriver::fail_trials_through(StageId stage, const std::string& error) {
-  failed_stages_.insert(stage);
-  std::vector<StageId> todo{stage};
-  std::vector<TrialId> failed;
-  while (!todo.empty()) {
-    StageId id = todo.back();
-    todo.pop_back();
-    for (TrialId t : tree_.trials_ending_in(id)) failed.push_back(t);
-    for (StageId c : tree_.stage(id).children) todo.push_back(c);
-  }
-  for (TrialId id : failed) {
-    auto it = trials_.find(id);
-    if (it == trials_.end() || it->second.status != TrialStatus::kRunning) continue;
-    TrackedTrial& t = it->second;
-    TrackedStudy& s = studies_.at(t.study);
-    forget_pending(t);
-    set_status(t, TrialStatus::kFailed);
-    t.error = error;
-    spdlog::error("trial {} of study {} failed: {}", t.number, s.spec.name, error);
-    study_transaction(s, [&] {
-      plan_.set_trial_status(t.id, t.status, error);
-      if (s.status != StudyStatus::kRunning) return;
-      react(s, {SearcherEvent::Kind::kFailed, t.request});
-      save_searcher(s);
-    });
-  }
-}
-
-void StudyDriver::collect_checkpoints() {
+Edit StudyDriver::decide(const Collect&) {
+  Edit e;
   std::set<StageId> reachable;
   for (const auto& [id, t] : trials_) {
     if (!t.in_tree || !running(t.study)) continue;
@@ -592,7 +604,7 @@ void StudyDriver::collect_checkpoints() {
   for (const auto& [id, info] : states_.all()) {
     if (reachable.count(info.stage)) {
       needed_bytes += info.bytes;
-      if (!info.needed) states_.set_needed(id, true, info.retained_at);  // a study reuses it
+      if (!info.needed) e.add(edit::Retain{id, std::nullopt});  // a study reuses it
       continue;
     }
     unreachable.push_back(id);
@@ -609,68 +621,296 @@ void StudyDriver::collect_checkpoints() {
   const std::set<int64_t> keep(kept.begin(), kept.end());
   int64_t evicted = 0, evicted_bytes = 0;
   for (int64_t id : unreachable) {
-    const StateInfo info = states_.info(id);
+    const StateInfo& info = states_.info(id);
     if (keep.count(id)) {
-      if (info.needed) {  // newly left behind: its age starts now
-        plan_.set_checkpoint_retained(info.checkpoint_row, now);
-        states_.set_needed(id, false, now);
-      }
+      if (info.needed) e.add(edit::Retain{id, now});  // newly left behind: its age starts now
       continue;
     }
-    states_.forget(id);
+    e.add(edit::DropState{id});
     if (info.checkpoint_row < 0) continue;
-    plan_.delete_checkpoint(info.checkpoint_row);
-    // Only once the row's deletion is committed: a rollback keeps the row, which needs its file.
-    storages_.remove_after_commit(plan_, info.storages, info.file);
     ++evicted;
     evicted_bytes += info.bytes;
   }
   if (evicted > 0 && rules_.keep_checkpoint_bytes > 0) {
-    plan_.add_event(
-        std::nullopt, "checkpoints_evicted",
-        {{"count", evicted}, {"bytes", evicted_bytes}, {"budget", rules_.keep_checkpoint_bytes}});
-    spdlog::info("evicted {} checkpoint(s) ({}) to stay within --keep-checkpoints {}", evicted,
+    e.add(edit::AddEvent{
+        std::nullopt,
+        "checkpoints_evicted",
+        {{"count", evicted}, {"bytes", evicted_bytes}, {"budget", rules_.keep_checkpoint_bytes}}});
+    spdlog::info("evicting {} checkpoint(s) ({}) to stay within --keep-checkpoints {}", evicted,
                  format_size(evicted_bytes), format_size(rules_.keep_checkpoint_bytes));
+  }
+  return e;
+}
+
+std::vector<Operation> StudyDriver::feed(Searcher& searcher, const SearcherEvent& e) {
+  switch (e.kind) {
+    case SearcherEvent::Kind::kValidation:
+      return searcher.on_validation(e.trial, e.step, e.value);
+    case SearcherEvent::Kind::kClosed:
+      return searcher.on_trial_closed(e.trial);
+    case SearcherEvent::Kind::kFailed:
+      return searcher.on_trial_failed(e.trial);
+    case SearcherEvent::Kind::kBatch:
+      return searcher.next_batch();
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Applying.
+
+void StudyDriver::apply(const Edit& edit) {
+  for (const EditOp& op : edit.ops) std::visit([&](const auto& o) { apply_op(o); }, op);
+  for (auto it = edit.next.rbegin(); it != edit.next.rend(); ++it) queue_.push_front(*it);
+  for (const Work& w : edit.later) queue_.push_back(w);
+}
+
+void StudyDriver::apply_op(const edit::TrackTrial& op) {
+  TrackedStudy& s = studies_.at(op.study);
+  TrackedTrial t;
+  t.id = next_trial_++;
+  t.study = op.study;
+  t.request = op.request;
+  t.params = op.params;
+  t.fork = op.fork;
+  s.trials[op.request] = t.id;
+  trials_[t.id] = std::move(t);
+  touched(op.study);
+}
+
+void StudyDriver::apply_op(const edit::PlaceTrial& op) {
+  TrackedTrial& t = trials_.at(op.trial);
+  TrackedStudy& s = studies_.at(t.study);
+  s.requested_steps += op.steps;
+  s.requested_evaluations += op.evaluations;
+  touched(s.id);
+  if (op.length > t.length) {
+    Change change;
+    if (!t.in_tree) {
+      t.number = plan_.add_trial(*op.row);
+      change = tree_.add_trial(t.id, op.row->root_key, op.row->hyperparams, op.length);
+      t.in_tree = true;
+    } else {
+      change = tree_.extend_trial(t.id, op.length);
+      plan_.set_trial_length(t.id, op.length);
+    }
+    t.length = op.length;
+    schedule_changed_ = true;
+    plan_.save_change(tree_, change);
+    for (const Split& split : change.splits) pending_.on_split(tree_, split);
+    tree_shape_ += static_cast<int64_t>(change.splits.size());
+    raise_needed_ends(t, change);
+    on_tree_change_(change);
+    t.history_steps = std::max(t.history_steps, states_.deepest_retained(tree_, t.id, op.length));
+  }
+  plan_.add_eval_requests(t.id, op.evals);
+  if (t.status != TrialStatus::kRunning) {
+    t.stopped_at = -1;  // a stopped or diverged trial that its searcher trains again
+    t.error.clear();
+    set_status(t, TrialStatus::kRunning);
+    plan_.set_trial_status(t.id, t.status);
+  }
+  // Every evaluation waits first; those measured already (for another trial) are delivered next,
+  // in step order, so that a trained trial closes only after its last one.
+  for (int64_t step : op.evals) {
+    t.pending_evals.insert(step);
+    pending_.add(tree_, t.id, step);
+    if (const json* m = states_.cached_metrics(state_key(tree_, t.id, step)))
+      queue_.push_back(Deliver{t.id, step, *m});
   }
 }
 
-void StudyDriver::keep_within_budget() {
-  if (states_.bytes() <= rules_.keep_checkpoint_bytes) return;  // the common case, at once
-  if (states_.kept() == 0) return;  // only what running studies need: nothing to evict
+void StudyDriver::apply_op(const edit::EndTrial& op) {
+  TrackedTrial& t = trials_.at(op.trial);
+  forget_pending(t);
+  if (op.status == TrialStatus::kStopped || op.status == TrialStatus::kDiverged)
+    t.stopped_at = op.step.value_or(trained_length(t));
+  if (op.status == TrialStatus::kFailed) t.error = op.reason;
+  set_status(t, op.status);
+  if (t.in_tree)  // else it has no row yet: created, never trained
+    plan_.set_trial_status(t.id, op.status, op.reason,
+                           op.status == TrialStatus::kDone ? std::nullopt : op.step);
+  touched(t.study);
+  const std::string& study = studies_.at(t.study).spec.name;
+  if (op.status == TrialStatus::kFailed)
+    spdlog::error("trial {} of study {} failed: {}", t.number, study, op.reason);
+  else if (op.status == TrialStatus::kDiverged)
+    spdlog::warn("trial {} of study {} diverged: {}", t.number, study, op.reason);
+}
+
+void StudyDriver::apply_op(const edit::RecordMetrics& op) {
+  TrackedTrial& t = trials_.at(op.trial);
+  for (const auto& [name, value] : op.metrics.items()) {
+    try {
+      plan_.add_metric({t.id, op.step, name, value.get<double>()});
+    } catch (const std::invalid_argument& e) {
+      // Measured again with another value (a trainer that is not deterministic): the first stays.
+      spdlog::warn("trial {}: {}", t.number, e.what());
+    }
+  }
+  t.pending_evals.erase(op.step);
+  pending_.remove(tree_, t.id, op.step);
+  touched(t.study);
+}
+
+void StudyDriver::apply_op(const edit::CacheMetrics& op) {
+  states_.cache_metrics(op.state, op.metrics);
+}
+
+void StudyDriver::apply_op(const edit::Journal& op) {
+  TrackedStudy& s = studies_.at(op.study);
+  if (op.state) {
+    plan_.save_searcher_state(s.id, *op.state);
+    s.journaled = 0;
+  } else {
+    plan_.add_searcher_event(s.id, op.event);
+    ++s.journaled;
+  }
+  touched(s.id);
+}
+
+void StudyDriver::apply_op(const edit::EndStudy& op) {
+  TrackedStudy& s = studies_.at(op.study);
+  if (s.status != StudyStatus::kRunning) return;
+  s.account.run_s = s.run_s();
+  s.status = op.status;
+  s.error = op.error;
+  s.ended = Clock::now();
+  ++studies_ended_;
+  for (const auto& [request, id] : s.trials) {
+    forget_pending(trials_.at(id));  // no evaluation is run for a study that ended
+    open_.erase(id);
+  }
+  needed_.valid = false;
+  schedule_changed_ = true;  // its work under way may be abandoned
+  plan_.set_study_status(s.id, op.status, op.error);
+  plan_.set_study_account(s.id, s.account);
+  s.account_changed = false;
+  plan_.add_event(s.id, op.status == StudyStatus::kDone ? "finished" : to_string(op.status),
+                  {{"error", op.error}});
+  touched(s.id);
+  if (op.status == StudyStatus::kFailed)
+    spdlog::error("study {} failed: {}", s.spec.name, op.error);
+  else if (op.status == StudyStatus::kInterrupted)
+    spdlog::warn("study {} interrupted: {}", s.spec.name, op.error);
+}
+
+void StudyDriver::apply_op(const edit::FailStage& op) {
+  failed_stages_.insert(op.stage);
+  schedule_changed_ = true;
+}
+
+void StudyDriver::apply_op(const edit::TrainStage& op) {
+  const int64_t before = tree_.stage(op.stage).trained_until;
+  tree_.mark_trained(op.stage, op.trained_until);
+  if (tree_.stage(op.stage).trained_until == before) return;
+  pending_.on_progress(tree_, op.stage);
+  trained_stages_.push_back(op.stage);
+  plan_.save_stage(tree_.stage(op.stage));
+  schedule_changed_ = true;
+}
+
+void StudyDriver::apply_op(const edit::AddState& op) {
+  StateInfo info = op.info;
+  if (!info.file.empty()) {
+    CheckpointRow row{0, info.stage, info.step, info.file, info.bytes, "", 0};
+    row.storages.assign(info.storages.begin(), info.storages.end());
+    info.checkpoint_row = plan_.add_checkpoint(row);
+  }
+  states_.add(op.id, info);
+  schedule_changed_ = true;
+}
+
+void StudyDriver::apply_op(const edit::DropState& op) {
+  const StateInfo info = states_.forget(op.id);
+  if (info.checkpoint_row >= 0) plan_.delete_checkpoint(info.checkpoint_row);
+  if (!op.lost.empty()) {
+    plan_.add_event(std::nullopt, "checkpoint_lost", {{"file", info.file}, {"why", op.lost}});
+    spdlog::warn("checkpoint {} is lost ({}); its state will be replayed", info.file, op.lost);
+  }
+  // Only once the row's deletion is committed: a rollback keeps the row, which needs its file.
+  if (!info.file.empty()) storages_.remove_after_commit(plan_, info.storages, info.file);
+  schedule_changed_ = true;
+}
+
+void StudyDriver::apply_op(const edit::SetStorages& op) {
+  const StateInfo& info = states_.info(op.id);
+  if (info.checkpoint_row >= 0)
+    plan_.set_checkpoint_storages(info.checkpoint_row, {op.storages.begin(), op.storages.end()});
+  if (!op.lost.empty()) {
+    plan_.add_event(std::nullopt, "checkpoint_lost",
+                    {{"file", info.file}, {"why", op.lost}, {"storage", op.lost_on}});
+    storages_.remove_after_commit(plan_, {op.lost_on}, info.file);
+    spdlog::warn("the copy of checkpoint {} on storage {} is lost ({}); {} other cop{} left",
+                 info.file, op.lost_on, op.lost, op.storages.size(),
+                 op.storages.size() == 1 ? "y is" : "ies are");
+  }
+  states_.set_storages(op.id, op.storages);
+}
+
+void StudyDriver::apply_op(const edit::Retain& op) {
+  const StateInfo& info = states_.info(op.id);
+  if (op.retained_at) plan_.set_checkpoint_retained(info.checkpoint_row, *op.retained_at);
+  states_.set_needed(op.id, !op.retained_at, op.retained_at ? op.retained_at : info.retained_at);
+}
+
+void StudyDriver::apply_op(const edit::AddExecution& op) {
   try {
-    plan_.transaction([&] { collect_checkpoints(); });
-  } catch (const PlanBusy&) {
-    // Another process holds the plan: the next checkpoint tries again; nothing was written.
+    plan_.add_execution(op.row);
+  } catch (const std::exception& e) {  // a log: a row that cannot be written is reported
+    spdlog::warn("an execution of trial {} was not recorded: {}", op.row.trial, e.what());
+  }
+}
+
+void StudyDriver::apply_op(const edit::AddEvent& op) {
+  try {
+    plan_.add_event(op.study, op.kind, op.detail);
+  } catch (const std::exception& e) {  // a log, likewise
+    spdlog::warn("event {} not logged: {}", op.kind, e.what());
+  }
+}
+
+void StudyDriver::apply_op(const edit::Count& op) {
+  for (int64_t id : op.studies)
+    if (auto it = studies_.find(id); it != studies_.end()) {
+      StudyAccount& a = it->second.account;
+      a.steps_executed += op.steps;
+      a.busy_s += op.busy_s;
+      a.bytes_moved += op.bytes;
+      a.transfer_s += op.transfer_s;
+      it->second.account_changed = true;
+    }
+}
+
+void StudyDriver::apply_op(const edit::RemoveFile& op) {
+  storages_.remove_after_commit(plan_, op.storages, op.file);
+}
+
+void StudyDriver::save_accounts(double every_s) {
+  const bool due = seconds_since(accounts_saved_) >= every_s;
+  if (due) accounts_saved_ = Clock::now();
+  for (auto& [id, s] : studies_) {
+    if (!s.account_changed && !(due && s.status == StudyStatus::kRunning)) continue;
+    StudyAccount a = s.account;
+    a.run_s = s.run_s();
+    plan_.set_study_account(id, a);
+    s.account_changed = false;
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Accounting and what the scheduler reads.
 
-void StudyDriver::count_executed(const std::set<int64_t>& studies, int64_t steps) {
-  for (int64_t id : studies)
-    if (auto it = studies_.find(id); it != studies_.end()) it->second.steps_executed += steps;
-}
-
-void StudyDriver::count_moved(const std::set<int64_t>& studies, int64_t bytes, double seconds) {
-  for (int64_t id : studies)
-    if (auto it = studies_.find(id); it != studies_.end()) {
-      it->second.bytes_moved += bytes;
-      it->second.transfer_s += seconds;
-    }
-}
-
-void StudyDriver::count_busy(const std::set<int64_t>& studies, double seconds) {
-  for (int64_t id : studies)
-    if (auto it = studies_.find(id); it != studies_.end()) it->second.busy_worker_s += seconds;
+bool StudyDriver::take_schedule_change() {
+  return std::exchange(schedule_changed_, false);
 }
 
 void StudyDriver::charge_master_time(double seconds) {
-  // To the studies whose events it handled, evenly; else (scheduling) to the running studies.
+  // To the studies whose edits it applied, evenly; else (scheduling) to the running studies.
   if (!charged_.empty()) {
     for (int64_t id : charged_)
       if (auto it = studies_.find(id); it != studies_.end())
-        it->second.master_s += seconds / static_cast<double>(charged_.size());
+        it->second.account.master_s += seconds / static_cast<double>(charged_.size());
     charged_.clear();
     return;
   }
@@ -680,11 +920,22 @@ void StudyDriver::charge_master_time(double seconds) {
   if (trials == 0) return;
   for (auto& [id, s] : studies_)
     if (s.status == StudyStatus::kRunning)
-      s.master_s += seconds * static_cast<double>(s.trials.size()) / static_cast<double>(trials);
+      s.account.master_s +=
+          seconds * static_cast<double>(s.trials.size()) / static_cast<double>(trials);
 }
 
 int64_t StudyDriver::trained_length(const TrackedTrial& t) const {
   return t.in_tree ? tree_.trained_length(t.id) : 0;
+}
+
+bool StudyDriver::trial_trained(const TrackedTrial& t) const {
+  if (!t.in_tree) return false;
+  return tree_.stage(tree_.stage_at(t.id, t.length)).trained_until >= t.length;
+}
+
+void StudyDriver::forget_pending(TrackedTrial& t) {
+  for (int64_t step : t.pending_evals) pending_.remove(tree_, t.id, step);
+  t.pending_evals.clear();
 }
 
 const StudyDriver::NeededEnds& StudyDriver::needed_ends() {
@@ -725,17 +976,13 @@ void StudyDriver::raise_needed_ends(const TrackedTrial& t, const Change& change)
 void StudyDriver::set_status(TrackedTrial& t, TrialStatus status) {
   // A trial that becomes open was placed (raise_needed_ends did its part); one that closes was
   // trained to its length, so dropping it changes no work. Any other change may lower the ends.
-  const bool open = status == TrialStatus::kPending || status == TrialStatus::kRunning;
+  const bool open = is_open(status);
   if (!open && status != TrialStatus::kDone) needed_.valid = false;
   t.status = status;
   if (open && running(t.study))
     open_.insert(t.id);
   else
     open_.erase(t.id);
-}
-
-void StudyDriver::on_progress(StageId stage) {
-  pending_.on_progress(tree_, stage);
 }
 
 std::set<int64_t> StudyDriver::studies_through(StageId stage) const {

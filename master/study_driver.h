@@ -1,9 +1,16 @@
 // The studies a master runs: their searchers, their trials, and the evaluations they wait for
-// (Determined's searcher.go plays this role). It turns searcher operations into trials in the
-// stage tree and rows in the search plan, turns metrics and trained stages into searcher events,
-// and ends trials and studies. Every transition is written to the plan in the caller's
-// transaction (or one of its own) before anything acts on it; a searcher that throws fails its
-// own study only (study_transaction).
+// (Determined's searcher.go plays this role), and the keeper of the state that the search plan
+// mirrors: the stage tree, the states, the studies and trials in memory.
+//
+// It decides and it applies, apart (edit.h). Decisions read the state and return an Edit: the
+// master's handlers ask for some (cancel, interrupt, fail, the evaluations a metric answers), and
+// the driver's own queue of Work makes the rest, one item at a time (next()): a metric delivered
+// to the trials that asked for it, a trial closed, an event fed to a searcher, each of the
+// searcher's operations checked and carried out, the checkpoints collected when a study ends. A
+// decision that throws has changed nothing but the searcher that threw. apply() carries an Edit
+// out: rows into the plan (in the caller's transaction), then memory, then the edit's work into
+// the queue. So a searcher's reaction never re-enters the handler that caused it, and a study
+// whose searcher fails ends `failed`, with everything before it kept, plan and memory alike.
 //
 // It never talks to workers: the master's front passes it what workers report, and reads from it
 // what the scheduler needs (needed_ends, pending_evaluations, failed_stages).
@@ -11,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +28,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "master/edit.h"
 #include "master/pending_evaluations.h"
 #include "master/retention.h"
 #include "master/state_registry.h"
@@ -53,8 +62,9 @@ struct TrackedTrial {
   RequestId request = 0;  // the searcher's id for it
   json params;
   bool in_tree = false;
-  int64_t length = 0;        // the length of its latest Train (its length in the tree)
-  int64_t stopped_at = -1;   // Stop: the step it had been trained to; it needs nothing beyond
+  int64_t length = 0;  // the length of its latest Train (its length in the tree)
+  // Stopped or diverged: the step it had been trained to, or diverged at; it needs nothing beyond.
+  int64_t stopped_at = -1;
   std::optional<Fork> fork;  // from its Create: the donor (a request id) and the step
   std::set<int64_t> pending_evals;
   // How far its path was covered, when it entered the tree (or grew), by states that earlier
@@ -76,24 +86,25 @@ struct TrackedStudy {
   std::map<RequestId, TrialId> trials;
   StudyStatus status = StudyStatus::kRunning;
   std::string error;
-  int64_t steps_executed = 0;
-  double busy_worker_s = 0;  // worker time spent on its jobs
-  // Checkpoint bytes its jobs fetched from other storages, and the time the fetches took.
-  int64_t bytes_moved = 0;
-  double transfer_s = 0;
-  double master_s = 0;  // CPU time the master spent on its events
-  Clock::time_point started, ended;
-  std::string owner;  // the key that submitted it ("" in-process or anonymous: access.h)
+  // What was spent on it over every master that ran it (the plan's row); run_s grows while this
+  // master runs it, from `resumed` on.
+  StudyAccount account;
+  Clock::time_point resumed, ended;
+  bool account_changed = false;  // since the plan's row was written
+  std::string owner;             // the key that submitted it ("" in-process or anonymous: access.h)
   // What its searcher asked so far, against the master's Budget.
   int64_t requested_steps = 0, requested_evaluations = 0;
-  // A batch of operations that the searcher gave (next_batch) and the plan has not yet taken.
-  std::vector<Operation> held_back;
+  // The searcher may hold operations back (a large grid's later trials: next_batch).
+  bool expanding = true;
   // Events fed to the searcher since its state was last saved whole (the plan's journal).
   int64_t journaled = 0;
+
+  // The wall time it ran, this master's part included.
+  double run_s() const;
 };
 
-// Events journaled at least, before a searcher's state is saved whole again (StudyDriver::
-// save_searcher): small studies save about as often as before.
+// Events journaled at least, before a searcher's state is saved whole again (a study's whole
+// state is saved once its journal is as long as its trials): small studies save often.
 inline constexpr int64_t kJournalBeforeSave = 16;
 
 // What the master's operator allows a study (--allow-exec, --max-trials, ...).
@@ -107,67 +118,87 @@ struct StudyRules {
 
 class StudyDriver {
  public:
-  // on_tree_change sees every change of the tree (splits move states; a running job may have to
-  // snapshot at a split point). checkpoint_dir is where the files of collected states are removed.
+  // on_tree_change sees every change of the tree as it is applied (splits move states; a running
+  // job may have to snapshot at a split point). `storages` is where the files of states that go
+  // are removed.
   StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states, Storages& storages,
               StudyRules rules, std::function<void(const Change&)> on_tree_change);
 
-  // Restores every study from the plan (after the tree and the states): metrics of every study
-  // feed the metric cache, running studies get their searchers and trials back. A running study
-  // whose command this master may not run (its --allow-exec) fails instead: nothing runs it.
-  void restore();
+  // Restores from the plan (after the tree and the states): metrics of every study feed the metric
+  // cache, running studies get their searchers and trials back and the trials that may have been
+  // trained meanwhile are queued to close. A running study whose command this master may not run
+  // (its --allow-exec) is interrupted instead, saying why: a master that may run it resumes it.
+  // Without `resume_running` (`hippo run`), every running study is interrupted: its run ended
+  // without ending it.
+  void restore(bool resume_running);
 
-  // Starts a study for `owner` (its key: access.h). Throws SpecError (a command this master may
-  // not run, a spec over the budget) or std::invalid_argument (a duplicate name), and then
-  // changes nothing.
+  // Starts a study for `owner` (its key: access.h), in the caller's transaction: its row, its
+  // searcher's first operations checked and queued. Throws SpecError (a command this master may
+  // not run, a spec or first operations over the budget) or std::invalid_argument (a name that
+  // exists: the message says how to resume, rename or delete), and then changes nothing.
   int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy,
                  const std::string& owner = "");
-  // Ends a running study at a client's request: status "cancelled", its unfinished trials stopped
-  // where they are, and its checkpoints collected. Throws std::invalid_argument (one that has
-  // ended) and then changes nothing.
-  void cancel(int64_t study);
-  // Fails a running study (e.g. `hippo run` interrupted), in a transaction of its own.
-  void fail(int64_t study, const std::string& error);
+  // Takes up an interrupted study again (the plan's row, its searcher and trials), in the caller's
+  // transaction. std::invalid_argument for one that is not interrupted, or SpecError for one this
+  // master may not run.
+  void resume(int64_t study);
+
+  // Decisions the master asks for (throw std::invalid_argument, having changed nothing, for a
+  // study that has ended).
+  // A client cancels it: its open trials stop, it ends `cancelled`.
+  Edit cancel(int64_t study) const;
+  // `hippo run` stops before it ends (a signal, a crash of its own): its trials stay as they are,
+  // and a later run resumes them.
+  Edit interrupt(int64_t study, const std::string& why) const;
+  // It cannot go on (a job too large for any worker): its open trials stop, it ends `failed`.
+  Edit fail(int64_t study, const std::string& error) const;
+  // A stage failed in the engine: every running trial through it fails, and it is never scheduled
+  // again.
+  Edit fail_stage(StageId stage, const std::string& error) const;
+  // The trials ending on `trial`'s path in [from, to] may be trained: Close work for each.
+  Edit close_trials_ending(TrialId trial, int64_t from, int64_t to) const;
+  // The metrics measured on `state`: cached, and delivered to the trials that wait for it.
+  Edit deliver_metrics(const StateKey& state, const json& metrics) const;
+  // A job ended without evaluating `state` as it was asked to: the trials that wait for it hear
+  // why (they fail, naming the metric and the step).
+  Edit deliver_nothing(const StateKey& state, const std::string& why) const;
+
+  // The queue of work: whether an item waits, and the decision on the next one (an empty edit
+  // when it needs nothing). The caller applies each before it asks for the next.
+  bool has_work() const { return !queue_.empty(); }
+  Edit next();
+  // Every running trial whose needed steps are trained and evaluated closes: after a restart or a
+  // lost worker, the "done" that would have closed it may never come.
+  void close_trained_trials();
+  // Queues the next batch of operations that a searcher held back (a large grid enters the plan
+  // between the master's other work); false when no study has any left.
+  bool expand();
+  bool expanding() const { return expanding_; }
+
+  // Carries out an edit: rows into the plan (in the caller's transaction), then memory, then its
+  // work into the queue. Throws only when the plan fails (the master must stop then).
+  void apply(const Edit& edit);
+
+  // Writes the accounts of the studies that changed (their row in the plan), and every running
+  // study's at least every `every_s` seconds (its run time grows).
+  void save_accounts(double every_s);
+
   // The id of a study known to this master: a JSON number is an id, a string a name or an id
   // (study_id_in); std::invalid_argument if there is none.
   int64_t find(const json& id_or_name) const;
-
   bool running(int64_t study) const;
   // How many studies have ended since the start (work that only they needed is orphaned then).
   int64_t studies_ended() const { return studies_ended_; }
   const std::map<int64_t, TrackedStudy>& studies() const { return studies_; }
-  TrackedStudy& study(int64_t id) { return studies_.at(id); }
   const TrackedTrial* trial(TrialId id) const;
+  // A running study whose trials need the stage or what lies below it (its spec says how to run
+  // the stage's jobs): the one with the lowest id; nullopt when none does.
+  std::optional<int64_t> study_for(StageId stage) const;
 
-  // Metrics measured on the state `key`: every trial waiting for its metric at that state records
-  // them and its searcher reacts. One commit for all of them (a savepoint per study).
-  void record_metrics(const StateKey& key, const json& metrics);
-  // Closes the trials ending on `trial`'s path in [from, to] that are trained and evaluated
-  // (call inside a transaction).
-  void close_trials_ending(TrialId trial, int64_t from, int64_t to);
-  // Closes every running trial whose needed steps are trained and evaluated: after a restart or a
-  // lost worker, the "done" that would have closed it may never come.
-  void close_trained_trials();
-  // A stage failed in the engine (bad settings, a diverged model): retrying would fail again, so
-  // every trial through it fails and it is never scheduled again (call inside a transaction).
-  void fail_trials_through(StageId stage, const std::string& error);
-  // Deletes the checkpoints that no trial of a running study can reach any more (their rows now,
-  // their files once the transaction that deletes the rows has committed; a trial of a
-  // running study may still be extended, so its whole path is reachable), except those that
-  // retention.h keeps for later studies under the budget (call inside a transaction).
-  void collect_checkpoints();
-  // After a new checkpoint: if the directory is over its budget and holds states kept for later
-  // studies, evicts by value (a transaction of its own).
-  void keep_within_budget();
-
-  // Accounting of the work done for studies.
-  void count_executed(const std::set<int64_t>& studies, int64_t steps);
-  void count_busy(const std::set<int64_t>& studies, double seconds);
-  void count_moved(const std::set<int64_t>& studies, int64_t bytes, double seconds);
-  // Charges the master's own CPU time (a message's, a poll's) to the studies whose transactions
-  // ran since the last charge, evenly; if none did, spreads it over the running studies in
-  // proportion to their trials. (Measured by the caller, once: a CPU clock read is a system call,
-  // and a transaction per event measuring its own made them a tenth of a large simulation.)
+  // Accounting of the master's own work: charges its CPU time (a message's, a poll's) to the
+  // studies that edits touched since the last charge, evenly; if none, spreads it over the
+  // running studies in proportion to their trials. (Measured by the caller, once: a CPU clock read
+  // is a system call.)
   void charge_master_time(double seconds);
 
   // For the scheduler: for every stage, the end up to which some trial of a running study needs
@@ -183,9 +214,6 @@ class StudyDriver {
     bool valid = false;
   };
   const NeededEnds& needed_ends();
-  // The stage was trained further (StageTree::mark_trained): states that trials wait for may
-  // have been trained.
-  void on_progress(StageId stage);
   // The trials waiting for a metric, by the state they wait for.
   const PendingEvaluations& pending_evaluations() const { return pending_; }
   const std::set<StageId>& failed_stages() const { return failed_stages_; }
@@ -193,58 +221,67 @@ class StudyDriver {
   std::set<int64_t> studies_through(StageId stage) const;
   // How far the trial's path has been trained, from step 0 without a gap.
   int64_t trained_length(const TrackedTrial& t) const;
+  // Stages trained further since the last call (the scheduler's priorities forget trained ones).
+  std::vector<StageId> take_trained_stages() { return std::exchange(trained_stages_, {}); }
 
   // Whether something changed what can be scheduled since the last call (and resets it).
   bool take_schedule_change();
-
-  // Takes the operations that searchers held back (a large grid's later trials) into the plan,
-  // a batch per transaction, for about `seconds`; so a large study enters the plan between the
-  // master's other work. Whether some are left.
-  bool expand(double seconds);
-  bool expanding() const { return expanding_; }
-
-  // After a transaction failed: the tree and trials in memory may be ahead of the plan, so they
-  // are reloaded from it.
-  void resync();
   // A number that changes whenever stage ids or state keys on trials' paths may have changed: at
-  // each split, and when resync reloads the tree.
+  // each split.
   int64_t tree_shape() const { return tree_shape_; }
 
  private:
-  // Runs fn in a transaction; if it throws, the study fails with the message, and memory is
-  // brought back in line with the plan. The plan being locked (PlanBusy) is rethrown: the caller
-  // retries later, the study is fine.
-  void study_transaction(TrackedStudy& s, const std::function<void()>& fn);
-  // Carries out a searcher's operations (in the caller's transaction).
-  void apply(TrackedStudy& s, const std::vector<Operation>& ops);
-  void place_trial(TrackedStudy& s, TrackedTrial& t, int64_t length,
-                   const std::vector<int64_t>& evals);
-  void record_metric(TrackedTrial& t, int64_t step, const json& metrics);
-  void stop(TrackedTrial& t, const std::string& reason);
-  void maybe_close(TrackedTrial& t);
-  void finish(TrackedStudy& s, StudyStatus status, std::string error);
-  bool trial_trained(const TrackedTrial& t) const;
-  void forget_pending(TrackedTrial& t);
-  // The searcher's state: its whole state is saved now and then (save_searcher, at the end of a
-  // study's transaction), and each event fed to it in between is journaled in the plan (journal,
-  // before its operations are applied, so that events they cause come after it). A restarted
-  // master loads the saved state and feeds the journal again (feed), dropping the operations:
-  // they were carried out the first time. A searcher whose replay may differ
-  // (Searcher::replays_exactly) is saved whole after every event instead.
+  // The decisions on each kind of work.
+  Edit decide(const Deliver& w);
+  Edit decide(const Close& w);
+  Edit decide(const Feed& w);
+  Edit decide(const Operate& w);
+  Edit decide(const Collect& w);
+  // Train: the trial's placement, checked against the budget and the spec.
+  edit::PlaceTrial placement(const TrackedStudy& s, const TrackedTrial& t,
+                             const Train& train) const;
+  // The study ends: its open trials first (stopped with `why`, unless it is interrupted: they wait
+  // for a resume), then its row; its states are collected next.
+  Edit end_study(const TrackedStudy& s, StudyStatus status, const std::string& error,
+                 const std::string& why) const;
+  // Loads a study's row into memory: searcher, trials, pending evaluations. SpecError when this
+  // master cannot run it (a command it may not run, a state it cannot load).
+  void restore_study(const StudyRow& row);
+
+  // Applying each kind of operation.
+  void apply_op(const edit::TrackTrial& op);
+  void apply_op(const edit::PlaceTrial& op);
+  void apply_op(const edit::EndTrial& op);
+  void apply_op(const edit::RecordMetrics& op);
+  void apply_op(const edit::CacheMetrics& op);
+  void apply_op(const edit::Journal& op);
+  void apply_op(const edit::EndStudy& op);
+  void apply_op(const edit::FailStage& op);
+  void apply_op(const edit::TrainStage& op);
+  void apply_op(const edit::AddState& op);
+  void apply_op(const edit::DropState& op);
+  void apply_op(const edit::SetStorages& op);
+  void apply_op(const edit::Retain& op);
+  void apply_op(const edit::AddExecution& op);
+  void apply_op(const edit::AddEvent& op);
+  void apply_op(const edit::Count& op);
+  void apply_op(const edit::RemoveFile& op);
+
+  // The searcher's state: each event fed to it is journaled in the plan (Journal), and its whole
+  // state saved now and then; a restarted master loads the saved state and feeds the journal
+  // again (feed), dropping the operations: they were carried out the first time. A searcher
+  // whose replay may differ (Searcher::replays_exactly) is saved whole after every event instead.
   static std::vector<Operation> feed(Searcher& searcher, const SearcherEvent& e);
-  void journal(TrackedStudy& s, const SearcherEvent& e);
-  // Feeds the event, journals it and applies the operations (in the caller's transaction).
-  void react(TrackedStudy& s, const SearcherEvent& e);
-  void save_searcher(TrackedStudy& s);
+  bool save_due(const TrackedStudy& s) const;
+  bool trial_trained(const TrackedTrial& t) const;
   // The trial's path is needed up to its needed length now (after `change` to the tree).
   void raise_needed_ends(const TrackedTrial& t, const Change& change);
   // Every change of a trial's status goes through here (it keeps open_).
   void set_status(TrackedTrial& t, TrialStatus status);
+  void forget_pending(TrackedTrial& t);
   // The owner recorded in the study's "submitted" event.
   std::string owner_of(int64_t study);
-  // Counts what the study's searcher asks against the budget; std::runtime_error (which fails
-  // the study) beyond it.
-  void charge_budget(TrackedStudy& s, int64_t steps, int64_t evaluations);
+  void touched(int64_t study) { charged_.insert(study); }
 
   SearchPlan& plan_;
   StageTree& tree_;
@@ -255,6 +292,7 @@ class StudyDriver {
   std::map<int64_t, TrackedStudy> studies_;
   std::map<TrialId, TrackedTrial> trials_;
   PendingEvaluations pending_;
+  std::deque<Work> queue_;
   // The trials of running studies that are pending or running (set_status keeps it): the only
   // ones that may need training.
   std::set<TrialId> open_;
@@ -262,7 +300,9 @@ class StudyDriver {
   int64_t tree_shape_ = 0;
   int64_t studies_ended_ = 0;
   std::set<StageId> failed_stages_;
-  std::set<int64_t> charged_;  // studies whose transactions ran since charge_master_time
+  std::vector<StageId> trained_stages_;  // since take_trained_stages
+  std::set<int64_t> charged_;            // studies whose edits were applied since the last charge
+  Clock::time_point accounts_saved_{};
   TrialId next_trial_ = 0;
   bool schedule_changed_ = true;
   bool expanding_ = true;  // a searcher may hold operations back

@@ -1,6 +1,7 @@
 #include "master/worker_pool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace hippo::master {
@@ -98,8 +99,8 @@ void WorkerPool::end_job(ConnectedWorker& worker, const std::vector<int64_t>& he
   idle_.insert(worker.peer);
 }
 
-std::vector<std::string> WorkerPool::expire(double timeout_s,
-                                            const std::function<void(const RunningJob&)>& on_lost) {
+std::vector<std::string> WorkerPool::expire(
+    double timeout_s, const std::function<void(const ConnectedWorker&)>& on_lost) {
   std::vector<std::string> lost;
   if (seconds_since(oldest_seen_) < timeout_s) return lost;  // nobody can have expired yet
   oldest_seen_ = Clock::now();
@@ -110,21 +111,18 @@ std::vector<std::string> WorkerPool::expire(double timeout_s,
       continue;
     }
     lost.push_back(it->second.hello.name);
-    if (it->second.job >= 0) {
-      on_lost(jobs_.at(it->second.job));
-      drop_job(it->second.job);
-    }
+    on_lost(it->second);
+    if (it->second.job >= 0) drop_job(it->second.job);
     idle_.erase(it->first);
     it = workers_.erase(it);
   }
   return lost;
 }
 
-std::vector<int64_t> WorkerPool::orphans(const std::function<bool(int64_t study)>& study_running) {
+std::vector<int64_t> WorkerPool::orphans(const std::function<bool(const RunningJob&)>& needed) {
   std::vector<int64_t> out;
   for (auto& [id, job] : jobs_) {
-    if (job.abandoned || std::any_of(job.studies.begin(), job.studies.end(), study_running))
-      continue;
+    if (job.abandoned || needed(job)) continue;
     job.abandoned = true;
     out.push_back(id);
   }
@@ -135,14 +133,86 @@ void WorkerPool::forget_state(int64_t state) {
   for (auto& [peer, w] : workers_) w.held.erase(state);
 }
 
+double stage_retry_delay(int attempts) {
+  return std::min(30.0, std::ldexp(1.0, std::max(0, attempts - 1)));
+}
+
 int WorkerPool::storage_failures(StageId stage) const {
   auto it = storage_failures_.find(stage);
   return it == storage_failures_.end() ? 0 : it->second.count;
 }
 
+int WorkerPool::lost_attempts(StageId stage) const {
+  auto it = storage_failures_.find(stage);
+  return it == storage_failures_.end() ? 0 : it->second.lost;
+}
+
 void WorkerPool::add_storage_failure(StageId stage, const std::string& peer) {
-  ++storage_failures_[stage].count;
-  storage_failures_[stage].workers.insert(peer);
+  StorageFailures& f = storage_failures_[stage];
+  ++f.count;
+  f.workers.insert(peer);
+  f.retry_at =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(stage_retry_delay(f.count + f.lost)));
+}
+
+void WorkerPool::add_lost_attempt(StageId stage, const std::string& peer) {
+  StorageFailures& f = storage_failures_[stage];
+  ++f.lost;
+  f.workers.insert(peer);
+  f.retry_at =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(stage_retry_delay(f.count + f.lost)));
+}
+
+bool WorkerPool::backing_off(StageId stage) const {
+  auto it = storage_failures_.find(stage);
+  return it != storage_failures_.end() && Clock::now() < it->second.retry_at;
+}
+
+Clock::time_point WorkerPool::next_retry() const {
+  Clock::time_point next = Clock::time_point::max();
+  const Clock::time_point now = Clock::now();
+  for (const auto& [stage, f] : storage_failures_)
+    if (f.retry_at > now) next = std::min(next, f.retry_at);
+  for (const auto& [peer, w] : workers_)
+    if (!w.set_aside.empty() && w.set_aside_until > now) next = std::min(next, w.set_aside_until);
+  return next;
+}
+
+bool WorkerPool::failed_on_worker(ConnectedWorker& w, const std::string& error) {
+  // Set aside after kWorkerFailuresInARow, and again after each failed probation job.
+  if (++w.failures_in_a_row < kWorkerFailuresInARow ||
+      (!w.set_aside.empty() && Clock::now() < w.set_aside_until))
+    return false;
+  ++w.times_set_aside;
+  const double seconds = std::min(600.0, 30.0 * std::ldexp(1.0, w.times_set_aside - 1));
+  w.set_aside =
+      "failed " + std::to_string(w.failures_in_a_row) + " jobs in a row (the last: " + error + ")";
+  w.set_aside_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(seconds));
+  return true;
+}
+
+void WorkerPool::done_on_worker(ConnectedWorker& w) {
+  w.failures_in_a_row = 0;
+  w.times_set_aside = 0;
+  w.set_aside.clear();
+}
+
+void WorkerPool::set_fault(ConnectedWorker& w, const std::string& fault) {
+  if (fault.empty() && !w.fault.empty()) {  // it says it recovered
+    w.set_aside.clear();
+    w.failures_in_a_row = 0;
+  }
+  w.fault = fault;
+}
+
+std::string WorkerPool::unavailable(const ConnectedWorker& w) const {
+  if (w.draining) return "draining";
+  if (!w.fault.empty()) return w.fault;
+  if (!w.set_aside.empty() && Clock::now() < w.set_aside_until) return w.set_aside;
+  return "";
 }
 
 void WorkerPool::clear_storage_failures(StageId stage) {

@@ -30,12 +30,32 @@ struct ConnectedWorker {
   Clock::time_point last_seen;
   int64_t job = -1;        // the job it runs, -1 when idle
   std::set<int64_t> held;  // state ids in its memory
-  bool draining = false;   // `hippo drain`: no more work; told to exit once idle
+  bool draining = false;   // `hippo drain`: no more work; told to exit once idle (and handed over)
+  // Why it cannot work now, as it says itself (its heartbeat's fault: a full or read-only disk),
+  // "" when it can.
+  std::string fault;
+  // Jobs it failed in a row for reasons of its own (a checkpoint it could not write, a trainer
+  // process that died), and, once there were kWorkerFailuresInARow, why it gets no work until
+  // `set_aside_until` (then one job on probation) or until it says it recovered.
+  int failures_in_a_row = 0;
+  int times_set_aside = 0;
+  std::string set_aside;
+  Clock::time_point set_aside_until{};
+  bool handed_over = false;  // draining: the states only it held were handed over (copies.h)
 };
 
+// Jobs a worker may fail in a row for reasons of its own before it gets no more work for a while
+// (30 s, doubling each time, at most 10 minutes), or until it says it recovered.
+inline constexpr int kWorkerFailuresInARow = 3;
+
 // How many times a stage may fail with `retry` (a checkpoint that cannot be written, a trainer
-// process that died) before the trials that need it fail.
+// process that died) before the trials that need it fail; and how many times its jobs may be lost
+// (their worker went silent or restarted mid-job) without progress. Each retry waits a little
+// longer (stage_retry_delay).
 inline constexpr int kStorageAttempts = 3;
+inline constexpr int kLostAttempts = 5;
+// 1 s after the first failure, doubling, at most 30 s.
+double stage_retry_delay(int attempts);
 
 // Claims that one worker cannot make good alone, because they would let it destroy others' work:
 // that a stage fails in the engine (its trials fail, in every study through it) or that a parent
@@ -92,20 +112,42 @@ class WorkerPool {
   // The ids of the jobs that started or ended since the last call (InFlight::update).
   std::vector<int64_t> take_job_changes() { return std::exchange(job_changes_, {}); }
 
-  // Workers silent for longer than timeout_s leave the pool; each one's job (if any) is handed
-  // to on_lost before the job is dropped. Cheap until the oldest last_seen of the last look can
-  // have expired (last_seen only moves forward).
+  // Workers silent for longer than timeout_s leave the pool; each one is handed to on_lost
+  // before it goes (with its job, if any). Cheap until the oldest last_seen of the last look can
+  // have expired (last_seen only moves forward): expiry_due says when.
   std::vector<std::string> expire(double timeout_s,
-                                  const std::function<void(const RunningJob&)>& on_lost);
-  // Marks and returns the jobs that no running study needs any more.
-  std::vector<int64_t> orphans(const std::function<bool(int64_t study)>& study_running);
+                                  const std::function<void(const ConnectedWorker&)>& on_lost);
+  bool expiry_due(double timeout_s) const {
+    return !workers_.empty() && seconds_since(oldest_seen_) >= timeout_s;
+  }
+  // Marks (abandoned) and returns the running jobs for which `needed` says false.
+  std::vector<int64_t> orphans(const std::function<bool(const RunningJob&)>& needed);
   // Every worker forgets the state (its checkpoint was lost).
   void forget_state(int64_t state);
 
-  // Storage failures of a stage: how often, and on which workers.
+  // Failed attempts at a stage: how often it failed with `retry`, how often its job was lost,
+  // and on which workers; cleared when it makes progress.
   int storage_failures(StageId stage) const;
+  int lost_attempts(StageId stage) const;
   void add_storage_failure(StageId stage, const std::string& peer);
+  void add_lost_attempt(StageId stage, const std::string& peer);
   void clear_storage_failures(StageId stage);
+  // Whether the stage waits before its next attempt (it failed or was lost a moment ago); the
+  // earliest time one such wait ends (Clock::time_point::max() when none does).
+  bool backing_off(StageId stage) const;
+  // The earliest future time at which a stage may be tried again or a worker set aside gets a
+  // job on probation (Clock::time_point::max() when none).
+  Clock::time_point next_retry() const;
+
+  // The worker's job failed for a reason of its own: counted, and after kWorkerFailuresInARow in
+  // a row it is set aside (true: it was just now). A job it did resets the count.
+  bool failed_on_worker(ConnectedWorker& w, const std::string& error);
+  void done_on_worker(ConnectedWorker& w);
+  // Its own word on its health (a heartbeat's fault): a worker that says it recovered is no
+  // longer set aside.
+  void set_fault(ConnectedWorker& w, const std::string& fault);
+  // Why a worker gets no work now ("" when it may): draining, its fault, set aside.
+  std::string unavailable(const ConnectedWorker& w) const;
   // The workers a stage failed on while others remain to try, else null.
   const std::set<std::string>* excluded_for(StageId stage) const;
   Claims& claims() { return claims_; }
@@ -115,8 +157,10 @@ class WorkerPool {
 
  private:
   struct StorageFailures {
-    int count = 0;
+    int count = 0;  // failed with retry
+    int lost = 0;   // its job lost
     std::set<std::string> workers;
+    Clock::time_point retry_at{};
   };
   void drop_job(int64_t job) {
     jobs_.erase(job);

@@ -51,7 +51,10 @@ StudyView view(SearchPlan& plan, const StudyRow& row) {
 
 // The best (trial, metric row) of a study, if any trial has the metric (master/reports.h).
 std::optional<std::pair<const TrialRow*, MetricRow>> best_of(const StudyView& v) {
-  std::optional<MetricRow> best = master::best_metric(v.all_metrics, v.objective);
+  std::set<TrialId> diverged;
+  for (const TrialRow& t : v.trials)
+    if (t.status == TrialStatus::kDiverged) diverged.insert(t.id);
+  std::optional<MetricRow> best = master::best_metric(v.all_metrics, v.objective, diverged);
   if (!best) return std::nullopt;
   for (const TrialRow& t : v.trials)
     if (t.id == best->trial) return std::make_pair(&t, *best);
@@ -75,7 +78,10 @@ json trial_json(const StudyView& v, const TrialRow& t) {
             {"status", to_string(t.status)},
             {"length", t.length},
             {"metrics", metrics}};
+  // Why it ended early, and where: a failed trial's error, a diverged one's metric.
   if (t.status == TrialStatus::kFailed) j["error"] = t.end_reason;
+  if (t.status == TrialStatus::kDiverged) j["diverged"] = t.end_reason;
+  if (t.end_step) j["end_step"] = *t.end_step;
   return j;
 }
 
@@ -223,6 +229,27 @@ int tree(const std::string& name, const GlobalOptions& global) {
   return 0;
 }
 
+// `hippo delete STUDY`: a study that has ended leaves the plan's listings and frees its name; its
+// trials stay in the stage tree that other studies share, and its checkpoints are kept for later
+// studies or evicted under the disk budget like any other's (master/retention.h).
+int delete_study(const std::string& name, const GlobalOptions& global) {
+  SearchPlan plan = open_existing_plan(global.db);
+  StudyRow row = find_study(plan, name);
+  if (row.status == StudyStatus::kRunning)
+    throw BadInput("study " + row.name + " is running: cancel it first (hippo cancel " + row.name +
+                   "), or stop the run that has it");
+  plan.delete_study(row.id);
+  if (global.format == Format::kJson)
+    std::printf("%s\n",
+                json{{"deleted", row.name}, {"id", row.id}, {"status", to_string(row.status)}}
+                    .dump()
+                    .c_str());
+  else
+    std::printf("deleted study %s (%s, %zu trials)\n", row.name.c_str(), to_string(row.status),
+                plan.trials(row.id).size());
+  return 0;
+}
+
 }  // namespace
 
 SearchPlan open_existing_plan(const std::string& path) {
@@ -251,6 +278,8 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
       {"tree", "the stage tree of a study, with trained progress", tree},
       {"export", "every trial with parameters and all metrics (csv, or json)",
        [](const std::string& s, const GlobalOptions& g) { return trials(s, g, true); }},
+      {"delete", "remove a study that has ended from the plan (its name is free again)",
+       delete_study},
   };
   for (const Named& c : commands) {
     CLI::App* cmd = app.add_subcommand(c.name, c.help);

@@ -2,13 +2,14 @@
 // in a cluster), `hippo master` (a long-running master) and `hippo submit` (send a study to one).
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -28,9 +29,9 @@ namespace {
 using hippo::Clock;
 using nlohmann::json;
 
-volatile std::sig_atomic_t g_interrupted = 0;
-void on_signal(int) {
-  g_interrupted = 1;
+volatile std::sig_atomic_t g_interrupted = 0;  // the signal that came
+void on_signal(int signal) {
+  g_interrupted = signal;
 }
 
 SearchPlan open_plan(const std::string& path) {
@@ -102,6 +103,8 @@ struct RunDirectory {
   protocol::KeyPair master, worker;
 };
 
+// A worker process of this run. It is our child and ends with us: the kernel sends it SIGTERM
+// when this process dies, however it dies (PR_SET_PDEATHSIG), so no worker outlives its run.
 // `devices`: the pipeline stages of the study (each a thread of the worker).
 pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int index,
                    bool allow_trainers, int devices) {
@@ -116,75 +119,104 @@ pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int 
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
-    throw RunFailed("cannot start " + binary);
+  const pid_t parent = getpid();
+  // Between fork and exec only system calls (this process has other threads: ZeroMQ's).
+  const pid_t pid = fork();
+  if (pid < 0) throw RunFailed("cannot start " + binary + ": fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);  // the run died before the line above: nobody to serve
+    execve(binary.c_str(), argv.data(), environ);
+    _exit(127);
+  }
   return pid;
 }
 
-int run(const std::string& path, int workers, const std::string& policy_text,
-        std::string checkpoints, const master::StudyRules& rules, const GlobalOptions& global) {
-  Policy policy = policy_of(policy_text);
-  LoadedSpec l = load_spec_file(path);
-  if (checkpoints.empty()) checkpoints = global.db + ".checkpoints";
-  RunDirectory run_dir;
-  master::Options options;
-  options.bind = run_dir.address();
-  options.checkpoints = checkpoints;
-  options.rules = rules;
-  options.auth = protocol::ServerKeys{
-      run_dir.master, "", {{run_dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
-  master::Master m(open_plan(global.db), options);
-  int64_t study = 0;
-  try {
-    study = m.submit(l.spec, l.spec_json, policy);
-  } catch (const SpecError& e) {
-    throw BadInput(e.what());
-  } catch (const std::invalid_argument& e) {
-    throw BadInput(e.what());
-  }
+// How to run a study with local workers, and where.
+struct LocalRun {
+  int workers = 1;
+  std::string checkpoints;
+  master::StudyRules rules;
+};
 
+// The master of a run: in this process, with its own keys, on the plan, resuming no study but the
+// one it is asked to run (the others left `running` by a run that crashed are interrupted).
+struct EmbeddedMaster {
+  EmbeddedMaster(const LocalRun& local, const GlobalOptions& global) {
+    master::Options options;
+    options.bind = dir.address();
+    options.checkpoints =
+        local.checkpoints.empty() ? global.db + ".checkpoints" : local.checkpoints;
+    options.rules = local.rules;
+    options.resume_running = false;
+    options.auth = protocol::ServerKeys{
+        dir.master, "", {{dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
+    master.emplace(open_plan(global.db), options);
+    checkpoints = options.checkpoints;
+  }
+  RunDirectory dir;
+  std::optional<master::Master> master;
+  std::string checkpoints;
+};
+
+// Runs the study to its end with `local.workers` worker processes, draws the progress, and
+// prints the summary. A signal (Ctrl-C, SIGTERM) or the loss of every worker interrupts it: it
+// stays resumable. Returns the exit status: 0 when the study is done.
+int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pipeline_stages,
+               const std::string& resume_hint, const GlobalOptions& global) {
+  master::Master& m = *em.master;
   // Each worker is one process with one thread, so N workers use N cores without contention.
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("OMP_NUM_THREADS", "1", 1);
-  // The embedded master has no CURVE: keys meant for a cluster must not reach its workers.
+  // The run's workers prove the run's own worker key to its master (CURVE): keys meant for a
+  // cluster must not reach them.
   unsetenv("HIPPO_MASTER_KEY");
   unsetenv("HIPPO_KEY");
-  std::vector<pid_t> children;
-  for (int i = 0; i < workers; ++i)
-    children.push_back(
-        spawn_worker(run_dir, checkpoints, i, rules.exec.trainer, l.spec.pipeline.stages));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::vector<pid_t> children;
+  for (int i = 0; i < local.workers; ++i)
+    children.push_back(
+        spawn_worker(em.dir, em.checkpoints, i, local.rules.exec.trainer, pipeline_stages));
 
   bool tty = isatty(STDERR_FILENO);
   auto last_draw = Clock::now();
-  std::string failure;
-  while (m.study_running(study) && !g_interrupted) {
-    m.poll(20);
-    if (tty && Clock::now() - last_draw > std::chrono::milliseconds(200)) {
+  std::string why;  // the study was interrupted
+  std::string plan_failure;
+  try {
+    while (m.study_running(study) && !g_interrupted) {
+      m.poll(20);
+      if (tty && Clock::now() - last_draw > std::chrono::milliseconds(200)) {
+        draw_progress(m.progress(study));
+        last_draw = Clock::now();
+      }
+      int alive = 0;
+      for (pid_t& pid : children) {
+        if (pid <= 0) continue;
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) == pid)
+          pid = -1;
+        else
+          ++alive;
+      }
+      if (alive == 0) {
+        why = "every worker process exited";
+        break;
+      }
+    }
+    if (tty) {
       draw_progress(m.progress(study));
-      last_draw = Clock::now();
+      std::fprintf(stderr, "\n");
     }
-    int alive = 0;
-    for (pid_t& pid : children) {
-      if (pid <= 0) continue;
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid)
-        pid = -1;
-      else
-        ++alive;
-    }
-    if (alive == 0) {
-      failure = "every worker process exited";
-      break;
-    }
+    m.shutdown_workers();
+  } catch (const master::PlanFailure& e) {
+    // The plan cannot be written (a full disk): the study stays as the plan last had it, and
+    // the next run finds it interrupted.
+    plan_failure = e.what();
   }
-  if (tty) {
-    draw_progress(m.progress(study));
-    std::fprintf(stderr, "\n");
-  }
-  m.shutdown_workers();
+  if (!plan_failure.empty() || !why.empty())
+    for (pid_t pid : children)
+      if (pid > 0) kill(pid, SIGTERM);
   auto deadline = Clock::now() + std::chrono::seconds(5);
   for (pid_t pid : children) {
     if (pid <= 0) continue;
@@ -195,12 +227,83 @@ int run(const std::string& path, int workers, const std::string& policy_text,
       waitpid(pid, nullptr, 0);
     }
   }
+  if (!plan_failure.empty())
+    throw RunFailed("the search plan failed: " + plan_failure + "; " + resume_hint);
   m.remove_unreported_checkpoints();
-  if (g_interrupted) failure = "interrupted";
-  if (!failure.empty() && m.study_running(study)) m.fail_study(study, failure);
+  if (g_interrupted) why = std::string("interrupted by ") + strsignal(g_interrupted);
+  if (!why.empty() && m.study_running(study)) m.interrupt(study, why);
   master::StudySummary summary = m.summary(study);
   print_summary(summary, global.format);
+  if (summary.status == "interrupted") std::fprintf(stderr, "%s\n", resume_hint.c_str());
   return summary.status == "done" ? 0 : 1;
+}
+
+std::string resume_hint(const std::string& spec_path, const std::string& name) {
+  return "the study can be resumed where it stopped: hippo run " + spec_path +
+         " --resume, or hippo resume " + name;
+}
+
+int run(const std::string& path, const std::string& policy_text, bool resume, const LocalRun& local,
+        const GlobalOptions& global) {
+  Policy policy = policy_of(policy_text);
+  LoadedSpec l = load_spec_file(path);
+  EmbeddedMaster em(local, global);
+  master::Master& m = *em.master;
+  int64_t study = 0;
+  try {
+    std::optional<StudyRow> old = m.study_named(l.spec.name);
+    if (resume && old) {
+      if (old->status != StudyStatus::kInterrupted)
+        throw BadInput("study " + old->name + " is " + to_string(old->status) +
+                       ": there is nothing to resume (`hippo trials " + old->name +
+                       "` shows it; to run the spec again, give it another \"name\" or `hippo "
+                       "delete " +
+                       old->name + "`)");
+      if (old->spec != l.spec_json)
+        throw BadInput("study " + old->name + " was submitted with another spec than " + path +
+                       ": resume it as it was with `hippo resume " + old->name +
+                       "`, or give this spec another \"name\"");
+      m.resume(old->id);
+      study = old->id;
+    } else {
+      study = m.submit(l.spec, l.spec_json, policy);
+    }
+  } catch (const SpecError& e) {
+    throw BadInput(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string(e.what()) +
+                   (resume ? "" : " (or `hippo run " + path + " --resume`)"));
+  }
+  return run_to_end(em, study, local, l.spec.pipeline.stages, resume_hint(path, l.spec.name),
+                    global);
+}
+
+// `hippo resume STUDY`: on the master of --master if there is one, else in this process with
+// local workers, as `hippo run` would.
+int resume_study(const std::string& name, const LocalRun& local, const GlobalOptions& global) {
+  if (!global.master.empty()) {
+    json r = ask_master(global, protocol::Resume{.study = name}.to_json());
+    if (global.format == Format::kJson)
+      std::printf("%s\n", r.dump().c_str());
+    else
+      std::printf("study %s resumed on its master\n", r.value("name", name).c_str());
+    return 0;
+  }
+  EmbeddedMaster em(local, global);
+  master::Master& m = *em.master;
+  std::optional<StudyRow> row = m.study_named(name);
+  if (!row) throw BadInput("no study named " + name + " in " + global.db);
+  StudySpec spec;
+  try {
+    spec = parse_spec(row->spec);
+    m.resume(row->id);
+  } catch (const SpecError& e) {
+    throw BadInput(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(e.what());
+  }
+  return run_to_end(em, row->id, local, spec.pipeline.stages,
+                    "the study can be resumed where it stopped: hippo resume " + row->name, global);
 }
 
 // Whether only this machine can reach `address`: ipc, inproc, or tcp on a loopback address.
@@ -389,6 +492,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->fallthrough();
     struct Args {
       std::string spec, policy = "shared", checkpoints, allow_exec, keep;
+      bool resume = false;
       Budget budget;
       int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     };
@@ -397,6 +501,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->add_option("--workers", a->workers, "worker processes (default: one per core)")
         ->check(CLI::Range(1, 1024));
     cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
+    cmd->add_flag("--resume", a->resume,
+                  "if the spec's study was interrupted, go on where it stopped (else start it)");
     cmd->add_option("--checkpoints", a->checkpoints,
                     "checkpoint directory (default DB.checkpoints)");
     add_exec_option(cmd, &a->allow_exec,
@@ -406,8 +512,43 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     add_keep_option(cmd, &a->keep);
     cmd->callback([a, &global, action] {
       *action = [a, &global] {
-        return run(a->spec, a->workers, a->policy, a->checkpoints,
-                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
+        return run(a->spec, a->policy, a->resume,
+                   {a->workers,
+                    a->checkpoints,
+                    {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}},
+                   global);
+      };
+    });
+  }
+  {
+    CLI::App* cmd = app.add_subcommand(
+        "resume",
+        "go on with an interrupted study where it stopped: on the master of --master, or with "
+        "local worker processes");
+    cmd->fallthrough();
+    struct Args {
+      std::string study, checkpoints, allow_exec, keep;
+      Budget budget;
+      int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    };
+    auto a = std::make_shared<Args>();
+    cmd->add_option("study", a->study, "the study's name or id")->required();
+    cmd->add_option("--workers", a->workers, "local worker processes (default: one per core)")
+        ->check(CLI::Range(1, 1024));
+    cmd->add_option("--checkpoints", a->checkpoints,
+                    "checkpoint directory (default DB.checkpoints)");
+    add_exec_option(cmd, &a->allow_exec,
+                    "run the study's commands of these kinds: searcher (in this process), "
+                    "trainer (in the local workers)");
+    add_budget_options(cmd, &a->budget);
+    add_keep_option(cmd, &a->keep);
+    cmd->callback([a, &global, action] {
+      *action = [a, &global] {
+        return resume_study(a->study,
+                            {a->workers,
+                             a->checkpoints,
+                             {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}},
+                            global);
       };
     });
   }

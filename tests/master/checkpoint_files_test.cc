@@ -34,6 +34,22 @@ nlohmann::json two_trial_spec_json() {
 StudySpec two_trial_spec() {
   return parse_spec(two_trial_spec_json());
 }
+// Applies an edit and the driver's work it leads to, item after item (as the master does).
+void apply_all(StudyDriver& driver, const Edit& edit) {
+  driver.apply(edit);
+  while (driver.has_work()) driver.apply(driver.next());
+}
+// Submits and places the study's first trials.
+int64_t submit(SearchPlan& plan, StudyDriver& driver, const StudySpec& spec,
+               const nlohmann::json& spec_json) {
+  int64_t id = 0;
+  plan.transaction([&] {
+    id = driver.submit(spec, spec_json, Policy::kShared);
+    apply_all(driver, {});
+  });
+  return id;
+}
+
 StudyRules keep_none() {
   StudyRules rules;
   rules.keep_checkpoint_bytes = 0;
@@ -111,7 +127,7 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
     StateRegistry states(kIncarnation);
     Storages storages(ck());
     StudyDriver driver(plan, tree, states, storages, keep_none(), [](const Change&) {});
-    const int64_t study = driver.submit(spec, spec_json, Policy::kShared);
+    const int64_t study = submit(plan, driver, spec, spec_json);
     // A state at step 8 of each trial, with its file and its row, as a worker would report it.
     for (TrialId trial : {0, 1}) {
       const StateKey key = state_key(tree, trial, 8);
@@ -126,7 +142,7 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
       files.push_back(order.file);
     }
     EXPECT_THROW(plan.transaction([&] {
-      driver.cancel(study);
+      apply_all(driver, driver.cancel(study));
       throw std::runtime_error("the commit failed");
     }),
                  std::runtime_error);
@@ -141,9 +157,9 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
   for (const CheckpointRow& row : plan.checkpoints())
     states.add_restored(state_of(row, storages.own()));
   StudyDriver driver(plan, tree, states, storages, keep_none(), [](const Change&) {});
-  driver.restore();
+  driver.restore(true);
   ASSERT_TRUE(driver.running(1));
-  driver.cancel(1);
+  plan.transaction([&] { apply_all(driver, driver.cancel(1)); });
   EXPECT_TRUE(plan.checkpoints().empty());
   for (const std::string& f : files) EXPECT_FALSE(exists(f)) << f;
 }
@@ -158,7 +174,7 @@ TEST_F(CheckpointFilesTest, ABudgetKeepsWhatFitsForLaterStudies) {
   rules.keep_checkpoint_bytes = 7;
   Storages storages(ck());
   StudyDriver driver(plan, tree, states, storages, rules, [](const Change&) {});
-  const int64_t study = driver.submit(two_trial_spec(), two_trial_spec_json(), Policy::kShared);
+  const int64_t study = submit(plan, driver, two_trial_spec(), two_trial_spec_json());
   std::vector<std::string> files;
   for (TrialId trial : {0, 1}) {  // equal values: the older state (trial 0's) wins the tie
     const StateKey key = state_key(tree, trial, 8);
@@ -173,7 +189,7 @@ TEST_F(CheckpointFilesTest, ABudgetKeepsWhatFitsForLaterStudies) {
                              .bytes = 5});
     files.push_back(order.file);
   }
-  driver.cancel(study);
+  plan.transaction([&] { apply_all(driver, driver.cancel(study)); });
   const std::vector<CheckpointRow> rows = plan.checkpoints();
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].file, files[0]);

@@ -1,0 +1,82 @@
+#include "master/jobs.h"
+
+#include <algorithm>
+
+#include "protocol/clock.h"
+
+namespace hippo::master {
+
+RunningJob build_job(const WorkItem& work, const StudySpec& spec, const StageTree& tree,
+                     StateRegistry& states, const std::set<int64_t>& held,
+                     const std::string& storage, int64_t snapshot_every) {
+  RunningJob job;
+  job.representative = work.representative;
+  job.reported_step = work.from;
+  job.progress_step = work.from;
+  job.started_at = unix_seconds();
+  job.kind = work.from == work.to     ? ExecutionKind::kEvaluate
+             : work.stage == kNoStage ? ExecutionKind::kReplay
+                                      : ExecutionKind::kTrain;
+  protocol::Job& order = job.order;
+  order.run = run_spec(spec);
+  order.hyperparams = tree.trial(work.representative).hyperparams;
+  order.from = work.from;
+  order.to = work.to;
+  order.parent_state = work.parent_state;
+  if (work.parent_state >= 0) {
+    const StateInfo& parent = states.info(work.parent_state);
+    order.parent_file = parent.file;
+    // Neither in the worker's memory nor on its storage: it fetches the file through the master.
+    order.fetch_parent =
+        !parent.file.empty() && !held.count(work.parent_state) && !parent.storages.count(storage);
+    if (order.fetch_parent) order.parent_bytes = parent.bytes;
+  }
+  order.eval_steps = work.evals;
+  order.trial = work.representative;
+  for (int64_t step : snapshot_steps(tree, work, snapshot_every))
+    order.snapshots.push_back(states.new_snapshot_order(step));
+  return job;
+}
+
+void add_progress(Edit& e, const RunningJob& job, const StageTree& tree, int64_t step) {
+  for (StageId id : tree.path(job.representative)) {
+    const Stage& x = tree.stage(id);
+    if (x.end <= job.order.from) continue;
+    if (x.start >= step) break;
+    // A stage the job trains from its start, or one whose trained part reaches the job's start.
+    if (x.start >= job.order.from || x.trained_until >= job.order.from)
+      e.add(edit::TrainStage{id, std::min(step, x.end)});
+  }
+  if (step > job.reported_step) e.add(edit::Count{job.studies, step - job.reported_step});
+}
+
+edit::AddExecution execution(const RunningJob& job, const StageTree& tree,
+                             const std::string& worker, ExecutionOutcome outcome, int64_t reached,
+                             const std::string& error) {
+  const protocol::Job& order = job.order;
+  ExecutionRow row;
+  row.stage = first_stage(tree, job.representative, order.from, order.to);
+  row.trial = job.representative;
+  row.kind = job.kind;
+  row.from = order.from;
+  row.to = order.to;
+  row.reached = std::clamp(reached, order.from, order.to);
+  row.worker = worker;
+  row.started_at = job.started_at;
+  row.ended_at = std::max(job.started_at, unix_seconds());
+  row.outcome = outcome;
+  row.error = error;
+  row.studies.assign(job.studies.begin(), job.studies.end());
+  return {row};
+}
+
+void add_unfinished(Edit& e, const RunningJob& job, const StageTree& tree,
+                    const std::string& worker, ExecutionOutcome outcome,
+                    std::optional<int64_t> reached, const std::string& error) {
+  const int64_t got =
+      std::clamp(std::max(job.progress_step, reached.value_or(0)), job.order.from, job.order.to);
+  e.add(execution(job, tree, worker, outcome, got, error));
+  if (got > job.reported_step) e.add(edit::Count{job.studies, got - job.reported_step});
+}
+
+}  // namespace hippo::master

@@ -1,0 +1,48 @@
+// Jobs as the master builds and closes them: the order a worker gets for a unit of work, and what
+// the plan records when a job trains, reports, or ends. Pure functions of the master's state: the
+// master's front sends the orders and applies the edits.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "master/edit.h"
+#include "master/running_job.h"
+#include "master/scheduler.h"
+#include "master/state_registry.h"
+#include "master/storages.h"
+#include "master/study_driver.h"
+#include "stagetree/tree.h"
+
+namespace hippo::master {
+
+// The job for `work` on a worker of `storage` that holds the states `held`, with the snapshots
+// `snapshot_every` asks for (scheduler.h's snapshot_steps), under a study whose spec says how to
+// run it. Its id is the pool's to give.
+RunningJob build_job(const WorkItem& work, const StudySpec& spec, const StageTree& tree,
+                     StateRegistry& states, const std::set<int64_t>& held,
+                     const std::string& storage, int64_t snapshot_every);
+
+// The job trained its path over [its last reported step, step), and the worker holds the state at
+// `step`: every stage on the path it passed is trained that far, and the steps count as executed
+// for its studies.
+void add_progress(Edit& e, const RunningJob& job, const StageTree& tree, int64_t step);
+
+// The job's row in the plan's executions (the dashboard's timeline) as it ends, reaching `reached`
+// (clamped to its steps).
+edit::AddExecution execution(const RunningJob& job, const StageTree& tree,
+                             const std::string& worker, ExecutionOutcome outcome, int64_t reached,
+                             const std::string& error = "");
+
+// A job that ended before its end (lost, failed, abandoned, or running at shutdown): its row,
+// reaching as far as the worker said (`reached`, or its heartbeats), and the steps it trained past
+// its last reported state, lost, counted as executed (the summary counts redone work, and the
+// dashboard's sum of executions equals it).
+void add_unfinished(Edit& e, const RunningJob& job, const StageTree& tree,
+                    const std::string& worker, ExecutionOutcome outcome,
+                    std::optional<int64_t> reached = std::nullopt, const std::string& error = "");
+
+}  // namespace hippo::master
