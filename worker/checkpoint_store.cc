@@ -1,9 +1,12 @@
 #include "worker/checkpoint_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "protocol/checkpoint_storage.h"
@@ -45,6 +48,27 @@ void CheckpointStore::keep(const std::string& file, std::string_view bytes) cons
   } catch (const CheckpointError& e) {
     throw StorageFailure(std::string("keeping a fetched checkpoint: ") + e.what(), "");
   }
+}
+
+std::string CheckpointStore::probe() const {
+  const std::string path = dir_ + "/.hippo-probe-" + std::to_string(::getpid());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return "cannot write in " + dir_ + ": " + std::strerror(errno);
+  const std::string block(1 << 20, '\0');
+  std::string why;
+  for (size_t done = 0; done < block.size() && why.empty();) {
+    const ssize_t n = ::write(fd, block.data() + done, block.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      why = "cannot write in " + dir_ + ": " + std::strerror(n < 0 ? errno : ENOSPC);
+    else
+      done += static_cast<size_t>(n);
+  }
+  if (why.empty() && ::fsync(fd) != 0)
+    why = "cannot sync a write in " + dir_ + ": " + std::strerror(errno);
+  ::close(fd);
+  ::unlink(path.c_str());
+  return why;
 }
 
 }  // namespace hippo::worker

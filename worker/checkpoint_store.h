@@ -31,6 +31,9 @@ class CheckpointStore {
   // as a snapshot's). A file of that name that is there already (another worker on this storage
   // fetched it first) is that same state: kept. StorageFailure when it cannot be written.
   void keep(const std::string& file, std::string_view bytes) const;
+  // Whether the directory takes a write now: a probe file of 1 MiB written, synced and removed.
+  // "" when it does, else why not (a full disk, a read-only one).
+  std::string probe() const;
 
  private:
   std::string dir_;

@@ -48,6 +48,8 @@ class JobRunner {
   // once it is taken: too late (the job is past that step) or an external trainer (it got its
   // checkpoints when it started); the master then replays that state itself.
   std::string add_snapshot(const protocol::SnapshotOrder& order);
+  // The step the running (or last) job reached: what a job that stops or fails trained.
+  int64_t reached() const { return step_; }
 
  private:
   bool run_on_engine(const JobHost& host);

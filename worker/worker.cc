@@ -31,6 +31,7 @@ Worker::Worker(const Options& options)
       snapshots_(options_.checkpoints, cache_,
                  [this](protocol::Snapshot s) {
                    s.incarnation = job_incarnation_;
+                   announced_step_ = std::max(announced_step_, s.step);
                    connection_.send(s.to_json());
                  }),
       runner_(options_, cache_, snapshots_, store_) {}
@@ -61,7 +62,7 @@ int Worker::run() {
           last_refusal_log_ = Clock::now();
         }
       }
-      connection_.send(protocol::Heartbeat{}.to_json());
+      connection_.send(protocol::Heartbeat{.fault = fault()}.to_json());
       continue;
     }
     handle(*message);
@@ -82,7 +83,31 @@ void Worker::hello() {
   m.runs_trainers = options_.allow_trainers;
   m.storage = store_.identity();
   m.files = store_.list();
+  if (dropped_) m.dropped = {*std::exchange(dropped_, std::nullopt)};
   connection_.send(m.to_json());
+}
+
+const std::string& Worker::fault() {
+  if (fault_.empty() || Clock::now() - probed_ < std::chrono::seconds(5)) return fault_;
+  probed_ = Clock::now();
+  if (std::string why = store_.probe(); why.empty()) {
+    spdlog::info("the checkpoint directory {} takes writes again: ready for work",
+                 options_.checkpoints);
+    fault_.clear();
+  } else {
+    fault_ = why;
+  }
+  return fault_;
+}
+
+void Worker::drop_running_job() {
+  if (running_job_ < 0 || dropped_) return;
+  dropped_ = protocol::DroppedJob{.trial = job_order_.trial,
+                                  .from = job_order_.from,
+                                  .to = job_order_.to,
+                                  .reported = std::max(job_order_.from, announced_step_),
+                                  .reached = std::max(job_order_.from, runner_.reached()),
+                                  .incarnation = job_incarnation_};
 }
 
 std::chrono::milliseconds Worker::silence_limit() const {
@@ -170,8 +195,10 @@ void Worker::on(const protocol::Abandon& m) {
 void Worker::on(const protocol::Reset&) {
   if (!may_hello()) return;
   spdlog::warn("the master does not know us (it restarted, or lost us): saying hello again");
-  // The master restarted and does not know a running job: it is dropped.
+  // The master restarted and does not know a running job: it is dropped, and the hello says how
+  // far it got.
   stop_job_ = true;
+  drop_running_job();
   hello();
 }
 
@@ -213,6 +240,8 @@ void Worker::execute(const protocol::Job& job) {
   const auto started = Clock::now();
   running_job_ = job.id;
   job_incarnation_ = incarnation_;
+  job_order_ = job;
+  announced_step_ = job.from;
   stop_job_ = false;
   abandon_ordered_ = false;
   last_heartbeat_ = started;
@@ -241,13 +270,20 @@ void Worker::execute(const protocol::Job& job) {
       connection_.send(done.to_json());
     } else if (abandon_ordered_) {
       // The master keeps this worker busy until it hears that the job stopped.
-      connection_.send(
-          protocol::Abandoned{.job = job.id, .held = cache_.ids(), .incarnation = job_incarnation_}
-              .to_json());
+      connection_.send(protocol::Abandoned{.job = job.id,
+                                           .held = cache_.ids(),
+                                           .incarnation = job_incarnation_,
+                                           .step = runner_.reached()}
+                           .to_json());
     }
   } catch (const StorageFailure& e) {
     spdlog::error("job {} failed on storage: {}", job.id, e.what());
     snapshots_.settle();
+    // A checkpoint it could not write is its own disk's fault: it says so until a write works.
+    if (e.lost_file.empty()) {
+      fault_ = std::string("its checkpoint directory failed: ") + e.what();
+      probed_ = Clock::now();
+    }
     fail(job.id, e.what(), true, e.lost_file);
   } catch (const TrainerError& e) {
     // A trainer process that died mid-stage: the master tries the stage again from its newest
@@ -271,6 +307,7 @@ void Worker::fail(int64_t job, const std::string& error, bool retry, const std::
   m.retry = retry;
   m.lost_file = lost_file;
   m.held = cache_.ids();
+  if (running_job_ >= 0) m.step = runner_.reached();
   connection_.send(m.to_json());
 }
 
@@ -324,12 +361,15 @@ std::optional<std::string> Worker::fetch_parent(const protocol::Job& job) {
 bool Worker::between_steps(int64_t step, int wait_ms) {
   if (Clock::now() - last_heartbeat_ >= std::chrono::milliseconds(options_.heartbeat_ms)) {
     last_heartbeat_ = Clock::now();
-    connection_.send(
-        protocol::Heartbeat{.job = running_job_, .step = step, .incarnation = job_incarnation_}
-            .to_json());
+    connection_.send(protocol::Heartbeat{
+        .job = running_job_, .step = step, .incarnation = job_incarnation_, .fault = fault()}
+                         .to_json());
   }
   // The master forgets the job when we reconnect.
-  if (connection_.broken() || master_silent()) stop_job_ = true;
+  if (connection_.broken() || master_silent()) {
+    stop_job_ = true;
+    drop_running_job();
+  }
   // Once the job stops, what follows (a welcome, a new job) is for the main loop.
   while (!stop_job_) {
     std::optional<protocol::json> message = connection_.receive(std::exchange(wait_ms, 0));

@@ -76,6 +76,13 @@ class Worker {
   // Runs a job and reports how it ended: Done, Abandoned (when the master ordered it), or Failed.
   void execute(const protocol::Job& job);
   void fail(int64_t job, const std::string& error, bool retry, const std::string& lost_file);
+  // Why this worker cannot work now ("" when it can), for its heartbeats: after it failed to
+  // write to its checkpoint directory (a full or read-only disk), the directory is probed again
+  // every few seconds until a write there succeeds (the master sets it aside meanwhile).
+  const std::string& fault();
+  // Remembers a job that stops without its end because the master restarted or went silent: the
+  // next hello says how far it got, so that the new master counts the steps it trained.
+  void drop_running_job();
   // After each step of a job: a heartbeat when one is due, then the orders that came meanwhile
   // (waiting up to wait_ms for the first). False when the job must stop (abandoned, the master
   // restarted, the connection broke, a signal).
@@ -113,6 +120,12 @@ class Worker {
   };
   std::optional<Fetch> fetch_;
   Clock::time_point fetch_started_;  // of the last fetch: Fetched says how long it took
+  std::string fault_;                // fault()
+  Clock::time_point probed_{};       // the checkpoint directory's last probe
+  // The running job's order (trial, from, to) and the last step whose snapshot was announced.
+  protocol::Job job_order_;
+  int64_t announced_step_ = 0;
+  std::optional<protocol::DroppedJob> dropped_;  // for the next hello
 };
 
 }  // namespace hippo::worker

@@ -1,6 +1,7 @@
 #include "worker/engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -179,7 +180,11 @@ void Engine::prefetch(const Hyperparams& hp, const nlohmann::json& fixed, int64_
 Metrics Engine::evaluate(const TrainState& s) {
   check_state(s);
   backend_->set_precision(kernels::Precision::kFp32);  // metrics do not depend on the training's
-  return network_->evaluate(s.params.data());
+  Metrics m = network_->evaluate(s.params.data());
+  // A model that diverged (its loss NaN or infinite: its outputs are) has no accuracy: the
+  // argmax of NaN logits names some class, and would read as a poor model, not a diverged one.
+  if (!std::isfinite(m.loss)) m.accuracy = std::nan("");
+  return m;
 }
 
 }  // namespace hippo::worker

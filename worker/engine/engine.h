@@ -57,6 +57,7 @@ struct RunConfig {
   std::string data_dir;
 };
 
+// A diverged model's (its loss NaN or infinite) accuracy is NaN too.
 struct Metrics {
   double accuracy = 0;  // fraction of the evaluation prefix classified correctly (gpt: tokens)
   double loss = 0;      // mean cross-entropy over the evaluation prefix (gpt: nats per token)
