@@ -409,6 +409,8 @@ void Master::handle(const protocol::Envelope& envelope) {
     if (handler == handlers().end())
       throw protocol::ProtocolError("message.type: unknown type \"" + type + "\"");
     handler->second(*this, Sender{envelope.peer, transport_->identity_of(envelope)}, m);
+    // What it set going is done before the next message is handled (which may depend on it).
+    if (outbox_) drain();
     // Since the last mark: this message's parsing and handling (and the first one's receiving).
     const double now = thread_cpu_seconds(), cpu_s = now - std::exchange(cpu_mark_, now);
     MasterCosts::Count& cost = costs_.messages[handler->first];
@@ -585,9 +587,14 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
 
 void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   RunningJob& job = reported_job(w, m.job, m.incarnation, "done");
-  if (m.step != job.order.to)
+  if (!m.diverged && m.step != job.order.to)
     throw protocol::ProtocolError("done.step: " + std::to_string(m.step) +
                                   " is not the job's end " + std::to_string(job.order.to));
+  // A job stops where its model diverged only at an evaluation it reported there.
+  if (m.diverged &&
+      (m.step < job.order.from || m.step > job.order.to || !job.evaluated.count(m.step)))
+    throw protocol::ProtocolError("done.step: the job did not evaluate step " +
+                                  std::to_string(m.step) + ", where it says its model diverged");
   // A job that outlived every study it worked for (a study may end while work is under way)
   // leaves states that nobody can reach.
   const bool orphan = std::none_of(job.studies.begin(), job.studies.end(),
@@ -596,9 +603,19 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   add_progress(e, job, tree_, m.step);
   e.add(execution(job, tree_, w.hello.name, ExecutionOutcome::kDone, m.step));
   e.add(edit::Count{job.studies, 0, m.busy_s});
+  // Its model diverged at m.step: so did every trial through that state that needs more.
+  if (m.diverged)
+    merge(e,
+          driver_.diverge_through(state_key(tree_, job.representative, m.step),
+                                  "the model diverged at step " + std::to_string(m.step) +
+                                      " (a non-finite loss there, on a path it shares with trial " +
+                                      std::to_string(driver_.trial(job.representative)
+                                                         ? driver_.trial(job.representative)->number
+                                                         : job.representative) +
+                                      ")"));
   // An evaluation the job was asked for and did not report: its trials hear why.
   for (int64_t step : job.order.eval_steps)
-    if (!job.evaluated.count(step))
+    if (step <= m.step && !job.evaluated.count(step))
       merge(e, driver_.deliver_nothing(state_key(tree_, job.representative, step),
                                        "job " + std::to_string(job.order.id) + " on worker " +
                                            w.hello.name +
@@ -722,9 +739,19 @@ json Master::on_submit(const Sender& from, const protocol::Submit& m) {
 }
 
 json Master::on_status(const Sender&, const protocol::Status& m) {
-  if (!driver_.studies().count(m.study))
+  if (driver_.studies().count(m.study))
+    return {{"summary", summary(m.study).to_json()}, {"running", driver_.running(m.study)}};
+  // One this master does not run (a restart found it interrupted, or it ended before): what the
+  // plan says of it.
+  std::optional<StudyRow> row = plan_.study(m.study);
+  if (!row || row->deleted_at)
     throw std::invalid_argument("no study " + std::to_string(m.study) + " on this master");
-  return {{"summary", summary(m.study).to_json()}, {"running", driver_.running(m.study)}};
+  json summary = {{"study", row->name},
+                  {"status", to_string(row->status)},
+                  {"steps_executed", row->account.steps_executed},
+                  {"wall_s", row->account.run_s}};
+  if (!row->error.empty()) summary["error"] = row->error;
+  return {{"summary", summary}, {"running", false}};
 }
 
 json Master::on_cancel(const Sender& from, const protocol::Cancel& m) {

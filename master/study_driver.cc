@@ -380,6 +380,24 @@ Edit StudyDriver::deliver_nothing(const StateKey& state, const std::string& why)
   return e;
 }
 
+Edit StudyDriver::diverge_through(const StateKey& state, const std::string& why) const {
+  Edit e;
+  const int64_t step = state.second;
+  for (TrialId id : open_) {
+    const TrackedTrial& t = trials_.at(id);
+    if (!t.in_tree || t.status != TrialStatus::kRunning || t.needed_length() <= step ||
+        state_key(tree_, id, step) != state)
+      continue;
+    e.add(edit::EndTrial{id, TrialStatus::kDiverged, why, step});
+    const TrackedStudy& s = studies_.at(t.study);
+    if (auto next = t.pending_evals.lower_bound(step); next != t.pending_evals.end())
+      e.later.push_back(searcher_work(s.id, SearcherEvent::Kind::kValidation, t.request, *next,
+                                      worst_value(s.spec.searcher.maximize)));
+    e.later.push_back(searcher_work(s.id, SearcherEvent::Kind::kClosed, t.request));
+  }
+  return e;
+}
+
 void StudyDriver::close_trained_trials() {
   for (auto& [id, t] : trials_)
     if (t.status == TrialStatus::kRunning && running(t.study)) queue_.push_back(Close{id});

@@ -162,6 +162,10 @@ class StudyDriver {
   // A job ended without evaluating `state` as it was asked to: the trials that wait for it hear
   // why (they fail, naming the metric and the step).
   Edit deliver_nothing(const StateKey& state, const std::string& why) const;
+  // The model diverged at `state` (a job stopped there: Done::diverged): every running trial
+  // whose path passes through it and needs more steps diverged there too (every later state of
+  // theirs is NaN); their searchers see the worst value, at their next evaluation.
+  Edit diverge_through(const StateKey& state, const std::string& why) const;
 
   // The queue of work: whether an item waits, and the decision on the next one (an empty edit
   // when it needs nothing). The caller applies each before it asks for the next.

@@ -207,19 +207,23 @@ struct Snapshot {
   static Snapshot from_json(const json& m);
 };
 
-// The job trained to its end.
+// The job trained to its end `step`; or, with `diverged`, it stopped at `step` because its model
+// diverged there (a non-finite loss at an evaluation: every later state would be too), and
+// nothing after `step` was trained.
 struct Done {
   static constexpr const char* kType = "done";
   int64_t job = 0, step = 0;
   double busy_s = 0;  // time the job took on the worker
   std::vector<int64_t> held;
   std::string incarnation{};
+  bool diverged = false;
   bool operator==(const Done&) const = default;
   static constexpr auto kFields =
       std::tuple{fields::Int{"job", &Done::job}, fields::Int{"step", &Done::step},
                  fields::Real{"busy_s", &Done::busy_s, 0, 1e9},
                  fields::IntList{"held", &Done::held, kMaxHeldStates}.defaulted(),
-                 fields::Text{"incarnation", &Done::incarnation, kMaxIncarnation}};
+                 fields::Text{"incarnation", &Done::incarnation, kMaxIncarnation},
+                 fields::Bool{"diverged", &Done::diverged}.omitted()};
   json to_json() const;
   static Done from_json(const json& m);
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -88,10 +89,17 @@ TrainerLine parse_trainer_line(std::string_view text) {
     return j[key].get<int64_t>();
   };
   TrainerLine line;
-  if (j.contains("done")) {
-    if (j["done"] != true || j.size() != (j.contains("held") ? 2u : 1u))
-      throw bad("a done line is exactly {\"done\": true} or {\"done\": true, \"held\": [IDS]}");
-    line.kind = TrainerLine::Kind::kDone;
+  if (j.contains("done") || j.contains("diverged")) {
+    if (j.contains("done")) {
+      if (j["done"] != true || j.size() != (j.contains("held") ? 2u : 1u))
+        throw bad("a done line is exactly {\"done\": true} or {\"done\": true, \"held\": [IDS]}");
+      line.kind = TrainerLine::Kind::kDone;
+    } else {
+      if (j.size() != (j.contains("held") ? 2u : 1u))
+        throw bad("a diverged line is exactly {\"diverged\": STEP}, with \"held\": [IDS] or not");
+      line.kind = TrainerLine::Kind::kDiverged;
+      line.step = step_of("diverged");
+    }
     if (j.contains("held")) {
       const json& held = j["held"];
       if (!held.is_array() || held.size() > protocol::kMaxHeldStates ||
@@ -113,13 +121,23 @@ TrainerLine parse_trainer_line(std::string_view text) {
         j["metric"].get<std::string>().size() > 64)
       throw bad("metric: expected a name (a string of 1 to 64 characters)");
     line.metric = j["metric"];
-    if (!j["value"].is_number()) throw bad("value: expected a number");
-    line.value = j["value"];
+    // JSON has no NaN nor infinity: a diverged model's are written as these strings.
+    const json& value = j["value"];
+    if (value == "nan")
+      line.value = std::nan("");
+    else if (value == "inf")
+      line.value = INFINITY;
+    else if (value == "-inf")
+      line.value = -INFINITY;
+    else if (value.is_number())
+      line.value = value;
+    else
+      throw bad("value: expected a number, or \"nan\", \"inf\" or \"-inf\"");
   } else if (j.size() == 1 && j.contains("step")) {
     line.kind = TrainerLine::Kind::kProgress;
     line.step = step_of("step");
   } else {
-    throw bad("expected a metric, checkpoint, progress or done line");
+    throw bad("expected a metric, checkpoint, progress, done or diverged line");
   }
   return line;
 }
@@ -147,6 +165,7 @@ class StageReader {
 
   int64_t step() const { return step_; }
   bool done() const { return done_; }
+  std::optional<int64_t> diverged_at() const { return diverged_at_; }
   const std::vector<int64_t>& held() const { return held_; }
 
   void handle(std::string_view text) {
@@ -211,6 +230,23 @@ class StageReader {
         step_ = job_.to;
         done_ = true;
         break;
+      case TrainerLine::Kind::kDiverged:
+        // It ends the stage at an evaluation it reported: what comes after is not trained, and
+        // the checkpoints ordered before it must be there.
+        flush_metrics();
+        if (next_eval_ == 0 || evals[next_eval_ - 1] != line.step)
+          throw process_.error(where + "diverged at step " + std::to_string(line.step) +
+                               ", which is not the last evaluation it reported");
+        report_checkpoints(line.step - 1);
+        for (int64_t id : line.held)
+          if (!known_states_.count(id))
+            throw process_.error(where + "held: state " + std::to_string(id) +
+                                 " is none of the states this trainer was given");
+        held_ = line.held;
+        step_ = line.step;
+        diverged_at_ = line.step;
+        done_ = true;
+        break;
     }
   }
 
@@ -246,6 +282,7 @@ class StageReader {
   json metrics_ = json::object();
   size_t next_checkpoint_ = 0;  // index of the first snapshot order not yet reported
   bool done_ = false;
+  std::optional<int64_t> diverged_at_;
   std::vector<int64_t> held_;
   int line_number_ = 0;
 };
@@ -294,6 +331,7 @@ bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& che
   TrainerProcess& process = *process_;
   const std::vector<int64_t>* held_before = many ? &held_ : nullptr;
   StageReader reader(job, checkpoint_dir, held_before, hooks, process);
+  diverged_at_.reset();
   process.write(trainer_input(job, checkpoint_dir, held_before).dump() + "\n",
                 /*close_after=*/!many);
   auto last_line = Clock::now(), last_tick = Clock::now();
@@ -321,6 +359,7 @@ bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& che
   }
   if (many && reader.done()) {
     held_ = reader.held();
+    diverged_at_ = reader.diverged_at();
     return true;  // it waits for the next stage
   }
   if (std::string rest = process.take_partial_line(); !rest.empty())
@@ -335,6 +374,7 @@ bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& che
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw process.error(describe_status(status), /*crashed=*/true);
   if (!reader.done()) throw process.error("exited without a done line", /*crashed=*/true);
+  diverged_at_ = reader.diverged_at();
   return true;
 }
 

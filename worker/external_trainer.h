@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,16 +39,17 @@ nlohmann::json trainer_input(const protocol::Job& job, const std::string& checkp
 
 // One line of the trainer's output.
 struct TrainerLine {
-  enum class Kind { kMetric, kCheckpoint, kProgress, kDone };
+  enum class Kind { kMetric, kCheckpoint, kProgress, kDone, kDiverged };
   Kind kind = Kind::kDone;
-  int64_t step = 0;  // metric, checkpoint, progress
+  int64_t step = 0;  // metric, checkpoint, progress, diverged
   std::string metric;
-  double value = 0;
-  std::vector<int64_t> held;  // done: the states it keeps in memory
+  double value = 0;           // NaN or infinite: the model diverged
+  std::vector<int64_t> held;  // done, diverged: the states it keeps in memory
 };
-// {"step": S, "metric": NAME, "value": X}, {"checkpoint": S}, {"step": S} or
-// {"done": true} (optionally with "held": [state ids]); anything else throws TrainerError naming
-// the problem.
+// {"step": S, "metric": NAME, "value": X} (X a number, or "nan", "inf", "-inf"),
+// {"checkpoint": S}, {"step": S}, {"done": true} or {"diverged": S} (the model diverged at the
+// evaluation of step S: the stage ends there), the last two optionally with "held": [state ids];
+// anything else throws TrainerError naming the problem.
 TrainerLine parse_trainer_line(std::string_view line);
 
 // Whether a run's trainer serves many stages (model.long_lived).
@@ -78,6 +80,9 @@ class ExternalTrainer {
   // tick() abandoned it. Throws TrainerError otherwise.
   bool run(const protocol::Job& job, const std::string& checkpoint_dir, const TrainerHooks& hooks,
            const std::vector<int64_t>& may_hold = {});
+  // Where the last stage that run() finished stopped because its model diverged (its diverged
+  // line), if it did.
+  std::optional<int64_t> diverged_at() const { return diverged_at_; }
   // The states the long-lived trainer said it holds in memory; empty when none is running.
   const std::vector<int64_t>& held() const { return held_; }
   // The pid of the long-lived trainer kept between stages, -1 when none.
@@ -92,6 +97,7 @@ class ExternalTrainer {
   std::unique_ptr<TrainerProcess> process_;
   nlohmann::json serves_;  // the run spec whose stages the kept trainer trains
   std::vector<int64_t> held_;
+  std::optional<int64_t> diverged_at_;
 };
 
 }  // namespace hippo::worker

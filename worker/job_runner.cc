@@ -1,5 +1,6 @@
 #include "worker/job_runner.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "worker/engine/checkpoint.h"
@@ -14,6 +15,7 @@ bool JobRunner::run(const protocol::Job& job, const JobHost& host) {
   job_ = job;
   step_ = job.from;
   next_snapshot_ = 0;
+  diverged_at_.reset();
   external_ = job.run.model.value("type", "") == "external";
   return external_ ? run_external(host) : run_on_engine(host);
 }
@@ -70,6 +72,7 @@ bool JobRunner::run_on_engine(const JobHost& host) {
                              ", the job starts at " + std::to_string(job_.from));
 
   size_t next_eval = 0;
+  // Evaluates where asked; a non-finite loss stops the job there (the model diverged).
   auto due_evals = [&](const TrainState& s) {
     while (next_eval < job_.eval_steps.size() && job_.eval_steps[next_eval] == s.step) {
       Metrics m = engine.evaluate(s);
@@ -77,13 +80,16 @@ bool JobRunner::run_on_engine(const JobHost& host) {
                    .step = s.step,
                    .metrics = {{"accuracy", m.accuracy}, {"loss", m.loss}}});
       ++next_eval;
+      if (!std::isfinite(m.loss)) diverged_at_ = s.step;
     }
   };
   due_evals(state);
+  if (diverged_at_) return true;
   bool stopped = false;
   engine.train(state, job_.to, job_.hyperparams, job_.run.fixed, [&](const TrainState& s) {
     step_ = s.step;
     due_evals(s);
+    if (diverged_at_) return false;  // nothing after it is worth training, nor its state saving
     while (next_snapshot_ < job_.snapshots.size() &&
            job_.snapshots[next_snapshot_].step <= s.step) {
       if (job_.snapshots[next_snapshot_].step == s.step)
@@ -94,7 +100,7 @@ bool JobRunner::run_on_engine(const JobHost& host) {
     snapshots_.announce(false);
     return !stopped;
   });
-  if (stopped) {  // abandoned: the master gives the work out again, or needs it no more
+  if (stopped && !diverged_at_) {  // abandoned: the master gives the work out again, or not
     snapshots_.drop();
     return false;
   }
@@ -164,6 +170,7 @@ bool JobRunner::run_external(const JobHost& host) {
   try {
     bool finished = trainer_.run(job_, options_.checkpoints, hooks, cache_.trainer_states());
     cache_.set_trainer_states(trainer_.held());
+    if (finished) diverged_at_ = trainer_.diverged_at();
     return finished;
   } catch (...) {
     cache_.set_trainer_states(trainer_.held());

@@ -50,6 +50,9 @@ class JobRunner {
   std::string add_snapshot(const protocol::SnapshotOrder& order);
   // The step the running (or last) job reached: what a job that stops or fails trained.
   int64_t reached() const { return step_; }
+  // Where the last job that run() finished stopped because its model diverged (a non-finite loss
+  // at an evaluation: every later state would be too), if it did; then it trained nothing after.
+  std::optional<int64_t> diverged_at() const { return diverged_at_; }
 
  private:
   bool run_on_engine(const JobHost& host);
@@ -69,6 +72,7 @@ class JobRunner {
   int64_t step_ = 0;          // the step it has reached
   size_t next_snapshot_ = 0;  // the first of job_.snapshots not yet taken
   bool external_ = false;
+  std::optional<int64_t> diverged_at_;
 };
 
 }  // namespace hippo::worker

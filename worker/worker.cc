@@ -263,7 +263,8 @@ void Worker::execute(const protocol::Job& job) {
     if (runner_.run(job, host)) {
       protocol::Done done;
       done.job = job.id;
-      done.step = job.to;
+      done.step = runner_.diverged_at().value_or(job.to);
+      done.diverged = runner_.diverged_at().has_value();
       done.incarnation = job_incarnation_;
       done.busy_s = std::chrono::duration<double>(Clock::now() - started).count();
       done.held = cache_.ids();

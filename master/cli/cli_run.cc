@@ -414,6 +414,10 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
         std::printf("%s\n", s.dump().c_str());
       else
         std::printf("%s\n", s.dump(2).c_str());
+      if (s["status"] == "interrupted")
+        std::fprintf(stderr, "study %s was interrupted (%s): resume it with `hippo resume %s`\n",
+                     l.spec.name.c_str(), s.value("error", std::string()).c_str(),
+                     l.spec.name.c_str());
       return s["status"] == "done" ? 0 : 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

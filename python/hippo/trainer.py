@@ -17,6 +17,11 @@ temporary name, fsynced, renamed, announced), progress and the done line. Steps 
 step s is the optimizer step that takes the model from state s to state s + 1; evaluations and
 checkpoints are of states (after `step` steps).
 
+A diverging model is a result, not an error: a metric may be NaN or infinite. Once an evaluation
+reports one, stage.steps() ends (nothing after a diverged state is worth training) and the stage
+ends with a diverged line instead of the done line; hippo marks the trials through that state
+`diverged`.
+
 Misuse raises StageError naming the step: a report or a save at a step that was not asked for,
 twice, out of order, or a stage that ends with something asked for and not done.
 """
@@ -62,6 +67,7 @@ class Stage:
         self._restored = False
         self.restored_from = None  # after restore(): "memory", "file", or None at a root
         self._last_progress = time.monotonic()
+        self.diverged_at = None  # the step whose evaluation reported a NaN or infinite metric
 
     # -- settings -------------------------------------------------------------------------------
 
@@ -125,6 +131,8 @@ class Stage:
                              "stage.restore(load_fn) before training")
         self._complete(self.start, evaluate, save)
         for s in range(self.start, self.end):
+            if self.diverged_at is not None:
+                return  # the model diverged: the stage ends there
             self._state = s
             yield s
             self._state = s + 1
@@ -146,9 +154,8 @@ class Stage:
         if not metrics:
             raise StageError(f"step {step}: report() needs at least one metric")
         for name, value in metrics.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    not math.isfinite(value):
-                raise StageError(f"step {step}: metric {name} is {value!r}, not a finite number")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise StageError(f"step {step}: metric {name} is {value!r}, not a number")
             if not 1 <= len(name) <= 64:
                 raise StageError(f"step {step}: metric name {name!r} is not 1 to 64 characters")
         for earlier in self.eval_steps:
@@ -156,8 +163,10 @@ class Stage:
                 raise StageError(f"step {step}: reported before step {earlier}, which is asked "
                                  "for too (report in step order)")
         for name, value in metrics.items():
-            self._emit({"step": step, "metric": name, "value": value})
+            self._emit({"step": step, "metric": name, "value": _wire_number(value)})
         self._reported.add(step)
+        if not all(math.isfinite(v) for v in metrics.values()):
+            self.diverged_at = step
 
     def save(self, step, save_fn):
         """Writes the checkpoint ordered for the state after `step` steps: save_fn(file) writes
@@ -197,6 +206,8 @@ class Stage:
                 raise StageError(f"step {step}: evaluate() returned {type(metrics).__name__}, "
                                  "not a dict of metrics")
             self.report(step, **metrics)
+        if self.diverged_at is not None:
+            return  # a diverged state is not saved: no trial trains from it
         if step in self._checkpoints and step not in self._saved:
             if save is None:
                 raise StageError(f"step {step}: a checkpoint is ordered here and was not saved: "
@@ -204,7 +215,17 @@ class Stage:
             self.save(step, save)
 
     def _finish(self):
-        """After train(stage): everything asked for is done; the done line."""
+        """After train(stage): everything asked for is done; the done line (or, when the model
+        diverged, the diverged line: what was asked before that step is done)."""
+        if self.diverged_at is not None:
+            for step in self.checkpoint_steps:
+                if step < self.diverged_at and step not in self._saved:
+                    raise StageError(f"step {step}: a checkpoint was ordered and not saved")
+            line = {"diverged": self.diverged_at}
+            if self._memory is not None:
+                line["held"] = list(self._memory)
+            self._emit(line)
+            return
         if self._state != self.end:
             raise StageError(f"step {self._state}: train() returned before the stage's end "
                              f"(step {self.end}); iterate stage.steps() to its end")
@@ -230,6 +251,16 @@ class Stage:
     def _emit(self, line):
         self._out.write(json.dumps(line) + "\n")
         self._out.flush()
+
+
+def _wire_number(value):
+    """A metric's value as the protocol writes it: JSON has no NaN nor infinity, so those are the
+    strings "nan", "inf" and "-inf"."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
 
 
 def _write_durably(path, data):

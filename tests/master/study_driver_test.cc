@@ -278,10 +278,11 @@ TEST_F(StudyDriverTest, EverySearcherEndsWithDivergingTrials) {
     }
     EXPECT_GT(diverged, 0);
     // The study summary's best rule (reports.h) never returns a diverged trial.
-    for (const TrialRow& t : trials(study))
-      if (t.status == TrialStatus::kDiverged)
-        for (const MetricRow& m : plan_->metrics(t.id))
-          EXPECT_TRUE(m.step == 0 || !std::isfinite(m.value)) << t.params;
+    for (const TrialRow& t : trials(study)) {
+      if (t.status != TrialStatus::kDiverged) continue;
+      for (const MetricRow& m : plan_->metrics(t.id))
+        EXPECT_TRUE(m.step == 0 || !std::isfinite(m.value)) << t.params;
+    }
   }
 }
 

@@ -186,9 +186,7 @@ def test_every_misuse_raises_an_error_that_names_the_step(tmp_path):
     assert misuse(tmp_path, explicit(
         lambda stage, s, m: stage.report(s + 1, sum=1.0) if stage.evaluates(s + 1) else None
     )).startswith("step 2: a checkpoint is ordered here and was not saved")
-    assert "metric sum is nan" in misuse(tmp_path, explicit(
-        lambda stage, s, m: stage.report(2, sum=float("nan")) if s == 1 else None))
-    assert "metric sum is 'high'" in misuse(tmp_path, explicit(
+    assert "metric sum is 'high', not a number" in misuse(tmp_path, explicit(
         lambda stage, s, m: stage.report(2, sum="high") if s == 1 else None))
 
     def stops_early(stage):
@@ -207,6 +205,37 @@ def test_every_misuse_raises_an_error_that_names_the_step(tmp_path):
     def unknown_setting(stage):
         stage.value("dropout", 0)
     assert misuse(tmp_path, unknown_setting).startswith("step 0: no setting 'dropout'")
+
+
+def test_a_diverging_model_ends_its_stage_at_that_evaluation(tmp_path):
+    """A NaN (or infinite) metric is a result: it is reported as the protocol writes it, the
+    steps end there, the diverged state is not saved, and the stage ends with a diverged line."""
+    def train(stage):
+        model = {"sum": 0.0}
+        def evaluate():
+            return {"loss": float("nan") if model["sum"] > 0.75 else 1.0, "sum": model["sum"]}
+        trained = []
+        for step in stage.steps(evaluate=evaluate, save=lambda f: pickle.dump(model, f)):
+            model["sum"] += stage.value("lr", step)
+            trained.append(step)
+        assert trained == [0, 1]  # nothing after the evaluation at step 2
+
+    lines = serve([stage_line(tmp_path, 0, 6, [1, 2, 4, 6],
+                              [(1, "a.ckpt", 1), (2, "b.ckpt", 2), (4, "c.ckpt", 3)])],
+                  train, tmp_path)
+    assert lines == [
+        {"step": 1, "metric": "loss", "value": 1.0}, {"step": 1, "metric": "sum", "value": 0.5},
+        {"checkpoint": 1},
+        {"step": 2, "metric": "loss", "value": "nan"}, {"step": 2, "metric": "sum", "value": 1.0},
+        {"diverged": 2},
+    ]
+    assert not (tmp_path / "b.ckpt").exists()
+
+    def infinite(stage):
+        for step in stage.steps(evaluate=lambda: {"loss": float("-inf")}):
+            pass
+    lines = serve([stage_line(tmp_path, 0, 2, [2], [])], infinite, tmp_path)
+    assert lines == [{"step": 2, "metric": "loss", "value": "-inf"}, {"diverged": 2}]
 
 
 def test_values_and_settings(tmp_path):

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -136,7 +137,7 @@ TEST_F(ExternalTrainers, InputHasTheStageAndEveryValue) {
       json({{"name", "my-corpus"}, {"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}}));
 }
 
-TEST_F(ExternalTrainers, ParsesTheFourLinesAndRefusesTheRest) {
+TEST_F(ExternalTrainers, ParsesItsLinesAndRefusesTheRest) {
   TrainerLine m = parse_trainer_line(R"({"step": 4, "metric": "acc", "value": 0.5})");
   EXPECT_EQ(m.kind, TrainerLine::Kind::kMetric);
   EXPECT_EQ(m.step, 4);
@@ -147,15 +148,40 @@ TEST_F(ExternalTrainers, ParsesTheFourLinesAndRefusesTheRest) {
   EXPECT_EQ(parse_trainer_line(R"({"done": true})").kind, TrainerLine::Kind::kDone);
   EXPECT_EQ(parse_trainer_line(R"({"done": true, "held": [3, 7]})").held,
             std::vector<int64_t>({3, 7}));
-  for (const char* bad :
-       {"", "hello", "[1]", "{\"done\": false}", "{\"done\": true, \"x\": 1}", "{\"step\": -1}",
-        "{\"done\": true, \"held\": 3}", "{\"done\": true, \"held\": [-1]}",
-        "{\"done\": true, \"held\": [\"3\"]}", "{\"done\": false, \"held\": []}", "{\"step\": 1.5}",
-        "{\"step\": 99999999999999999999}", "{\"checkpoint\": \"4\"}",
-        "{\"step\": 4, \"metric\": \"acc\"}", "{\"step\": 4, \"metric\": \"\", \"value\": 1}",
-        "{\"step\": 4, \"metric\": \"acc\", \"value\": \"1\"}",
-        "{\"step\": 4, \"metric\": \"acc\", \"value\": NaN}", "{\"other\": 1}",
-        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"}) {
+  // A diverging model: its metric's value is one of JSON's stand-ins for NaN and infinities,
+  // and its stage may end at that evaluation.
+  EXPECT_TRUE(
+      std::isnan(parse_trainer_line(R"({"step": 4, "metric": "loss", "value": "nan"})").value));
+  EXPECT_EQ(parse_trainer_line(R"({"step": 4, "metric": "loss", "value": "inf"})").value, INFINITY);
+  EXPECT_EQ(parse_trainer_line(R"({"step": 4, "metric": "loss", "value": "-inf"})").value,
+            -INFINITY);
+  TrainerLine diverged = parse_trainer_line(R"({"diverged": 4, "held": [3]})");
+  EXPECT_EQ(diverged.kind, TrainerLine::Kind::kDiverged);
+  EXPECT_EQ(diverged.step, 4);
+  EXPECT_EQ(diverged.held, std::vector<int64_t>({3}));
+  for (const char* bad : {"",
+                          "hello",
+                          "[1]",
+                          "{\"done\": false}",
+                          "{\"done\": true, \"x\": 1}",
+                          "{\"step\": -1}",
+                          "{\"done\": true, \"held\": 3}",
+                          "{\"done\": true, \"held\": [-1]}",
+                          "{\"done\": true, \"held\": [\"3\"]}",
+                          "{\"done\": false, \"held\": []}",
+                          "{\"step\": 1.5}",
+                          "{\"step\": 99999999999999999999}",
+                          "{\"checkpoint\": \"4\"}",
+                          "{\"step\": 4, \"metric\": \"acc\"}",
+                          "{\"step\": 4, \"metric\": \"\", \"value\": 1}",
+                          "{\"step\": 4, \"metric\": \"acc\", \"value\": \"1\"}",
+                          "{\"step\": 4, \"metric\": \"acc\", \"value\": NaN}",
+                          "{\"other\": 1}",
+                          "{\"step\": 4, \"metric\": \"acc\", \"value\": \"NaN\"}",
+                          "{\"diverged\": -1}",
+                          "{\"diverged\": 4, \"x\": 1}",
+                          "{\"diverged\": true}",
+                          "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"}) {
     EXPECT_THROW(parse_trainer_line(bad), TrainerError) << bad;
   }
   try {
@@ -163,6 +189,26 @@ TEST_F(ExternalTrainers, ParsesTheFourLinesAndRefusesTheRest) {
   } catch (const TrainerError& e) {
     EXPECT_NE(std::string(e.what()).find("value: expected a number"), std::string::npos);
   }
+}
+
+// A trainer whose model diverges at its first evaluation ends the stage there: the hooks see the
+// NaN, no checkpoint after it is asked for, and the trainer says where it stopped. One that says
+// it diverged where it reported nothing is refused.
+TEST_F(ExternalTrainers, ADivergingTrainerEndsItsStageAtThatEvaluation) {
+  const std::string script =
+      "read stage; "
+      "echo '{\"step\": 4, \"metric\": \"loss\", \"value\": \"nan\"}'; "
+      "echo '{\"diverged\": 4}'";
+  Seen seen;
+  ExternalTrainer trainer;
+  EXPECT_TRUE(trainer.run(job(script), dir_.string(), hooks(seen)));
+  EXPECT_EQ(trainer.diverged_at(), 4);
+  ASSERT_EQ(seen.metrics.size(), 1u);
+  EXPECT_TRUE(std::isnan(seen.metrics[0].second["loss"].get<double>()));
+  EXPECT_TRUE(seen.checkpoints.empty());
+  EXPECT_NE(failure("read stage; echo '{\"diverged\": 4}'")
+                .find("diverged at step 4, which is not the last evaluation it reported"),
+            std::string::npos);
 }
 
 // A trainer that reads its stage, reports two metrics per evaluation step, writes and announces
