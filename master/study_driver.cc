@@ -148,6 +148,9 @@ void StudyDriver::restore_study(const StudyRow& row) {
           pending_.add(tree_, t.id, step);
         }
     }
+    // What it reuses from states that other studies left behind (those that trained while it
+    // waited included).
+    if (t.in_tree) t.history_steps = states_.deepest_retained(tree_, t.id, t.length);
     s.trials[t.request] = t.id;
     trials_[t.id] = std::move(t);
   }

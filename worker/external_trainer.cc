@@ -169,6 +169,13 @@ class StageReader {
   const std::vector<int64_t>& held() const { return held_; }
 
   void handle(std::string_view text) {
+    const int64_t before = step_;
+    handle_line(text);
+    if (step_ != before && hooks_.progress) hooks_.progress(step_);
+  }
+
+ private:
+  void handle_line(std::string_view text) {
     ++line_number_;
     if (done_) throw process_.error("output after the done line: '" + std::string(text) + "'");
     TrainerLine line;
@@ -250,7 +257,6 @@ class StageReader {
     }
   }
 
- private:
   void flush_metrics() {
     if (metrics_.empty()) return;
     hooks_.metrics(job_.eval_steps[next_eval_], metrics_);

@@ -63,6 +63,9 @@ struct TrainerHooks {
   // Called at least every tick_ms with the latest step the trainer reported; returning false
   // abandons the stage (the trainer is killed). Heartbeats and the master's orders go here.
   std::function<bool(int64_t step)> tick;
+  // The trainer reported progress to `step` (any line that moves it on); optional. A crash after
+  // it costs the steps since the stage's last state: they count as executed.
+  std::function<void(int64_t step)> progress;
   int tick_ms = 1000;
   double timeout_s = 3600;  // the longest the trainer may go without a line on stdout
 };

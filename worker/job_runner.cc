@@ -165,6 +165,7 @@ bool JobRunner::run_external(const JobHost& host) {
     step_ = step;
     return host.between_steps(step);
   };
+  hooks.progress = [&](int64_t step) { step_ = step; };
   // What a long-lived trainer holds is reported with the worker's own states, however the stage
   // ends (a trainer that failed or was stopped holds nothing).
   try {

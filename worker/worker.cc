@@ -301,6 +301,8 @@ void Worker::execute(const protocol::Job& job) {
 }
 
 void Worker::fail(int64_t job, const std::string& error, bool retry, const std::string& lost_file) {
+  // A worker that cannot work says so first: the master gives the next job to another one.
+  if (!fault_.empty()) connection_.send(protocol::Heartbeat{.fault = fault_}.to_json());
   protocol::Failed m;
   m.job = job;
   m.incarnation = running_job_ >= 0 ? job_incarnation_ : incarnation_;

@@ -4,8 +4,8 @@ worker and trainer processes (Debian's /usr/bin/python3 with python3-torch), a r
 - For each example, the shared run and the trial-based run give every trial's metrics bit for bit
   equal, and the shared run trains each step of the tree once (steps_executed == steps_unique).
 - A trainer that crashes mid-stage, or is SIGKILLed, costs at most the steps since its last state
-  (the master retries the stage from its newest checkpoint), and the study ends with the metrics
-  of an undisturbed run.
+  (the master retries the stage from its newest checkpoint; the steps it trained again count as
+  executed), and the study ends with the metrics of an undisturbed run.
 """
 import json
 import os
@@ -122,7 +122,13 @@ def test_a_trainer_that_crashes_costs_only_the_steps_since_its_last_state(how, t
     assert metrics == calm_metrics
     assert summary["best"] == calm["best"]
     assert summary["steps_unique"] == calm["steps_unique"]
-    assert summary["steps_executed"] - summary["steps_unique"] <= crash_at - last_state
+    # What the crash cost counts as executed: exactly for an exception (the helper says how far
+    # it got), up to the last progress line (a tenth of a second) for a SIGKILL.
+    redone = summary["steps_executed"] - summary["steps_unique"]
+    if how == "raise":
+        assert redone == crash_at - last_state, summary
+    else:
+        assert 0 <= redone <= crash_at - last_state, summary
     # The crashed stage was given again, from its last state: the only (from, to) logged twice.
     stages = [tuple(line.split()[:3]) for line in log.read_text().splitlines()]
     twice = {s for s in stages if stages.count(s) > 1}
