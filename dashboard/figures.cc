@@ -17,7 +17,9 @@ constexpr double kLeft = 60, kRight = 16, kTop = 14, kBottom = 36;
 
 // Status and state colours (also in dashboard.css's legend).
 const char* status_colour(TrialStatus s) {
-  static const char* const colours[] = {"#b8b8b8", "#ee854a", "#4878d0", "#8c8c8c", "#d65f5f"};
+  // pending, running, done, stopped, failed, diverged
+  static const char* const colours[] = {"#b8b8b8", "#ee854a", "#4878d0",
+                                        "#8c8c8c", "#d65f5f", "#956cb4"};
   return colours[static_cast<int>(s)];
 }
 const char* state_colour(StageState s) {

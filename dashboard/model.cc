@@ -54,15 +54,17 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
     if (it == index.end()) continue;
     TrialView& t = v.trials[it->second];
     t.last[m.name] = m.value;  // rows come by step: the last one stays
-    if (m.name != v.metric || std::isnan(m.value)) continue;
+    // A diverged trial's values are drawn up to where it diverged, and it is never the best.
+    if (m.name != v.metric || !std::isfinite(m.value)) continue;
     t.curve.emplace_back(m.step, m.value);
+    if (t.row.status == TrialStatus::kDiverged) continue;
     if (!t.best || better(m.value, *t.best, v.maximize)) t.best = m.value;
     if (!v.best || better(m.value, v.best->value, v.maximize))
       v.best = StudyView::Best{t.row.number, m.value, m.step};
   }
 
   // Steps as the master counts them (Master::summary): a stopped trial needs what it had been
-  // trained to, every other its length.
+  // trained to, a diverged one the step it diverged at, every other its length.
   std::map<TrialId, int64_t> needed;  // by trial id, for the tree's needed_steps
   std::set<StageId> on_paths;
   for (TrialView& t : v.trials) {
@@ -70,7 +72,10 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
     if (r.status != TrialStatus::kPending && r.status != TrialStatus::kRunning) ++v.trials_closed;
     if (!tree.has_trial(r.id)) continue;
     t.trained = tree.trained_length(r.id);
-    t.needed = r.status == TrialStatus::kStopped ? std::min(r.length, t.trained) : r.length;
+    t.needed = r.status == TrialStatus::kStopped ? std::min(r.length, t.trained)
+               : r.status == TrialStatus::kDiverged
+                   ? std::min(r.length, r.end_step.value_or(t.trained))
+                   : r.length;
     needed[r.id] = t.needed;
     v.steps_trial_based += t.needed;
     v.critical_path_steps = std::max(v.critical_path_steps, t.needed);

@@ -322,6 +322,8 @@ void Master::require_writable() const {
 }
 
 void Master::refuse(const std::string& peer, const std::string& error) {
+  // One entry per sender; senders come and go (connections), so the table is bounded.
+  if (refusals_.size() >= 1024 && !refusals_.count(peer)) refusals_.clear();
   Refusals& r = refusals_[peer];
   if (seconds_since(r.since) >= 60) {
     if (r.count > kRefusalsLogged)
