@@ -147,22 +147,21 @@ int WorkerPool::lost_attempts(StageId stage) const {
   return it == storage_failures_.end() ? 0 : it->second.lost;
 }
 
-void WorkerPool::add_storage_failure(StageId stage, const std::string& peer) {
+void WorkerPool::add_attempt(StageId stage, const std::string& peer, int StorageFailures::*kind) {
   StorageFailures& f = storage_failures_[stage];
-  ++f.count;
+  ++(f.*kind);
   f.workers.insert(peer);
   f.retry_at =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(stage_retry_delay(f.count + f.lost)));
 }
 
+void WorkerPool::add_storage_failure(StageId stage, const std::string& peer) {
+  add_attempt(stage, peer, &StorageFailures::count);
+}
+
 void WorkerPool::add_lost_attempt(StageId stage, const std::string& peer) {
-  StorageFailures& f = storage_failures_[stage];
-  ++f.lost;
-  f.workers.insert(peer);
-  f.retry_at =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(stage_retry_delay(f.count + f.lost)));
+  add_attempt(stage, peer, &StorageFailures::lost);
 }
 
 bool WorkerPool::backing_off(StageId stage) const {

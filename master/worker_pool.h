@@ -162,6 +162,8 @@ class WorkerPool {
     std::set<std::string> workers;
     Clock::time_point retry_at{};
   };
+  // A failed (count) or lost attempt at the stage on a worker: counted, and the next waits.
+  void add_attempt(StageId stage, const std::string& peer, int StorageFailures::*kind);
   void drop_job(int64_t job) {
     jobs_.erase(job);
     job_changes_.push_back(job);

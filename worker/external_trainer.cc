@@ -229,13 +229,7 @@ class StageReader {
           throw process_.error(where + "done, but no metrics came for step " +
                                std::to_string(evals[next_eval_]));
         report_checkpoints(job_.to);
-        for (int64_t id : line.held)
-          if (!known_states_.count(id))
-            throw process_.error(where + "held: state " + std::to_string(id) +
-                                 " is none of the states this trainer was given");
-        held_ = line.held;
-        step_ = job_.to;
-        done_ = true;
+        end(line, job_.to, where);
         break;
       case TrainerLine::Kind::kDiverged:
         // It ends the stage at an evaluation it reported: what comes after is not trained, and
@@ -245,16 +239,21 @@ class StageReader {
           throw process_.error(where + "diverged at step " + std::to_string(line.step) +
                                ", which is not the last evaluation it reported");
         report_checkpoints(line.step - 1);
-        for (int64_t id : line.held)
-          if (!known_states_.count(id))
-            throw process_.error(where + "held: state " + std::to_string(id) +
-                                 " is none of the states this trainer was given");
-        held_ = line.held;
-        step_ = line.step;
+        end(line, line.step, where);
         diverged_at_ = line.step;
-        done_ = true;
         break;
     }
+  }
+
+  // The stage ends at `step` (a done or diverged line), holding the states it lists.
+  void end(const TrainerLine& line, int64_t step, const std::string& where) {
+    for (int64_t id : line.held)
+      if (!known_states_.count(id))
+        throw process_.error(where + "held: state " + std::to_string(id) +
+                             " is none of the states this trainer was given");
+    held_ = line.held;
+    step_ = step;
+    done_ = true;
   }
 
   void flush_metrics() {

@@ -490,38 +490,48 @@ protocol::ExecKinds exec_kinds(const std::string& text) {
   }
 }
 
+namespace {
+
+// The options of a run with local workers (`run`, `resume`), into `a`; `commands` says what
+// --allow-exec lets it run.
+struct LocalRunArgs {
+  std::string checkpoints, allow_exec, keep;
+  Budget budget;
+  int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  LocalRun local() const {
+    return {workers, checkpoints, {budget, exec_kinds(allow_exec), keep_bytes(keep)}};
+  }
+};
+void add_local_run_options(CLI::App* cmd, LocalRunArgs* a, const std::string& commands) {
+  cmd->add_option("--workers", a->workers, "local worker processes (default: one per core)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory (default DB.checkpoints)");
+  add_exec_option(cmd, &a->allow_exec,
+                  "run the " + commands +
+                      " commands of these kinds: searcher (in this process), trainer (in the "
+                      "local workers)");
+  add_budget_options(cmd, &a->budget);
+  add_keep_option(cmd, &a->keep);
+}
+
+}  // namespace
+
 void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
   {
     CLI::App* cmd = app.add_subcommand("run", "run a study to the end with local worker processes");
     cmd->fallthrough();
-    struct Args {
-      std::string spec, policy = "shared", checkpoints, allow_exec, keep;
+    struct Args : LocalRunArgs {
+      std::string spec, policy = "shared";
       bool resume = false;
-      Budget budget;
-      int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     };
     auto a = std::make_shared<Args>();
     cmd->add_option("spec", a->spec, "study spec (JSON file)")->required();
-    cmd->add_option("--workers", a->workers, "worker processes (default: one per core)")
-        ->check(CLI::Range(1, 1024));
     cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
     cmd->add_flag("--resume", a->resume,
                   "if the spec's study was interrupted, go on where it stopped (else start it)");
-    cmd->add_option("--checkpoints", a->checkpoints,
-                    "checkpoint directory (default DB.checkpoints)");
-    add_exec_option(cmd, &a->allow_exec,
-                    "run the spec's commands of these kinds: searcher (in this process), trainer "
-                    "(in the local workers)");
-    add_budget_options(cmd, &a->budget);
-    add_keep_option(cmd, &a->keep);
+    add_local_run_options(cmd, a.get(), "spec's");
     cmd->callback([a, &global, action] {
-      *action = [a, &global] {
-        return run(a->spec, a->policy, a->resume,
-                   {a->workers,
-                    a->checkpoints,
-                    {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}},
-                   global);
-      };
+      *action = [a, &global] { return run(a->spec, a->policy, a->resume, a->local(), global); };
     });
   }
   {
@@ -530,30 +540,14 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         "go on with an interrupted study where it stopped: on the master of --master, or with "
         "local worker processes");
     cmd->fallthrough();
-    struct Args {
-      std::string study, checkpoints, allow_exec, keep;
-      Budget budget;
-      int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    struct Args : LocalRunArgs {
+      std::string study;
     };
     auto a = std::make_shared<Args>();
     cmd->add_option("study", a->study, "the study's name or id")->required();
-    cmd->add_option("--workers", a->workers, "local worker processes (default: one per core)")
-        ->check(CLI::Range(1, 1024));
-    cmd->add_option("--checkpoints", a->checkpoints,
-                    "checkpoint directory (default DB.checkpoints)");
-    add_exec_option(cmd, &a->allow_exec,
-                    "run the study's commands of these kinds: searcher (in this process), "
-                    "trainer (in the local workers)");
-    add_budget_options(cmd, &a->budget);
-    add_keep_option(cmd, &a->keep);
+    add_local_run_options(cmd, a.get(), "study's");
     cmd->callback([a, &global, action] {
-      *action = [a, &global] {
-        return resume_study(a->study,
-                            {a->workers,
-                             a->checkpoints,
-                             {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}},
-                            global);
-      };
+      *action = [a, &global] { return resume_study(a->study, a->local(), global); };
     });
   }
   {
