@@ -306,8 +306,11 @@ void Master::apply(const Edit& edit) {
   } catch (const std::exception& e) {
     throw PlanFailure(std::string("applying an edit: ") + e.what());
   }
+  // A lost state is forgotten by the workers that hold it in memory too (an evicted one is the
+  // same state there: nothing asks for it any more).
   for (const EditOp& op : edit.ops)
-    if (const edit::DropState* d = std::get_if<edit::DropState>(&op)) pool_.forget_state(d->id);
+    if (const edit::DropState* d = std::get_if<edit::DropState>(&op); d && !d->lost.empty())
+      pool_.forget_state(d->id);
   for (const auto& [peer, message] : edit.sends) send(peer, message);
 }
 
@@ -861,10 +864,13 @@ void Master::check_workers() {
 // stops at its next step and says "abandoned" (or, if it finished first, "done"), and stays busy
 // for the master until then.
 void Master::abandon_orphan_jobs() {
+  // Only a study's end or lower needed ends (computed anew) can make a job unneeded; the latter,
+  // frequent under a halving searcher, is looked at once a second (a job goes on that long at most).
+  const bool ended = driver_.studies_ended() != studies_ended_seen_;
+  if (!ended && seconds_since(last_orphan_scan_) < 1) return;
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();
-  // Only a study's end or lower needed ends (computed anew) can make a job unneeded.
-  if (driver_.studies_ended() == studies_ended_seen_ && needed.version == needed_version_seen_)
-    return;
+  if (!ended && needed.version == needed_version_seen_) return;
+  last_orphan_scan_ = Clock::now();
   studies_ended_seen_ = driver_.studies_ended();
   needed_version_seen_ = needed.version;
   auto is_needed = [&](const RunningJob& job) {

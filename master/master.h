@@ -257,6 +257,7 @@ class Master {
   InFlight in_flight_;                                     // likewise
   int64_t studies_ended_seen_ = 0;                         // by abandon_orphan_jobs
   int64_t needed_version_seen_ = -1;                       // likewise
+  Clock::time_point last_orphan_scan_{};  // likewise
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   // Worker messages that found the search plan locked, oldest first; retried every second.

@@ -480,13 +480,15 @@ int64_t SearchPlan::create_study(const std::string& name, const nlohmann::json& 
 
 void SearchPlan::set_study_account(int64_t study, const StudyAccount& a) {
   single_write([&] {
-    Query(*this,
-          "UPDATE studies SET steps_executed = ?, busy_s = ?, bytes_moved = ?, transfer_s = ?, "
-          "master_s = ?, run_s = ? WHERE id = ?",
-          a.steps_executed, a.busy_s, a.bytes_moved, a.transfer_s, a.master_s, a.run_s, study)
-        .run();
-    if (sqlite3_changes(db_) == 0)
-      throw std::invalid_argument("no study with id " + std::to_string(study));
+    if (auto refusal =
+            Query(*this,
+                  "INSERT OR REPLACE INTO study_accounts (study_id, steps_executed, busy_s, "
+                  "bytes_moved, transfer_s, master_s, run_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  study, a.steps_executed, a.busy_s, a.bytes_moved, a.transfer_s, a.master_s,
+                  a.run_s)
+                .refused())
+      explain_refusal(*refusal, "study account", "studies", study,
+                      "no study with id " + std::to_string(study));
   });
 }
 
@@ -572,14 +574,17 @@ void SearchPlan::delete_study(int64_t study) {
   });
 }
 
-// The columns read_study reads; a file older than version 7 (read only) has no accounts.
+// The columns read_study reads, and the table: a file older than version 7 (read only) has no
+// accounts (a study's is a row of study_accounts, which a study may not have yet).
 std::string SearchPlan::study_columns() {
   return std::string(
              "id, name, spec, policy, status, created_at, ended_at, searcher_state, error, "
              "deleted_at, ") +
          (version_ >= kAccountsVersion
-              ? "steps_executed, busy_s, bytes_moved, transfer_s, master_s, run_s"
-              : "0, 0, 0, 0, 0, COALESCE(ended_at - created_at, 0)");
+              ? "COALESCE(a.steps_executed, 0), COALESCE(a.busy_s, 0), "
+                "COALESCE(a.bytes_moved, 0), COALESCE(a.transfer_s, 0), COALESCE(a.master_s, 0), "
+                "COALESCE(a.run_s, 0) FROM studies LEFT JOIN study_accounts a ON a.study_id = id"
+              : "0, 0, 0, 0, 0, COALESCE(ended_at - created_at, 0) FROM studies");
 }
 
 StudyRow SearchPlan::read_study(Query& q) {
@@ -600,23 +605,21 @@ StudyRow SearchPlan::read_study(Query& q) {
 
 std::vector<StudyRow> SearchPlan::studies() {
   std::vector<StudyRow> rows;
-  const std::string sql =
-      "SELECT " + study_columns() + " FROM studies WHERE deleted_at IS NULL ORDER BY id";
+  const std::string sql = "SELECT " + study_columns() + " WHERE deleted_at IS NULL ORDER BY id";
   Query q(*this, sql.c_str());
   while (q.next()) rows.push_back(read_study(q));
   return rows;
 }
 
 std::optional<StudyRow> SearchPlan::study(int64_t id) {
-  const std::string sql = "SELECT " + study_columns() + " FROM studies WHERE id = ?";
+  const std::string sql = "SELECT " + study_columns() + " WHERE id = ?";
   Query q(*this, sql.c_str(), id);
   if (!q.next()) return std::nullopt;
   return read_study(q);
 }
 
 std::optional<StudyRow> SearchPlan::study_by_name(const std::string& name) {
-  const std::string sql =
-      "SELECT " + study_columns() + " FROM studies WHERE name = ? AND deleted_at IS NULL";
+  const std::string sql = "SELECT " + study_columns() + " WHERE name = ? AND deleted_at IS NULL";
   Query q(*this, sql.c_str(), name);
   if (!q.next()) return std::nullopt;
   return read_study(q);

@@ -153,11 +153,13 @@ ALTER TABLE checkpoints ADD COLUMN storages TEXT NOT NULL DEFAULT '';
 // Version 7: every study ends and says why. A trial whose metric became NaN or infinite is
 // 'diverged', and trials.end_step says where a trial ended early (diverged, stopped, failed); a
 // study a run left unfinished (Ctrl-C, a signal, a crash seen by the next run) is 'interrupted'
-// and can be resumed. A study's accounting (what the workers executed for it, their busy time,
-// the bytes fetched, the master's CPU time, and the seconds some master ran it) is kept in its
-// row, so that a restarted master reports the whole study, not its own part. SQLite cannot
-// change a CHECK constraint: both tables are rebuilt (SQLite's "12 steps": the migration runs
-// with foreign keys off and is checked with foreign_key_check before it commits, plan.cc).
+// and can be resumed. A study's account (what the workers executed for it, their busy time, the
+// bytes fetched, the master's CPU time, and the seconds some master ran it) has a row of its own
+// in study_accounts, written with each commit that changes it, so that a restarted master
+// reports the whole study (a small row: rewriting the study's own, with its searcher state, at
+// every commit was quadratic). SQLite cannot change a CHECK constraint: studies and trials are
+// rebuilt (SQLite's "12 steps": the migration runs with foreign keys off and is checked with
+// foreign_key_check before it commits, plan.cc).
 static const char* const kVersion7 = R"sql(
 CREATE TABLE studies_v7 (
   id INTEGER PRIMARY KEY,
@@ -170,21 +172,24 @@ CREATE TABLE studies_v7 (
   ended_at REAL,
   searcher_state TEXT,
   error TEXT,
-  deleted_at REAL,
-  steps_executed INTEGER NOT NULL DEFAULT 0 CHECK (steps_executed >= 0),
-  busy_s REAL NOT NULL DEFAULT 0,
-  bytes_moved INTEGER NOT NULL DEFAULT 0,
-  transfer_s REAL NOT NULL DEFAULT 0,
-  master_s REAL NOT NULL DEFAULT 0,
-  run_s REAL NOT NULL DEFAULT 0
+  deleted_at REAL
 );
-INSERT INTO studies_v7 (id, name, spec, policy, status, created_at, ended_at, searcher_state,
-                        error, deleted_at, run_s)
-  SELECT id, name, spec, policy, status, created_at, ended_at, searcher_state, error, deleted_at,
-         COALESCE(ended_at - created_at, 0) FROM studies;
+INSERT INTO studies_v7 SELECT id, name, spec, policy, status, created_at, ended_at, searcher_state,
+                              error, deleted_at FROM studies;
 DROP TABLE studies;
 ALTER TABLE studies_v7 RENAME TO studies;
 CREATE UNIQUE INDEX studies_by_name ON studies (name) WHERE deleted_at IS NULL;
+
+CREATE TABLE study_accounts (
+  study_id INTEGER PRIMARY KEY REFERENCES studies (id),
+  steps_executed INTEGER NOT NULL CHECK (steps_executed >= 0),
+  busy_s REAL NOT NULL,
+  bytes_moved INTEGER NOT NULL,
+  transfer_s REAL NOT NULL,
+  master_s REAL NOT NULL,
+  run_s REAL NOT NULL
+);
+INSERT INTO study_accounts SELECT id, 0, 0, 0, 0, 0, COALESCE(ended_at - created_at, 0) FROM studies;
 
 CREATE TABLE trials_v7 (
   id INTEGER PRIMARY KEY,

@@ -119,5 +119,5 @@ else:
     growth = "1.0x"
 print("| %d | %.1f | %s | %d |" % (n, r["wall_s"], growth, r["steps_executed"]))
 PY
-  [[ -z $first ]] && first="$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['wall_s'])" "$dir/real-$n.out"):$n"
+  [[ -n $first ]] || first="$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['wall_s'])" "$dir/real-$n.out"):$n"
 done
