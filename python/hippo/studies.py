@@ -84,14 +84,15 @@ class _SpecFile:
 
 
 def run(spec, workers=None, policy="shared", allow_exec=False, db=None, checkpoints=None,
-        cwd=None):
+        cwd=None, resume=False):
     """Runs a study to its end with a master in the hippo process and `workers` local worker
     processes (default: one per core), as `hippo run`; returns its summary, INTERFACE.md's JSON
-    line (status "done", or "failed" with "error"). `spec`: a dict or a file. `allow_exec` lets
-    the workers run the spec's trainer command (as `hippo run --allow-exec trainer`: off unless asked,
-    like the CLI's); `cwd` is where the command runs."""
+    line (status "done", or "failed" or "interrupted" with "error"). `spec`: a dict or a file.
+    `allow_exec` lets the workers run the spec's trainer command (as `hippo run --allow-exec
+    trainer`: off unless asked, like the CLI's); `cwd` is where the command runs. With `resume`, a
+    study of that name that was interrupted goes on where it stopped (`hippo run --resume`)."""
     with _SpecFile(spec) as path:
-        args = ["run", path, "--policy", policy]
+        args = ["run", path, "--policy", policy] + (["--resume"] if resume else [])
         if workers is not None:
             args += ["--workers", str(workers)]
         if allow_exec:

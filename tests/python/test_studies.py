@@ -56,6 +56,18 @@ def test_the_trial_based_policy_and_a_spec_file(tmp_path):
     assert summary["steps_executed"] == summary["steps_trial_based"]
 
 
+def test_resume_starts_a_new_study_and_refuses_one_that_is_done(tmp_path):
+    db = tmp_path / "plan.db"
+    spec = ci_spec("resumable")
+    assert hippo.run(spec, workers=2, db=db, resume=True)["status"] == "done"  # none to resume
+    with pytest.raises(hippo.HippoError) as e:
+        hippo.run(spec, workers=2, db=db, resume=True)
+    assert e.value.status == 2 and "is done: there is nothing to resume" in str(e.value)
+    with pytest.raises(hippo.HippoError) as e:
+        hippo.run(spec, workers=2, db=db)
+    assert "hippo resume resumable" in str(e.value)
+
+
 def test_bad_input_raises_the_commands_error(tmp_path):
     spec = ci_spec("bad")
     spec["hyperparameters"]["lr"]["gamma"] = "x"
