@@ -295,9 +295,10 @@ TEST_F(Lifecycle, AMasterKilledBetweenACommitAndItsMessagesResumes) {
   EXPECT_EQ(wait_for_end(db, 180), "done");
   EXPECT_EQ(metrics_by_trial(trials(db, "failpoint")), expected);
   // Every step, over every master: at least the unique ones an undisturbed run executes once.
-  Result executed = sh("sqlite3 " + db + " 'SELECT steps_executed FROM studies'");
-  Result once =
-      sh("sqlite3 " + path("calm-failpoint.db") + " 'SELECT steps_executed FROM studies'");
+  const std::string query = " 'SELECT steps_executed FROM study_accounts'";
+  Result executed = sh("sqlite3 " + db + query);
+  Result once = sh("sqlite3 " + path("calm-failpoint.db") + query);
+  ASSERT_FALSE(executed.out.empty() || once.out.empty()) << executed.out << once.out;
   EXPECT_GE(std::stoll(executed.out), std::stoll(once.out));
 }
 

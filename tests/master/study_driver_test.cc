@@ -205,7 +205,7 @@ void on_small_stack(const std::function<void()>& fn) {
 // the next, which closes at once... (that recursion ran out of an 8 MiB stack at 5,000 trials).
 TEST_F(StudyDriverTest, AHundredThousandTrialsOverASmallSpaceNeedConstantStack) {
 #if defined(__SANITIZE_ADDRESS__)
-  const int64_t n = 20000;  // four times what overflowed 8 MiB before, in ASan's time
+  const int64_t n = 10000;  // twice what overflowed 8 MiB before, in ASan's time
 #else
   const int64_t n = 100000;
 #endif
