@@ -18,6 +18,7 @@ void use_native_blas_kernels(char** argv) {
   const char* core = native_blas_core_type();
   if (std::getenv("OPENBLAS_CORETYPE") || !core) return;
   setenv("OPENBLAS_CORETYPE", core, 1);
+  setenv("HIPPO_SET_OPENBLAS_CORETYPE", "1", 1);  // trainers do not inherit it (external_trainer.h)
   execv("/proc/self/exe", argv);
   std::perror("cannot re-execute with OPENBLAS_CORETYPE set; going on with OpenBLAS's choice");
 }

@@ -541,6 +541,16 @@ int cuda_device_count() {
   return count;
 }
 
+std::string cuda_devices_unseen_reason() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(error);
+  }
+  return count == 0 ? "the CUDA runtime sees no device" : "";
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count)

@@ -102,15 +102,38 @@ std::string describe(const ConvShape& s, Precision p) {
          (p == Precision::kBf16 ? ", bf16" : ", fp32");
 }
 
+// FFT and Winograd algorithms convolve in a transformed domain: their rounding differs from a
+// direct product's by more than the fp32 tolerance against the CPU (1e-5), so fp32 passes them
+// over.
+bool transforms(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 // The first of cuDNN's ranked (algorithm, math type) pairs that runs here, is deterministic, fits
-// the workspace limit and, in fp32, uses plain FMA arithmetic (no TF32).
+// the workspace limit and, in fp32, is a direct product in plain FMA arithmetic (no TF32, no
+// transform).
 template <typename Perf>
 Perf first_deterministic(const Perf* ranked, int count, const char* direction, const ConvShape& s,
                          Precision p) {
   for (int i = 0; i < count; ++i)
     if (ranked[i].status == CUDNN_STATUS_SUCCESS && ranked[i].determinism == CUDNN_DETERMINISTIC &&
         ranked[i].memory <= kMaxCudnnWorkspace &&
-        (p == Precision::kBf16 || ranked[i].mathType == CUDNN_FMA_MATH))
+        (p == Precision::kBf16 ||
+         (ranked[i].mathType == CUDNN_FMA_MATH && !transforms(ranked[i].algo))))
       return ranked[i];
   throw std::runtime_error(std::string("cuDNN offers no deterministic ") + direction +
                            " convolution algorithm for " + describe(s, p));

@@ -44,6 +44,11 @@ int cuda_device_count() {
   return 0;
 }
 
+std::string cuda_devices_unseen_reason() {
+  return "this hippo was built without CUDA (nvcc was not found when it was configured, or "
+         "HIPPO_CUDA=OFF)";
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device, Stream) {
   throw std::invalid_argument("cuda:" + std::to_string(device) +
                               " requested, but this hippo was built without CUDA (nvcc was not "

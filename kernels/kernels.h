@@ -323,6 +323,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream = Stream::k
 // driver is installed, or when there is no device. Never throws.
 int cuda_device_count();
 
+// Why cuda_device_count() is 0, in words (the CUDA runtime's error, no device, or a build without
+// CUDA); "" when there are devices. Never throws.
+std::string cuda_devices_unseen_reason();
+
 // The backend a device name asks for: "cpu" (with `threads` threads; "cpu:avx2" etc. names the
 // kernels' instruction set, see make_cpu_backend) or "cuda:N" (threads is ignored). Fails at once
 // with std::invalid_argument naming the problem: a malformed name, a device that is not there

@@ -15,6 +15,7 @@
 
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "tests/cuda_devices.h"
 #include "tests/kernels/random_vector.h"
 
 namespace hippo::kernels {
@@ -101,8 +102,7 @@ constexpr double kFp32Tolerance = 1e-5, kBf16Tolerance = 1e-2;
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device: the CUDA backend's tests need one";
+    HIPPO_NEED_CUDA_DEVICES(1);
     gpu = make_backend("cuda:0", 1);
   }
 
@@ -186,6 +186,7 @@ TEST_F(CudaKernelsTest, OwnStreamsAreOrderedByWaitForAndCopyFrom) {
   const float first = count_to(0);
   b->wait_for(*a);
   b->copy(copied.data(), x.data(), n * int64_t{sizeof(float)});
+  a->wait_for(*b);  // the next adds write x: not before b has copied it
   const float second = count_to(first);
   b->copy_from(*a, pulled.data(), x.data(), n * int64_t{sizeof(float)});
   for (const auto& [buffer, want] : {std::pair{&copied, first}, std::pair{&pulled, second}}) {
@@ -205,8 +206,7 @@ TEST_F(CudaKernelsTest, OwnStreamsAreOrderedByWaitForAndCopyFrom) {
 
 // Between two GPUs: a peer copy after the source's work (needs two devices).
 TEST_F(CudaKernelsTest, CopyFromAnotherGpu) {
-  const int devices = cuda_device_count();
-  if (devices < 2) GTEST_SKIP() << "needs 2 CUDA devices, this machine has " << devices;
+  HIPPO_NEED_CUDA_DEVICES(2);
   auto a = std::shared_ptr<const Backend>(make_cuda_backend(0, Stream::kOwn));
   auto b = std::shared_ptr<const Backend>(make_cuda_backend(1, Stream::kOwn));
   const int64_t n = 4 << 20;

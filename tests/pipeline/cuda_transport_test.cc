@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "pipeline/cuda_transport.h"
+#include "tests/cuda_devices.h"
 #endif
 
 namespace hippo::pipeline {
@@ -125,14 +126,12 @@ void exchange_three_messages(int device0, int device1) {
 }
 
 TEST(CudaTransport, MovesBuffersBetweenTwoStagesOnOneGpuInChannelOrder) {
-  const int devices = CudaTransport::device_count();
-  if (devices < 1) GTEST_SKIP() << "needs a CUDA device, this machine has none";
+  HIPPO_NEED_CUDA_DEVICES(1);
   exchange_three_messages(0, 0);
 }
 
 TEST(CudaTransport, RefusesAMessageOtherThanTheExpectedOneOnOneGpu) {
-  const int devices = CudaTransport::device_count();
-  if (devices < 1) GTEST_SKIP() << "needs a CUDA device, this machine has none";
+  HIPPO_NEED_CUDA_DEVICES(1);
   cudaStream_t stream;
   float* buffer;
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -164,8 +163,7 @@ TEST(CudaTransport, MovesBuffersBetweenTwoGpusByNcclInChannelOrder) {
 #ifndef HIPPO_HAVE_NCCL
   GTEST_SKIP() << "built without NCCL";
 #endif
-  const int devices = CudaTransport::device_count();
-  if (devices < 2) GTEST_SKIP() << "needs 2 CUDA devices, this machine has " << devices;
+  HIPPO_NEED_CUDA_DEVICES(2);
   exchange_three_messages(0, 1);
 }
 

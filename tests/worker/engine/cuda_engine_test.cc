@@ -12,6 +12,7 @@
 #include <ostream>
 #include <string>
 
+#include "tests/cuda_devices.h"
 #include "tests/worker/engine/recipe.h"
 
 namespace hippo::worker {
@@ -33,10 +34,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 class CudaExactnessTest : public ::testing::TestWithParam<Case> {
  protected:
-  void SetUp() override {
-    if (kernels::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device: the GPU engine's exactness tests need one";
-  }
+  void SetUp() override { HIPPO_NEED_CUDA_DEVICES(1); }
   nlohmann::json fixed() const {
     nlohmann::json f = recipe_fixed(GetParam().optimizer);
     f["precision"] = GetParam().precision;
@@ -146,8 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaExactnessTest,
 // device copies), against the unpipelined gpt on cuda:0: every schedule, 2 and 4 stages, tied and
 // untied, fp32 and bf16 products, the same parameters and optimizer state, bit for bit.
 TEST(CudaPipelinedTest, StagesSharingOneGpuEqualUnpipelinedBitForBit) {
-  if (kernels::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device: the pipelined GPU engine's tests need one";
+  HIPPO_NEED_CUDA_DEVICES(1);
   struct Shape {
     int stages;
     const char* schedule;
@@ -177,8 +174,7 @@ TEST(CudaPipelinedTest, StagesSharingOneGpuEqualUnpipelinedBitForBit) {
 // between the GPUs, device copies between stages sharing one): the same bits as the unpipelined
 // gpt on cuda:0.
 TEST(CudaPipelinedTest, StagesOnTwoGpusEqualUnpipelinedBitForBit) {
-  const int gpus = kernels::cuda_device_count();
-  if (gpus < 2) GTEST_SKIP() << "needs 2 CUDA devices, this machine has " << gpus;
+  HIPPO_NEED_CUDA_DEVICES(2);
   const testing::PipelineRun alone =
       testing::train_pipeline_recipe(testing::pipeline_config(1, "1f1b", 1), kDevice);
   for (int stages : {2, 4}) {
