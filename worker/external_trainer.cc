@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -34,8 +35,56 @@ std::vector<std::string> command_of(const protocol::RunSpec& run) {
 
 }  // namespace
 
+std::string trainer_device(const TrainerPlace& place) {
+  return place.device.rfind("cuda:", 0) == 0 ? "cuda:0" : "cpu";
+}
+
+std::vector<std::string> trainer_environment(const TrainerPlace& place,
+                                             const std::vector<std::string>& parent) {
+  auto value_of = [&](std::string_view name) -> std::optional<std::string> {
+    for (const std::string& e : parent)
+      if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=')
+        return e.substr(name.size() + 1);
+    return std::nullopt;
+  };
+  const bool on_gpu = trainer_device(place) != "cpu";
+  std::string visible;  // the worker's GPU, as the CUDA runtime outside this process names it
+  if (on_gpu) {
+    const size_t n = std::stoul(place.device.substr(5));
+    visible = std::to_string(n);
+    if (std::optional<std::string> own = value_of("CUDA_VISIBLE_DEVICES")) {
+      std::vector<std::string> listed;
+      for (size_t start = 0; start <= own->size();) {
+        const size_t comma = std::min(own->find(',', start), own->size());
+        listed.push_back(own->substr(start, comma - start));
+        start = comma + 1;
+      }
+      if (n < listed.size()) visible = listed[n];
+    }
+  }
+  const bool hippo_set_coretype = value_of("HIPPO_SET_OPENBLAS_CORETYPE") == "1";
+  const std::string threads = std::to_string(place.threads);
+  std::vector<std::pair<std::string, std::string>> set = {{"CUDA_VISIBLE_DEVICES", visible},
+                                                          {"OMP_NUM_THREADS", threads},
+                                                          {"MKL_NUM_THREADS", threads},
+                                                          {"OPENBLAS_NUM_THREADS", threads}};
+  if (on_gpu && !value_of("CUBLAS_WORKSPACE_CONFIG"))
+    set.emplace_back("CUBLAS_WORKSPACE_CONFIG", ":4096:8");
+  std::vector<std::string> env;
+  for (const std::string& e : parent) {
+    const std::string name = e.substr(0, e.find('='));
+    const bool replaced =
+        std::any_of(set.begin(), set.end(), [&](const auto& kv) { return kv.first == name; });
+    const bool dropped = name == "HIPPO_SET_OPENBLAS_CORETYPE" ||
+                         (name == "OPENBLAS_CORETYPE" && hippo_set_coretype);
+    if (!replaced && !dropped) env.push_back(e);
+  }
+  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
+  return env;
+}
+
 json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
-                   const std::vector<int64_t>* held) {
+                   const std::vector<int64_t>* held, const TrainerPlace& place) {
   const std::filesystem::path dir = std::filesystem::absolute(checkpoint_dir);
   json sequences = json::object(), values = json::object();
   for (const auto& [name, seq] : job.hyperparams) {
@@ -65,7 +114,9 @@ json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
                 {"checkpoints", outputs},
                 {"eval_steps", job.eval_steps},
                 {"hyperparameters", sequences},
-                {"values", values}};
+                {"values", values},
+                {"device", trainer_device(place)},
+                {"threads", place.threads}};
   if (held) input["held"] = *held;
   return input;
 }
@@ -319,7 +370,9 @@ bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoin
       if (!open) stop();
     }
     if (!process_) {
-      process_ = std::make_unique<TrainerProcess>(argv);
+      std::vector<std::string> parent;
+      for (char** e = environ; *e != nullptr; ++e) parent.emplace_back(*e);
+      process_ = std::make_unique<TrainerProcess>(argv, trainer_environment(place_, parent));
       serves_ = serves;
     }
     bool finished = run_stage(job, checkpoint_dir, hooks, many);
@@ -337,7 +390,7 @@ bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& che
   const std::vector<int64_t>* held_before = many ? &held_ : nullptr;
   StageReader reader(job, checkpoint_dir, held_before, hooks, process);
   diverged_at_.reset();
-  process.write(trainer_input(job, checkpoint_dir, held_before).dump() + "\n",
+  process.write(trainer_input(job, checkpoint_dir, held_before, place_).dump() + "\n",
                 /*close_after=*/!many);
   auto last_line = Clock::now(), last_tick = Clock::now();
   auto on_line = [&](std::string_view text) {

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "protocol/message.h"
@@ -27,15 +28,42 @@
 
 namespace hippo::worker {
 
+// Where a worker's trainers run: its --device ("cpu", "cpu:avx2", "cuda:N") and --threads.
+struct TrainerPlace {
+  std::string device = "cpu";
+  int threads = 1;
+};
+
+// The device the trainer names in its own process: "cuda:0" for a worker on cuda:N (the trainer
+// sees that one GPU alone, as its device 0), "cpu" otherwise.
+std::string trainer_device(const TrainerPlace& place);
+
+// The environment a trainer starts in: the worker's own `parent` ("NAME=value" each), with what
+// makes its results depend on the worker alone and never on how the worker was started (hippo
+// run, hippo worker, a Slurm script):
+//   CUDA_VISIBLE_DEVICES  the worker's GPU alone (the N-th of the worker's own visible devices
+//                         when it has that variable), "" on a CPU worker: no GPU to drift onto;
+//   CUBLAS_WORKSPACE_CONFIG=:4096:8 on a GPU (cuBLAS's deterministic mode; the user's own value
+//                         is kept);
+//   OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS = the worker's --threads (results
+//                         depend on the thread count);
+//   OPENBLAS_CORETYPE     removed when the worker set it for its own kernels (kernels/blas_env.h:
+//                         HIPPO_SET_OPENBLAS_CORETYPE marks that), kept when the user set it.
+// python/README.md says how to reproduce a trial outside hippo with the same settings.
+std::vector<std::string> trainer_environment(const TrainerPlace& place,
+                                             const std::vector<std::string>& parent);
+
 // The stage as the trainer reads it: model (with its command), data (name, the sample counts
 // that are known, and the spec's other data fields), seed, fixed settings, the step range, the
 // input checkpoint path (null at a root) and its state id, the output checkpoints with their
-// steps and state ids, the evaluation steps, and every hyper-parameter as its sequence (canonical
-// segments) and as its value at each step of [from, to). Checkpoint paths are the job's file
-// names joined with checkpoint_dir (made absolute, so the trainer may change directory). `held`
-// (a long-lived trainer's): the states of earlier stages it may still use; absent for one-shot.
+// steps and state ids, the evaluation steps, every hyper-parameter as its sequence (canonical
+// segments) and as its value at each step of [from, to), the device to train on
+// (trainer_device) and the thread count. Checkpoint paths are the job's file names joined with
+// checkpoint_dir (made absolute, so the trainer may change directory). `held` (a long-lived
+// trainer's): the states of earlier stages it may still use; absent for one-shot.
 nlohmann::json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
-                             const std::vector<int64_t>* held = nullptr);
+                             const std::vector<int64_t>* held = nullptr,
+                             const TrainerPlace& place = {});
 
 // One line of the trainer's output.
 struct TrainerLine {
@@ -76,6 +104,7 @@ struct TrainerHooks {
 // needed).
 class ExternalTrainer {
  public:
+  explicit ExternalTrainer(TrainerPlace place = {}) : place_(std::move(place)) {}
   // Trains the job's stage. `may_hold`: the states of earlier stages a long-lived trainer may
   // still use (the worker's view: after a master restart, none); it forgets the others. Returns
   // true when the trainer ended the stage as the protocol says (every evaluation reported, every
@@ -97,6 +126,7 @@ class ExternalTrainer {
   bool run_stage(const protocol::Job& job, const std::string& checkpoint_dir,
                  const TrainerHooks& hooks, bool many);
 
+  TrainerPlace place_;
   std::unique_ptr<TrainerProcess> process_;
   nlohmann::json serves_;  // the run spec whose stages the kept trainer trains
   std::vector<int64_t> held_;

@@ -9,7 +9,12 @@ namespace hippo::worker {
 
 JobRunner::JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots,
                      const CheckpointStore& store)
-    : options_(options), cache_(cache), snapshots_(snapshots), store_(store), engines_(options) {}
+    : options_(options),
+      cache_(cache),
+      snapshots_(snapshots),
+      store_(store),
+      engines_(options),
+      trainer_(TrainerPlace{options.device, options.threads}) {}
 
 bool JobRunner::run(const protocol::Job& job, const JobHost& host) {
   job_ = job;

@@ -48,10 +48,15 @@ std::string describe_status(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
-TrainerProcess::TrainerProcess(const std::vector<std::string>& argv) {
-  std::vector<char*> args;  // built before fork: the child may only call async-signal-safe code
+TrainerProcess::TrainerProcess(const std::vector<std::string>& argv,
+                               const std::vector<std::string>& env) {
+  // Built before fork: the child may only call async-signal-safe code.
+  std::vector<char*> args, envp;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  char** const child_env = env.empty() ? environ : envp.data();
   const pid_t parent = ::getpid();
   int pipes[4][2];
   for (int i = 0; i < 4; ++i)
@@ -73,7 +78,7 @@ TrainerProcess::TrainerProcess(const std::vector<std::string>& argv) {
     ::dup2(in[0], 0);                         // dup2 clears close-on-exec on the new descriptor
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
-    ::execvp(args[0], args.data());
+    ::execvpe(args[0], args.data(), child_env);
     int e = errno;
     ssize_t ignored = ::write(exec_error[1], &e, sizeof e);
     (void)ignored;

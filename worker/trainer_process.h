@@ -33,8 +33,10 @@ class TrainerProcess {
  public:
   static constexpr size_t kMaxLineBytes = 1 << 20;
 
-  // Starts argv; TrainerError when it cannot (no such program, no pipe, no fork).
-  explicit TrainerProcess(const std::vector<std::string>& argv);
+  // Starts argv with the environment `env` ("NAME=value" each; the worker's own when empty);
+  // TrainerError when it cannot (no such program, no pipe, no fork).
+  explicit TrainerProcess(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& env = {});
   ~TrainerProcess();  // kills the process group and reaps it
   TrainerProcess(const TrainerProcess&) = delete;
   TrainerProcess& operator=(const TrainerProcess&) = delete;

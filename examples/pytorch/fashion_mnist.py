@@ -27,12 +27,13 @@ def read_idx(path, count, item_bytes, header):
     return torch.frombuffer(bytearray(raw[header:]), dtype=torch.uint8)
 
 
-def load_data(data):
-    """(x_train, y_train, x_eval, y_eval) of the spec's data: train_samples and eval_samples of
-    Fashion-MNIST from data.dir (default Debian's /usr/share/datasets/fashion-mnist)."""
+def load_data(data, device):
+    """(x_train, y_train, x_eval, y_eval) of the spec's data on `device`: train_samples and
+    eval_samples of Fashion-MNIST from data.dir (default Debian's
+    /usr/share/datasets/fashion-mnist)."""
     directory = data.get("dir", "/usr/share/datasets/fashion-mnist")
     n, m = data["train_samples"], data["eval_samples"]
-    key = (directory, n, m)
+    key = (directory, n, m, device)
     if key not in _loaded:
         def images(name, count):
             pixels = read_idx(os.path.join(directory, name), count, 784, 16).float()
@@ -40,10 +41,9 @@ def load_data(data):
 
         def labels(name, count):
             return read_idx(os.path.join(directory, name), count, 1, 8).long()
-        _loaded[key] = (images("train-images-idx3-ubyte.gz", n),
-                        labels("train-labels-idx1-ubyte.gz", n),
-                        images("t10k-images-idx3-ubyte.gz", m),
-                        labels("t10k-labels-idx1-ubyte.gz", m))
+        _loaded[key] = tuple(t.to(device) for t in (
+            images("train-images-idx3-ubyte.gz", n), labels("train-labels-idx1-ubyte.gz", n),
+            images("t10k-images-idx3-ubyte.gz", m), labels("t10k-labels-idx1-ubyte.gz", m)))
     return _loaded[key]
 
 
@@ -85,9 +85,9 @@ def evaluate(model, x, y, batch=1000):
 
 
 def train(stage):
-    hippo.deterministic(threads=1)
-    x, y, x_eval, y_eval = load_data(stage.data)
-    model = build_model(stage.fixed, stage.seed)
+    hippo.deterministic()  # the worker's --threads; on a GPU, its deterministic kernels
+    x, y, x_eval, y_eval = load_data(stage.data, stage.device)
+    model = build_model(stage.fixed, stage.seed).to(stage.device)  # initialized on the CPU
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
     state = hippo.torch_state(model=model, optimizer=optimizer)
     stage.restore(state.load)

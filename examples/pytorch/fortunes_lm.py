@@ -112,13 +112,15 @@ def evaluate(model, inputs, targets, batch=16):
 
 
 def train(stage):
-    hippo.deterministic(threads=1)
+    hippo.deterministic()  # the worker's --threads; on a GPU, its deterministic kernels
     f = stage.fixed
     train_text, eval_text = read_corpus(stage.data.get("dir", "/usr/share/games/fortunes"))
-    x, y = windows(train_text, f["context"], stage.data["train_samples"])
-    x_eval, y_eval = windows(eval_text, f["context"], stage.data["eval_samples"])
+    x, y = (t.to(stage.device) for t in windows(train_text, f["context"],
+                                                stage.data["train_samples"]))
+    x_eval, y_eval = (t.to(stage.device) for t in windows(eval_text, f["context"],
+                                                          stage.data["eval_samples"]))
     torch.manual_seed(hippo.mix(stage.seed, 0x1417) & ((1 << 63) - 1))
-    model = LanguageModel(f["layers"], f["heads"], f["dim"], f["context"])
+    model = LanguageModel(f["layers"], f["heads"], f["dim"], f["context"]).to(stage.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0,
                                   weight_decay=f.get("weight_decay", 0.0))
     state = hippo.torch_state(model=model, optimizer=optimizer)

@@ -14,10 +14,10 @@ def fashion_mnist(split, n):  # the first n images (standardized) and labels of 
 
 def train(stage):  # one stage: steps [stage.start, stage.end) of a trial's path
     hippo.deterministic()
-    x, y = fashion_mnist("train", stage.data["train_samples"])
-    x_eval, y_eval = fashion_mnist("t10k", stage.data["eval_samples"])
+    x, y = (t.to(stage.device) for t in fashion_mnist("train", stage.data["train_samples"]))
+    x_eval, y_eval = (t.to(stage.device) for t in fashion_mnist("t10k", stage.data["eval_samples"]))
     torch.manual_seed(stage.seed)
-    model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)).to(stage.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=stage.fixed["momentum"])
     state = hippo.torch_state(model=model, optimizer=opt)
     stage.restore(state.load)  # the parent stage's state (nothing to load at step 0)

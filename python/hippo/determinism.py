@@ -49,36 +49,75 @@ def seed_all(seed, step=0):
 
 
 def rng_state():
-    """The states of Python's, numpy's (if imported) and torch's (if imported) generators."""
+    """The states of Python's, numpy's (if imported) and torch's (if imported; its CUDA
+    generators too once CUDA is in use) generators, as tensors, lists and numbers only (what
+    torch.load(..., weights_only=True) reads back)."""
     state = {"python": random.getstate()}
     np = _module("numpy")
     if np is not None:
-        state["numpy"] = np.random.get_state()
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
     torch = _module("torch")
     if torch is not None:
         state["torch"] = torch.get_rng_state()
+        if torch.cuda.is_initialized():
+            state["torch_cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state):
     """Restores what rng_state() returned."""
-    random.setstate(state["python"])
+    random.setstate(tuple(state["python"][:1]) + (tuple(state["python"][1]),)
+                    + tuple(state["python"][2:]))
     if "numpy" in state:
-        _module("numpy").random.set_state(state["numpy"])
+        np = _module("numpy")
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     if "torch" in state:
         _module("torch").set_rng_state(state["torch"])
+    if "torch_cuda" in state:
+        _module("torch").cuda.set_rng_state_all(state["torch_cuda"])
 
 
-def deterministic(threads=1):
-    """PyTorch with deterministic algorithms only and `threads` intra-op threads (results depend
-    on the thread count: keep it the same for every stage of a study)."""
+_said = False  # deterministic() says what it set once per process
+
+
+def deterministic(threads=None, quiet=False):
+    """Makes PyTorch reproducible, bit for bit, for the stages of a study: deterministic
+    algorithms only, `threads` intra-op threads (default: the worker's --threads, from the stage's
+    OMP_NUM_THREADS; results depend on the thread count), and on a GPU cuBLAS's deterministic
+    workspace, cuDNN's deterministic kernels without autotuning, and no TF32 (which rounds fp32
+    products to 10 bits). Returns what it set, and says it on stderr (once) unless quiet. Call it before
+    the first CUDA operation (CUBLAS_WORKSPACE_CONFIG is read when cuBLAS starts; the worker
+    already sets it for a trainer on a GPU)."""
     import os
 
     import torch
 
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS on a GPU
+    if threads is None:
+        threads = int(os.environ.get("OMP_NUM_THREADS", "1") or "1")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(threads)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    settings = {
+        "use_deterministic_algorithms": True,
+        "num_threads": threads,
+        "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"],
+        "cudnn.deterministic": True,
+        "cudnn.benchmark": False,
+        "cudnn.allow_tf32": False,
+        "cuda.matmul.allow_tf32": False,
+    }
+    global _said
+    if not quiet and not _said:
+        _said = True
+        print("hippo.deterministic: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
+              file=sys.stderr)
+    return settings
 
 
 class BatchSampler:

@@ -43,8 +43,10 @@ class StageError(RuntimeError):
 class Stage:
     """One stage: train steps [start, end) from the parent state, evaluate and checkpoint where
     asked. Attributes: seed, fixed (the study's fixed settings), data (the spec's data fields),
-    model (the spec's model), start, end, eval_steps, checkpoint_steps, input (the stage's JSON
-    as it came), restored_from (after restore(): "memory", "file", or None)."""
+    model (the spec's model), start, end, eval_steps, checkpoint_steps, device (where to train:
+    "cuda:0" on a worker given a GPU, which is the only GPU this process sees, else "cpu"),
+    threads (the worker's --threads), input (the stage's JSON as it came), restored_from (after
+    restore(): "memory", "file", or None)."""
 
     def __init__(self, stage_input, out, memory=None, keep=4):
         self.input = stage_input
@@ -54,6 +56,8 @@ class Stage:
         self.model = stage_input["model"]
         self.start = stage_input["from"]
         self.end = stage_input["to"]
+        self.device = stage_input.get("device", "cpu")
+        self.threads = stage_input.get("threads", 1)
         self.eval_steps = list(stage_input["eval_steps"])
         self.checkpoint_steps = [c["step"] for c in stage_input["checkpoints"]]
         self._checkpoints = {c["step"]: c for c in stage_input["checkpoints"]}
@@ -299,6 +303,7 @@ def serve(train, keep=4, stdin=None, stdout=None):
     stdin = sys.stdin if stdin is None else stdin
     out = _protocol_stream() if stdout is None else stdout
     memory = OrderedDict()
+    said_where = False
     while True:
         line = stdin.readline()
         if not line:
@@ -312,6 +317,11 @@ def serve(train, keep=4, stdin=None, stdout=None):
             for state_id in [s for s in memory if s not in allowed]:
                 del memory[state_id]
         stage = Stage(stage_input, out, memory if long_lived else None, keep)
+        if not said_where:  # once per process, in the worker's log
+            print(f"hippo trainer: device {stage.device}, {stage.threads} thread(s), "
+                  f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}",
+                  file=sys.stderr, flush=True)
+            said_where = True
         try:
             train(stage)
         except BaseException:
@@ -337,7 +347,7 @@ class _TorchState:
         import torch
 
         from .determinism import set_rng_state
-        saved = torch.load(f)
+        saved = torch.load(f)  # weights_only by default from PyTorch 2.6: rng_state() is plain data
         for name, obj in self._objects.items():
             obj.load_state_dict(saved["state_dicts"][name])
         set_rng_state(saved["rng"])

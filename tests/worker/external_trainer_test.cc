@@ -137,6 +137,62 @@ TEST_F(ExternalTrainers, InputHasTheStageAndEveryValue) {
       json({{"name", "my-corpus"}, {"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}}));
 }
 
+// A trainer is told its worker's device (the one GPU it sees is its cuda:0) and thread count.
+TEST_F(ExternalTrainers, InputNamesTheDeviceAndThreads) {
+  json on_cpu = trainer_input(job("true"), dir_.string());
+  EXPECT_EQ(on_cpu["device"], "cpu");
+  EXPECT_EQ(on_cpu["threads"], 1);
+  json on_gpu = trainer_input(job("true"), dir_.string(), nullptr, {"cuda:3", 4});
+  EXPECT_EQ(on_gpu["device"], "cuda:0");
+  EXPECT_EQ(on_gpu["threads"], 4);
+  EXPECT_EQ(trainer_input(job("true"), dir_.string(), nullptr, {"cpu:avx2", 2})["device"], "cpu");
+}
+
+// The environment depends on the worker's place alone, whatever the worker inherited.
+TEST_F(ExternalTrainers, EnvironmentIsFixedByTheWorkersPlace) {
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  // A worker on its cuda:1 whose own visible GPUs are 4 and 5, started by a shell with 8 OpenMP
+  // threads, OPENBLAS_CORETYPE set by the worker itself (kernels/blas_env.h).
+  const std::vector<std::string> inherited = {"PATH=/bin", "CUDA_VISIBLE_DEVICES=4,5",
+                                              "OMP_NUM_THREADS=8", "OPENBLAS_CORETYPE=Haswell",
+                                              "HIPPO_SET_OPENBLAS_CORETYPE=1"};
+  EXPECT_EQ(sorted(trainer_environment({"cuda:1", 2}, inherited)),
+            sorted({"PATH=/bin", "CUDA_VISIBLE_DEVICES=5", "OMP_NUM_THREADS=2", "MKL_NUM_THREADS=2",
+                    "OPENBLAS_NUM_THREADS=2", "CUBLAS_WORKSPACE_CONFIG=:4096:8"}));
+  // Without the worker's own list, cuda:N is the machine's N; a user's cuBLAS setting is kept.
+  EXPECT_EQ(sorted(trainer_environment({"cuda:1", 1}, {"CUBLAS_WORKSPACE_CONFIG=:16:8"})),
+            sorted({"CUBLAS_WORKSPACE_CONFIG=:16:8", "CUDA_VISIBLE_DEVICES=1", "OMP_NUM_THREADS=1",
+                    "MKL_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}));
+  // A CPU worker's trainer sees no GPU; the user's own OPENBLAS_CORETYPE stays.
+  EXPECT_EQ(sorted(trainer_environment({"cpu", 3}, {"OPENBLAS_CORETYPE=Zen", "HOME=/root"})),
+            sorted({"OPENBLAS_CORETYPE=Zen", "HOME=/root", "CUDA_VISIBLE_DEVICES=",
+                    "OMP_NUM_THREADS=3", "MKL_NUM_THREADS=3", "OPENBLAS_NUM_THREADS=3"}));
+}
+
+// A real trainer process starts in that environment and reads the stage's device.
+TEST_F(ExternalTrainers, TheTrainerProcessSeesItsPlace) {
+  // Reports its OMP_NUM_THREADS, whether the stage says "cpu", and whether GPUs are hidden
+  // (CUDA_VISIBLE_DEVICES set and empty).
+  const std::string script = R"(read stage
+case "$stage" in *'"device":"cpu"'*) cpu=1;; *) cpu=0;; esac
+[ "${CUDA_VISIBLE_DEVICES-unset}" = "" ] && hidden=1 || hidden=0
+for m in "threads $OMP_NUM_THREADS" "cpu $cpu" "hidden $hidden"; do
+  set -- $m; printf '{"step": 4, "metric": "%s", "value": %s}\n' "$1" "$2"
+done
+echo x > "$0/a.ckpt"; echo y > "$0/b.ckpt"
+printf '{"step": 6, "metric": "threads", "value": 0}\n{"done": true}\n')";
+  protocol::Job j = job(script);
+  j.run.model["command"].push_back(dir_.string());  // $0 of the script
+  Seen seen;
+  ExternalTrainer trainer({"cpu", 3});
+  EXPECT_TRUE(trainer.run(j, dir_.string(), hooks(seen)));
+  ASSERT_FALSE(seen.metrics.empty());
+  EXPECT_EQ(seen.metrics[0].second, json({{"threads", 3}, {"cpu", 1}, {"hidden", 1}}));
+}
+
 TEST_F(ExternalTrainers, ParsesItsLinesAndRefusesTheRest) {
   TrainerLine m = parse_trainer_line(R"({"step": 4, "metric": "acc", "value": 0.5})");
   EXPECT_EQ(m.kind, TrainerLine::Kind::kMetric);
