@@ -50,6 +50,26 @@ void add_progress(Edit& e, const RunningJob& job, const StageTree& tree, int64_t
   if (step > job.reported_step) e.add(edit::Count{job.studies, step - job.reported_step});
 }
 
+bool trains_needed(const RunningJob& job, const StageTree& tree,
+                   const std::unordered_map<StageId, int64_t>& needed_ends) {
+  const protocol::Job& o = job.order;
+  const int64_t got = std::max(o.from, job.progress_step);    // trained this far
+  const int64_t saved = std::max(o.from, job.reported_step);  // its states announced this far
+  auto announces = [&](int64_t step) {  // a snapshot ordered at `step`, not announced yet
+    return step > saved && std::any_of(o.snapshots.begin(), o.snapshots.end(),
+                                       [&](const auto& s) { return s.step == step; });
+  };
+  for (StageId id : tree.path(job.representative)) {
+    const Stage& x = tree.stage(id);
+    if (x.end <= saved) continue;
+    if (x.start >= o.to) break;
+    auto end = needed_ends.find(id);
+    if (end == needed_ends.end()) continue;
+    if (end->second > got || announces(end->second)) return true;
+  }
+  return false;
+}
+
 edit::AddExecution execution(const RunningJob& job, const StageTree& tree,
                              const std::string& worker, ExecutionOutcome outcome, int64_t reached,
                              const std::string& error) {

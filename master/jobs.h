@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "master/edit.h"
@@ -30,6 +31,16 @@ RunningJob build_job(const WorkItem& work, const StudySpec& spec, const StageTre
 // `step`: every stage on the path it passed is trained that far, and the steps count as executed
 // for its studies.
 void add_progress(Edit& e, const RunningJob& job, const StageTree& tree, int64_t step);
+
+// Whether a job that trains (its order's from < to) still makes what some open trial needs, by
+// `needed_ends` (for each stage, the end up to which a trial needs it): a stage on its path
+// needed past the step the worker got to (`progress_step`), or past the job's last announced
+// state (`reported_step`) at a step where the job was ordered a snapshot that it has not
+// announced yet. The latter is a state trained and being written: a worker reports the metrics at
+// a step, and its heartbeats say it got there, before that step's checkpoint is written and
+// announced. Abandoned then, the state is lost and its steps are trained again.
+bool trains_needed(const RunningJob& job, const StageTree& tree,
+                   const std::unordered_map<StageId, int64_t>& needed_ends);
 
 // The job's row in the plan's executions (the dashboard's timeline) as it ends, reaching `reached`
 // (clamped to its steps).

@@ -860,9 +860,10 @@ void Master::check_workers() {
 
 // A job that nothing needs any more is abandoned: its studies were cancelled or ended while it
 // ran, or the trials that needed its steps stopped, failed or diverged (the stages on its path
-// are needed no further than it got, and no trial waits for the state it evaluates). Its worker
-// stops at its next step and says "abandoned" (or, if it finished first, "done"), and stays busy
-// for the master until then.
+// are needed no further than it got, save a state there that it has still to announce: jobs.h's
+// trains_needed; and no trial waits for the state it evaluates). Its worker stops at its next
+// step and says "abandoned" (or, if it finished first, "done"), and stays busy for the master
+// until then.
 void Master::abandon_orphan_jobs() {
   // Only a study's end or lower needed ends (computed anew) can make a job unneeded; the latter,
   // frequent under a halving searcher, is looked at once a second (a job goes on that long at most).
@@ -882,14 +883,7 @@ void Master::abandon_orphan_jobs() {
       return !driver_.pending_evaluations()
                   .waiting(state_key(tree_, job.representative, o.from))
                   .empty();
-    const int64_t at = std::max(o.from, job.progress_step);
-    for (StageId id : tree_.path(job.representative)) {
-      const Stage& x = tree_.stage(id);
-      if (x.end <= at || x.start >= o.to) continue;
-      if (auto end = needed.ends.find(id); end != needed.ends.end() && end->second > at)
-        return true;
-    }
-    return false;
+    return trains_needed(job, tree_, needed.ends);
   };
   Edit e;
   for (int64_t id : pool_.orphans(is_needed)) {
