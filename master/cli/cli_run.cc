@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "kernels/kernels.h"
 #include "master/cli/cli.h"
 #include "master/master.h"
 #include "protocol/auth.h"
@@ -105,13 +107,15 @@ struct RunDirectory {
 
 // A worker process of this run. It is our child and ends with us: the kernel sends it SIGTERM
 // when this process dies, however it dies (PR_SET_PDEATHSIG), so no worker outlives its run.
-// `devices`: the pipeline stages of the study (each a thread of the worker).
+// `device`: "cpu" or "cuda:N" (its trainers get that GPU); `devices`: the pipeline stages of the
+// study (each a thread of the worker).
 pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int index,
-                   bool allow_trainers, int devices) {
+                   const std::string& device, bool allow_trainers, int devices) {
   std::string binary = worker_binary();
   std::string name = "run-" + std::to_string(getpid()) + "-" + std::to_string(index);
-  std::vector<std::string> args = {binary,          "--master",  run.address(), "--threads", "1",
-                                   "--checkpoints", checkpoints, "--name",      name};
+  std::vector<std::string> args = {binary, "--master",      run.address(), "--threads",
+                                   "1",    "--checkpoints", checkpoints,   "--name",
+                                   name,   "--device",      device};
   args.insert(args.end(), {"--devices", "cpu:" + std::to_string(devices)});
   args.insert(args.end(),
               {"--master-key", run.path + "/master.pub", "--key", run.path + "/worker.key"});
@@ -135,6 +139,7 @@ pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int 
 // How to run a study with local workers, and where.
 struct LocalRun {
   int workers = 1;
+  std::vector<int> gpus;  // when given: worker i on cuda:gpus[i]
   std::string checkpoints;
   master::StudyRules rules;
 };
@@ -175,9 +180,12 @@ int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pip
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::vector<pid_t> children;
-  for (int i = 0; i < local.workers; ++i)
+  for (int i = 0; i < local.workers; ++i) {
+    const std::string device =
+        local.gpus.empty() ? "cpu" : "cuda:" + std::to_string(local.gpus[static_cast<size_t>(i)]);
     children.push_back(
-        spawn_worker(em.dir, em.checkpoints, i, local.rules.exec.trainer, pipeline_stages));
+        spawn_worker(em.dir, em.checkpoints, i, device, local.rules.exec.trainer, pipeline_stages));
+  }
 
   bool tty = isatty(STDERR_FILENO);
   auto last_draw = Clock::now();
@@ -494,17 +502,58 @@ namespace {
 
 // The options of a run with local workers (`run`, `resume`), into `a`; `commands` says what
 // --allow-exec lets it run.
+// --gpus: "all" (every CUDA device this process sees) or device numbers ("0,2"); one worker each.
+std::vector<int> parse_gpus(const std::string& text) {
+  const int present = kernels::cuda_device_count();
+  const std::string seen = "this machine has " + std::to_string(present) + " CUDA device" +
+                           (present == 1 ? "" : "s") +
+                           (present == 0 ? " (" + kernels::cuda_devices_unseen_reason() + ")" : "");
+  std::vector<int> gpus;
+  if (text == "all") {
+    if (present == 0) throw BadInput("--gpus all: " + seen);
+    for (int g = 0; g < present; ++g) gpus.push_back(g);
+    return gpus;
+  }
+  for (size_t start = 0; start <= text.size();) {  // the list's form first, then the devices
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty() || item.size() > 4 ||
+        item.find_first_not_of("0123456789") != std::string::npos)
+      throw BadInput("--gpus: expected all or device numbers like 0,1, got \"" + text + "\"");
+    const int g = std::stoi(item);
+    if (std::find(gpus.begin(), gpus.end(), g) != gpus.end())
+      throw BadInput("--gpus: cuda:" + item + " named twice");
+    gpus.push_back(g);
+    start = comma + 1;
+  }
+  for (int g : gpus)
+    if (g >= present) throw BadInput("--gpus: cuda:" + std::to_string(g) + " requested, " + seen);
+  return gpus;
+}
+
 struct LocalRunArgs {
-  std::string checkpoints, allow_exec, keep;
+  std::string checkpoints, allow_exec, keep, gpus;
   Budget budget;
   int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CLI::Option* workers_given = nullptr;
   LocalRun local() const {
-    return {workers, checkpoints, {budget, exec_kinds(allow_exec), keep_bytes(keep)}};
+    LocalRun run{workers, {}, checkpoints, {budget, exec_kinds(allow_exec), keep_bytes(keep)}};
+    if (!gpus.empty()) {
+      if (workers_given != nullptr && workers_given->count() > 0)
+        throw BadInput("--gpus and --workers: give one (--gpus starts a worker per GPU)");
+      run.gpus = parse_gpus(gpus);
+      run.workers = static_cast<int>(run.gpus.size());
+    }
+    return run;
   }
 };
 void add_local_run_options(CLI::App* cmd, LocalRunArgs* a, const std::string& commands) {
-  cmd->add_option("--workers", a->workers, "local worker processes (default: one per core)")
-      ->check(CLI::Range(1, 1024));
+  a->workers_given =
+      cmd->add_option("--workers", a->workers, "local worker processes (default: one per core)")
+          ->check(CLI::Range(1, 1024));
+  cmd->add_option("--gpus", a->gpus,
+                  "a worker per GPU instead: all, or device numbers (0,1); each worker's "
+                  "trainers see its GPU alone");
   cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory (default DB.checkpoints)");
   add_exec_option(cmd, &a->allow_exec,
                   "run the " + commands +

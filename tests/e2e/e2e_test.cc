@@ -104,6 +104,18 @@ TEST_F(E2E, BadInputExitsTwoAndChangesNothing) {
   EXPECT_NE(r.out.find("hyperparameters.lr"), std::string::npos) << r.out;
   EXPECT_EQ(sh(hippo("bad.db") + "run " + file + " --policy sometimes 2>/dev/null").status, 2);
   EXPECT_EQ(sh(hippo("bad.db") + "run " + path("nofile.json") + " 2>/dev/null").status, 2);
+  // --gpus: a worker per GPU that is there, named once, and not with --workers.
+  const std::string good_spec = spec("gpus", json::object());
+  for (const auto& [gpus, message] : std::vector<std::pair<std::string, std::string>>{
+           {"9999", "--gpus: cuda:9999 requested, this machine has"},
+           {"x", "--gpus: expected all or device numbers like 0,1, got \"x\""},
+           {"0,", "--gpus: expected all or device numbers"},
+           {"0 --workers 2", "--gpus and --workers: give one"}}) {
+    Result g = sh(hippo("bad.db") + "run " + good_spec + " --gpus " + gpus + " 2>&1");
+    EXPECT_EQ(g.status, 2) << gpus;
+    EXPECT_NE(g.out.find(message), std::string::npos) << gpus << ": " << g.out;
+  }
+  EXPECT_EQ(sh(hippo("bad.db") + "--format json trials gpus 2>/dev/null").status, 2);  // no study
 
   // The same study name twice in one search plan is refused, and the first study is untouched.
   std::string good = spec("twice", json::object());
