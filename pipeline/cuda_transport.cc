@@ -158,9 +158,24 @@ CudaTransport::CudaTransport(const Program& program, std::vector<int> devices,
     if (state->kind == LinkKind::kNccl) {
 #ifdef HIPPO_HAVE_NCCL
       CHECK(ncclCommInitAll(state->comms, 2, state->devices));
+      float* probe[2] = {nullptr, nullptr};
       for (int side = 0; side < 2; ++side) {
         CHECK(cudaSetDevice(state->devices[side]));
         CHECK(cudaStreamCreateWithFlags(&state->streams[side], cudaStreamNonBlocking));
+        CHECK(cudaMalloc(&probe[side], sizeof(float)));
+      }
+      // NCCL may connect a link at its first send and receive (lazily, NCCL >= 2.22), which
+      // blocks until both sides have posted: were that the stages' first message, from their two
+      // threads, a schedule in which each waits on another link first could deadlock. One float
+      // exchanged here, both sides from this thread in one group, connects the link now.
+      CHECK(ncclGroupStart());
+      CHECK(ncclSend(probe[0], 1, ncclFloat, 1, state->comms[0], state->streams[0]));
+      CHECK(ncclRecv(probe[1], 1, ncclFloat, 0, state->comms[1], state->streams[1]));
+      CHECK(ncclGroupEnd());
+      for (int side = 0; side < 2; ++side) {
+        CHECK(cudaSetDevice(state->devices[side]));
+        CHECK(cudaStreamSynchronize(state->streams[side]));
+        CHECK(cudaFree(probe[side]));
       }
 #else
       throw std::invalid_argument(
