@@ -154,3 +154,62 @@ def test_the_helpers_misuse_fails_the_trial_with_the_step(tmp_path):
     assert trial["status"] == "failed"
     assert "StageError: step 1: no evaluation was asked for at this step" in trial["error"]
     assert "(the stage failed 3 times)" in trial["error"]
+
+
+def test_workers_started_otherwise_and_plain_pytorch_give_the_bits_of_hippo_run(tmp_path):
+    """The worker, not how it was started, fixes its trainers' environment (python/README.md):
+    a cluster of `hippo worker`s started from a shell with other thread counts and BLAS settings
+    gives the metrics of `hippo run`, bit for bit; and one trial trained again in plain PyTorch,
+    outside hippo (the trainer fed a stage line of our own, with the documented environment),
+    gives that trial's metrics too."""
+    import subprocess
+    import time
+
+    spec = small_minimal("cluster")
+    _, by_run = run(spec, tmp_path)
+
+    # A master and two workers as a user's shell on a larger machine would start them.
+    shell = dict(os.environ, OMP_NUM_THREADS="4", MKL_NUM_THREADS="4", OPENBLAS_NUM_THREADS="4",
+                 OPENBLAS_CORETYPE="Prescott", CUDA_VISIBLE_DEVICES="0")
+    db, address = tmp_path / "cluster.db", f"ipc://{tmp_path}/master.sock"
+    master = subprocess.Popen([hippo.binary(), "--db", str(db), "master", "--bind", address,
+                               "--checkpoints", str(tmp_path / "ckpt"), "--allow-exec", "trainer"],
+                              env=shell, cwd=ROOT, stderr=subprocess.DEVNULL)
+    workers = [subprocess.Popen([hippo.binary(), "worker", "--master", address, "--threads", "1",
+                                 "--checkpoints", str(tmp_path / "ckpt"), "--name", f"w{i}",
+                                 "--allow-exec", "trainer"],
+                                env=shell, cwd=ROOT, stderr=subprocess.DEVNULL) for i in range(2)]
+    try:
+        time.sleep(1)
+        summary = hippo.submit(spec, master=address)
+    finally:
+        for p in workers + [master]:
+            p.terminate()
+            p.wait()
+    assert summary["status"] == "done", summary
+    by_cluster = {t["trial"]: t["metrics"] for t in hippo.trials("cluster", db=db)}
+    assert by_cluster == by_run
+
+    # Trial 1 alone, in plain PyTorch: its whole path as one stage from step 0.
+    [trial] = [t for t in hippo.trials("cluster", db=db) if t["trial"] == 1]
+    steps_per_epoch = spec["data"]["train_samples"] // spec["fixed"]["batch_size"]
+    end = spec["length"]["epochs"] * steps_per_epoch
+    milestone = trial["params"]["lr.milestones[0]"] * steps_per_epoch
+    lr = [0.1 * (trial["params"]["lr.gamma"] if s >= milestone else 1.0) for s in range(end)]
+    stage = {"hippo_trainer": 1, "model": spec["model"], "seed": spec.get("seed", 0),
+             "data": dict(spec["data"], name="fashion-mnist"), "fixed": spec["fixed"],
+             "from": 0, "to": end, "input_checkpoint": None, "input_state": None,
+             "checkpoints": [], "eval_steps": list(range(steps_per_epoch, end + 1, steps_per_epoch)),
+             "hyperparameters": {}, "values": {"lr": lr}, "device": "cpu", "threads": 1}
+    documented = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                      OPENBLAS_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
+                      PYTHONPATH=os.path.join(ROOT, "python"))
+    documented.pop("OPENBLAS_CORETYPE", None)
+    alone = subprocess.run(["/usr/bin/python3", os.path.join(PYTORCH, "minimal.py")],
+                           input=json.dumps(stage) + "\n", capture_output=True, text=True,
+                           env=documented, cwd=ROOT, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    lines = [json.loads(line) for line in alone.stdout.splitlines()]
+    plain = [{"step": m["step"], "name": m["metric"], "value": m["value"]}
+             for m in lines if "metric" in m]
+    assert plain == trial["metrics"]
