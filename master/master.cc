@@ -203,7 +203,6 @@ void Master::poll(int timeout_ms) {
       batch.push_back(std::move(*envelope));
     step(batch);
   } while (envelope);
-  transport_->check();
   driver_.charge_master_time(thread_cpu_seconds() - cpu_mark_);
 }
 
@@ -866,7 +865,8 @@ void Master::check_workers() {
 // until then.
 void Master::abandon_orphan_jobs() {
   // Only a study's end or lower needed ends (computed anew) can make a job unneeded; the latter,
-  // frequent under a halving searcher, is looked at once a second (a job goes on that long at most).
+  // frequent under a halving searcher, is looked at once a second (a job goes on that long at
+  // most).
   const bool ended = driver_.studies_ended() != studies_ended_seen_;
   if (!ended && seconds_since(last_orphan_scan_) < 1) return;
   const StudyDriver::NeededEnds& needed = driver_.needed_ends();

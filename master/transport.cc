@@ -1,5 +1,7 @@
 #include "master/transport.h"
 
+#include <chrono>
+
 #include "protocol/log.h"
 
 namespace hippo::master {
@@ -14,13 +16,25 @@ ZmqTransport::ZmqTransport(const std::string& bind, const std::optional<protocol
     curve_ = std::make_unique<protocol::CurveServer>(
         context_, socket_, *auth, [](const std::string& line) { spdlog::warn("{}", line); });
   socket_.bind(bind);
+  watcher_ = std::jthread([this](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      {
+        std::lock_guard lock(watch_mutex_);
+        watch_.check();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
 }
 
 ZmqTransport::~ZmqTransport() = default;
 
 std::optional<protocol::Envelope> ZmqTransport::receive(int timeout_ms) {
   std::optional<protocol::Envelope> envelope = protocol::router_receive(socket_, timeout_ms);
-  if (envelope) watch_.delivered(envelope->source_fd);
+  if (envelope) {
+    std::lock_guard lock(watch_mutex_);
+    watch_.delivered(envelope->source_fd);
+  }
   return envelope;
 }
 
@@ -32,10 +46,6 @@ protocol::PeerIdentity ZmqTransport::identity_of(const protocol::Envelope& envel
   // With CURVE every admitted connection has a user id: a message without one gets no role.
   if (curve_ && envelope.user.empty()) return {};
   return protocol::from_user_id(envelope.user);
-}
-
-void ZmqTransport::check() {
-  watch_.check();
 }
 
 }  // namespace hippo::master

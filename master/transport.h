@@ -5,8 +5,10 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <zmq.hpp>
 
 #include "protocol/auth.h"
@@ -24,13 +26,13 @@ class Transport {
   virtual void send(const std::string& peer, const std::string& body) = 0;
   // The identity that the message's connection proved (protocol/trust.h).
   virtual protocol::PeerIdentity identity_of(const protocol::Envelope& envelope) const = 0;
-  // Once per poll, after its messages: housekeeping of the connections.
-  virtual void check() {}
 };
 
 // The ROUTER socket bound at `bind`: with `auth`, a CURVE server that admits only its keys;
 // without (--insecure), anyone who reaches it, with every role. Connections that hold too much of
-// an unfinished message are dropped (protocol/connection_watch.h).
+// an unfinished message are dropped (protocol/connection_watch.h) by a thread of their own that
+// looks every 5 ms: such a message wakes no poll (ZeroMQ delivers whole messages) and grows at
+// loopback speed (1 to 2 GB/s) whatever the master is doing (a commit's fsync, a long wait).
 class ZmqTransport : public Transport {
  public:
   ZmqTransport(const std::string& bind, const std::optional<protocol::ServerKeys>& auth,
@@ -40,13 +42,14 @@ class ZmqTransport : public Transport {
   std::optional<protocol::Envelope> receive(int timeout_ms) override;
   void send(const std::string& peer, const std::string& body) override;
   protocol::PeerIdentity identity_of(const protocol::Envelope& envelope) const override;
-  void check() override;
 
  private:
   zmq::context_t context_;
   zmq::socket_t socket_;
-  protocol::ConnectionWatch watch_;
+  protocol::ConnectionWatch watch_;  // used under watch_mutex_ (by the watcher thread, and here)
   std::unique_ptr<protocol::CurveServer> curve_;  // with auth
+  std::mutex watch_mutex_;
+  std::jthread watcher_;  // last: stopped and joined before the rest is destroyed
 };
 
 }  // namespace hippo::master

@@ -38,7 +38,8 @@ class ConnectionWatch {
 
   // A complete message came over the connection `fd` (Envelope::source_fd; -1: unknown).
   void delivered(int fd);
-  // Reads the monitor's events, then drops the connections over the limits. Call every poll.
+  // Reads the monitor's events, then drops the connections over the limits. Call often: the
+  // master's transport calls it every 5 ms from a thread of its own (master/transport.h).
   void check();
 
   // The bytes a connection received since its last complete message; -1 when it is not a TCP
