@@ -180,9 +180,14 @@ Clock::time_point WorkerPool::next_retry() const {
 }
 
 bool WorkerPool::failed_on_worker(ConnectedWorker& w, const std::string& error) {
-  // Set aside after kWorkerFailuresInARow, and again after each failed probation job.
+  // Set aside after kWorkerFailuresInARow, and again after each failed probation job; never the
+  // last worker that may work: its failures may be the study's (a trainer that always crashes),
+  // whose stages' own attempts are bounded, and waiting gains nothing.
+  const bool another = std::any_of(workers_.begin(), workers_.end(), [&](const auto& entry) {
+    return &entry.second != &w && unavailable(entry.second).empty();
+  });
   if (++w.failures_in_a_row < kWorkerFailuresInARow ||
-      (!w.set_aside.empty() && Clock::now() < w.set_aside_until))
+      (!w.set_aside.empty() && Clock::now() < w.set_aside_until) || !another)
     return false;
   ++w.times_set_aside;
   const double seconds = std::min(600.0, 30.0 * std::ldexp(1.0, w.times_set_aside - 1));

@@ -140,7 +140,8 @@ class WorkerPool {
   Clock::time_point next_retry() const;
 
   // The worker's job failed for a reason of its own: counted, and after kWorkerFailuresInARow in
-  // a row it is set aside (true: it was just now). A job it did resets the count.
+  // a row it is set aside (true: it was just now), unless no other worker may work. A job it did
+  // resets the count.
   bool failed_on_worker(ConnectedWorker& w, const std::string& error);
   void done_on_worker(ConnectedWorker& w);
   // Its own word on its health (a heartbeat's fault): a worker that says it recovered is no

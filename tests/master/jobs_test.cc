@@ -21,7 +21,7 @@ struct OneStage {
     job.representative = 0;
     job.order.from = 0;
     job.order.to = 300;
-    job.order.snapshots.push_back({.step = 300, .state = 1});
+    job.order.snapshots.push_back({.step = 300, .state = 1, .file = ""});
     needed[tree.stage_at(0, 300)] = 300;
   }
 };
@@ -52,7 +52,8 @@ TEST(Jobs, AJobPastWhatIsNeededWithNoStateToAnnounceThereIsNotNeeded) {
   f.job.progress_step = 120;
   EXPECT_FALSE(trains_needed(f.job, f.tree, f.needed));
   // With a snapshot ordered at 100 (a trial ends there), it is needed until it announces it.
-  f.job.order.snapshots.insert(f.job.order.snapshots.begin(), {.step = 100, .state = 2});
+  f.job.order.snapshots.insert(f.job.order.snapshots.begin(),
+                               {.step = 100, .state = 2, .file = ""});
   EXPECT_TRUE(trains_needed(f.job, f.tree, f.needed));
   f.job.reported_step = 100;
   EXPECT_FALSE(trains_needed(f.job, f.tree, f.needed));
@@ -69,7 +70,8 @@ TEST(Jobs, AStageSplitUnderAJobKeepsItNeededForTheLowerStageOrTheUpper) {
   Change change = f.tree.add_trial(1, "r", {{"lr", piecewise({{0, 1.0}, {100, 2.0}})}}, 200);
   ASSERT_EQ(change.splits.size(), 1u);
   const StageId lower = f.tree.stage_at(0, 100), upper = f.tree.stage_at(0, 300);
-  f.job.order.snapshots.insert(f.job.order.snapshots.begin(), {.step = 100, .state = 2});
+  f.job.order.snapshots.insert(f.job.order.snapshots.begin(),
+                               {.step = 100, .state = 2, .file = ""});
   f.needed = {{lower, 100}, {upper, 300}};
   f.job.progress_step = 100;
   EXPECT_TRUE(trains_needed(f.job, f.tree, f.needed));

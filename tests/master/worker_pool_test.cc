@@ -22,6 +22,7 @@ const protocol::PeerIdentity kKey{"k", protocol::kWorkerRole, "w"};
 TEST(WorkerPool, AWorkerThatFailsForItsOwnReasonsIsSetAsideThenOnProbation) {
   WorkerPool pool;
   ConnectedWorker& w = pool.join("p", kKey, hello("w"));
+  pool.join("q", kKey, hello("other"));  // another worker may take the work meanwhile
   EXPECT_EQ(pool.unavailable(w), "");
   EXPECT_FALSE(pool.failed_on_worker(w, "disk full"));
   EXPECT_FALSE(pool.failed_on_worker(w, "disk full"));
@@ -39,6 +40,21 @@ TEST(WorkerPool, AWorkerThatFailsForItsOwnReasonsIsSetAsideThenOnProbation) {
   pool.done_on_worker(w);
   EXPECT_EQ(pool.unavailable(w), "");
   EXPECT_EQ(w.failures_in_a_row, 0);
+}
+
+// The last worker that may work is never set aside: its failures may be the study's own (a
+// trainer that always crashes), which the stages' attempts bound; a wait would only delay that.
+TEST(WorkerPool, TheLastWorkerThatMayWorkIsNotSetAside) {
+  WorkerPool pool;
+  ConnectedWorker& w = pool.join("p", kKey, hello("w"));
+  for (int i = 0; i < 2 * kWorkerFailuresInARow; ++i)
+    EXPECT_FALSE(pool.failed_on_worker(w, "exited with status 3"));
+  EXPECT_EQ(pool.unavailable(w), "");
+  ConnectedWorker& other = pool.join("q", kKey, hello("other"));
+  EXPECT_TRUE(pool.failed_on_worker(w, "exited with status 3"));  // now another may work
+  for (int i = 0; i < kWorkerFailuresInARow; ++i)
+    EXPECT_FALSE(pool.failed_on_worker(other, "exited with status 3"));
+  EXPECT_EQ(pool.unavailable(other), "");
 }
 
 TEST(WorkerPool, AWorkerThatSaysItCannotWorkGetsNoneUntilItSaysItRecovered) {
