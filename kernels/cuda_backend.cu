@@ -532,22 +532,27 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+namespace {
+
+// cudaGetDeviceCount, its error cleared: no driver or no device is an answer here, not an error.
+cudaError_t ask_device_count(int& count) {
+  count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) cudaGetLastError();
+  return error;
+}
+
+}  // namespace
+
 int cuda_device_count() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear it: no driver or no device is an answer here, not an error
-    return 0;
-  }
-  return count;
+  return ask_device_count(count) == cudaSuccess ? count : 0;
 }
 
 std::string cuda_devices_unseen_reason() {
   int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(error);
-  }
+  const cudaError_t error = ask_device_count(count);
+  if (error != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(error);
   return count == 0 ? "the CUDA runtime sees no device" : "";
 }
 

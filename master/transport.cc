@@ -18,10 +18,7 @@ ZmqTransport::ZmqTransport(const std::string& bind, const std::optional<protocol
   socket_.bind(bind);
   watcher_ = std::jthread([this](std::stop_token stop) {
     while (!stop.stop_requested()) {
-      {
-        std::lock_guard lock(watch_mutex_);
-        watch_.check();
-      }
+      watch_.check();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
@@ -31,10 +28,7 @@ ZmqTransport::~ZmqTransport() = default;
 
 std::optional<protocol::Envelope> ZmqTransport::receive(int timeout_ms) {
   std::optional<protocol::Envelope> envelope = protocol::router_receive(socket_, timeout_ms);
-  if (envelope) {
-    std::lock_guard lock(watch_mutex_);
-    watch_.delivered(envelope->source_fd);
-  }
+  if (envelope) watch_.delivered(envelope->source_fd);
   return envelope;
 }
 

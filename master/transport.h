@@ -5,7 +5,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -46,9 +45,8 @@ class ZmqTransport : public Transport {
  private:
   zmq::context_t context_;
   zmq::socket_t socket_;
-  protocol::ConnectionWatch watch_;  // used under watch_mutex_ (by the watcher thread, and here)
+  protocol::ConnectionWatch watch_;               // check()ed by watcher_, told of deliveries here
   std::unique_ptr<protocol::CurveServer> curve_;  // with auth
-  std::mutex watch_mutex_;
   std::jthread watcher_;  // last: stopped and joined before the rest is destroyed
 };
 

@@ -37,6 +37,7 @@ ConnectionWatch::ConnectionWatch(zmq::context_t& context, zmq::socket_t& router,
     : monitor_(context, router, kEvents), curve_(curve), limits_(limits), refuse_(log), log_(log) {}
 
 void ConnectionWatch::delivered(int fd) {
+  std::lock_guard lock(mutex_);
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   int64_t received = bytes_received(fd);
@@ -44,6 +45,7 @@ void ConnectionWatch::delivered(int fd) {
 }
 
 int64_t ConnectionWatch::unfinished_bytes(int fd) const {
+  std::lock_guard lock(mutex_);
   auto it = connections_.find(fd);
   if (it == connections_.end()) return -1;
   int64_t received = bytes_received(fd);
@@ -54,6 +56,7 @@ int64_t ConnectionWatch::unfinished_bytes(int fd) const {
 void ConnectionWatch::check() {
   while (std::optional<MonitorEvent> e = next_event(monitor_.events(), 0)) {
     const int fd = static_cast<int>(e->value);
+    std::lock_guard lock(mutex_);
     switch (e->event) {
       case ZMQ_EVENT_ACCEPTED:
         connections_[fd] = {e->endpoint, 0};  // counted from the connection's first byte
@@ -75,9 +78,16 @@ void ConnectionWatch::check() {
         break;
     }
   }
+  std::vector<int> fds;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [fd, connection] : connections_) fds.push_back(fd);
+  }
+  // Measured one at a time, each under the lock only as long as its one system call, so that
+  // delivered() (the master's thread, at each message) waits for no more than that.
   std::vector<std::pair<int64_t, int>> unfinished;  // (bytes, fd)
   int64_t total = 0;
-  for (const auto& [fd, connection] : connections_) {
+  for (int fd : fds) {
     int64_t bytes = unfinished_bytes(fd);
     if (bytes <= 0) continue;
     unfinished.push_back({bytes, fd});
@@ -96,6 +106,7 @@ void ConnectionWatch::check() {
 }
 
 void ConnectionWatch::drop(int fd, int64_t unfinished, const char* why) {
+  std::lock_guard lock(mutex_);
   log_("dropped a connection on " + connections_[fd].endpoint + ": " + mib(unfinished) +
        " received without a complete message (" + why + ", " + mib(limits_.per_connection) +
        " per connection, " + mib(limits_.total) + " in all)");

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <zmq.hpp>
 
@@ -36,7 +37,9 @@ class ConnectionWatch {
   ConnectionWatch(zmq::context_t& context, zmq::socket_t& router, bool curve,
                   ConnectionLimits limits, RefusalLog::Log log);
 
-  // A complete message came over the connection `fd` (Envelope::source_fd; -1: unknown).
+  // A complete message came over the connection `fd` (Envelope::source_fd; -1: unknown). It may
+  // be called from another thread than check(): each holds the watch's lock for one system call
+  // at a time.
   void delivered(int fd);
   // Reads the monitor's events, then drops the connections over the limits. Call often: the
   // master's transport calls it every 5 ms from a thread of its own (master/transport.h).
@@ -58,6 +61,7 @@ class ConnectionWatch {
   ConnectionLimits limits_;
   RefusalLog refuse_;
   RefusalLog::Log log_;
+  mutable std::mutex mutex_;               // guards connections_
   std::map<int, Connection> connections_;  // by file descriptor
 };
 

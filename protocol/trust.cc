@@ -3,6 +3,8 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "protocol/text.h"
+
 namespace hippo::protocol {
 
 std::string PeerIdentity::describe() const {
@@ -34,10 +36,7 @@ PeerIdentity from_user_id(std::string_view user_id) {
 
 ExecKinds parse_exec_kinds(std::string_view text) {
   ExecKinds kinds;
-  size_t start = 0;
-  while (true) {
-    size_t comma = text.find(',', start);
-    std::string_view kind = text.substr(start, comma - start);
+  for (std::string_view kind : comma_separated(text)) {
     if (kind == "searcher")
       kinds.searcher = true;
     else if (kind == "trainer")
@@ -47,9 +46,8 @@ ExecKinds parse_exec_kinds(std::string_view text) {
           "expected the kinds of commands to allow: searcher, trainer or "
           "searcher,trainer; got \"" +
           std::string(text) + "\"");
-    if (comma == std::string_view::npos) return kinds;
-    start = comma + 1;
   }
+  return kinds;
 }
 
 std::string to_string(const ExecKinds& kinds) {

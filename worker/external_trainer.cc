@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "protocol/clock.h"
+#include "protocol/text.h"
 #include "stagetree/sequence_json.h"
 
 namespace hippo::worker {
@@ -53,12 +54,7 @@ std::vector<std::string> trainer_environment(const TrainerPlace& place,
     const size_t n = std::stoul(place.device.substr(5));
     visible = std::to_string(n);
     if (std::optional<std::string> own = value_of("CUDA_VISIBLE_DEVICES")) {
-      std::vector<std::string> listed;
-      for (size_t start = 0; start <= own->size();) {
-        const size_t comma = std::min(own->find(',', start), own->size());
-        listed.push_back(own->substr(start, comma - start));
-        start = comma + 1;
-      }
+      const std::vector<std::string_view> listed = protocol::comma_separated(*own);
       if (n < listed.size()) visible = listed[n];
     }
   }

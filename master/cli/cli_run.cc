@@ -22,6 +22,7 @@
 #include "protocol/log.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
+#include "protocol/text.h"
 
 extern char** environ;
 
@@ -514,17 +515,14 @@ std::vector<int> parse_gpus(const std::string& text) {
     for (int g = 0; g < present; ++g) gpus.push_back(g);
     return gpus;
   }
-  for (size_t start = 0; start <= text.size();) {  // the list's form first, then the devices
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (std::string_view item : protocol::comma_separated(text)) {  // the form, then the devices
     if (item.empty() || item.size() > 4 ||
-        item.find_first_not_of("0123456789") != std::string::npos)
+        item.find_first_not_of("0123456789") != std::string_view::npos)
       throw BadInput("--gpus: expected all or device numbers like 0,1, got \"" + text + "\"");
-    const int g = std::stoi(item);
+    const int g = std::stoi(std::string(item));
     if (std::find(gpus.begin(), gpus.end(), g) != gpus.end())
-      throw BadInput("--gpus: cuda:" + item + " named twice");
+      throw BadInput("--gpus: cuda:" + std::to_string(g) + " named twice");
     gpus.push_back(g);
-    start = comma + 1;
   }
   for (int g : gpus)
     if (g >= present) throw BadInput("--gpus: cuda:" + std::to_string(g) + " requested, " + seen);

@@ -67,8 +67,7 @@ def rng_state():
 
 def set_rng_state(state):
     """Restores what rng_state() returned."""
-    random.setstate(tuple(state["python"][:1]) + (tuple(state["python"][1]),)
-                    + tuple(state["python"][2:]))
+    random.setstate(state["python"])
     if "numpy" in state:
         np = _module("numpy")
         name, keys, pos, has_gauss, cached = state["numpy"]
