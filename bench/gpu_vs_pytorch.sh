@@ -24,11 +24,18 @@ python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 
 python3 -c 'import torch; print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__)'
 echo "$reps repetitions of each; samples/s, median (min..max)"
 
-# median, min and max of samples_per_s over reps runs of a command
+# median, min and max of samples_per_s over reps runs of a command; fails (and says which) when
+# a run exits non-zero or its last line has no positive samples_per_s: no ratio without both.
 measure() {
+  local out values=()
   for _ in $(seq "$reps"); do
-    "$@" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["samples_per_s"])'
-  done | sort -g | awk '{v[NR]=$1} END {printf "%.0f %.0f %.0f\n", v[int((NR+1)/2)], v[1], v[NR]}'
+    out=$("$@") || { echo "error: $* failed" >&2; return 1; }
+    values+=("$(python3 -c 'import json, sys
+v = json.loads(sys.stdin.read().splitlines()[-1])["samples_per_s"]
+print(v) if v > 0 else sys.exit(1)' <<<"$out")") || { echo "error: $*: no samples/s in its output" >&2; return 1; }
+  done
+  printf '%s\n' "${values[@]}" | sort -g |
+    awk '{v[NR]=$1} END {printf "%.0f %.0f %.0f\n", v[int((NR+1)/2)], v[1], v[NR]}'
 }
 
 printf "%-4s %5s %5s %28s %28s %7s\n" model batch prec "hippo median (min..max)" \
@@ -38,8 +45,10 @@ for model in mlp cnn; do
     steps=$([ "$batch" = 128 ] && echo 300 || echo 100)
     for precision in fp32 bf16; do
       args=(--model "$model" --batch "$batch" --precision "$precision" --steps "$steps" --warmup 20)
-      read -r ours ours_lo ours_hi < <(measure "$bench" --device cuda:0 --data-dir "$data" "${args[@]}")
-      read -r torch torch_lo torch_hi < <(measure python3 "$here/gpu_vs_pytorch.py" "${args[@]}")
+      hippo=$(measure "$bench" --device cuda:0 --data-dir "$data" "${args[@]}") || exit 1
+      pytorch=$(measure python3 "$here/gpu_vs_pytorch.py" "${args[@]}") || exit 1
+      read -r ours ours_lo ours_hi <<<"$hippo"
+      read -r torch torch_lo torch_hi <<<"$pytorch"
       ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN {printf "%.2f", a / b}')
       printf "%-4s %5d %5s %10.0f (%7.0f..%7.0f) %10.0f (%7.0f..%7.0f) %6sx\n" "$model" "$batch" \
         "$precision" "$ours" "$ours_lo" "$ours_hi" "$torch" "$torch_lo" "$torch_hi" "$ratio"
