@@ -220,11 +220,14 @@ class HalvingSearcher : public Searcher {
     return t;
   }
 
+  // Hyperband's rungs are anchored at max_length; sha's and asha's at min_length, but their top
+  // rung is max_length itself (as Ray Tune's survivors run to max_t): with min 10, max 100 and
+  // eta 3 the rungs are 10, 30 and 100, not 10, 30, 90.
   int64_t rung_length(const TrialState& t, int k) const {
     int64_t u = spec_.steps_per_epoch(t.params);
-    if (kind_ == Kind::kHyperband)
-      return max_.steps(u) / power(eta_, brackets_[t.bracket].rungs - 1 - k);
-    return min_.steps(u) * power(eta_, k);
+    const int top = brackets_[t.bracket].rungs - 1;
+    if (kind_ == Kind::kHyperband) return max_.steps(u) / power(eta_, top - k);
+    return k == top ? max_.steps(u) : min_.steps(u) * power(eta_, k);
   }
 
   // Trains the trial to its current rung: the spec's evaluation steps below it, and the rung.

@@ -15,7 +15,9 @@
 // L is trained to L and evaluated at the spec's evaluation steps below L, and at L.
 //
 // sha: max_trials trials (grid points first when the space has a grid, then seeded draws) all
-//   start at rung 0. Rung k is min_length * eta^k, for every k where that is at most max_length.
+//   start at rung 0. Rung k is min_length * eta^k, for every k where that is at most max_length,
+//   except the top rung, which is max_length itself (so that the best trials train to the
+//   study's length even when max_length / min_length is not a power of eta).
 //   When every trial of a rung has finished, the best floor(n / eta) (at least 1) of the n that
 //   have a value there go on to the next rung and the others are stopped. The study finishes
 //   when the last rung is done (or no trial of a rung has a value).

@@ -136,10 +136,12 @@ class Reference {
     int rung() const { return static_cast<int>(values.size()) - 1; }
   };
 
+  // Hyperband: max_length * eta^-(top - k); sha and asha: min_length * eta^k, the top at
+  // max_length.
   int64_t rung_length(const Trial& t, int k) const {
-    if (c_.name == "hyperband")
-      return c_.max_steps / power(c_.eta, brackets_[t.bracket].rungs - 1 - k);
-    return c_.min_steps * power(c_.eta, k);
+    const int top = brackets_[t.bracket].rungs - 1;
+    if (c_.name == "hyperband") return c_.max_steps / power(c_.eta, top - k);
+    return k == top ? c_.max_steps : c_.min_steps * power(c_.eta, k);
   }
 
   Train train(RequestId id) const {

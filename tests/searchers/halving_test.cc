@@ -145,6 +145,28 @@ TEST(Sha, TwentySevenTrialsHalveToOne) {
             1);
 }
 
+TEST(Halving, ShaAndAshaSurvivorsTrainToMaxLengthWhenItIsNoPowerOfEta) {
+  // min 10, max 100, eta 3: rungs 10, 30 and 100 (not 90), as Hyperband's top rung is max_length.
+  for (const char* name : {"sha", "asha"}) {
+    json j = spec_json(name);
+    j["searcher"]["min_length"] = {{"steps", 10}};
+    j["searcher"]["max_trials"] = 9;
+    j["length"] = {{"steps", 100}};
+    std::unique_ptr<Searcher> s = make_searcher(parse_spec(j));
+    Sim sim{[](RequestId id, int64_t) { return static_cast<double>(id); }};
+    sim.take(s->on_study_start());
+    sim.run(*s);
+    ASSERT_TRUE(sim.finished()) << name;
+    std::set<int64_t> lengths;
+    for (const Train& t : trains(sim.ops)) lengths.insert(t.length);
+    EXPECT_EQ(lengths, (std::set<int64_t>{10, 30, 100})) << name;
+    EXPECT_FALSE(trained_to(sim.ops, 100).empty()) << name;
+    if (std::string(name) == "sha") {  // 9 -> 3 -> 1: the best, trial 8, to the study's length
+      EXPECT_EQ(trains(sim.ops).back(), (Train{8, 100, {10, 20, 30, 40, 50, 60, 70, 80, 90, 100}}));
+    }
+  }
+}
+
 TEST(Sha, FailedTrialsAndMissingMetricsAreNotRanked) {
   Sim sim{sha_value};
   sim.fails = {{8, 4}, {16, 4}};  // the two best at rung 0 fail
