@@ -1,6 +1,8 @@
 #include "searchers/median_stop.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "searchers/basic.h"
@@ -45,27 +47,38 @@ class MedianStopSearcher : public PoolSearcher {
                             grid_ ? std::optional<uint64_t>(index) : std::nullopt);
   }
 
+  // Optuna's MedianPruner (and Vizier's median rule): once `min_trials` trials have completed
+  // (trained to their length, neither stopped nor failed), a trial whose best value so far is
+  // worse than the median of the completed trials' values at this same step is stopped. Running
+  // and stopped trials never count: they are not the population a finished study compares with.
   bool should_stop(RequestId trial, int64_t step) override {
-    const Params& params = trials_[trial].params;
-    int64_t grace =
-        grace_ ? grace_->steps(spec_.steps_per_epoch(params)) : spec_.eval_steps(params).front();
-    if (step <= grace || step >= spec_.length_steps(params)) return false;
-    std::vector<double> others;
-    for (size_t i = 0; i < trials_.size(); ++i) {
-      auto it = trials_[i].values.find(step);
-      if (static_cast<RequestId>(i) != trial && it != trials_[i].values.end())
-        others.push_back(it->second);
+    const PoolTrial& t = trials_[trial];
+    int64_t grace = grace_ ? grace_->steps(spec_.steps_per_epoch(t.params))
+                           : spec_.eval_steps(t.params).front();
+    if (step <= grace || step >= spec_.length_steps(t.params)) return false;
+    std::vector<double> completed;
+    int64_t n_completed = 0;
+    for (const PoolTrial& other : trials_) {
+      if (other.status != Status::kClosed) continue;
+      ++n_completed;
+      auto it = other.values.find(step);
+      if (it != other.values.end() && !std::isnan(it->second)) completed.push_back(it->second);
     }
-    if (static_cast<int64_t>(others.size()) < min_trials_) return false;
-    std::sort(others.begin(), others.end());
-    size_t n = others.size();
-    double median = n % 2 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
-    return better(median, trials_[trial].values.at(step));
+    if (n_completed < min_trials_ || completed.empty()) return false;
+    std::optional<double> best;  // so far, NaN ignored as numpy's nanmax and nanmin do
+    for (const auto& entry : t.values)
+      if (double value = entry.second; !std::isnan(value) && (!best || better(value, *best)))
+        best = value;
+    if (!best) return true;  // nothing but NaN: Optuna prunes it
+    std::sort(completed.begin(), completed.end());
+    size_t n = completed.size();
+    double median = n % 2 ? completed[n / 2] : (completed[n / 2 - 1] + completed[n / 2]) / 2;
+    return better(median, *best);
   }
 
   bool grid_;
   std::optional<Span> grace_;  // none: the first evaluation step
-  int64_t min_trials_ = 3;
+  int64_t min_trials_ = 5;     // Optuna's n_startup_trials
 };
 
 }  // namespace

@@ -62,12 +62,11 @@ class PbtSearcher : public Searcher {
     if (interval_ < 1) options["interval"].fail("an epoch has no steps here; give steps");
   }
 
-  // The population, and at each later generation the members it replaces.
+  // The population, and at each later generation the members it replaces: at most all but one
+  // (the worst q, and every member that failed).
   std::optional<uint64_t> most_trials() const override {
     int64_t generations = (length_ + interval_ - 1) / interval_;
-    int64_t replaced = std::min(
-        population_ / 2, std::max<int64_t>(1, std::llround(fraction_ * double(population_))));
-    return static_cast<uint64_t>(population_ + (generations - 1) * replaced);
+    return static_cast<uint64_t>(population_ + (generations - 1) * (population_ - 1));
   }
 
   std::vector<Operation> on_study_start() override {
@@ -77,7 +76,7 @@ class PbtSearcher : public Searcher {
       Params params = spec_.space.draw(spec_.seed, id, std::nullopt);
       ops.emplace_back(Create{id, params, std::nullopt});
       ops.emplace_back(Train{id, target_, evals(params, 0)});
-      members_.push_back({id, std::move(params), std::nullopt, false});
+      members_.push_back({id, std::move(params), std::nullopt, false, false});
     }
     next_id_ = population_;
     return ops;
@@ -94,8 +93,12 @@ class PbtSearcher : public Searcher {
     return advance();
   }
 
+  // A failed member keeps its place until its generation ends; then it is replaced like the worst.
   std::vector<Operation> on_trial_failed(RequestId trial) override {
-    if (Member* m = find(trial)) members_.erase(members_.begin() + (m - members_.data()));
+    if (Member* m = find(trial)) {
+      m->failed = m->reported = true;
+      m->value.reset();
+    }
     return advance();
   }
 
@@ -104,8 +107,9 @@ class PbtSearcher : public Searcher {
     for (const Member& m : members_)
       members.push_back({{"trial", m.trial},
                          {"params", m.params},
-                         {"value", m.value ? json(*m.value) : json(nullptr)},
-                         {"reported", m.reported}});
+                         {"value", m.value ? metric_to_json(*m.value) : json(nullptr)},
+                         {"reported", m.reported},
+                         {"failed", m.failed}});
     return {{"target", target_}, {"next_id", next_id_}, {"members", members}};
   }
 
@@ -118,12 +122,14 @@ class PbtSearcher : public Searcher {
     Field list = f["members"];
     for (size_t i = 0, n = list.items(0); i < n; ++i) {
       Field m = list[i];
-      m.check_keys({"trial", "params", "value", "reported"});
+      m.check_keys({"trial", "params", "value", "reported", "failed"});
       if (!m["params"].is_object()) m["params"].fail("expected an object");
       std::optional<double> value;
-      if (!m["value"].json().is_null()) value = m["value"].number();
-      members.push_back(
-          {m["trial"].integer(0, next_id - 1), m["params"].json(), value, m["reported"].boolean()});
+      if (!m["value"].json().is_null()) value = metric_from_json(m["value"]);
+      // States saved before failed members were kept have none ("failed" absent).
+      bool failed = m.has("failed") && m["failed"].boolean();
+      members.push_back({m["trial"].integer(0, next_id - 1), m["params"].json(), value,
+                         m["reported"].boolean(), failed});
     }
     target_ = target;
     next_id_ = next_id;
@@ -135,7 +141,8 @@ class PbtSearcher : public Searcher {
     RequestId trial;
     Params params;
     std::optional<double> value;  // at target_
-    bool reported;                // closed at target_
+    bool reported;                // closed at target_ (or failed)
+    bool failed;                  // its training failed in this generation: to be replaced
   };
 
   Member* find(RequestId trial) {
@@ -159,29 +166,36 @@ class PbtSearcher : public Searcher {
   std::vector<Operation> advance() {
     for (const Member& m : members_)
       if (!m.reported) return {};
-    if (members_.empty() || target_ == length_) return {Finish{}};
-    // Best first; a member without a value last.
+    // Best first; a member without a value after those with one, failed members last.
     std::vector<size_t> rank(members_.size());
     for (size_t i = 0; i < rank.size(); ++i) rank[i] = i;
     std::stable_sort(rank.begin(), rank.end(), [&](size_t a, size_t b) {
-      const std::optional<double>&x = members_[a].value, &y = members_[b].value;
-      if (!x || !y) return x.has_value() > y.has_value();
-      return spec_.searcher.maximize ? *x > *y : *x < *y;
+      const Member &x = members_[a], &y = members_[b];
+      if (x.failed != y.failed) return y.failed;
+      if (!x.value || !y.value) return x.value.has_value() > y.value.has_value();
+      return spec_.searcher.maximize ? *x.value > *y.value : *x.value < *y.value;
     });
-    int64_t n = static_cast<int64_t>(members_.size());
-    int64_t q = std::min(n / 2, std::max<int64_t>(1, std::llround(fraction_ * double(n))));
+    const int64_t n = static_cast<int64_t>(members_.size());
+    const int64_t failed =
+        std::count_if(members_.begin(), members_.end(), [](const Member& m) { return m.failed; });
+    if (failed == n || target_ == length_) return {Finish{}};
+    // The worst q are replaced, and every failed member (the population keeps its size); donors
+    // come from the best q that are alive. q <= n / 2, so donors are never replaced.
+    const int64_t q = std::min(n / 2, std::max<int64_t>(1, std::llround(fraction_ * double(n))));
+    const int64_t replaced = std::max(q, failed), donors = std::min(q, n - failed);
     std::vector<Operation> ops;
     std::vector<Member> next;
-    for (int64_t i = 0; i < n - q; ++i) next.push_back(members_[rank[i]]);
-    for (int64_t i = 0; i < q; ++i) {
+    for (int64_t i = 0; i < n - replaced; ++i) next.push_back(members_[rank[i]]);
+    for (int64_t i = 0; i < replaced; ++i) {
       const Member& loser = members_[rank[n - 1 - i]];
       RequestId id = next_id_++;
       CounterRandom random(spec_.seed, id);
-      const Member& donor = members_[rank[std::min(q - 1, int64_t(random.next() * double(q)))]];
+      const Member& donor =
+          members_[rank[std::min(donors - 1, int64_t(random.next() * double(donors)))]];
       Params params = explore(donor.params, id, random);
-      ops.emplace_back(Stop{loser.trial});
+      if (!loser.failed) ops.emplace_back(Stop{loser.trial});
       ops.emplace_back(Create{id, params, Fork{donor.trial, target_}});
-      next.push_back({id, std::move(params), std::nullopt, false});
+      next.push_back({id, std::move(params), std::nullopt, false, false});
     }
     std::sort(next.begin(), next.end(),
               [](const Member& a, const Member& b) { return a.trial < b.trial; });

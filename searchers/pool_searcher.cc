@@ -1,6 +1,7 @@
 #include "searchers/pool_searcher.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "searchers/basic.h"
@@ -15,6 +16,19 @@ const char* const kStatusNames[] = {"running", "closed", "stopped", "failed"};
 CounterRandom::CounterRandom(uint64_t seed, uint64_t stream) {
   std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(stream), uint32_t(stream >> 32)};
   engine_.seed(seq);
+}
+
+nlohmann::json metric_to_json(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return value;
+}
+
+double metric_from_json(const Field& field) {
+  if (field.json() == "inf") return INFINITY;
+  if (field.json() == "-inf") return -INFINITY;
+  if (field.json() == "nan") return NAN;
+  return field.number();
 }
 
 PoolSearcher::PoolSearcher(const StudySpec& spec, uint64_t max_trials)
@@ -74,7 +88,7 @@ nlohmann::json PoolSearcher::save() const {
   nlohmann::json trials = nlohmann::json::array();
   for (const PoolTrial& t : trials_) {
     nlohmann::json values = nlohmann::json::array();
-    for (const auto& [step, value] : t.values) values.push_back({step, value});
+    for (const auto& [step, value] : t.values) values.push_back({step, metric_to_json(value)});
     trials.push_back({{"params", t.params},
                       {"values", values},
                       {"status", kStatusNames[static_cast<int>(t.status)]}});
@@ -96,7 +110,7 @@ void PoolSearcher::load(const nlohmann::json& state) {
     Field values = t["values"];
     for (size_t j = 0, n = values.items(0); j < n; ++j) {
       if (values[j].items(2) != 2) values[j].fail("expected [step, value]");
-      trials[i].values[values[j][0].integer(0, INT64_MAX)] = values[j][1].number();
+      trials[i].values[values[j][0].integer(0, INT64_MAX)] = metric_from_json(values[j][1]);
     }
     const std::string& status = t["status"].text();
     auto it = std::find(std::begin(kStatusNames), std::end(kStatusNames), status);

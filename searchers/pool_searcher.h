@@ -27,6 +27,11 @@ class CounterRandom {
   std::mt19937_64 engine_;
 };
 
+// A metric value in a saved state: a number, or "inf", "-inf" or "nan" (a diverged trial reaches a
+// searcher as the worst value of its mode, an infinity, which JSON cannot hold).
+nlohmann::json metric_to_json(double value);
+double metric_from_json(const Field& field);
+
 class PoolSearcher : public Searcher {
  public:
   std::vector<Operation> on_study_start() override { return fill(); }

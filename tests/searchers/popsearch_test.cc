@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
 
 #include "searchers/searcher.h"
 #include "tests/searchers/spec_helpers.h"
@@ -85,55 +89,165 @@ json median_study(json options = json::object()) {
   return study({{"lr", {{"grid", {0.1, 0.2, 0.3, 0.4, 0.5}}}}}, searcher);
 }
 
-// Five grid points, four in flight (min_trials 3, grace: the first evaluation, step 10).
+// Five grid points, two in flight, min_trials 2; grace: the first evaluation (step 10).
 const std::vector<Event> kMedianEvents = {
-    validation(0, 10, 0.1), validation(1, 10, 0.1), validation(2, 10, 0.1),
-    validation(3, 10, 0.0),  // within the grace: not judged
-    validation(0, 20, 0.5), validation(1, 20, 0.6), validation(2, 20, 0.7),
-    // Others at 20: 0.5 0.6 0.7, median 0.6: 0.4 is worse -> Stop 3, trial 4 takes its place.
-    validation(3, 20, 0.4), validation(4, 10, 0.9),
-    // Others at 20: 0.4 0.5 0.6 0.7, median 0.55: 0.6 is not worse.
-    validation(4, 20, 0.6), validation(0, 30, 0.55), validation(1, 30, 0.65),
-    validation(2, 30, 0.75),
-    // Others at 30: 0.55 0.65 0.75, median 0.65: 0.6 is worse -> Stop 4.
-    validation(4, 30, 0.6),
-    validation(0, 40, 0.1),  // worst of all, but trained already: the last step is not judged
-    validation(1, 40, 0.8), validation(2, 40, 0.9), closed(0), closed(1), closed(2)};
+    validation(0, 10, 0.5), validation(1, 10, 0.6),
+    validation(0, 20, 0.6),  // no trial has completed: nothing is judged
+    validation(1, 20, 0.2), validation(0, 30, 0.7), validation(1, 30, 0.3), validation(0, 40, 0.8),
+    closed(0),                          // -> trial 2
+    validation(1, 40, 0.4), closed(1),  // -> trial 3; completed: 0 and 1
+    validation(2, 10, 0.1),             // within the grace
+    // Completed at 20: 0.6 0.2, median 0.4; trial 2's best so far 0.5 is not worse.
+    validation(2, 20, 0.5), validation(3, 10, 0.9),
+    // Trial 3's value at 20 is below the median, but its best so far (0.9) is not.
+    validation(3, 20, 0.3),
+    // Completed at 30: 0.7 0.3, median 0.5; trial 2's best so far 0.5 is not worse.
+    validation(2, 30, 0.45), validation(3, 30, 0.4), validation(2, 40, 0.5),
+    closed(2),  // -> trial 4
+    validation(4, 10, 0.1),
+    // Completed at 20: 0.6 0.2 0.5, median 0.5: trial 4's best 0.15 is worse -> Stop 4.
+    validation(4, 20, 0.15), validation(3, 40, 0.95), closed(3)};
 
-TEST(MedianStop, StopsTrialsWorseThanTheMedian) {
-  StudySpec spec = parse_spec(median_study({{"parallel", 4}}));
+TEST(MedianStop, StopsATrialWhoseBestIsWorseThanTheCompletedTrialsMedian) {
+  StudySpec spec = parse_spec(median_study({{"parallel", 2}, {"min_trials", 2}}));
   std::unique_ptr<Searcher> s = make_searcher(spec);
   Ops start = s->on_study_start();
-  ASSERT_EQ(start.size(), 8u);
-  for (int64_t i = 0; i < 4; ++i) {
+  ASSERT_EQ(start.size(), 4u);
+  for (int64_t i = 0; i < 2; ++i) {
     EXPECT_EQ(start[2 * i], Operation(Create{i, spec.space.draw(7, i, i), std::nullopt}));
     EXPECT_EQ(start[2 * i + 1], Operation(Train{i, 40, Steps{10, 20, 30, 40}}));
   }
-  EXPECT_EQ(spec.space.draw(7, 4, 4)["lr"], 0.5);  // grid order
+  auto created = [&](RequestId id) {
+    return Ops{Create{id, spec.space.draw(7, id, id), std::nullopt},
+               Train{id, 40, Steps{10, 20, 30, 40}}};
+  };
   std::vector<Ops> answers;
   for (const Event& e : kMedianEvents) answers.push_back(feed(*s, e));
   for (size_t i = 0; i < answers.size(); ++i) {
     if (i == 7)
-      EXPECT_EQ(answers[i], (Ops{Stop{3}, Create{4, spec.space.draw(7, 4, 4), std::nullopt},
-                                 Train{4, 40, Steps{10, 20, 30, 40}}}));
-    else if (i == 13)
-      EXPECT_EQ(answers[i], Ops{Stop{4}});
+      EXPECT_EQ(answers[i], created(2));
+    else if (i == 9)
+      EXPECT_EQ(answers[i], created(3));
+    else if (i == 17)
+      EXPECT_EQ(answers[i], created(4));
+    else if (i == 19)
+      EXPECT_EQ(answers[i], Ops{Stop{4}});  // the last trial: nothing to create
     else if (i + 1 == answers.size())
       EXPECT_EQ(answers[i], Ops{Finish{}});
     else
-      EXPECT_TRUE(answers[i].empty()) << "event " << i;
+      EXPECT_TRUE(answers[i].empty()) << "event " << i << ": " << answers[i].size() << " ops";
   }
 }
 
 TEST(MedianStop, GraceAndMinTrials) {
-  // Trial 3's 0.4 at step 20 is not judged within a grace of 2 epochs (20 steps), nor with only
-  // three others when four are needed.
-  for (json options : {json{{"grace", {{"epochs", 2}}}}, json{{"min_trials", 4}}}) {
-    options["parallel"] = 4;
+  // Trial 4's 0.15 at step 20 is not judged within a grace of 2 epochs (20 steps), nor before
+  // four trials have completed.
+  for (json options :
+       {json{{"grace", {{"epochs", 2}}}, {"min_trials", 2}}, json{{"min_trials", 4}}}) {
+    options["parallel"] = 2;
     std::unique_ptr<Searcher> s = make_searcher(parse_spec(median_study(options)));
     s->on_study_start();
-    for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(feed(*s, kMedianEvents[i]).empty()) << options;
+    for (size_t i = 0; i < kMedianEvents.size(); ++i) {
+      Ops ops = feed(*s, kMedianEvents[i]);
+      for (const Operation& op : ops) EXPECT_FALSE(std::holds_alternative<Stop>(op)) << options;
+    }
   }
+}
+
+// Optuna's MedianPruner.prune (optuna/pruners/_percentile.py, percentile 50), written from its
+// definition over what the test saw happen: the trials that completed, and every value reported.
+struct History {
+  std::map<RequestId, std::map<int64_t, double>> values;
+  std::set<RequestId> completed;
+};
+
+bool optuna_median_prunes(const History& h, RequestId trial, int64_t step, bool maximize,
+                          int64_t n_startup_trials, int64_t n_warmup_steps) {
+  if (h.completed.empty() || static_cast<int64_t>(h.completed.size()) < n_startup_trials)
+    return false;
+  if (step < n_warmup_steps) return false;
+  double best = NAN;  // np.nanmax / np.nanmin over the trial's intermediate values
+  for (const auto& [s, v] : h.values.at(trial))
+    if (!std::isnan(v) && (std::isnan(best) || (maximize ? v > best : v < best))) best = v;
+  if (std::isnan(best)) return true;
+  std::vector<double> at_step;  // np.nanpercentile(..., 50): NaN dropped, linear interpolation
+  for (RequestId t : h.completed) {
+    auto it = h.values.at(t).find(step);
+    if (it != h.values.at(t).end() && !std::isnan(it->second)) at_step.push_back(it->second);
+  }
+  if (at_step.empty()) return false;
+  std::sort(at_step.begin(), at_step.end());
+  double position = 0.5 * double(at_step.size() - 1);
+  size_t below = static_cast<size_t>(position);
+  double p =
+      at_step[below] + (position - double(below)) *
+                           (at_step[std::min(below + 1, at_step.size() - 1)] - at_step[below]);
+  return maximize ? best < p : best > p;
+}
+
+TEST(MedianStop, DecidesAsOptunasMedianPrunerOnRandomHistories) {
+  int64_t judged = 0, stops = 0;
+  for (uint64_t seed = 0; seed < 150; ++seed) {
+    std::mt19937_64 random(seed);
+    auto uniform = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(random);
+    };
+    const bool maximize = uniform(0, 1);
+    const int64_t min_trials = uniform(1, 5), parallel = uniform(1, 4);
+    json j = median_study({{"max_trials", uniform(4, 16)},
+                           {"parallel", parallel},
+                           {"min_trials", min_trials},
+                           {"mode", maximize ? "max" : "min"}});
+    j["hyperparameters"]["lr"] = {{"uniform", {0.01, 1.0}}};
+    std::unique_ptr<Searcher> s = make_searcher(parse_spec(j));
+    History h;
+    std::vector<RequestId> running;
+    std::map<RequestId, size_t> reported;  // evaluations reported so far
+    auto apply = [&](const Ops& ops) {
+      for (const Operation& op : ops)
+        if (const Create* c = std::get_if<Create>(&op)) running.push_back(c->trial);
+    };
+    apply(s->on_study_start());
+    const Steps evals = {10, 20, 30, 40};
+    while (!running.empty()) {
+      size_t pick = static_cast<size_t>(uniform(0, int64_t(running.size()) - 1));
+      RequestId t = running[pick];
+      int64_t step = evals[reported[t]++];
+      double value = uniform(0, 19) == 0 ? NAN : std::uniform_real_distribution<>(0, 1)(random);
+      h.values[t][step] = value;
+      // Judged as Optuna would, except the last step (trained already: nothing left to save).
+      bool expected = step < 40 && optuna_median_prunes(h, t, step, maximize, min_trials, 11);
+      Ops ops = s->on_validation(t, step, value);
+      bool stopped = !ops.empty() && ops.front() == Operation(Stop{t});
+      ASSERT_EQ(stopped, expected) << "seed " << seed << ", trial " << t << ", step " << step;
+      judged += step < 40;
+      stops += stopped;
+      if (stopped || step == 40) {
+        running.erase(running.begin() + static_cast<ptrdiff_t>(pick));
+        if (!stopped) {
+          h.completed.insert(t);
+          ops = s->on_trial_closed(t);
+        }
+        apply(ops);
+      }
+    }
+  }
+  EXPECT_GT(judged, 1000);
+  EXPECT_GT(stops, 100);  // the rule did decide things
+}
+
+TEST(MedianStop, TheExampleStopsNoTrialBeforeAnyHasCompleted) {
+  json j = json::parse(std::ifstream(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-median-stop.json"));
+  std::unique_ptr<Searcher> s = make_searcher(parse_spec(j));
+  Ops start = s->on_study_start();
+  std::vector<RequestId> first;
+  for (const Operation& op : start)
+    if (const Create* c = std::get_if<Create>(&op)) first.push_back(c->trial);
+  ASSERT_FALSE(first.empty());
+  // Every running trial reports a poor value at every evaluation before the last: none is stopped.
+  for (int64_t step : parse_spec(j).eval_steps(Params::object()))
+    for (RequestId t : first)
+      EXPECT_TRUE(s->on_validation(t, step, 0.01 * double(t)).empty()) << "trial " << t;
 }
 
 TEST(MedianStop, KeepsParallelInFlightAndFinishesAfterFailures) {
@@ -149,7 +263,12 @@ TEST(MedianStop, KeepsParallelInFlightAndFinishesAfterFailures) {
 }
 
 TEST(MedianStop, SaveAndLoadContinueIdentically) {
-  expect_restores_identically(median_study({{"parallel", 4}}), kMedianEvents);
+  expect_restores_identically(median_study({{"parallel", 2}, {"min_trials", 2}}), kMedianEvents);
+  // A diverged trial reaches the searcher as the worst value: infinite, which JSON cannot hold.
+  std::vector<Event> diverged = kMedianEvents;
+  diverged[3].value = -INFINITY;
+  diverged[18].value = -INFINITY;
+  expect_restores_identically(median_study({{"parallel", 2}, {"min_trials", 2}}), diverged);
 }
 
 TEST(MedianStop, OptionErrors) {
@@ -240,7 +359,7 @@ TEST(Pbt, ResamplesWithProbabilityOne) {
   EXPECT_EQ(last.at(1), Operation(Create{4, spec.space.draw(7, 4, std::nullopt), Fork{1, 10}}));
 }
 
-TEST(Pbt, EvaluatesTheSpecStepsWithinAGenerationAndSurvivesAFailure) {
+TEST(Pbt, EvaluatesTheSpecStepsWithinAGenerationAndReplacesAFailedMember) {
   json j = pbt_study({{"interval", {{"epochs", 2}}}});
   j["hyperparameters"]["batch_size"] = 128;
   j["length"] = {{"epochs", 3}};
@@ -253,16 +372,60 @@ TEST(Pbt, EvaluatesTheSpecStepsWithinAGenerationAndSurvivesAFailure) {
     s->on_validation(t, 20, 0.1 * double(t));
     next = s->on_trial_closed(t);
   }
-  // Three members left: round(0.75) = 1 replaced (0 by a fork of 2), the last generation to 30.
+  // Ranked 2 > 1 > 0 > 3 (failed): q = 1, and the failed member is the worst: 3 is replaced by a
+  // fork of 2 (no Stop: it ended already), 0 stays. Four members train to 30, the spec's length.
   ASSERT_EQ(next.size(), 5u);
-  EXPECT_EQ(next[0], Operation(Stop{0}));
-  EXPECT_EQ(std::get<Create>(next[1]).trial, 4);
-  EXPECT_EQ(std::get<Create>(next[1]).fork, (Fork{2, 20}));
+  EXPECT_EQ(std::get<Create>(next[0]).trial, 4);
+  EXPECT_EQ(std::get<Create>(next[0]).fork, (Fork{2, 20}));
+  EXPECT_EQ(next[1], Operation(Train{0, 30, Steps{30}}));
   EXPECT_EQ(next[4], Operation(Train{4, 30, Steps{30}}));
+}
+
+TEST(Pbt, ThePopulationKeepsItsSizeAfterFailures) {
+  // Population 6, fraction 0.25: q = round(1.5) = 2. Three members fail in generation 1: all
+  // three are replaced (more than q), by forks of the best two alive; generation 2 has 6 members.
+  std::unique_ptr<Searcher> s = make_searcher(parse_spec(pbt_study({{"population", 6}})));
+  s->on_study_start();
+  for (RequestId t : {1, 3, 4}) EXPECT_TRUE(s->on_trial_failed(t).empty());
+  s->on_validation(0, 10, 0.5);
+  EXPECT_TRUE(s->on_trial_closed(0).empty());
+  s->on_validation(2, 10, 0.9);
+  EXPECT_TRUE(s->on_trial_closed(2).empty());
+  s->on_validation(5, 10, 0.1);
+  Ops next = s->on_trial_closed(5);
+  std::vector<RequestId> trained, donors;
+  for (const Operation& op : next) {
+    EXPECT_FALSE(std::holds_alternative<Stop>(op)) << "the three alive stay (3 >= q replaced)";
+    if (const Create* c = std::get_if<Create>(&op)) donors.push_back(c->fork->donor);
+    if (const Train* t = std::get_if<Train>(&op)) trained.push_back(t->trial);
+  }
+  EXPECT_EQ(trained, (std::vector<RequestId>{0, 2, 5, 6, 7, 8}));
+  for (RequestId d : donors) EXPECT_TRUE(d == 2 || d == 0) << d;  // the best two alive
+  // Generation 2: all six report; the worst two (q) are replaced, as with no failure.
+  for (RequestId t : trained) s->on_validation(t, 20, 0.1 * double(t));
+  for (size_t i = 0; i + 1 < trained.size(); ++i)
+    EXPECT_TRUE(s->on_trial_closed(trained[i]).empty());
+  next = s->on_trial_closed(trained.back());
+  EXPECT_EQ(std::count_if(next.begin(), next.end(),
+                          [](const Operation& op) { return std::holds_alternative<Stop>(op); }),
+            2);
+  EXPECT_EQ(std::count_if(next.begin(), next.end(),
+                          [](const Operation& op) { return std::holds_alternative<Train>(op); }),
+            6);
+  // Everyone fails in the last generation: the study ends.
+  for (const Operation& op : next)
+    if (const Train* t = std::get_if<Train>(&op)) next = s->on_trial_failed(t->trial);
+  EXPECT_EQ(next, Ops{Finish{}});
 }
 
 TEST(Pbt, SaveAndLoadContinueIdentically) {
   expect_restores_identically(pbt_study(), kPbtEvents);
+  // A failure, kept until the generation ends; a diverged member (the worst value, infinite).
+  std::vector<Event> events = kPbtEvents;
+  events[0] = validation(0, 10, -INFINITY);
+  events[6] = failed(3);
+  events.erase(events.begin() + 7);  // closed(3)
+  expect_restores_identically(pbt_study(), events);
   expect_restores_identically(pbt_study({{"resample", 0.5}, {"perturb", {0.8, 1.2}}}), kPbtEvents);
 }
 
