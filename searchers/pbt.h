@@ -11,14 +11,15 @@
 // so that the population keeps its size: each gets Stop (unless it failed), and a new trial takes
 // its place,
 //   Create{new id, params, Fork{donor, k * interval}}
-// with a donor drawn from the best q that are alive, whose sequences are the donor's up to the fork step (a branch
-// of the stage tree) and follow the new params after it. The new params are the donor's, explored
-// leaf by leaf: with probability `resample` a fresh draw of the leaf's distribution; otherwise a
-// number is multiplied by one of the `perturb` factors (drawn) and clipped to the leaf's range
-// (ints rounded), and a grid or choice value is kept. Then every living member trains to
-// (k + 1) * interval; the study finishes at the spec's length (a member that fails in the last
-// generation is not replaced: there is nothing left to train), or when every member failed. Evaluations are the spec's ones in
-// each generation plus its end. All randomness comes from (seed, new trial id).
+// with a donor drawn from the best q that are alive, whose sequences are the donor's up to the fork
+// step (a branch of the stage tree) and follow the new params after it. The new params are the
+// donor's, explored leaf by leaf: with probability `resample` a fresh draw of the leaf's
+// distribution; otherwise a number is multiplied by one of the `perturb` factors (drawn) and
+// clipped to the leaf's range (ints rounded), and a grid or choice value is kept. Then every living
+// member trains to (k + 1) * interval; the study finishes at the spec's length (a member that fails
+// in the last generation is not replaced: there is nothing left to train), or when every member
+// failed. Evaluations are the spec's ones in each generation plus its end. All randomness comes
+// from (seed, new trial id).
 //
 // A schedule would be ill defined under PBT (which values would it change?): every
 // hyper-parameter must be a constant or a plain distribution. A batch size drawn per member
