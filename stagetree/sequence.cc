@@ -23,7 +23,7 @@ double cosine_value(double v0, double v1, int64_t x, int64_t n) {
 }
 
 bool changes_every_step(const Segment& s) {
-  return s.kind == SegmentKind::kLinear || s.kind == SegmentKind::kCosine;
+  return interpolates(s.kind);
 }
 
 // True when a and b give the same value at every step both cover, judged from their parameters.
@@ -36,6 +36,8 @@ bool same_function(const Segment& a, const Segment& b) {
       return a.start == b.start && same_bits(a.gamma, b.gamma) && a.period == b.period;
     case SegmentKind::kLinear:
     case SegmentKind::kCosine:
+    case SegmentKind::kRamp:
+    case SegmentKind::kSqrtDecay:
       return a.start == b.start && a.end == b.end && same_bits(a.v1, b.v1);
   }
   return false;
@@ -110,8 +112,17 @@ const char* segment_kind_name(SegmentKind kind) {
       return "cosine";
     case SegmentKind::kExponential:
       return "exponential";
+    case SegmentKind::kRamp:
+      return "ramp";
+    case SegmentKind::kSqrtDecay:
+      return "1-sqrt";
   }
   return "unknown";
+}
+
+bool interpolates(SegmentKind kind) {
+  return kind == SegmentKind::kLinear || kind == SegmentKind::kCosine ||
+         kind == SegmentKind::kRamp || kind == SegmentKind::kSqrtDecay;
 }
 
 double Segment::value_at(int64_t step) const {
@@ -124,6 +135,10 @@ double Segment::value_at(int64_t step) const {
       return cosine_value(v0, v1, step - start, end - start);
     case SegmentKind::kExponential:
       return v0 * std::pow(gamma, double((step - start) / period));
+    case SegmentKind::kRamp:
+      return v0 + (v1 - v0) * (double(step - start) / double(end - start));
+    case SegmentKind::kSqrtDecay:
+      return v1 + (v0 - v1) * (1 - std::sqrt(double(step - start) / double(end - start)));
   }
   return v0;
 }
@@ -155,8 +170,10 @@ Sequence Sequence::from_segments(std::vector<Segment> segments) {
         break;
       case SegmentKind::kLinear:
       case SegmentKind::kCosine:
+      case SegmentKind::kRamp:
+      case SegmentKind::kSqrtDecay:
         if (!std::isfinite(s.v1)) fail("v1 must be finite");
-        if (s.end == kForever) fail("a linear or cosine segment needs a finite end");
+        if (s.end == kForever) fail("a segment that goes from v0 to v1 needs a finite end");
         s.gamma = 1, s.period = 1;
         // Degenerate: one value throughout. value_at(start) keeps the exact bits it evaluates to.
         if (s.v0 == s.v1 || s.end - s.start == 1)
@@ -203,6 +220,8 @@ std::string Sequence::describe(int64_t start, int64_t end) const {
         break;
       case SegmentKind::kLinear:
       case SegmentKind::kCosine:
+      case SegmentKind::kRamp:
+      case SegmentKind::kSqrtDecay:
         // The piece's own range tells pieces apart that differ only in length.
         out += std::string(segment_kind_name(s.kind)) + " " + format_number(s.v0) + "->" +
                format_number(s.v1) + " over [" + std::to_string(s.start) + ", " +
@@ -232,8 +251,8 @@ Sequence splice(const Sequence& before, const Sequence& after, int64_t at) {
     if (s.start >= at) break;
     if (s.end > at) {
       // A constant or exponential piece keeps its values when it ends sooner (an exponential's
-      // depend on its start and period only); linear and cosine pieces would change.
-      if (s.kind == SegmentKind::kLinear || s.kind == SegmentKind::kCosine)
+      // depend on its start and period only); pieces that interpolate would change.
+      if (interpolates(s.kind))
         throw std::invalid_argument(std::string("cannot cut a ") + segment_kind_name(s.kind) +
                                     " piece at step " + std::to_string(at));
       s.end = at;
@@ -366,6 +385,34 @@ Sequence warmup_linear(double init, int64_t warmup, const Sequence& after) {
     if (s.end != kForever) s.end += warmup;
     segs.push_back(s);
   }
+  return Sequence::from_segments(std::move(segs));
+}
+
+Sequence wsd(double peak, int64_t warmup, int64_t decay_start, int64_t decay, double final_value,
+             const std::string& shape) {
+  if (warmup < 0) throw std::invalid_argument("wsd warmup must not be negative");
+  if (decay_start < warmup)
+    throw std::invalid_argument("wsd decay_start must not precede warmup's end");
+  if (decay < 1) throw std::invalid_argument("wsd decay must be at least 1 step");
+  if (decay_start > kForever - 1 - decay)
+    throw std::invalid_argument("wsd decay ends past the last step");
+  SegmentKind cooldown = shape == "linear"   ? SegmentKind::kRamp
+                         : shape == "cosine" ? SegmentKind::kCosine
+                         : shape == "1-sqrt" ? SegmentKind::kSqrtDecay
+                                             : throw std::invalid_argument(
+                                                   "wsd shape must be linear, cosine or 1-sqrt, "
+                                                   "got \"" +
+                                                   shape + "\"");
+  std::vector<Segment> segs;
+  if (warmup > 0)
+    segs.push_back({.kind = SegmentKind::kLinear, .start = 0, .end = warmup, .v0 = 0, .v1 = peak});
+  if (decay_start > warmup) segs.push_back({.start = warmup, .end = decay_start, .v0 = peak});
+  segs.push_back({.kind = cooldown,
+                  .start = decay_start,
+                  .end = decay_start + decay,
+                  .v0 = peak,
+                  .v1 = final_value});
+  segs.push_back({.start = decay_start + decay, .v0 = final_value});
   return Sequence::from_segments(std::move(segs));
 }
 

@@ -54,8 +54,11 @@ Segment segment_from_json(const json& j, const std::string& path) {
   if (kind == "constant") {
     s.kind = SegmentKind::kConstant;
     check_keys(j, path, {"kind", "start", "end", "v0"});
-  } else if (kind == "linear" || kind == "cosine") {
-    s.kind = kind == "linear" ? SegmentKind::kLinear : SegmentKind::kCosine;
+  } else if (kind == "linear" || kind == "cosine" || kind == "ramp" || kind == "1-sqrt") {
+    s.kind = kind == "linear"   ? SegmentKind::kLinear
+             : kind == "cosine" ? SegmentKind::kCosine
+             : kind == "ramp"   ? SegmentKind::kRamp
+                                : SegmentKind::kSqrtDecay;
     check_keys(j, path, {"kind", "start", "end", "v0", "v1"});
     s.v1 = get_number(j, path, "v1");
   } else if (kind == "exponential") {
@@ -64,7 +67,8 @@ Segment segment_from_json(const json& j, const std::string& path) {
     s.gamma = get_number(j, path, "gamma");
     s.period = get_integer(j, path, "period");
   } else {
-    fail(path + ".kind", "expected constant, linear, cosine or exponential, got " + shown(kind));
+    fail(path + ".kind",
+         "expected constant, linear, cosine, exponential, ramp or 1-sqrt, got " + shown(kind));
   }
   s.start = get_integer(j, path, "start");
   s.end = j.contains("end") ? get_integer(j, path, "end") : kForever;
@@ -81,7 +85,7 @@ json to_json(const Sequence& seq) {
     json j = {{"kind", segment_kind_name(s.kind)}, {"start", s.start}};
     if (s.end != kForever) j["end"] = s.end;
     j["v0"] = s.v0;
-    if (s.kind == SegmentKind::kLinear || s.kind == SegmentKind::kCosine) j["v1"] = s.v1;
+    if (interpolates(s.kind)) j["v1"] = s.v1;
     if (s.kind == SegmentKind::kExponential) {
       j["gamma"] = s.gamma;
       j["period"] = s.period;

@@ -22,7 +22,7 @@ inline int64_t random_length(std::mt19937_64& rng) {
 
 // A numeric sequence; `nest` allows warmup_linear (whose `after` is another random sequence).
 inline Sequence random_numeric(std::mt19937_64& rng, bool nest = true) {
-  switch (std::uniform_int_distribution<int>(0, nest ? 7 : 6)(rng)) {
+  switch (std::uniform_int_distribution<int>(0, nest ? 8 : 7)(rng)) {
     case 0:
       return Sequence::constant(random_value(rng));
     case 1: {
@@ -54,6 +54,11 @@ inline Sequence random_numeric(std::mt19937_64& rng, bool nest = true) {
            .v1 = random_value(rng)},
           {.start = b, .v0 = random_value(rng)},
       });
+    }
+    case 7: {  // warmup-stable-decay: cooldowns that start and end alike, in other shapes
+      int64_t warmup = pick<int64_t>(rng, {0, 1, 2}), start = warmup + random_length(rng);
+      return wsd(random_value(rng), warmup, start, random_length(rng), random_value(rng),
+                 pick<const char*>(rng, {"linear", "cosine", "1-sqrt"}));
     }
     default:
       return warmup_linear(random_value(rng), random_length(rng), random_numeric(rng, false));

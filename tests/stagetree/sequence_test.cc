@@ -102,6 +102,48 @@ TEST(Schedules, WarmupLinearWithNestedAfterMatchesInterface) {
   EXPECT_EQ(late.value_at(kForever - 10), 2);
 }
 
+// INTERFACE.md's wsd: warmup P (s + 1) / W, P until S, a cooldown over D steps with x = (s - S) /
+// D, then F. Every shape, with and without a warmup, at every step around each boundary.
+TEST(Schedules, WsdMatchesInterface) {
+  constexpr double P = 0.1, F = 0.001;
+  for (int64_t W : {0, 10})
+    for (int64_t S : {W, W + 30})
+      for (const char* shape : {"linear", "cosine", "1-sqrt"}) {
+        const int64_t D = 20;
+        Sequence seq = wsd(P, W, S, D, F, shape);
+        for (int64_t s = 0; s < S + D + 5; ++s) {
+          double want = F;
+          if (s < W) {
+            want = P * double(s + 1) / double(W);
+          } else if (s < S) {
+            want = P;
+          } else if (s < S + D) {
+            double x = double(s - S) / double(D);
+            want = std::string(shape) == "linear"   ? P + (F - P) * x
+                   : std::string(shape) == "cosine" ? interface_cosine(P, F, D, s - S)
+                                                    : F + (P - F) * (1 - std::sqrt(x));
+          }
+          EXPECT_EQ(bits(seq.value_at(s)), bits(want))
+              << shape << " W " << W << " S " << S << " step " << s;
+        }
+        EXPECT_EQ(seq.value_at(kForever - 1), F);
+      }
+  // Cooldowns from one start in other shapes share every step before it, and part at the first
+  // step whose values differ (S or S + 1: all three give P or nearly P at x = 0).
+  Sequence linear = wsd(P, 10, 40, 20, F, "linear"), cosine = wsd(P, 10, 40, 20, F, "cosine");
+  int64_t first = 40;
+  while (bits(linear.value_at(first)) == bits(cosine.value_at(first))) ++first;
+  EXPECT_EQ(divergence(linear, cosine), first);
+  EXPECT_LE(first, 41);
+  // A linear cooldown's first value is P exactly (x = 0): a later one parts at S + 1.
+  EXPECT_EQ(divergence(wsd(P, 10, 40, 20, F, "linear"), wsd(P, 10, 60, 20, F, "linear")), 41);
+  EXPECT_EQ(wsd(P, 0, 4, 4, 0, "1-sqrt").describe(0, 10), "0.1, 1-sqrt 0.1->0 over [4, 8), 0");
+  expect_invalid([] { wsd(P, -1, 4, 4, F, "linear"); }, "negative");
+  expect_invalid([] { wsd(P, 5, 4, 4, F, "linear"); }, "warmup");
+  expect_invalid([] { wsd(P, 0, 4, 0, F, "linear"); }, "at least 1");
+  expect_invalid([] { wsd(P, 0, 4, 4, F, "square"); }, "linear, cosine or 1-sqrt");
+}
+
 TEST(Canonical, DegeneratePiecesBecomeConstantsAndMerge) {
   Sequence seq = Sequence::from_segments({
       {.kind = SegmentKind::kLinear, .start = 0, .end = 10, .v0 = 0.5, .v1 = 0.5},
