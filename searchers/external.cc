@@ -264,7 +264,8 @@ void ExternalSearcher::talk(const json& event,
 
 json ExternalSearcher::study_event(const char* name) const {
   json space = json::array();
-  bool per_trial_length = false;  // the batch size, and so an epoch, differs between trials
+  // The batch size, and so an epoch, differs between trials; or each trial ends with its cooldown.
+  bool per_trial_length = !spec_.one_length();
   for (const Param& p : spec_.space.params()) {
     static const char* const kKinds[] = {"grid", "choice", "uniform", "loguniform", "int"};
     json leaf = {{"name", p.name}, {"kind", kKinds[static_cast<int>(p.kind)]}};

@@ -169,6 +169,12 @@ class HalvingSearcher : public Searcher {
   // with min_length * eta^k <= max_length. Every trial must have the same rungs, so the two are
   // compared in their common unit, or in steps when one batch size makes them comparable.
   int top_rung(const Field& options) {
+    // Rungs are lengths common to all trials; with length.end_of each trial has its own.
+    if (!spec_.one_length())
+      Field(spec_.searcher.options, "searcher.name")
+          .fail(name() +
+                " ranks trials at common rung lengths, and with length.end_of every trial ends "
+                "at its own step: give the study a fixed length");
     bool batch_drawn = std::any_of(spec_.space.params().begin(), spec_.space.params().end(),
                                    [](const Param& p) { return p.name == "batch_size"; });
     int64_t u = batch_drawn ? 0 : spec_.steps_per_epoch(Params::object());

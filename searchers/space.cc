@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "stagetree/settings.h"
@@ -31,7 +32,9 @@ Rule rule_for(const SettingInfo* s) {
 const Rule kFactor{Rule::kNumber, 0, kInf, {}};               // gamma
 const Rule kIntegerFactor{Rule::kInteger, 1, 1 << 20, {}};    // gamma of an integer setting
 const Rule kUnits{Rule::kInteger, 1, double(kMaxUnits), {}};  // lengths, milestones
-const Rule kStart{Rule::kInteger, 0, double(kMaxUnits), {}};  // a piecewise point's start
+const Rule kStart{Rule::kInteger, 0, double(kMaxUnits), {}};  // a piecewise point's start; wsd's
+                                                              // warmup and decay_start
+const Rule kCooldownShape{Rule::kText, -kInf, kInf, {"linear", "cosine", "1-sqrt"}};
 
 std::string number_text(double v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -210,6 +213,7 @@ class Parser {
     for (const ScheduleField& field : shape->fields) keys.push_back(field.name);
     f.check_keys(keys);
     std::string unit = outer_unit;
+    std::map<std::string_view, std::pair<double, double>> ranges;  // of each length field
     if (f.has("unit")) {
       unit = f["unit"].text();
       if (unit != "step" && unit != "epoch")
@@ -231,7 +235,14 @@ class Parser {
           leaf(sub, integer ? kIntegerFactor : kFactor, sub_name, sub_where);
           break;
         case K::kUnits:
-          leaf(sub, kUnits, sub_name, sub_where);
+        case K::kUnitsFrom0: {
+          size_t before = params_->size();
+          leaf(sub, field.kind == K::kUnits ? kUnits : kStart, sub_name, sub_where);
+          ranges[field.name] = leaf_range(sub, before);
+          break;
+        }
+        case K::kShape:
+          leaf(sub, kCooldownShape, sub_name, sub_where);
           break;
         case K::kUnitsList:
           for (size_t i = 0, n = sub.items(1); i < n; ++i)
@@ -268,6 +279,13 @@ class Parser {
           break;
       }
     }
+    // Every trial's cooldown must start after its warmup: the ranges may not overlap.
+    if (shape->name == "wsd" && ranges["warmup"].second > ranges["decay_start"].first)
+      f["decay_start"].fail("the cooldown must not start before the warmup ends: decay_start " +
+                            std::string(f["decay_start"].is_object() ? "may be " : "is ") +
+                            number_text(ranges["decay_start"].first) + ", warmup " +
+                            std::string(f["warmup"].is_object() ? "up to " : "") +
+                            number_text(ranges["warmup"].second));
   }
 
   const SpaceRules& rules_;
@@ -295,6 +313,9 @@ Sequence build_schedule(const json& s, int64_t steps_per_epoch, const std::strin
   if (kind == "warmup_linear")
     return warmup_linear(num("init"), steps(s.at("warmup")),
                          build_schedule(s.at("after"), steps_per_epoch, unit));
+  if (kind == "wsd")
+    return wsd(num("peak"), steps(s.at("warmup")), steps(s.at("decay_start")), steps(s.at("decay")),
+               num("final"), s.at("shape").get<std::string>());
   std::vector<std::pair<int64_t, double>> points;  // piecewise
   for (const json& p : s.at("points")) points.emplace_back(steps(p.at(0)), p.at(1).get<double>());
   return piecewise(points);
@@ -333,6 +354,14 @@ const std::vector<ScheduleShape>& schedule_shapes() {
       {"cosine", {{"init", K::kValue}, {"final", K::kValue}, {"length", K::kUnits}}, false},
       {"warmup_linear", {{"init", K::kValue}, {"warmup", K::kUnits}, {"after", K::kAfter}}, false},
       {"piecewise", {{"points", K::kPoints}}, true},
+      {"wsd",
+       {{"peak", K::kValue},
+        {"warmup", K::kUnitsFrom0},
+        {"decay_start", K::kUnitsFrom0},
+        {"decay", K::kUnits},
+        {"final", K::kValue},
+        {"shape", K::kShape}},
+       false},
   };
   return kShapes;
 }
@@ -468,6 +497,19 @@ Params SearchSpace::draw(uint64_t seed, uint64_t counter,
     out[p.name] = std::move(v);
   }
   return out;
+}
+
+int64_t SearchSpace::cooldown_end(const std::string& name, const Params& params,
+                                  int64_t steps_per_epoch) const {
+  size_t index = std::find(names_.begin(), names_.end(), name) - names_.begin();
+  if (index == names_.size()) throw SpecError(name + ": no such hyper-parameter");
+  json value = values_[index];
+  for (const Param& p : params_)
+    if (p.hyperparam == index) value[p.where] = params.at(p.name);
+  if (!value.is_object() || value.value("schedule", "") != "wsd")
+    throw SpecError(name + ": not a wsd schedule");
+  int64_t u = value.value("unit", "step") == "epoch" ? steps_per_epoch : 1;
+  return (value.at("decay_start").get<int64_t>() + value.at("decay").get<int64_t>()) * u;
 }
 
 Hyperparams SearchSpace::instantiate(const Params& params, int64_t steps_per_epoch) const {

@@ -26,12 +26,14 @@ namespace hippo {
 // by the tests (every numeric field of every schedule may be a number or a distribution).
 struct ScheduleField {
   enum Kind {
-    kValue,      // a value of the setting (init, final, a point's value)
-    kFactor,     // gamma
-    kUnits,      // a length in units (every, length, warmup): an integer >= 1
-    kUnitsList,  // milestones: a list of lengths
-    kPoints,     // [[start, value], ...]: starts are integers from 0, increasing
-    kAfter,      // a nested schedule
+    kValue,       // a value of the setting (init, final, a point's value)
+    kFactor,      // gamma
+    kUnits,       // a length in units (every, length, warmup): an integer >= 1
+    kUnitsFrom0,  // a length that may be 0 (wsd's warmup and decay_start)
+    kUnitsList,   // milestones: a list of lengths
+    kPoints,      // [[start, value], ...]: starts are integers from 0, increasing
+    kAfter,       // a nested schedule
+    kShape,       // wsd's cooldown shape: "linear", "cosine" or "1-sqrt"
   };
   std::string_view name;
   Kind kind;
@@ -106,6 +108,10 @@ class SearchSpace {
   // The trial's sequences, every length in steps (`unit: epoch` uses steps_per_epoch). Throws
   // SpecError naming the leaf when params miss a leaf, have an unknown one, or one out of range.
   Hyperparams instantiate(const Params& params, int64_t steps_per_epoch) const;
+  // The step at which the `wsd` schedule of hyper-parameter `name` ends its cooldown
+  // (decay_start + decay, in steps) for these params (a trial's length with length.end_of).
+  int64_t cooldown_end(const std::string& name, const Params& params,
+                       int64_t steps_per_epoch) const;
 
  private:
   std::vector<std::string> names_;

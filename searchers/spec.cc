@@ -256,12 +256,14 @@ int64_t StudySpec::steps_per_epoch(const Params& params) const {
 }
 
 int64_t StudySpec::length_steps(const Params& params) const {
+  if (!length_end_of.empty())
+    return space.cooldown_end(length_end_of, params, steps_per_epoch(params));
   return length.steps(steps_per_epoch(params));
 }
 
 std::vector<int64_t> StudySpec::eval_steps(const Params& params) const {
   int64_t u = steps_per_epoch(params);
-  int64_t end = length.steps(u);
+  int64_t end = length_steps(params);
   std::vector<int64_t> steps;
   if (eval_every)
     for (int64_t s = eval_every->steps(u); s < end; s += eval_every->steps(u)) steps.push_back(s);
@@ -278,6 +280,56 @@ Objective objective_of(const json& spec) {
   bool builtin = !(root["model"]["type"].json() == "external");
   return parse_objective(root["searcher"], builtin);
 }
+
+namespace {
+
+// `"length": {"steps": N}`, `{"epochs": E}`, or `{"end_of": NAME}` naming a top-level wsd schedule
+// whose cooldown ends each trial. A fixed length must cover every wsd cooldown (with U constant
+// over the trials; a drawn batch size leaves that to each trial's own run).
+template <typename SpanParser>
+void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
+  Field length = root["length"];
+  if (length.is_object() && length.has("end_of")) {
+    length.check_keys({"end_of"});
+    const std::string& name = length["end_of"].text();
+    const json* value = s.space.value_of(name);
+    if (!value || !value->is_object() || value->value("schedule", "") != "wsd")
+      length["end_of"].fail("\"" + name + "\" is not a hyper-parameter with a wsd schedule" +
+                            (value ? "" : " (no such hyper-parameter)"));
+    s.length_end_of = name;
+    return;
+  }
+  s.length = span(length);
+  // With a drawn batch size every trial has its own U: nothing to compare here.
+  const bool batch_drawn = std::any_of(s.space.params().begin(), s.space.params().end(),
+                                       [](const Param& p) { return p.name == "batch_size"; });
+  const int64_t u = batch_drawn ? 0 : s.steps_per_epoch(Params::object());
+  if (u == 0) return;
+  for (const std::string& name : s.space.names()) {
+    const json* value = s.space.value_of(name);
+    if (!value->is_object() || value->value("schedule", "") != "wsd") continue;
+    // The latest cooldown end over the leaves' ranges.
+    auto largest = [&](const char* key) {
+      const json& v = value->at(key);
+      if (v.is_number()) return v.get<double>();
+      double most = 0;
+      for (const Param& p : s.space.params())
+        if (p.name == name + "." + key)
+          for (const json& x : p.values.empty() ? std::vector<json>{p.hi} : p.values)
+            most = std::max(most, x.get<double>());
+      return most;
+    };
+    int64_t unit = value->value("unit", "step") == "epoch" ? u : 1;
+    double end = (largest("decay_start") + largest("decay")) * double(unit);
+    if (end > double(s.length.steps(u)))
+      Field(*value, "hyperparameters." + name + ".decay")
+          .fail("the cooldown may end at step " + std::to_string(int64_t(end)) +
+                ", after the study's length (" + std::to_string(s.length.steps(u)) +
+                " steps); shorten it, or give \"length\": {\"end_of\": \"" + name + "\"}");
+  }
+}
+
+}  // namespace
 
 StudySpec parse_spec(const json& spec) {
   Field root(spec, "");
@@ -335,10 +387,17 @@ StudySpec parse_spec(const json& spec) {
       f["epochs"].fail("epoch units are not possible here: " + rules.no_epochs);
     return out;
   };
-  s.length = span(root["length"]);
+  parse_length(root, s, span);
   if (root.has("eval")) {
-    root["eval"].check_keys({"every"});
-    s.eval_every = span(root["eval"]["every"]);
+    Field eval = root["eval"];
+    eval.check_keys({"every", "at_end"});
+    if (eval.has("every")) s.eval_every = span(eval["every"]);
+    // The end of every trial is always evaluated (searchers judge a trial by its last value);
+    // at_end says so explicitly, for specs whose trials end at different steps.
+    if (eval.has("at_end") && !eval["at_end"].boolean())
+      eval["at_end"].fail(
+          "the end of every trial is always evaluated (searchers judge a trial by its last "
+          "value); leave at_end out or make it true");
   }
 
   if (root.has("pipeline")) {

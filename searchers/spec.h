@@ -69,7 +69,9 @@ struct StudySpec {
   nlohmann::json fixed = nlohmann::json::object();
   SearchSpace space;
   SearcherSpec searcher;
-  Span length;
+  Span length;  // unless length_end_of is set
+  // `"length": {"end_of": NAME}`: each trial trains until its wsd schedule NAME's cooldown ends.
+  std::string length_end_of;
   std::optional<Span> eval_every;  // none: evaluate at the end only
   PipelineSpec pipeline;
   // Why lengths in epochs are refused (no batch size constant within a trial, or an external
@@ -84,6 +86,8 @@ struct StudySpec {
   // a trial (epoch units are refused then).
   int64_t steps_per_epoch(const Params& params) const;
   int64_t length_steps(const Params& params) const;
+  // Whether every trial has the same length (no length.end_of).
+  bool one_length() const { return length_end_of.empty(); }
   // The steps to evaluate at, increasing: every eval_every up to the length, and the length.
   std::vector<int64_t> eval_steps(const Params& params) const;
   // The trial's sequences (SearchSpace::instantiate with the trial's U).

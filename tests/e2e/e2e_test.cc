@@ -66,6 +66,44 @@ TEST_F(E2E, SharedAndTrialBasedRunsGiveIdenticalMetrics) {
   }
 }
 
+// A warmup-stable-decay cooldown sweep (starts x lengths x shapes) on the built-in gpt: every
+// trial ends where its own cooldown ends (length.end_of), is evaluated there, shares the stable
+// phase and equals, bit for bit, the same trial trained alone.
+TEST_F(E2E, WsdCooldownSweepSharedEqualsTrialBased) {
+  json s = json::parse(std::ifstream(kExamples + "/gpt-fortunes-wsd.json"));
+  s["name"] = "wsd";
+  s["model"].update({{"layers", 1}, {"dim", 32}, {"heads", 2}, {"context", 32}});
+  s["hyperparameters"]["lr"].update({{"warmup", 5},
+                                     {"decay_start", {{"grid", {20, 40}}}},
+                                     {"decay", {{"grid", {5, 15}}}},
+                                     {"shape", {{"grid", {"linear", "cosine", "1-sqrt"}}}}});
+  s["eval"]["every"] = {{"steps", 10}};
+  const std::string file = path("wsd.json");
+  std::ofstream(file) << s.dump();
+  Result shared = sh(hippo("shared.db") + "--format json run " + file + " --workers 2");
+  ASSERT_EQ(shared.status, 0) << shared.out;
+  Result trial_based =
+      sh(hippo("trial.db") + "--format json run " + file + " --workers 2 --policy trial-based");
+  ASSERT_EQ(trial_based.status, 0) << trial_based.out;
+  json sum = last_json(shared.out), alone = last_json(trial_based.out);
+  // Lengths S + D: 25, 35, 45, 55 for each of 3 shapes.
+  EXPECT_EQ(sum["trials"], 12);
+  EXPECT_EQ(sum["steps_trial_based"], 3 * (25 + 35 + 45 + 55));
+  EXPECT_EQ(sum["steps_executed"], sum["steps_unique"]);
+  EXPECT_LT(sum["steps_unique"].get<int64_t>(), sum["steps_trial_based"].get<int64_t>() / 2);
+  EXPECT_EQ(alone["steps_executed"], sum["steps_trial_based"]);
+  json trials = json::parse(sh(hippo("shared.db") + "--format json trials wsd").out);
+  ASSERT_EQ(trials.size(), 12u);
+  for (const json& t : trials) {
+    const int64_t end =
+        t["params"]["lr.decay_start"].get<int64_t>() + t["params"]["lr.decay"].get<int64_t>();
+    EXPECT_EQ(t["length"], end);
+    EXPECT_EQ(t["metrics"].back()["step"], end) << "evaluated at its own end";
+  }
+  EXPECT_EQ(metrics_by_trial(trials),
+            metrics_by_trial(json::parse(sh(hippo("trial.db") + "--format json trials wsd").out)));
+}
+
 TEST_F(E2E, QueriesReadTheSearchPlan) {
   std::string file = spec("q", json::object());
   ASSERT_EQ(sh(hippo("q.db") + "run " + file + " --workers 1 >/dev/null").status, 0);

@@ -77,6 +77,40 @@ TEST_F(Retention, ARefinedStudyTrainsOnlyWhatNoKeptStateCovers) {
             metrics_by_trial(trials(path("alone.db"), "fine")));
 }
 
+// Longer horizons later: a cooldown sweep, then one over later cooldown starts. The second reuses
+// the stable phase that the first left behind (as far as its latest start), says so in preview,
+// trains only the rest, and equals the same sweep run alone.
+TEST_F(Retention, ALongerWsdHorizonReusesTheStablePhase) {
+  auto sweep = [&](const std::string& name, const std::vector<int>& starts) {
+    json s = json::parse(std::ifstream(kExamples + "/gpt-fortunes-wsd.json"));
+    s["name"] = name;
+    s["model"].update({{"layers", 1}, {"dim", 32}, {"heads", 2}, {"context", 32}});
+    s["hyperparameters"]["lr"].update(
+        {{"warmup", 5}, {"decay_start", {{"grid", starts}}}, {"decay", {{"grid", {5, 15}}}}});
+    s["eval"]["every"] = {{"steps", 10}};
+    const std::string file = path(name + ".json");
+    std::ofstream(file) << s.dump();
+    return file;
+  };
+  const std::string shorter = sweep("shorter", {20, 40}), longer = sweep("longer", {40, 60, 80});
+  const json alone = run("alone.db", longer);
+  ASSERT_EQ(alone["status"], "done");
+  ASSERT_EQ(run("plan.db", shorter)["status"], "done");
+  Result preview = sh(hippo("plan.db") + "--format json preview " + longer);
+  ASSERT_EQ(preview.status, 0) << preview.out;
+  const int64_t foreseen = last_json(preview.out)["steps_reused"];
+  EXPECT_GE(foreseen, 40) << "the stable phase up to the shorter sweep's last start";
+  const json second = run("plan.db", longer);
+  ASSERT_EQ(second["status"], "done");
+  std::printf("alone: %s\nafter the shorter horizon: %s\n", alone.dump().c_str(),
+              second.dump().c_str());
+  EXPECT_EQ(second["steps_reused"], foreseen);
+  EXPECT_EQ(second["steps_executed"].get<int64_t>(),
+            alone["steps_executed"].get<int64_t>() - foreseen);
+  EXPECT_EQ(metrics_by_trial(trials(path("plan.db"), "longer")),
+            metrics_by_trial(trials(path("alone.db"), "longer")));
+}
+
 // A budget of about two states: the directory never holds more once a study has ended, the
 // branch points (more trials through them) are kept before the trials' ends, and the finer
 // study is still exact.

@@ -48,6 +48,18 @@ def small_lm(name="lm"):
     return spec
 
 
+def small_wsd(name="wsd"):
+    """fortunes-lm-wsd.json, small: cooldowns from steps 10 or 20, 5 or 10 long, linear or
+    1-sqrt; each trial ends with its cooldown."""
+    spec = example("fortunes-lm-wsd.json", name=name,
+                   data={"train_samples": 256, "eval_samples": 32},
+                   fixed={"layers": 1, "dim": 32, "context": 32, "heads": 2, "batch_size": 8},
+                   eval={"every": {"steps": 10}, "at_end": True})
+    spec["hyperparameters"]["lr"].update(warmup=5, decay_start={"grid": [10, 20]},
+                                         decay={"grid": [5, 10]})
+    return spec
+
+
 def small_minimal(name="minimal"):
     """minimal.json (python/README.md's example) on 512 samples."""
     return example("minimal.json", name=name, data={"train_samples": 512, "eval_samples": 200})
@@ -60,8 +72,8 @@ def run(spec, tmp_path, policy="shared", workers=2):
     return summary, {t["trial"]: t["metrics"] for t in hippo.trials(spec["name"], db=db)}
 
 
-@pytest.mark.parametrize("make", [small_cnn, small_lm, small_minimal],
-                         ids=["cnn", "lm", "minimal"])
+@pytest.mark.parametrize("make", [small_cnn, small_lm, small_wsd, small_minimal],
+                         ids=["cnn", "lm", "wsd", "minimal"])
 def test_shared_and_trial_based_runs_are_bit_for_bit_equal(make, tmp_path):
     spec = make()
     shared, shared_metrics = run(spec, tmp_path)
@@ -70,11 +82,17 @@ def test_shared_and_trial_based_runs_are_bit_for_bit_equal(make, tmp_path):
     assert alone["steps_executed"] == shared["steps_trial_based"]
     assert shared_metrics == alone_metrics  # floats from JSON: equal text, equal bits
     names = {m["name"] for ms in shared_metrics.values() for m in ms}
-    assert all(len(m) == len(names) * len(spec_evals(spec)) for m in shared_metrics.values())
+    trials = {t["trial"]: t for t in hippo.trials(spec["name"], db=tmp_path / f"{spec['name']}-shared.db")}
+    assert all(len(m) == len(names) * len(spec_evals(spec, trials[t]))
+               for t, m in shared_metrics.items())
     assert shared["best"] == alone["best"]
 
 
-def spec_evals(spec):
+def spec_evals(spec, trial):
+    """The evaluation steps of a trial: every N up to its length, and its end."""
+    if "end_of" in spec["length"]:
+        every = spec["eval"]["every"]["steps"]
+        return sorted(set(range(every, trial["length"], every)) | {trial["length"]})
     length = spec["length"]
     if "epochs" in length:
         return range(length["epochs"])

@@ -98,6 +98,19 @@ const std::map<std::string, std::string> kExpected = {
      "model.vocab: the fortunes data has 96 tokens, more than a vocabulary of 64"},
     {"74-fortunes-train-samples-beyond-windows.json",
      "data.train_samples: expected an integer in [1, 18383], got 20000"},
+    {"75-wsd-decay-past-length.json",
+     "hyperparameters.lr.decay: the cooldown may end at step 80, after the study's length (70"},
+    {"76-end-of-not-wsd.json",
+     "length.end_of: \"lr\" is not a hyper-parameter with a wsd schedule"},
+    {"77-end-of-unknown.json",
+     "length.end_of: \"momentum\" is not a hyper-parameter with a wsd schedule (no such"},
+    {"78-wsd-negative-warmup.json", "hyperparameters.lr.warmup: expected an integer in [0, "},
+    {"79-wsd-decay-zero.json", "hyperparameters.lr.decay: expected an integer in [1, "},
+    {"80-wsd-cooldown-before-warmup.json",
+     "hyperparameters.lr.decay_start: the cooldown must not start before the warmup ends"},
+    {"81-wsd-unknown-shape.json", "hyperparameters.lr.shape: expected one of \"linear\""},
+    {"82-eval-at-end-false.json", "eval.at_end: the end of every trial is always evaluated"},
+    {"83-end-of-with-sha.json", "searcher.name: sha ranks trials at common rung lengths"},
 };
 
 TEST(BadSpecs, EveryFileIsRefusedWithItsPath) {

@@ -138,6 +138,7 @@ json example_schedule(const ScheduleShape& shape) {
   using K = ScheduleField;
   json s = {{"schedule", shape.name}, {"unit", "step"}};
   double value = 0.5;
+  int64_t from0 = 2;  // wsd: warmup 2, decay_start 4 (each may grow by one and stay in order)
   for (const ScheduleField& f : shape.fields) {
     std::string key(f.name);
     switch (f.kind) {
@@ -150,6 +151,13 @@ json example_schedule(const ScheduleShape& shape) {
         break;
       case K::kUnits:
         s[key] = 3;
+        break;
+      case K::kUnitsFrom0:
+        s[key] = from0;
+        from0 += 2;
+        break;
+      case K::kShape:
+        s[key] = "cosine";
         break;
       case K::kUnitsList:
         s[key] = {2, 4};
