@@ -92,6 +92,7 @@ class Parzen {
     for (size_t d = 0; d < dims.size(); ++d) {
       Kernels& k = kernels_.emplace_back();
       if (dims[d].categorical) {
+        // An observation's kernel: 1 on its value plus prior_weight / (n + 1) on every value.
         size_t c = dims[d].param->values.size();
         double base = prior_weight / double(n + 1);
         for (size_t i = 0; i < n; ++i) {
