@@ -198,7 +198,7 @@ TEST(Tpe, ConstantLiarAvoidsRunningTrials) {
   EXPECT_LT(near_liar, near_honest);
 }
 
-TEST(Tpe, SaveAndLoadContinueIdentically) {
+TEST(Tpe, UnivariateAndMultivariateContinueIdenticallyAfterLoad) {
   json hyper = unit_square(2);
   hyper["m"] = {{"choice", {0.0, 0.9}}};
   auto loss = [](const Params& p) { return p["x0"].get<double>() + (p["m"] == 0.9 ? 0 : 1); };
