@@ -55,6 +55,18 @@ std::vector<Operation> PoolSearcher::on_trial_failed(RequestId trial) {
   return end(trial, Status::kFailed);
 }
 
+std::vector<const PoolSearcher::PoolTrial*> PoolSearcher::ranked() const {
+  std::vector<const PoolTrial*> out;
+  for (const PoolTrial& t : trials_)
+    if (t.status == Status::kClosed && !t.values.empty() &&
+        std::isfinite(t.values.rbegin()->second))
+      out.push_back(&t);
+  std::stable_sort(out.begin(), out.end(), [&](const PoolTrial* a, const PoolTrial* b) {
+    return better(a->values.rbegin()->second, b->values.rbegin()->second);
+  });
+  return out;
+}
+
 PoolSearcher::PoolTrial& PoolSearcher::at(RequestId trial) {
   if (trial < 0 || static_cast<size_t>(trial) >= trials_.size())
     throw std::invalid_argument(spec_.searcher.name + " searcher: no trial " +

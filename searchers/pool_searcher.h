@@ -59,6 +59,9 @@ class PoolSearcher : public Searcher {
 
   // Whether metric value a is better than b (the spec's mode).
   bool better(double a, double b) const { return hippo::better(a, b, spec_.searcher.maximize); }
+  // The closed trials whose last value is finite, best first (the earlier trial first among
+  // equals): what the model-based searchers (tpe, gp) learn from.
+  std::vector<const PoolTrial*> ranked() const;
 
   const StudySpec spec_;
   std::vector<PoolTrial> trials_;  // by id

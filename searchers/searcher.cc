@@ -6,6 +6,7 @@
 
 #include "searchers/basic.h"
 #include "searchers/external.h"
+#include "searchers/gp.h"
 #include "searchers/halving.h"
 #include "searchers/median_stop.h"
 #include "searchers/pbt.h"
@@ -26,6 +27,7 @@ std::map<std::string, SearcherKind>& registry() {
       {"median_stop", median_stop_searcher_kind()},
       {"pbt", pbt_searcher_kind()},
       {"tpe", tpe_searcher_kind()},
+      {"gp", gp_searcher_kind()},
   };
   return kinds;
 }

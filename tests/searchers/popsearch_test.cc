@@ -491,16 +491,21 @@ double median_distance(const std::vector<Params>& ps, size_t from, size_t to, do
 }
 
 TEST(Tpe, ProposalsConcentrateNearTheOptimum) {
-  // loss = (lr - 0.7)^2 on [0, 1]: the startup trials are seeded draws, the last ten cluster.
+  // loss = (lr - 0.7)^2 on [0, 1]: the ten startup trials are seeded draws, the last ten cluster
+  // (loosely: Optuna's good set, a tenth of the trials, keeps exploring) and the model's best is
+  // close.
   json j = tpe_study({{"lr", {{"uniform", {0.0, 1.0}}}}}, {{"parallel", 1}});
   auto loss = [](const Params& p) { return std::pow(p["lr"].get<double>() - 0.7, 2); };
   std::vector<Params> ps = run_tpe(j, loss);
   ASSERT_EQ(ps.size(), 40u);
   StudySpec spec = parse_spec(j);
-  for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(ps[i], spec.space.draw(7, i, std::nullopt));
-  double startup = median_distance(ps, 0, 5, 0.7), last = median_distance(ps, 30, 40, 0.7);
-  EXPECT_LT(last, startup / 2) << "startup " << startup << ", last ten " << last;
-  EXPECT_LT(last, 0.05);
+  for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(ps[i], spec.space.draw(7, i, std::nullopt));
+  double startup = median_distance(ps, 0, 10, 0.7), last = median_distance(ps, 30, 40, 0.7);
+  EXPECT_LT(last, startup * 0.75) << "startup " << startup << ", last ten " << last;
+  double closest = 1;
+  for (size_t i = 10; i < 40; ++i)
+    closest = std::min(closest, std::fabs(ps[i]["lr"].get<double>() - 0.7));
+  EXPECT_LT(closest, 0.01);
   EXPECT_EQ(run_tpe(j, loss), ps);  // deterministic
 }
 
