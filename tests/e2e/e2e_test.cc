@@ -30,17 +30,21 @@ class E2E : public E2ETest {
     std::string file, name;
   };
   void expect_restart_changes_nothing(const std::vector<Study>& studies);
+  // Runs a spec with 2 workers on shared.db, then trial-based on trial.db; both summaries.
+  std::pair<json, json> run_both_policies(const std::string& file) {
+    Result shared = sh(hippo("shared.db") + "--format json run " + file + " --workers 2");
+    EXPECT_EQ(shared.status, 0) << shared.out;
+    Result trial_based =
+        sh(hippo("trial.db") + "--format json run " + file + " --workers 2 --policy trial-based");
+    EXPECT_EQ(trial_based.status, 0) << trial_based.out;
+    if (shared.status != 0 || trial_based.status != 0) return {};
+    return {last_json(shared.out), last_json(trial_based.out)};
+  }
 };
 
 TEST_F(E2E, SharedAndTrialBasedRunsGiveIdenticalMetrics) {
-  std::string file = spec("ci", json::object());
-  Result shared = sh(hippo("shared.db") + "--format json run " + file + " --workers 2");
-  ASSERT_EQ(shared.status, 0) << shared.out;
-  json s = last_json(shared.out);
-  Result trial_based =
-      sh(hippo("trial.db") + "--format json run " + file + " --workers 2 --policy trial-based");
-  ASSERT_EQ(trial_based.status, 0) << trial_based.out;
-  json t = last_json(trial_based.out);
+  auto [s, t] = run_both_policies(spec("ci", json::object()));
+  ASSERT_FALSE(s.is_null());
 
   // The CI example: lr step_decay with init in {0.1, 0.05} and every in {1, 2} epochs, 3 epochs
   // of 32 steps. Per init the two trials share epoch 0, then every=1 and every=2 diverge.
@@ -80,12 +84,8 @@ TEST_F(E2E, WsdCooldownSweepSharedEqualsTrialBased) {
   s["eval"]["every"] = {{"steps", 10}};
   const std::string file = path("wsd.json");
   std::ofstream(file) << s.dump();
-  Result shared = sh(hippo("shared.db") + "--format json run " + file + " --workers 2");
-  ASSERT_EQ(shared.status, 0) << shared.out;
-  Result trial_based =
-      sh(hippo("trial.db") + "--format json run " + file + " --workers 2 --policy trial-based");
-  ASSERT_EQ(trial_based.status, 0) << trial_based.out;
-  json sum = last_json(shared.out), alone = last_json(trial_based.out);
+  auto [sum, alone] = run_both_policies(file);
+  ASSERT_FALSE(sum.is_null());
   // Lengths S + D: 25, 35, 45, 55 for each of 3 shapes.
   EXPECT_EQ(sum["trials"], 12);
   EXPECT_EQ(sum["steps_trial_based"], 3 * (25 + 35 + 45 + 55));
@@ -592,13 +592,8 @@ TEST_F(E2E, ARunEndedMidJobRecordsTheJobItAbandoned) {
 
 // The example of INTERFACE.md, whole: 18 trials on all of Fashion-MNIST with two workers.
 TEST_F(E2E, InterfaceExampleSharesExactly) {
-  std::string file = kExamples + "/fmnist-mlp-lr-decay.json";
-  Result shared = sh(hippo("shared.db") + "--format json run " + file + " --workers 2");
-  ASSERT_EQ(shared.status, 0) << shared.out;
-  Result trial_based =
-      sh(hippo("trial.db") + "--format json run " + file + " --workers 2 --policy trial-based");
-  ASSERT_EQ(trial_based.status, 0) << trial_based.out;
-  json s = last_json(shared.out), t = last_json(trial_based.out);
+  auto [s, t] = run_both_policies(kExamples + "/fmnist-mlp-lr-decay.json");
+  ASSERT_FALSE(s.is_null());
   EXPECT_EQ(s["trials"], 18);
   EXPECT_EQ(s["steps_unique"], 21060);
   EXPECT_EQ(s["steps_executed"], 21060);
