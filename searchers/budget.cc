@@ -64,7 +64,8 @@ std::string number(int64_t n) {
 
 int64_t longest_trial(const StudySpec& spec) {
   auto [fewest, most] = epoch_steps(spec);
-  return std::max(spec.length.steps(fewest), spec.length.steps(most));
+  const Span length = spec.longest_length();
+  return std::max(length.steps(fewest), length.steps(most));
 }
 
 int64_t most_evaluations(const StudySpec& spec) {
@@ -72,7 +73,7 @@ int64_t most_evaluations(const StudySpec& spec) {
   int64_t most = 1;
   auto [fewest, many] = epoch_steps(spec);
   for (int64_t u : {fewest, many}) {
-    int64_t length = spec.length.steps(u), every = spec.eval_every->steps(u);
+    int64_t length = spec.longest_length().steps(u), every = spec.eval_every->steps(u);
     if (every > 0) most = std::max(most, (length - 1) / every + 1);
   }
   return most;

@@ -255,6 +255,27 @@ int64_t StudySpec::steps_per_epoch(const Params& params) const {
   return batch > 0 ? data.train_samples / batch : 0;
 }
 
+Span StudySpec::latest_cooldown_end(const std::string& name) const {
+  const json& value = *space.value_of(name);
+  // The largest value of a length field: its constant, or the top of its leaf's range.
+  auto largest = [&](const char* key) {
+    const json& v = value.at(key);
+    if (v.is_number()) return v.get<int64_t>();
+    int64_t most = 0;
+    for (const Param& p : space.params()) {
+      if (p.name != name + "." + key) continue;
+      for (const json& x : p.values) most = std::max(most, x.get<int64_t>());
+      most = std::max(most, int64_t(p.hi));
+    }
+    return most;
+  };
+  return {largest("decay_start") + largest("decay"), value.value("unit", "step") == "epoch"};
+}
+
+Span StudySpec::longest_length() const {
+  return length_end_of.empty() ? length : latest_cooldown_end(length_end_of);
+}
+
 int64_t StudySpec::length_steps(const Params& params) const {
   if (!length_end_of.empty())
     return space.cooldown_end(length_end_of, params, steps_per_epoch(params));
@@ -308,24 +329,12 @@ void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
   for (const std::string& name : s.space.names()) {
     const json* value = s.space.value_of(name);
     if (!value->is_object() || value->value("schedule", "") != "wsd") continue;
-    // The latest cooldown end over the leaves' ranges.
-    auto largest = [&](const char* key) {
-      const json& v = value->at(key);
-      if (v.is_number()) return v.get<double>();
-      double most = 0;
-      for (const Param& p : s.space.params())
-        if (p.name == name + "." + key)
-          for (const json& x : p.values.empty() ? std::vector<json>{p.hi} : p.values)
-            most = std::max(most, x.get<double>());
-      return most;
-    };
-    int64_t unit = value->value("unit", "step") == "epoch" ? u : 1;
-    double end = (largest("decay_start") + largest("decay")) * double(unit);
-    if (end > double(s.length.steps(u)))
+    const int64_t end = s.latest_cooldown_end(name).steps(u);
+    if (end > s.length.steps(u))
       Field(*value, "hyperparameters." + name + ".decay")
-          .fail("the cooldown may end at step " + std::to_string(int64_t(end)) +
+          .fail("the cooldown may end at step " + std::to_string(end) +
                 ", after the study's length (" + std::to_string(s.length.steps(u)) +
-                " steps); shorten it, or give \"length\": {\"end_of\": \"" + name + "\"}");
+                " steps); shorten it, or give \"length\": " + "{\"end_of\": \"" + name + "\"}");
   }
 }
 

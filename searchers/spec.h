@@ -88,6 +88,11 @@ struct StudySpec {
   int64_t length_steps(const Params& params) const;
   // Whether every trial has the same length (no length.end_of).
   bool one_length() const { return length_end_of.empty(); }
+  // The latest a wsd schedule NAME (a top-level hyper-parameter) may end its cooldown over its
+  // leaves' ranges: the largest decay_start plus the largest decay, in the schedule's unit.
+  Span latest_cooldown_end(const std::string& name) const;
+  // The longest a trial may be: the fixed length, or with length.end_of its latest cooldown end.
+  Span longest_length() const;
   // The steps to evaluate at, increasing: every eval_every up to the length, and the length.
   std::vector<int64_t> eval_steps(const Params& params) const;
   // The trial's sequences (SearchSpace::instantiate with the trial's U).

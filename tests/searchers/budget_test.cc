@@ -44,6 +44,31 @@ TEST(Budget, TheExampleFitsTheDefaults) {
   EXPECT_EQ(budget_error(example_spec()), "accepted");
 }
 
+// With length.end_of a trial is as long as its cooldown: the budget counts the latest one the
+// leaves allow (it counted none, and let any number of steps through).
+TEST(Budget, PerTrialLengthsCountTheLatestCooldown) {
+  json s = example_spec();
+  s["hyperparameters"] = {{"lr",
+                           {{"schedule", "wsd"},
+                            {"unit", "epoch"},
+                            {"peak", 0.1},
+                            {"warmup", 0},
+                            {"decay_start", {{"int", {1, 3}}}},
+                            {"decay", {{"grid", {1, 2}}}},
+                            {"final", 0.0},
+                            {"shape", "linear"}}}};
+  s["searcher"] = {{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}, {"max_trials", 8}};
+  s["length"] = {{"end_of", "lr"}};
+  StudySpec spec = parse_spec(s);
+  EXPECT_EQ(longest_trial(spec), 5 * 468);  // 3 + 2 epochs of 468 steps
+  EXPECT_EQ(most_evaluations(spec), 5);
+  s["hyperparameters"]["lr"]["unit"] = "step";
+  s["hyperparameters"]["lr"]["decay_start"] = {{"int", {1, 1000000000}}};
+  s["searcher"]["max_trials"] = 100;
+  std::string e = budget_error(s);
+  EXPECT_EQ(e.rfind("length: 100 trials of up to 1000000002 steps", 0), 0u) << e;
+}
+
 TEST(Budget, TooManyTrialsAreRefusedWithTheirPath) {
   EXPECT_EQ(budget_error(grid(4)), "accepted");  // 10^4: the default limit
   std::string e = budget_error(grid(5));
