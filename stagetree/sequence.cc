@@ -36,7 +36,8 @@ bool same_function(const Segment& a, const Segment& b) {
       return a.start == b.start && same_bits(a.gamma, b.gamma) && a.period == b.period;
     case SegmentKind::kLinear:
     case SegmentKind::kCosine:
-    case SegmentKind::kRamp:
+    case SegmentKind::kLinearDecay:
+    case SegmentKind::kCosineDecay:
     case SegmentKind::kSqrtDecay:
       return a.start == b.start && a.end == b.end && same_bits(a.v1, b.v1);
   }
@@ -112,17 +113,20 @@ const char* segment_kind_name(SegmentKind kind) {
       return "cosine";
     case SegmentKind::kExponential:
       return "exponential";
-    case SegmentKind::kRamp:
-      return "ramp";
+    case SegmentKind::kLinearDecay:
+      return "linear-decay";
+    case SegmentKind::kCosineDecay:
+      return "cosine-decay";
     case SegmentKind::kSqrtDecay:
-      return "1-sqrt";
+      return "1-sqrt-decay";
   }
   return "unknown";
 }
 
 bool interpolates(SegmentKind kind) {
   return kind == SegmentKind::kLinear || kind == SegmentKind::kCosine ||
-         kind == SegmentKind::kRamp || kind == SegmentKind::kSqrtDecay;
+         kind == SegmentKind::kLinearDecay || kind == SegmentKind::kCosineDecay ||
+         kind == SegmentKind::kSqrtDecay;
 }
 
 double Segment::value_at(int64_t step) const {
@@ -135,10 +139,12 @@ double Segment::value_at(int64_t step) const {
       return cosine_value(v0, v1, step - start, end - start);
     case SegmentKind::kExponential:
       return v0 * std::pow(gamma, double((step - start) / period));
-    case SegmentKind::kRamp:
-      return v0 + (v1 - v0) * (double(step - start) / double(end - start));
+    case SegmentKind::kLinearDecay:
+      return v0 + (v1 - v0) * decay_x(step);
+    case SegmentKind::kCosineDecay:
+      return v1 + (v0 - v1) * (1 + std::cos(std::numbers::pi * decay_x(step))) / 2;
     case SegmentKind::kSqrtDecay:
-      return v1 + (v0 - v1) * (1 - std::sqrt(double(step - start) / double(end - start)));
+      return v1 + (v0 - v1) * (1 - std::sqrt(decay_x(step)));
   }
   return v0;
 }
@@ -170,7 +176,8 @@ Sequence Sequence::from_segments(std::vector<Segment> segments) {
         break;
       case SegmentKind::kLinear:
       case SegmentKind::kCosine:
-      case SegmentKind::kRamp:
+      case SegmentKind::kLinearDecay:
+      case SegmentKind::kCosineDecay:
       case SegmentKind::kSqrtDecay:
         if (!std::isfinite(s.v1)) fail("v1 must be finite");
         if (s.end == kForever) fail("a segment that goes from v0 to v1 needs a finite end");
@@ -220,7 +227,8 @@ std::string Sequence::describe(int64_t start, int64_t end) const {
         break;
       case SegmentKind::kLinear:
       case SegmentKind::kCosine:
-      case SegmentKind::kRamp:
+      case SegmentKind::kLinearDecay:
+      case SegmentKind::kCosineDecay:
       case SegmentKind::kSqrtDecay:
         // The piece's own range tells pieces apart that differ only in length.
         out += std::string(segment_kind_name(s.kind)) + " " + format_number(s.v0) + "->" +
@@ -396,8 +404,8 @@ Sequence wsd(double peak, int64_t warmup, int64_t decay_start, int64_t decay, do
   if (decay < 1) throw std::invalid_argument("wsd decay must be at least 1 step");
   if (decay_start > kForever - 1 - decay)
     throw std::invalid_argument("wsd decay ends past the last step");
-  SegmentKind cooldown = shape == "linear"   ? SegmentKind::kRamp
-                         : shape == "cosine" ? SegmentKind::kCosine
+  SegmentKind cooldown = shape == "linear"   ? SegmentKind::kLinearDecay
+                         : shape == "cosine" ? SegmentKind::kCosineDecay
                          : shape == "1-sqrt" ? SegmentKind::kSqrtDecay
                                              : throw std::invalid_argument(
                                                    "wsd shape must be linear, cosine or 1-sqrt, "

@@ -18,13 +18,21 @@ namespace hippo {
 // One past the last step of a segment that never ends.
 inline constexpr int64_t kForever = INT64_MAX;
 
-enum class SegmentKind { kConstant, kLinear, kCosine, kExponential, kRamp, kSqrtDecay };
+enum class SegmentKind {
+  kConstant,
+  kLinear,
+  kCosine,
+  kExponential,
+  kLinearDecay,
+  kCosineDecay,
+  kSqrtDecay
+};
 
-// "constant", "linear", "cosine", "exponential", "ramp" or "1-sqrt" (the names used in JSON and
-// descriptions).
+// "constant", "linear", "cosine", "exponential", "linear-decay", "cosine-decay" or "1-sqrt-decay"
+// (the names used in JSON and descriptions).
 const char* segment_kind_name(SegmentKind kind);
 // Whether a kind goes from v0 towards v1 over its range, changing at every step (linear, cosine,
-// ramp, 1-sqrt): it takes v1 and needs a finite end.
+// and the three decays): it takes v1 and needs a finite end.
 bool interpolates(SegmentKind kind);
 
 // One piece of a sequence over the half-open step range [start, end). Value at step s, exactly:
@@ -33,9 +41,11 @@ bool interpolates(SegmentKind kind);
 //                 with v0 = 0 this is warmup_linear's init * (s + 1) / warmup bit for bit)
 //   kCosine       v1 + (v0 - v1) * (1 + cos(pi * (s - start) / (end - start))) / 2
 //   kExponential  v0 * pow(gamma, floor((s - start) / period))
-//   kRamp         v0 + (v1 - v0) * x                  with x = (s - start) / (end - start): v0 at
-//                 s = start, as wsd's linear cooldown (kLinear is one step ahead, as warmups are)
-//   kSqrtDecay    v1 + (v0 - v1) * (1 - sqrt(x))      wsd's 1-sqrt cooldown
+// and the cooldowns of wsd, with x = (s - start) / (end - start) computed first (as INTERFACE.md
+// writes them; v0 at s = start, where kLinear is one step ahead, as warmups are):
+//   kLinearDecay  v0 + (v1 - v0) * x
+//   kCosineDecay  v1 + (v0 - v1) * (1 + cos(pi * x)) / 2   (kCosine computes pi * (s - start)
+//   first) kSqrtDecay    v1 + (v0 - v1) * (1 - sqrt(x))
 // (s - start), (end - start) and the floor are computed in int64 and converted to double.
 struct Segment {
   SegmentKind kind = SegmentKind::kConstant;
@@ -48,6 +58,10 @@ struct Segment {
 
   double value_at(int64_t step) const;
   bool operator==(const Segment&) const = default;
+
+ private:
+  // The decays' x = (s - start) / (end - start), in [0, 1).
+  double decay_x(int64_t step) const { return double(step - start) / double(end - start); }
 };
 
 // A sequence over all steps [0, kForever): either numeric segments that tile [0, kForever), or a
@@ -118,8 +132,9 @@ Sequence piecewise(const std::vector<std::pair<int64_t, double>>& points);
 // init * (s + 1) / warmup for s < warmup, then `after` evaluated at s - warmup.
 Sequence warmup_linear(double init, int64_t warmup, const Sequence& after);
 // Warmup-stable-decay: peak * (s + 1) / warmup for s < warmup (none when warmup is 0), peak until
-// decay_start, then a cooldown to final_value over `decay` steps whose shape is "linear" (kRamp),
-// "cosine" (kCosine) or "1-sqrt" (kSqrtDecay), and final_value from decay_start + decay on.
+// decay_start, then a cooldown to final_value over `decay` steps whose shape is "linear"
+// (kLinearDecay), "cosine" (kCosineDecay) or "1-sqrt" (kSqrtDecay), and final_value from
+// decay_start + decay on.
 // Throws std::invalid_argument on negative lengths, decay_start < warmup, decay < 1 or an unknown
 // shape.
 Sequence wsd(double peak, int64_t warmup, int64_t decay_start, int64_t decay, double final_value,

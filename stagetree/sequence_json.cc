@@ -54,11 +54,13 @@ Segment segment_from_json(const json& j, const std::string& path) {
   if (kind == "constant") {
     s.kind = SegmentKind::kConstant;
     check_keys(j, path, {"kind", "start", "end", "v0"});
-  } else if (kind == "linear" || kind == "cosine" || kind == "ramp" || kind == "1-sqrt") {
-    s.kind = kind == "linear"   ? SegmentKind::kLinear
-             : kind == "cosine" ? SegmentKind::kCosine
-             : kind == "ramp"   ? SegmentKind::kRamp
-                                : SegmentKind::kSqrtDecay;
+  } else if (kind == "linear" || kind == "cosine" || kind == "linear-decay" ||
+             kind == "cosine-decay" || kind == "1-sqrt-decay") {
+    s.kind = kind == "linear"         ? SegmentKind::kLinear
+             : kind == "cosine"       ? SegmentKind::kCosine
+             : kind == "linear-decay" ? SegmentKind::kLinearDecay
+             : kind == "cosine-decay" ? SegmentKind::kCosineDecay
+                                      : SegmentKind::kSqrtDecay;
     check_keys(j, path, {"kind", "start", "end", "v0", "v1"});
     s.v1 = get_number(j, path, "v1");
   } else if (kind == "exponential") {
@@ -68,7 +70,9 @@ Segment segment_from_json(const json& j, const std::string& path) {
     s.period = get_integer(j, path, "period");
   } else {
     fail(path + ".kind",
-         "expected constant, linear, cosine, exponential, ramp or 1-sqrt, got " + shown(kind));
+         "expected constant, linear, cosine, exponential, linear-decay, cosine-decay or "
+         "1-sqrt-decay, got " +
+             shown(kind));
   }
   s.start = get_integer(j, path, "start");
   s.end = j.contains("end") ? get_integer(j, path, "end") : kForever;

@@ -2,7 +2,8 @@
 //   {"segments": [{"kind": "constant", "start": 0, "end": 100, "v0": 0.1},
 //                 {"kind": "cosine", "start": 100, "end": 200, "v0": 0.1, "v1": 0.001},
 //                 {"kind": "exponential", "start": 200, "v0": 0.1, "gamma": 0.5, "period": 10}]}
-// ("linear", "ramp" and "1-sqrt" take v0 and v1 like "cosine"; "end" is left out for a segment that
+// ("linear" and the decays "linear-decay", "cosine-decay", "1-sqrt-decay" take v0 and v1 like
+// "cosine"; "end" is left out for a segment that
 // never ends), a text sequence is {"text": "adam"}, and Hyperparams is an object name -> sequence.
 // Doubles round-trip bit for bit. Decoding checks everything and throws std::invalid_argument
 // naming the offending field; it never trusts its input.

@@ -119,9 +119,10 @@ TEST(Schedules, WsdMatchesInterface) {
             want = P;
           } else if (s < S + D) {
             double x = double(s - S) / double(D);
-            want = std::string(shape) == "linear"   ? P + (F - P) * x
-                   : std::string(shape) == "cosine" ? interface_cosine(P, F, D, s - S)
-                                                    : F + (P - F) * (1 - std::sqrt(x));
+            want = std::string(shape) == "linear" ? P + (F - P) * x
+                   : std::string(shape) == "cosine"
+                       ? F + (P - F) * (1 + std::cos(std::numbers::pi * x)) / 2
+                       : F + (P - F) * (1 - std::sqrt(x));
           }
           EXPECT_EQ(bits(seq.value_at(s)), bits(want))
               << shape << " W " << W << " S " << S << " step " << s;
@@ -137,7 +138,8 @@ TEST(Schedules, WsdMatchesInterface) {
   EXPECT_LE(first, 41);
   // A linear cooldown's first value is P exactly (x = 0): a later one parts at S + 1.
   EXPECT_EQ(divergence(wsd(P, 10, 40, 20, F, "linear"), wsd(P, 10, 60, 20, F, "linear")), 41);
-  EXPECT_EQ(wsd(P, 0, 4, 4, 0, "1-sqrt").describe(0, 10), "0.1, 1-sqrt 0.1->0 over [4, 8), 0");
+  EXPECT_EQ(wsd(P, 0, 4, 4, 0, "1-sqrt").describe(0, 10),
+            "0.1, 1-sqrt-decay 0.1->0 over [4, 8), 0");
   expect_invalid([] { wsd(P, -1, 4, 4, F, "linear"); }, "negative");
   expect_invalid([] { wsd(P, 5, 4, 4, F, "linear"); }, "warmup");
   expect_invalid([] { wsd(P, 0, 4, 0, F, "linear"); }, "at least 1");
