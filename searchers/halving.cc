@@ -175,8 +175,7 @@ class HalvingSearcher : public Searcher {
           .fail(name() +
                 " ranks trials at common rung lengths, and with length.end_of every trial ends "
                 "at its own step: give the study a fixed length");
-    bool batch_drawn = std::any_of(spec_.space.params().begin(), spec_.space.params().end(),
-                                   [](const Param& p) { return p.name == "batch_size"; });
+    const bool batch_drawn = spec_.space.draws("batch_size");
     int64_t u = batch_drawn ? 0 : spec_.steps_per_epoch(Params::object());
     auto length = [&](const std::string& key) {
       Span span = parse_span(options[key]);

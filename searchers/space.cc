@@ -499,27 +499,38 @@ Params SearchSpace::draw(uint64_t seed, uint64_t counter,
   return out;
 }
 
+bool is_wsd_schedule(const json& value) {
+  return value.is_object() && value.value("schedule", "") == "wsd";
+}
+
+bool SearchSpace::draws(const std::string& name) const {
+  return std::any_of(params_.begin(), params_.end(),
+                     [&](const Param& p) { return p.name == name; });
+}
+
+json SearchSpace::with_params(size_t index, const Params& params) const {
+  json value = values_[index];
+  for (const Param& p : params_)
+    if (p.hyperparam == index) value[p.where] = params.at(p.name);
+  return value;
+}
+
 int64_t SearchSpace::cooldown_end(const std::string& name, const Params& params,
                                   int64_t steps_per_epoch) const {
   size_t index = std::find(names_.begin(), names_.end(), name) - names_.begin();
   if (index == names_.size()) throw SpecError(name + ": no such hyper-parameter");
-  json value = values_[index];
-  for (const Param& p : params_)
-    if (p.hyperparam == index) value[p.where] = params.at(p.name);
-  if (!value.is_object() || value.value("schedule", "") != "wsd")
-    throw SpecError(name + ": not a wsd schedule");
+  const json value = with_params(index, params);
+  if (!is_wsd_schedule(value)) throw SpecError(name + ": not a wsd schedule");
   int64_t u = value.value("unit", "step") == "epoch" ? steps_per_epoch : 1;
   return (value.at("decay_start").get<int64_t>() + value.at("decay").get<int64_t>()) * u;
 }
 
 Hyperparams SearchSpace::instantiate(const Params& params, int64_t steps_per_epoch) const {
   if (!params.is_object()) throw SpecError("params: expected an object, got " + brief(params));
-  std::vector<json> values = values_;
   for (const Param& p : params_) {
     auto it = params.find(p.name);
     if (it == params.end()) throw SpecError(p.name + ": missing parameter");
     if (!p.admits(*it)) throw SpecError(p.name + ": value " + brief(*it) + " is not in its range");
-    values[p.hyperparam][p.where] = *it;
   }
   if (params.size() != params_.size())
     for (const auto& item : params.items())
@@ -529,7 +540,7 @@ Hyperparams SearchSpace::instantiate(const Params& params, int64_t steps_per_epo
   Hyperparams out;
   for (size_t i = 0; i < names_.size(); ++i) {
     try {
-      out.emplace(names_[i], build(values[i], steps_per_epoch));
+      out.emplace(names_[i], build(with_params(i, params), steps_per_epoch));
     } catch (const std::invalid_argument& e) {
       throw SpecError(names_[i] + ": " + e.what());
     }

@@ -45,6 +45,9 @@ struct ScheduleShape {
 };
 const std::vector<ScheduleShape>& schedule_shapes();
 
+// Whether a hyper-parameter's value, as written, is a `wsd` schedule.
+bool is_wsd_schedule(const nlohmann::json& value);
+
 // A trial's values: an object, flat leaf name -> number or string.
 using Params = nlohmann::json;
 
@@ -97,6 +100,8 @@ class SearchSpace {
   // schedule); nullptr when there is no such name.
   const nlohmann::json* value_of(const std::string& name) const;
 
+  // Whether the hyper-parameter `name` is drawn (has a distribution leaf of that name).
+  bool draws(const std::string& name) const;
   // The number of grid points: the product of the sizes of the grid leaves (1 without any),
   // saturating at UINT64_MAX.
   uint64_t grid_size() const;
@@ -116,6 +121,9 @@ class SearchSpace {
  private:
   std::vector<std::string> names_;
   std::vector<nlohmann::json> values_;  // by name index, as written
+  // Hyper-parameter `index` as written with the trial's values in place of its leaves (params
+  // already checked).
+  nlohmann::json with_params(size_t index, const Params& params) const;
   std::vector<Param> params_;
 };
 

@@ -314,7 +314,7 @@ void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
     length.check_keys({"end_of"});
     const std::string& name = length["end_of"].text();
     const json* value = s.space.value_of(name);
-    if (!value || !value->is_object() || value->value("schedule", "") != "wsd")
+    if (!value || !is_wsd_schedule(*value))
       length["end_of"].fail("\"" + name + "\" is not a hyper-parameter with a wsd schedule" +
                             (value ? "" : " (no such hyper-parameter)"));
     s.length_end_of = name;
@@ -322,13 +322,11 @@ void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
   }
   s.length = span(length);
   // With a drawn batch size every trial has its own U: nothing to compare here.
-  const bool batch_drawn = std::any_of(s.space.params().begin(), s.space.params().end(),
-                                       [](const Param& p) { return p.name == "batch_size"; });
-  const int64_t u = batch_drawn ? 0 : s.steps_per_epoch(Params::object());
+  const int64_t u = s.space.draws("batch_size") ? 0 : s.steps_per_epoch(Params::object());
   if (u == 0) return;
   for (const std::string& name : s.space.names()) {
     const json* value = s.space.value_of(name);
-    if (!value->is_object() || value->value("schedule", "") != "wsd") continue;
+    if (!is_wsd_schedule(*value)) continue;
     const int64_t end = s.latest_cooldown_end(name).steps(u);
     if (end > s.length.steps(u))
       Field(*value, "hyperparameters." + name + ".decay")
