@@ -5,9 +5,10 @@ from .determinism import BatchSampler, deterministic, mix, rng_state, seed_all, 
 from .studies import (HippoError, best, binary, dataframe, metrics, run, studies, submit,
                       trials)
 from .trainer import Stage, StageError, serve, torch_state
+from .version import __version__
 
 __all__ = [
     "BatchSampler", "deterministic", "mix", "rng_state", "seed_all", "set_rng_state",
     "HippoError", "best", "binary", "dataframe", "metrics", "run", "studies", "submit", "trials",
-    "Stage", "StageError", "serve", "torch_state",
+    "Stage", "StageError", "serve", "torch_state", "__version__",
 ]
