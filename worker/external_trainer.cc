@@ -13,6 +13,7 @@
 
 #include "protocol/clock.h"
 #include "protocol/text.h"
+#include "protocol/version.h"
 #include "stagetree/sequence_json.h"
 
 namespace hippo::worker {
@@ -98,6 +99,7 @@ json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
   if (job.run.train_samples > 0) data["train_samples"] = job.run.train_samples;
   if (job.run.eval_samples > 0) data["eval_samples"] = job.run.eval_samples;
   json input = {{"hippo_trainer", 1},
+                {"hippo_version", kVersion},
                 {"model", job.run.model},
                 {"data", data},
                 {"seed", job.run.seed},

@@ -1,9 +1,9 @@
 """Studies from Python: run one embedded, submit one to a master, wait, and read the history.
 
 Everything goes through the `hippo` binary and its JSON output (INTERFACE.md), never through the
-search plan's tables: the binary is the only reader of the plan's schema. The binary is the
-`binary` argument, else $HIPPO_BIN, else build/hippo of the checkout this package is in, else
-`hippo` on the PATH. `db` is the search plan (default: $HIPPO_DB, else ./hippo.db, as for the
+search plan's tables: the binary is the only reader of the plan's schema. The binary is
+$HIPPO_BIN, else build/hippo of the checkout this package is in, else `hippo` on the PATH; it must
+be of this package's version (hippo.__version__), which is checked once per binary. `db` is the search plan (default: $HIPPO_DB, else ./hippo.db, as for the
 CLI); `master` a master's address (default $HIPPO_MASTER).
 
     summary = hippo.run(spec_dict, workers=2)        # INTERFACE.md's JSON line
@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import tempfile
 
+from .version import __version__
+
 
 class HippoError(RuntimeError):
     """The hippo command refused (bad input: exit status 2) or failed; `status` is its exit
@@ -27,16 +29,46 @@ class HippoError(RuntimeError):
 
 
 def binary():
-    """The path of the hippo binary this module runs."""
+    """The path of the hippo binary this module runs, checked to be of this package's version."""
     if os.environ.get("HIPPO_BIN"):
-        return os.environ["HIPPO_BIN"]
-    checkout = os.path.join(os.path.dirname(__file__), "..", "..", "build", "hippo")
-    if os.access(checkout, os.X_OK):
-        return os.path.abspath(checkout)
-    found = shutil.which("hippo")
-    if found:
-        return found
-    raise HippoError("no hippo binary: set HIPPO_BIN, or build the checkout (scripts/build)", 2)
+        path = os.environ["HIPPO_BIN"]
+    else:
+        checkout = os.path.join(os.path.dirname(__file__), "..", "..", "build", "hippo")
+        path = os.path.abspath(checkout) if os.access(checkout, os.X_OK) else shutil.which("hippo")
+        if not path:
+            raise HippoError("no hippo binary: none on the PATH and $HIPPO_BIN is not set "
+                             "(install hippo, or set HIPPO_BIN to its path)", 2)
+    _check_version(path)
+    return path
+
+
+_checked = set()  # binaries whose version matched
+
+
+def _check_version(path):
+    """Refuses a binary of another version than this package: they would disagree on the JSON
+    they exchange and on the plan's schema."""
+    if path in _checked:
+        return
+    try:
+        done = subprocess.run([path, "--format", "json", "--version"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    except OSError as e:
+        raise HippoError(f"cannot run the hippo binary {path}: {e.strerror}", 2) from None
+    try:
+        said = json.loads(done.stdout)
+        version = said["version"]
+    except (ValueError, TypeError, KeyError):
+        raise HippoError(f"{path} does not say its version (hippo --version): it is not a hippo "
+                         f"binary of this package's version {__version__}", 2) from None
+    if version != __version__:
+        raise HippoError(
+            f"the hippo binary {path} is version {version} (protocol {said.get('protocol')}, plan "
+            f"schema {said.get('plan_schema')}) and this Python package is {__version__}: "
+            "install the package that came with the binary (pip install "
+            "<prefix>/share/hippo/hippo-<version>-py3-none-any.whl), or set HIPPO_BIN to a binary "
+            "of this version", 2)
+    _checked.add(path)
 
 
 def _call(args, db=None, master=None, cwd=None):

@@ -33,6 +33,8 @@ import sys
 import time
 from collections import OrderedDict
 
+from .version import __version__
+
 _MISSING = object()
 
 
@@ -311,6 +313,11 @@ def serve(train, keep=4, stdin=None, stdout=None):
         stage_input = json.loads(line)
         if stage_input.get("hippo_trainer") != 1:
             raise StageError("stdin: not a hippo stage (no \"hippo_trainer\": 1)")
+        if stage_input.get("hippo_version") != __version__:
+            raise StageError(
+                f"this trainer's hippo package is version {__version__} and its worker is "
+                f"{stage_input.get('hippo_version') or 'older than 0.1.0'}: install the package "
+                "that came with the worker's hippo (in the Python that runs the trainer)")
         long_lived = "held" in stage_input
         if long_lived:  # the worker says which earlier states may still be used
             allowed = set(stage_input["held"])

@@ -214,7 +214,7 @@ def test_workers_started_otherwise_and_plain_pytorch_give_the_bits_of_hippo_run(
     end = spec["length"]["epochs"] * steps_per_epoch
     milestone = trial["params"]["lr.milestones[0]"] * steps_per_epoch
     lr = [0.1 * (trial["params"]["lr.gamma"] if s >= milestone else 1.0) for s in range(end)]
-    stage = {"hippo_trainer": 1, "model": spec["model"], "seed": spec.get("seed", 0),
+    stage = {"hippo_trainer": 1, "hippo_version": hippo.__version__, "model": spec["model"], "seed": spec.get("seed", 0),
              "data": dict(spec["data"], name="fashion-mnist"), "fixed": spec["fixed"],
              "from": 0, "to": end, "input_checkpoint": None, "input_state": None,
              "checkpoints": [], "eval_steps": list(range(steps_per_epoch, end + 1, steps_per_epoch)),

@@ -35,7 +35,8 @@ def stage_line(tmp_path, start, end, evals, checkpoints, parent=None, held=None,
                parent_state=None):
     """A stage as the worker writes it (worker/README.md)."""
     stage = {
-        "hippo_trainer": 1, "model": {"type": "external", "command": ["x"]},
+        "hippo_trainer": 1, "hippo_version": hippo.__version__,
+        "model": {"type": "external", "command": ["x"]},
         "data": {"name": "toy", "train_samples": 8}, "seed": 3, "fixed": {"batch_size": 2},
         "from": start, "to": end,
         "input_checkpoint": None if parent is None else str(tmp_path / parent),
@@ -89,6 +90,20 @@ def test_a_stage_reports_saves_and_ends(tmp_path):
     with open(tmp_path / "a.ckpt", "rb") as f:
         assert pickle.load(f) == {"sum": 1.0}
     assert sorted(os.listdir(tmp_path)) == ["a.ckpt", "b.ckpt"]  # no temporary file is left
+
+
+@pytest.mark.parametrize("version", ["0.0.9", None])
+def test_a_stage_from_a_worker_of_another_version_is_refused(tmp_path, version):
+    stage = json.loads(stage_line(tmp_path, 0, 4, [4], []))
+    if version is None:
+        del stage["hippo_version"]  # a worker from before versions were sent
+    else:
+        stage["hippo_version"] = version
+    with pytest.raises(StageError) as e:
+        serve([json.dumps(stage) + "\n"], toy_train(), tmp_path)
+    assert f"package is version {hippo.__version__}" in str(e.value)
+    assert (version or "older than 0.1.0") in str(e.value)
+    assert os.listdir(tmp_path) == []  # nothing trained, nothing written
 
 
 def test_a_child_stage_continues_its_parent_exactly(tmp_path):
