@@ -17,9 +17,10 @@ The rule (docs/README.md says it to writers):
   from $HIPPO_DOC_PYTHONPATH (PYTHONPATH). Nothing else of a build tree is assumed.
 - A block that cannot run here (a GPU, Slurm, apt-get, scripts/test itself, a process that runs
   until it is stopped) is preceded by `<!-- docs-test: skip REASON -->` on the line before its
-  fence. A skipped block is still read: every `hippo SUBCOMMAND` in it must be a subcommand that
-  `hippo SUBCOMMAND --help` knows, with every `--option` written after it. The skipped blocks and
-  their reasons are reported as pytest skips (`-rs`).
+  fence. A skipped block is still read: every `hippo SUBCOMMAND` in it must be one that
+  `hippo --help` lists, and every `--option` written after it one that `hippo SUBCOMMAND --help`
+  or `hippo --help` lists. The skipped blocks and their reasons are reported as pytest skips
+  (`-rs`).
 """
 import os
 import re
