@@ -21,7 +21,8 @@ struct Args {
   int64_t workers = 0;
   int64_t devices = 0;  // 0: the most pipeline stages of the specs
   int64_t cache = 4;
-  std::string policy = "both", order = "critical-path";
+  std::string policy;  // empty: both, or shared with --plan (which keeps one run's plan)
+  std::string order = "critical-path";
   double step_s = -1, eval_s = 0, job_s = 0;
   std::string state_bytes = "1MiB", bandwidth = "1GB";
   std::string times_from, metrics_from;
@@ -50,11 +51,13 @@ struct Column {
 };
 
 std::vector<Column> columns(const Args& a) {
+  // Without --policy: both, or shared alone with --plan (which keeps the plan of one run).
+  const std::string policy = !a.policy.empty() ? a.policy : a.plan.empty() ? "both" : "shared";
   std::vector<Policy> policies;
-  if (a.policy == "both")
+  if (policy == "both")
     policies = {Policy::kShared, Policy::kTrialBased};
   else
-    policies = {policy_of(a.policy)};
+    policies = {policy_of(policy)};
   std::vector<master::ScheduleOrder> orders;
   try {
     if (a.order == "both")
@@ -233,7 +236,8 @@ void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* ac
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   cmd->add_option("--at", a->submit_at, "submit time of each spec in seconds (default all at 0)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--policy", a->policy, "shared, trial-based or both (default both)");
+  cmd->add_option("--policy", a->policy,
+                  "shared, trial-based or both (default both; shared with --plan)");
   cmd->add_option("--order", a->order,
                   "schedule order: critical-path (default), fifo, or both to compare");
   cmd->add_option("--step-time", a->step_s, "seconds per training step")
