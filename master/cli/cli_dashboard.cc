@@ -73,6 +73,10 @@ int dashboard(const DashboardArgs& args, const GlobalOptions& global) {
   }
   std::string url = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
                     ":" + std::to_string(server->port()) + "/";
+  // The first line on stdout is the address, at once (with --bind HOST:0 the port is known only
+  // now); everything else goes to stderr.
+  std::printf("%s\n", url.c_str());
+  std::fflush(stdout);
   std::fprintf(stderr, "hippo dashboard: %s read-only at %s (Ctrl-C stops)\n", global.db.c_str(),
                url.c_str());
   if (!loopback)
