@@ -68,6 +68,8 @@ void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* ac
 // BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);
 
+// BadInput unless there is a search plan file at `path` (a command that only reads or resumes).
+void require_plan(const std::string& path);
 // The search plan at `path`, which must exist (the query commands, `checkpoints`); BadInput if
 // it does not or cannot be opened.
 SearchPlan open_existing_plan(const std::string& path);

@@ -38,11 +38,6 @@ std::pair<std::string, int> host_and_port(const std::string& bind) {
   return {host, port};
 }
 
-void require_plan(const std::string& db) {
-  if (!std::filesystem::exists(db))
-    throw BadInput("no search plan at " + db + " (give --db FILE or set HIPPO_DB)");
-}
-
 int dashboard(const DashboardArgs& args, const GlobalOptions& global) {
   auto [host, port] = host_and_port(args.bind);
   const bool loopback = dashboard::is_loopback(host);

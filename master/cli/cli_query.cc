@@ -252,9 +252,13 @@ int delete_study(const std::string& name, const GlobalOptions& global) {
 
 }  // namespace
 
-SearchPlan open_existing_plan(const std::string& path) {
+void require_plan(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw BadInput("no search plan at " + path + " (give --db FILE or set HIPPO_DB)");
+}
+
+SearchPlan open_existing_plan(const std::string& path) {
+  require_plan(path);
   try {
     return SearchPlan::open(path);
   } catch (const std::exception& e) {

@@ -298,6 +298,7 @@ int resume_study(const std::string& name, const LocalRun& local, const GlobalOpt
       std::printf("study %s resumed on its master\n", r.value("name", name).c_str());
     return 0;
   }
+  require_plan(global.db);  // a study to resume is in one
   EmbeddedMaster em(local, global);
   master::Master& m = *em.master;
   std::optional<StudyRow> row = m.study_named(name);

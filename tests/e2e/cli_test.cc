@@ -1,5 +1,5 @@
 // The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
-// against a real study's.
+// against a real study's, `resume` without a plan.
 #include <map>
 #include <sstream>
 
@@ -53,6 +53,16 @@ TEST_F(Cli, PreviewNumbersTrialsAsTheStudyWill) {
   EXPECT_EQ(foreseen.size(), 4u) << preview.out;
   EXPECT_EQ(foreseen.begin()->first, "1") << preview.out;
   EXPECT_EQ(foreseen, csv_by_trial(trials.out, columns)) << preview.out << trials.out;
+}
+
+// `resume` without --master resumes from the plan at --db: where there is none, it says so and
+// makes none.
+TEST_F(Cli, ResumeWithoutAPlanRefusesAndMakesNone) {
+  Result r = sh(hippo("none.db") + "resume fmnist-mlp-ci 2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("no search plan at " + path("none.db")), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("none.db")));
+  EXPECT_FALSE(fs::exists(path("none.db.checkpoints")));
 }
 
 }  // namespace
