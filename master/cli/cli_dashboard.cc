@@ -137,8 +137,8 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
                 "allow a --bind that is not loopback (anyone who reaches it reads the plan)");
   cmd->add_option("--refresh", args->refresh_s,
                   "re-read a changed plan at most every this many seconds (default 1)");
-  cmd->callback(
-      [args, &global, action] { *action = [args, &global] { return dashboard(*args, global); }; });
+  // Its address on stdout, its log on stderr.
+  set_action(cmd, action, {Format::kTable}, [args, &global] { return dashboard(*args, global); });
 
   CLI::App* rep =
       app.add_subcommand("report", "one self-contained HTML file with a study's figures");
@@ -147,9 +147,8 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
   auto out = std::make_shared<std::string>();
   rep->add_option("study", *study, "study name or id")->required();
   rep->add_option("-o,--output", *out, "the HTML file to write")->required();
-  rep->callback([study, out, &global, action] {
-    *action = [study, out, &global] { return report(*study, *out, global); };
-  });
+  set_action(rep, action, {},  // the file, and a line on stderr
+             [study, out, &global] { return report(*study, *out, global); });
 }
 
 }  // namespace hippo::cli

@@ -164,9 +164,8 @@ void add_preview_command(CLI::App& app, const GlobalOptions& global, Action* act
   auto budget = std::make_shared<Budget>();
   cmd->add_option("spec", *path, "study spec (JSON file)")->required();
   add_budget_options(cmd, budget.get());
-  cmd->callback([path, budget, &global, action] {
-    *action = [path, budget, &global] { return preview(*path, *budget, global); };
-  });
+  set_action(cmd, action, kEveryFormat,
+             [path, budget, &global] { return preview(*path, *budget, global); });
 }
 
 }  // namespace hippo::cli

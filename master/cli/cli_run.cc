@@ -578,9 +578,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->add_flag("--resume", a->resume,
                   "if the spec's study was interrupted, go on where it stopped (else start it)");
     add_local_run_options(cmd, a.get(), "spec's");
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] { return run(a->spec, a->policy, a->resume, a->local(), global); };
-    });
+    set_action(cmd, action, kTableOrJson,
+               [a, &global] { return run(a->spec, a->policy, a->resume, a->local(), global); });
   }
   {
     CLI::App* cmd = app.add_subcommand(
@@ -594,9 +593,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     auto a = std::make_shared<Args>();
     cmd->add_option("study", a->study, "the study's name or id")->required();
     add_local_run_options(cmd, a.get(), "study's");
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] { return resume_study(a->study, a->local(), global); };
-    });
+    set_action(cmd, action, kTableOrJson,
+               [a, &global] { return resume_study(a->study, a->local(), global); });
   }
   {
     CLI::App* cmd =
@@ -633,11 +631,9 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         ->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--snapshot-every", a->snapshot_every, "also snapshot every N steps (0: off)")
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] {
-        return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
-                     {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
-      };
+    set_action(cmd, action, {}, [a, &global] {  // it logs on stderr
+      return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
+                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
     });
   }
   {
@@ -651,9 +647,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->add_option("spec", a->spec, "study spec (JSON file)")->required();
     cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
     cmd->add_flag("--wait", a->wait, "wait for the study to end and print its summary");
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] { return submit(a->spec, a->policy, a->wait, global); };
-    });
+    set_action(cmd, action, kTableOrJson,
+               [a, &global] { return submit(a->spec, a->policy, a->wait, global); });
   }
 }
 

@@ -2,6 +2,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -11,6 +12,23 @@
 #include "master/cli/cli.h"
 #include "protocol/log.h"
 
+namespace {
+
+using namespace hippo::cli;
+
+// The format `command` prints: the one --format asks for if it prints that, its default without
+// --format; BadInput naming the formats it prints otherwise.
+Format output_format(const std::string& command, const Formats& formats,
+                     const CLI::Option& format_option, Format asked) {
+  if (format_option.count() == 0) return formats.empty() ? Format::kTable : formats.front();
+  if (std::find(formats.begin(), formats.end(), asked) == formats.end())
+    throw BadInput(std::string("--format ") + to_string(asked) + ": " + command + " prints " +
+                   formats_text(formats));
+  return asked;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // A master commits to its plan after every event, and SQLite frees what a commit allocated:
   // glibc would give the top of the heap back to the kernel each time and fault it in again at
@@ -18,7 +36,6 @@ int main(int argc, char** argv) {
   // 64 MiB of freed heap avoids that.
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
-  using namespace hippo::cli;
   // `hippo worker ...` is the hippo-worker binary beside this one: the master side never links
   // the engine (DESIGN.md), and the user still has one command.
   if (argc > 1 && std::string(argv[1]) == "worker") {
@@ -51,12 +68,15 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", global.insecure,
                "connect without authentication, to a master started with --insecure (without "
                "keys, a client proves this user's local key)");
-  app.add_option("--format", global.format, "output format: table, json or csv")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, Format>{
-              {"table", Format::kTable}, {"json", Format::kJson}, {"csv", Format::kCsv}},
-          CLI::ignore_case))
-      ->option_text("table|json|csv");
+  CLI::Option* format_option =
+      app.add_option("--format", global.format,
+                     "output format: table, json or csv (each command's --help says which it "
+                     "prints, and the first there without --format)")
+          ->transform(CLI::CheckedTransformer(
+              std::map<std::string, Format>{
+                  {"table", Format::kTable}, {"json", Format::kJson}, {"csv", Format::kCsv}},
+              CLI::ignore_case))
+          ->option_text("table|json|csv");
   app.add_option("--log-level", global.log_level,
                  std::string("what the master logs on stderr: ") + hippo::logging::kLevels +
                      " (default info, or $HIPPO_LOG_LEVEL)");
@@ -83,14 +103,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    // The log's component is the subcommand: "master" for a master, "run" for an embedded one.
-    hippo::logging::setup(app.get_subcommands().front()->get_name(), global.log_level);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: --log-level: %s\n", e.what());
-    return 2;
-  }
-  try {
-    return action();
+    const std::string command = app.get_subcommands().front()->get_name();
+    global.format = output_format(command, action.formats, *format_option, global.format);
+    try {
+      // The log's component is the subcommand: "master" for a master, "run" for an embedded one.
+      hippo::logging::setup(command, global.log_level);
+    } catch (const std::invalid_argument& e) {
+      throw BadInput(std::string("--log-level: ") + e.what());
+    }
+    return action.run();
   } catch (const BadInput& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

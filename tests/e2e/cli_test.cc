@@ -1,5 +1,6 @@
 // The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
-// against a real study's, `resume` without a plan.
+// against a real study's, `resume` without a plan, and the output formats of every command (each
+// prints the format asked for or refuses it, exit 2, changing nothing).
 #include <map>
 #include <sstream>
 
@@ -63,6 +64,118 @@ TEST_F(Cli, ResumeWithoutAPlanRefusesAndMakesNone) {
   EXPECT_NE(r.out.find("no search plan at " + path("none.db")), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(path("none.db")));
   EXPECT_FALSE(fs::exists(path("none.db.checkpoints")));
+}
+
+// Every subcommand, with each format: the output is that format, or the command refuses it
+// (exit 2, naming the formats it prints) before it does anything.
+TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
+  run_ci_study("plan.db");
+  const std::string db = hippo("plan.db"), ci = kExamples + "/fmnist-mlp-ci.json";
+  const std::string none = hippo("none.db");  // a plan that does not exist, and must not
+  const std::string master = kHippo + " --master ipc://" + path("no-master.sock") + " ";
+  const std::string table = "table", json_ = "json", csv = "csv";
+  // What a command does here with a format it prints: succeeds; fails for another reason (no
+  // plan there); or is not run (it would change the plan the others read, make files, or wait for
+  // a master that is not there), only its refusals are.
+  enum Then { kSucceeds, kFails, kNotRun };
+  struct Case {
+    std::string command;              // with {F} where --format F goes
+    std::vector<std::string> prints;  // the formats it prints; the others it refuses
+    Then then;
+  };
+  const std::vector<Case> cases = {
+      {db + "{F} studies", {table, json_, csv}, kSucceeds},
+      {db + "{F} trials fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
+      {db + "{F} best fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
+      {db + "{F} tree fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
+      {db + "{F} export fmnist-mlp-ci", {csv, json_, table}, kSucceeds},
+      {db + "{F} checkpoints", {table, json_, csv}, kSucceeds},
+      {db + "{F} checkpoints --free-to 0", {table, json_}, kNotRun},
+      {db + "{F} delete fmnist-mlp-ci", {table, json_}, kNotRun},
+      {none + "{F} preview " + ci, {table, json_, csv}, kSucceeds},
+      {none + "{F} simulate " + ci + " --workers 2 --step-time 0.01",
+       {table, json_, csv},
+       kSucceeds},
+      {none + "{F} pipeline-plan --stages 2 --microbatches 2 --schedule 1f1b",
+       {table, json_, csv},
+       kSucceeds},
+      {none + "{F} run " + ci + " --workers 1", {table, json_}, kNotRun},
+      {none + "{F} resume fmnist-mlp-ci", {table, json_}, kFails},
+      {none + "{F} keygen " + path("key"), {table, json_}, kNotRun},
+      {none + "{F} dashboard --bind 127.0.0.1:0", {table}, kFails},
+      {none + "{F} report fmnist-mlp-ci -o " + path("r.html"), {}, kNotRun},
+      {none + "{F} master --bind ipc://" + path("m.sock"), {}, kNotRun},
+      {master + "{F} submit " + ci, {table, json_}, kNotRun},
+      {master + "{F} cancel fmnist-mlp-ci", {table, json_}, kNotRun},
+      {master + "{F} drain w", {table, json_}, kNotRun},
+      {master + "{F} workers", {table, json_, csv}, kNotRun},
+  };
+  const std::string trials_before = sh(db + "--format json trials fmnist-mlp-ci").out;
+  const std::string checkpoints_before = sh(db + "--format json checkpoints").out;
+  for (const Case& c : cases) {
+    std::map<std::string, std::string> printed_as;  // format -> what the command printed
+    for (const std::string& format : {table, json_, csv}) {
+      // A command that ignored --format and ran (a master, a dashboard) would never end.
+      std::string command = "timeout 10 " + c.command;
+      command.replace(command.find("{F}"), 3, "--format " + format);
+      const bool printed = std::find(c.prints.begin(), c.prints.end(), format) != c.prints.end();
+      if (!printed) {
+        Result r = sh(command + " 2>&1");
+        EXPECT_EQ(r.status, 2) << command << ": " << r.out;
+        EXPECT_NE(r.out.find("error: --format " + format + ": "), std::string::npos)
+            << command << ": " << r.out;
+        EXPECT_NE(r.out.find(c.prints.empty() ? "prints nothing on stdout"
+                                              : " prints " + c.prints.front() + " (default)"),
+                  std::string::npos)
+            << command << ": " << r.out;
+        continue;
+      }
+      if (c.then == kNotRun) continue;
+      Result r = sh(command + " 2>" + path("stderr"));
+      if (c.then == kFails) {  // for another reason than its format
+        EXPECT_EQ(r.status, 2) << command;
+        EXPECT_EQ(read_file(path("stderr")).find("--format"), std::string::npos)
+            << command << ": " << read_file(path("stderr"));
+        continue;
+      }
+      ASSERT_EQ(r.status, 0) << command << ": " << read_file(path("stderr"));
+      printed_as[format] = r.out;
+      const bool is_json = !json::parse(r.out, nullptr, false).is_discarded();
+      EXPECT_EQ(is_json, format == json_) << command << ": " << r.out;
+      const std::string first = r.out.substr(0, r.out.find('\n'));
+      if (format == csv) {
+        EXPECT_NE(first.find(','), std::string::npos) << command << ": " << r.out;
+        EXPECT_EQ(first.find("  "), std::string::npos) << command << ": " << r.out;
+      }
+    }
+    if (printed_as.count(table) && printed_as.count(csv))
+      EXPECT_NE(printed_as[table], printed_as[csv]) << c.command << ": the table is CSV";
+  }
+  // The refusals changed nothing: no plan, file or key made, nothing deleted or evicted.
+  EXPECT_FALSE(fs::exists(path("none.db")));
+  EXPECT_FALSE(fs::exists(path("key.key")));
+  EXPECT_FALSE(fs::exists(path("r.html")));
+  EXPECT_EQ(sh(db + "--format json trials fmnist-mlp-ci").out, trials_before);
+  EXPECT_EQ(sh(db + "--format json checkpoints").out, checkpoints_before);
+
+  // export without --format is the CSV of every metric, with --format table the same rows aligned.
+  Result export_csv = sh(db + "export fmnist-mlp-ci");
+  Result export_table = sh(db + "--format table export fmnist-mlp-ci");
+  EXPECT_EQ(export_csv.out.rfind("trial,status,length,lr.every,lr.init,step,metric,value\n", 0), 0u)
+      << export_csv.out;
+  EXPECT_EQ(export_table.out.rfind("trial  status  length  lr.every  lr.init  step  metric", 0), 0u)
+      << export_table.out;
+  EXPECT_EQ(std::count(export_csv.out.begin(), export_csv.out.end(), '\n'),
+            std::count(export_table.out.begin(), export_table.out.end(), '\n'));
+  // tree's CSV: the stages of its JSON, the trials ending in each separated by spaces.
+  Result tree = sh(db + "--format csv tree fmnist-mlp-ci");
+  EXPECT_EQ(
+      tree.out.rfind("stage,parent,start,end,trained_until,trials_ending\n0,-1,0,32,32,\n", 0), 0u)
+      << tree.out;
+  EXPECT_EQ(std::count(tree.out.begin(), tree.out.end(), '\n'), 1 + 6) << tree.out;
+  // simulate's CSV: a row per measure, a column per run.
+  Result sim = sh(none + "--format csv simulate " + ci + " --workers 2 --step-time 0.01");
+  EXPECT_EQ(sim.out.rfind("measure,shared,trial-based\nmakespan (s),", 0), 0u) << sim.out;
 }
 
 }  // namespace
