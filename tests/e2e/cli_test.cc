@@ -1,6 +1,6 @@
 // The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
-// against a real study's, `resume` without a plan, and the output formats of every command (each
-// prints the format asked for or refuses it, exit 2, changing nothing).
+// against a real study's, `resume` without a plan, the output formats of every command (each prints
+// the format asked for or refuses it, exit 2, changing nothing), and `submit --wait`'s summary.
 #include <map>
 #include <sstream>
 
@@ -176,6 +176,34 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
   // simulate's CSV: a row per measure, a column per run.
   Result sim = sh(none + "--format csv simulate " + ci + " --workers 2 --step-time 0.01");
   EXPECT_EQ(sim.out.rfind("measure,shared,trial-based\nmakespan (s),", 0), 0u) << sim.out;
+}
+
+// `submit --wait` prints the study's summary as `run` does: a table, or INTERFACE.md's JSON line.
+TEST_F(Cli, SubmitWaitPrintsTheSummaryAsRunDoes) {
+  const std::string address = "ipc://" + path("master.sock");
+  spawn({kHippo, "--db", path("cluster.db"), "master", "--bind", address});
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", path("checkpoints")});
+  const std::string client = kHippo + " --master " + address + " ";
+  Result table = sh(client + "submit " + spec("table", json::object()) + " --wait");
+  ASSERT_EQ(table.status, 0) << table.out;
+  EXPECT_EQ(table.out.rfind("study table: done\n  trials               4\n", 0), 0u) << table.out;
+  EXPECT_NE(table.out.find("\n  best                 trial "), std::string::npos) << table.out;
+  Result line = sh(client + "--format json submit " + spec("line", json::object()) + " --wait");
+  ASSERT_EQ(line.status, 0) << line.out;
+  EXPECT_EQ(json::parse(line.out)["study"], "line");
+  Result run = sh(hippo("alone.db") + "run " + spec("run", json::object()) + " --workers 1");
+  ASSERT_EQ(run.status, 0);
+  // The same lines but for the times.
+  auto untimed = [](const std::string& text) {
+    std::string out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+      if (l.find("wall time") == std::string::npos &&
+          l.find("master per trial") == std::string::npos)
+        out += l.substr(l.find(':') + 1) + "\n";
+    return out;
+  };
+  EXPECT_EQ(untimed(table.out), untimed(run.out));
 }
 
 }  // namespace
