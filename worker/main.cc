@@ -12,6 +12,8 @@
 #include "kernels/kernels.h"
 #include "protocol/checkpoint_storage.h"
 #include "protocol/log.h"
+#include "protocol/version.h"
+#include "protocol/wire.h"
 #include "worker/options.h"
 #include "worker/worker.h"
 
@@ -20,6 +22,8 @@ int main(int argc, char** argv) {
   using hippo::worker::Options;
   std::string log_level = std::getenv("HIPPO_LOG_LEVEL") ? std::getenv("HIPPO_LOG_LEVEL") : "info";
   CLI::App app{"hippo-worker: executes stages for a hippo master"};
+  app.set_version_flag("--version", std::string("hippo-worker ") + hippo::kVersion + " (protocol " +
+                                        std::to_string(hippo::protocol::kVersion) + ")");
   Options options;
   app.add_option("--master", options.master, "master address, e.g. tcp://127.0.0.1:5555")
       ->required();

@@ -11,6 +11,9 @@
 
 #include "master/cli/cli.h"
 #include "protocol/log.h"
+#include "protocol/version.h"
+#include "protocol/wire.h"
+#include "storage/schema.h"
 
 namespace {
 
@@ -25,6 +28,21 @@ Format output_format(const std::string& command, const Formats& formats,
     throw BadInput(std::string("--format ") + to_string(asked) + ": " + command + " prints " +
                    formats_text(formats));
   return asked;
+}
+
+// `hippo --version`: this binary's version, and those of the protocol it speaks and the plan
+// schema it writes. The JSON form's keys are what the Python package reads.
+int print_version(Format format) {
+  if (format == Format::kJson)
+    std::printf("%s\n", nlohmann::ordered_json{{"version", hippo::kVersion},
+                                               {"protocol", hippo::protocol::kVersion},
+                                               {"plan_schema", hippo::latest_schema_version()}}
+                            .dump()
+                            .c_str());
+  else
+    std::printf("hippo %s (protocol %d, plan schema %d)\n", hippo::kVersion,
+                hippo::protocol::kVersion, hippo::latest_schema_version());
+  return 0;
 }
 
 }  // namespace
@@ -47,7 +65,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"hippo: hyper-parameter optimization that trains shared work once"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none with --version
   GlobalOptions global;
   const char* env_db = std::getenv("HIPPO_DB");
   const char* env_master = std::getenv("HIPPO_MASTER");
@@ -80,6 +98,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", global.log_level,
                  std::string("what the master logs on stderr: ") + hippo::logging::kLevels +
                      " (default info, or $HIPPO_LOG_LEVEL)");
+  bool version = false;
+  app.add_flag("--version", version,
+               "print hippo's version, its protocol's and its plan schema's, and exit (table or "
+               "json)");
 
   Action action;
   add_preview_command(app, global, &action);
@@ -102,7 +124,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  if (!version && app.get_subcommands().empty()) {
+    std::fprintf(stderr, "error: a subcommand is required (hippo --help lists them)\n");
+    return 2;
+  }
   try {
+    if (version)
+      return print_version(output_format("--version", kTableOrJson, *format_option, global.format));
     const std::string command = app.get_subcommands().front()->get_name();
     global.format = output_format(command, action.formats, *format_option, global.format);
     try {

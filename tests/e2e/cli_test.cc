@@ -1,13 +1,19 @@
 // The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
 // against a real study's, `resume` without a plan, the output formats of every command (each prints
-// the format asked for or refuses it, exit 2, changing nothing), and `submit --wait`'s summary.
+// the format asked for or refuses it, exit 2, changing nothing), `submit --wait`'s summary, and
+// --version.
 #include <map>
 #include <sstream>
 
+#include "protocol/version.h"
+#include "protocol/wire.h"
+#include "storage/schema.h"
 #include "tests/e2e/e2e_helper.h"
 
 namespace hippo::e2e {
 namespace {
+
+const std::string kWorker = (fs::path(kHippo).parent_path() / "hippo-worker").string();
 
 class Cli : public E2ETest {
  protected:
@@ -204,6 +210,38 @@ TEST_F(Cli, SubmitWaitPrintsTheSummaryAsRunDoes) {
     return out;
   };
   EXPECT_EQ(untimed(table.out), untimed(run.out));
+}
+
+TEST_F(Cli, VersionNamesTheBinaryItsProtocolAndItsPlanSchema) {
+  const std::string protocol = std::to_string(protocol::kVersion);
+  const std::string schema = std::to_string(latest_schema_version());
+  Result text = sh(kHippo + " --version");
+  EXPECT_EQ(text.status, 0);
+  EXPECT_EQ(text.out, std::string("hippo ") + kVersion + " (protocol " + protocol +
+                          ", plan schema " + schema + ")\n");
+  Result j = sh(kHippo + " --format json --version");
+  EXPECT_EQ(j.status, 0);
+  EXPECT_EQ(std::count(j.out.begin(), j.out.end(), '\n'), 1) << j.out;
+  EXPECT_EQ(json::parse(j.out), json({{"version", kVersion},
+                                      {"protocol", protocol::kVersion},
+                                      {"plan_schema", latest_schema_version()}}));
+  Result csv = sh(kHippo + " --format csv --version 2>&1");
+  EXPECT_EQ(csv.status, 2);
+  EXPECT_NE(csv.out.find("--format csv: --version prints table (default) or json"),
+            std::string::npos)
+      << csv.out;
+
+  const std::string worker_line =
+      std::string("hippo-worker ") + kVersion + " (protocol " + protocol + ")\n";
+  for (const std::string& command : {kWorker, kHippo + " worker"}) {
+    Result w = sh(command + " --version");
+    EXPECT_EQ(w.status, 0) << command;
+    EXPECT_EQ(w.out, worker_line) << command;
+  }
+  // Without --version, a subcommand is still needed.
+  Result none = sh(kHippo + " 2>&1");
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.out.find("a subcommand is required"), std::string::npos) << none.out;
 }
 
 }  // namespace
