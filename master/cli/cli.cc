@@ -1,5 +1,8 @@
-// What the subcommands share: their output formats, and how each declares its action.
+// What the subcommands share: their output formats, how each declares its action, and where the
+// worker binary is.
 #include "master/cli/cli.h"
+
+#include <filesystem>
 
 namespace hippo::cli {
 
@@ -24,6 +27,10 @@ std::string formats_text(const Formats& formats) {
     if (i == 0) text += " (default)";
   }
   return text;
+}
+
+std::string worker_binary() {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
 }
 
 void set_action(CLI::App* cmd, Action* action, const Formats& formats, std::function<int()> run) {

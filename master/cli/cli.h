@@ -79,6 +79,9 @@ void add_checkpoints_command(CLI::App& app, const GlobalOptions& global, Action*
 
 // simulate
 void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* action);
+// The hippo-worker binary: beside this one (`hippo run` starts it, `hippo worker` runs it).
+std::string worker_binary();
+
 // The CURVE keys of --master-key and --key, none with --insecure, else the local key pair;
 // BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);

@@ -91,10 +91,6 @@ void draw_progress(const master::Progress& p) {
                p.elapsed_s, left);
 }
 
-std::string worker_binary() {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
-}
-
 // The private directory of one `hippo run` (mode 0700: no other user can reach what is inside):
 // the master's socket, and the key pairs of the master and of its workers, so that nothing but
 // the workers it starts can connect. Removed at the end.

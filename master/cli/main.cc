@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <string>
@@ -55,13 +57,15 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
   // `hippo worker ...` is the hippo-worker binary beside this one: the master side never links
-  // the engine (DESIGN.md), and the user still has one command.
+  // the engine (DESIGN.md), and the user still has one command. Its argv[0] is "hippo worker",
+  // the name its --help and messages give it.
   if (argc > 1 && std::string(argv[1]) == "worker") {
-    std::string worker =
-        (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
-    argv[1] = worker.data();
+    const std::string worker = worker_binary();
+    std::string name = std::filesystem::path(argv[0]).filename().string() + " worker";
+    argv[1] = name.data();
     execv(worker.c_str(), argv + 1);
-    std::fprintf(stderr, "error: cannot run %s\n", worker.c_str());
+    std::fprintf(stderr, "error: %s runs %s (the hippo-worker binary beside hippo): %s\n",
+                 name.c_str(), worker.c_str(), std::strerror(errno));
     return 1;
   }
   CLI::App app{"hippo: hyper-parameter optimization that trains shared work once"};
@@ -106,6 +110,16 @@ int main(int argc, char** argv) {
   Action action;
   add_preview_command(app, global, &action);
   add_run_commands(app, global, &action);
+  // Listed for --help. `hippo worker ...` never gets here (above): only options before it do.
+  CLI::App* worker = app.add_subcommand(
+      "worker",
+      "run a worker that trains stages for a master (`hippo worker --help` lists its options)");
+  worker->prefix_command();
+  set_action(worker, &action, {}, []() -> int {
+    throw BadInput(
+        "worker: give it first, and its options after it (hippo worker --master ADDR ...): "
+        "hippo's own options do not apply to a worker");
+  });
   add_query_commands(app, global, &action);
   add_pipeline_command(app, global, &action);
   add_key_commands(app, global, &action);

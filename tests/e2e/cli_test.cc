@@ -1,7 +1,7 @@
 // The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
 // against a real study's, `resume` without a plan, the output formats of every command (each prints
-// the format asked for or refuses it, exit 2, changing nothing), `submit --wait`'s summary, and
-// --version.
+// the format asked for or refuses it, exit 2, changing nothing), `submit --wait`'s summary,
+// --version, --help and `hippo worker`.
 #include <map>
 #include <sstream>
 
@@ -242,6 +242,42 @@ TEST_F(Cli, VersionNamesTheBinaryItsProtocolAndItsPlanSchema) {
   Result none = sh(kHippo + " 2>&1");
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.out.find("a subcommand is required"), std::string::npos) << none.out;
+}
+
+TEST_F(Cli, HelpListsWorkerWhichNamesItselfAsItWasStarted) {
+  Result help = sh(kHippo + " --help");
+  ASSERT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("\n  worker "), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("`hippo worker --help` lists its options"), std::string::npos);
+
+  Result through_hippo = sh(kHippo + " worker --help");
+  EXPECT_EQ(through_hippo.status, 0);
+  EXPECT_NE(through_hippo.out.find("Usage: hippo worker [OPTIONS]"), std::string::npos)
+      << through_hippo.out;
+  EXPECT_NE(through_hippo.out.find("--master"), std::string::npos) << through_hippo.out;
+  EXPECT_EQ(through_hippo.out.find("hippo-worker"), std::string::npos) << through_hippo.out;
+  Result direct = sh(kWorker + " --help");
+  EXPECT_EQ(direct.status, 0);
+  EXPECT_NE(direct.out.find("Usage: hippo-worker [OPTIONS]"), std::string::npos) << direct.out;
+
+  // `worker` comes first: hippo's own options before it are refused, not dropped.
+  Result after_options = sh(hippo("plan.db") + "worker --master ipc://" + path("m.sock") + " 2>&1");
+  EXPECT_EQ(after_options.status, 2);
+  EXPECT_NE(after_options.out.find("hippo's own options do not apply to a worker"),
+            std::string::npos)
+      << after_options.out;
+  EXPECT_FALSE(fs::exists(path("plan.db")));
+}
+
+TEST_F(Cli, WorkerWithoutHippoWorkerBesideItSaysWhereItLooked) {
+  fs::create_directories(path("bin"));
+  fs::copy_file(kHippo, path("bin/hippo"));
+  fs::permissions(path("bin/hippo"), fs::perms::owner_all);
+  Result r = sh(path("bin/hippo") + " worker --help 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("error: hippo worker runs " + path("bin/hippo-worker")), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("No such file or directory"), std::string::npos) << r.out;
 }
 
 }  // namespace
