@@ -1,5 +1,6 @@
 // hippo-worker: parses its options, checks them (devices, keys, the checkpoint directory), and
-// serves a master (worker.h). `hippo worker ...` runs this binary.
+// serves a master (worker.h). `hippo worker ...` runs this binary, with argv[0] "hippo worker":
+// the name its --help gives it.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,8 @@
 #include "kernels/kernels.h"
 #include "protocol/checkpoint_storage.h"
 #include "protocol/log.h"
+#include "protocol/version.h"
+#include "protocol/wire.h"
 #include "worker/options.h"
 #include "worker/worker.h"
 
@@ -19,7 +22,10 @@ int main(int argc, char** argv) {
   hippo::kernels::use_native_blas_kernels(argv);
   using hippo::worker::Options;
   std::string log_level = std::getenv("HIPPO_LOG_LEVEL") ? std::getenv("HIPPO_LOG_LEVEL") : "info";
-  CLI::App app{"hippo-worker: executes stages for a hippo master"};
+  const std::string name = std::filesystem::path(argv[0]).filename().string();
+  CLI::App app{name + ": executes stages for a hippo master", name};
+  app.set_version_flag("--version", std::string("hippo-worker ") + hippo::kVersion + " (protocol " +
+                                        std::to_string(hippo::protocol::kVersion) + ")");
   Options options;
   app.add_option("--master", options.master, "master address, e.g. tcp://127.0.0.1:5555")
       ->required();

@@ -28,7 +28,7 @@ struct GlobalOptions {
   // --insecure: no CURVE, for a master started with --insecure. Without it and without keys, a
   // client proves the operator's local key (protocol/auth.h).
   bool insecure = false;
-  Format format = Format::kTable;
+  Format format = Format::kTable;  // --format, else the command's default (main.cc)
   std::string log_level = "info";  // --log-level, else $HIPPO_LOG_LEVEL (protocol/log.h)
 };
 
@@ -41,8 +41,23 @@ struct RunFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A subcommand's action; its return value is the exit status.
-using Action = std::function<int()>;
+// The output formats a command prints on stdout; the first is what it prints without --format.
+// None: it prints nothing there, and refuses any --format.
+using Formats = std::vector<Format>;
+inline const Formats kEveryFormat = {Format::kTable, Format::kJson, Format::kCsv};
+inline const Formats kTableOrJson = {Format::kTable, Format::kJson};
+const char* to_string(Format format);
+// "table (default), json or csv", or that it prints nothing: for --help and errors.
+std::string formats_text(const Formats& formats);
+
+// The chosen subcommand: the formats it prints, and what it does (its return value is the exit
+// status). main checks --format against `formats` before it runs anything (exit 2 otherwise).
+struct Action {
+  Formats formats;
+  std::function<int()> run;
+};
+// Makes {formats, run} the action of `cmd` when it is chosen, and says the formats in its --help.
+void set_action(CLI::App* cmd, Action* action, const Formats& formats, std::function<int()> run);
 
 // Registration functions, one per cli_*.cc. Each adds its subcommand to `app` and stores the
 // action to run into `*action` when that subcommand is chosen.
@@ -64,10 +79,15 @@ void add_checkpoints_command(CLI::App& app, const GlobalOptions& global, Action*
 
 // simulate
 void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* action);
+// The hippo-worker binary: beside this one (`hippo run` starts it, `hippo worker` runs it).
+std::string worker_binary();
+
 // The CURVE keys of --master-key and --key, none with --insecure, else the local key pair;
 // BadInput on a bad file.
 protocol::ClientKeys client_keys(const GlobalOptions& global);
 
+// BadInput unless there is a search plan file at `path` (a command that only reads or resumes).
+void require_plan(const std::string& path);
 // The search plan at `path`, which must exist (the query commands, `checkpoints`); BadInput if
 // it does not or cannot be opened.
 SearchPlan open_existing_plan(const std::string& path);

@@ -163,17 +163,23 @@ void add_checkpoints_command(CLI::App& app, const GlobalOptions& global, Action*
                   "evict the kept checkpoints that only this study's trials pass through")
       ->excludes(free);
   cmd->add_option("--checkpoints", a->checkpoints, "checkpoint directory (default DB.checkpoints)");
+  // The listing is rows, one per root key; what an eviction did is one line (set_action's
+  // formats, which depend on the options here).
+  cmd->footer("Prints " + formats_text(kEveryFormat) + "; with --free-to or --forget, " +
+              formats_text(kTableOrJson) + ".");
   cmd->callback([a, &global, action] {
-    *action = [a, &global] {
-      const std::string dir = a->checkpoints.empty() ? global.db + ".checkpoints" : a->checkpoints;
-      try {
-        if (!a->free_to.empty()) return free_to(a->free_to, dir, global);
-        if (!a->forget.empty()) return forget(a->forget, dir, global);
-      } catch (const master::PlanLocked& e) {
-        throw RunFailed(e.what());
-      }
-      return list(global);
-    };
+    const bool evicts = !a->free_to.empty() || !a->forget.empty();
+    *action = {evicts ? kTableOrJson : kEveryFormat, [a, &global] {
+                 const std::string dir =
+                     a->checkpoints.empty() ? global.db + ".checkpoints" : a->checkpoints;
+                 try {
+                   if (!a->free_to.empty()) return free_to(a->free_to, dir, global);
+                   if (!a->forget.empty()) return forget(a->forget, dir, global);
+                 } catch (const master::PlanLocked& e) {
+                   throw RunFailed(e.what());
+                 }
+                 return list(global);
+               }};
   });
 }
 

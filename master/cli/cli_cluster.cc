@@ -94,14 +94,12 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
     cmd->fallthrough();
     auto study = std::make_shared<std::string>();
     cmd->add_option("study", *study, "the study's name or id")->required();
-    cmd->callback([study, &global, action] {
-      *action = [study, &global] { return cancel(*study, global); };
-    });
+    set_action(cmd, action, kTableOrJson, [study, &global] { return cancel(*study, global); });
   }
   {
     CLI::App* cmd = app.add_subcommand("workers", "the workers connected to a master (--master)");
     cmd->fallthrough();
-    cmd->callback([&global, action] { *action = [&global] { return workers(global); }; });
+    set_action(cmd, action, kEveryFormat, [&global] { return workers(global); });
   }
   {
     CLI::App* cmd = app.add_subcommand(
@@ -110,9 +108,7 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
     auto worker = std::make_shared<std::string>();
     cmd->add_option("worker", *worker, "the worker's name (as `hippo workers` lists it)")
         ->required();
-    cmd->callback([worker, &global, action] {
-      *action = [worker, &global] { return drain(*worker, global); };
-    });
+    set_action(cmd, action, kTableOrJson, [worker, &global] { return drain(*worker, global); });
   }
 }
 

@@ -38,11 +38,6 @@ std::pair<std::string, int> host_and_port(const std::string& bind) {
   return {host, port};
 }
 
-void require_plan(const std::string& db) {
-  if (!std::filesystem::exists(db))
-    throw BadInput("no search plan at " + db + " (give --db FILE or set HIPPO_DB)");
-}
-
 int dashboard(const DashboardArgs& args, const GlobalOptions& global) {
   auto [host, port] = host_and_port(args.bind);
   const bool loopback = dashboard::is_loopback(host);
@@ -73,6 +68,10 @@ int dashboard(const DashboardArgs& args, const GlobalOptions& global) {
   }
   std::string url = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
                     ":" + std::to_string(server->port()) + "/";
+  // The first line on stdout is the address, at once (with --bind HOST:0 the port is known only
+  // now); everything else goes to stderr.
+  std::printf("%s\n", url.c_str());
+  std::fflush(stdout);
   std::fprintf(stderr, "hippo dashboard: %s read-only at %s (Ctrl-C stops)\n", global.db.c_str(),
                url.c_str());
   if (!loopback)
@@ -138,8 +137,8 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
                 "allow a --bind that is not loopback (anyone who reaches it reads the plan)");
   cmd->add_option("--refresh", args->refresh_s,
                   "re-read a changed plan at most every this many seconds (default 1)");
-  cmd->callback(
-      [args, &global, action] { *action = [args, &global] { return dashboard(*args, global); }; });
+  // Its address on stdout, its log on stderr.
+  set_action(cmd, action, {Format::kTable}, [args, &global] { return dashboard(*args, global); });
 
   CLI::App* rep =
       app.add_subcommand("report", "one self-contained HTML file with a study's figures");
@@ -148,9 +147,8 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
   auto out = std::make_shared<std::string>();
   rep->add_option("study", *study, "study name or id")->required();
   rep->add_option("-o,--output", *out, "the HTML file to write")->required();
-  rep->callback([study, out, &global, action] {
-    *action = [study, out, &global] { return report(*study, *out, global); };
-  });
+  set_action(rep, action, {},  // the file, and a line on stderr
+             [study, out, &global] { return report(*study, *out, global); });
 }
 
 }  // namespace hippo::cli

@@ -50,8 +50,7 @@ void add_key_commands(CLI::App& app, const GlobalOptions& global, Action* action
   auto name = std::make_shared<std::string>();
   cmd->add_option("name", *name, "file name without extension (may include a directory)")
       ->required();
-  cmd->callback(
-      [name, &global, action] { *action = [name, &global] { return keygen(*name, global); }; });
+  set_action(cmd, action, kTableOrJson, [name, &global] { return keygen(*name, global); });
 }
 
 }  // namespace hippo::cli

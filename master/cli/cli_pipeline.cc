@@ -183,9 +183,9 @@ void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* ac
   cmd->add_option("--forward-cost", o->forward_cost, "time of a stage's forward (default 1)");
   cmd->add_option("--backward-cost", o->backward_cost, "time of a stage's backward (default 2)");
   cmd->add_option("--transfer-cost", o->transfer_cost, "time of one transfer (default 0)");
-  cmd->callback([o, chunks, &global, action] {
+  set_action(cmd, action, kEveryFormat, [o, chunks, &global] {
     o->chunks_given = chunks->count() > 0;
-    *action = [o, &global] { return pipeline_plan(*o, global.format); };
+    return pipeline_plan(*o, global.format);
   });
 }
 

@@ -92,12 +92,19 @@ int64_t steps_reused(const Preview& p, const std::string& db) {
   }
 }
 
-// One row per trial: its id, its length and its parameters.
+// The number a trial will have in its study (`hippo trials`, `best`, `tree`): a study numbers its
+// trials 1, 2, ... in creation order, and a built-in searcher's request ids are dense from 0
+// (StudyDriver restores request = number - 1).
+std::string trial_number(TrialId id) {
+  return std::to_string(id + 1);
+}
+
+// One row per trial: its number, its length and its parameters.
 std::vector<std::vector<std::string>> trial_rows(const Preview& p) {
   std::vector<std::vector<std::string>> rows = {{"trial", "length"}};
   for (const Param& param : p.spec.space.params()) rows[0].push_back(param.name);
   for (const auto& [id, trial] : p.tree.trials()) {
-    rows.push_back({std::to_string(id), std::to_string(trial.length)});
+    rows.push_back({trial_number(id), std::to_string(trial.length)});
     for (const Param& param : p.spec.space.params())
       rows.back().push_back(cell(p.params.at(id).at(param.name)));
   }
@@ -115,7 +122,7 @@ void print_preview(const Preview& p) {
   print_table(trial_rows(p));
   std::printf("\n%lld stages:\n", static_cast<long long>(counts.stages));
   print_tree(
-      p.tree, [](StageId) { return true; }, [](TrialId id) { return std::to_string(id); }, false);
+      p.tree, [](StageId) { return true; }, trial_number, false);
   std::printf(
       "\nsteps: trial-based %lld, unique %lld (ratio %.2f), critical path %lld\n",
       static_cast<long long>(counts.steps_trial_based), static_cast<long long>(counts.steps_unique),
@@ -157,9 +164,8 @@ void add_preview_command(CLI::App& app, const GlobalOptions& global, Action* act
   auto budget = std::make_shared<Budget>();
   cmd->add_option("spec", *path, "study spec (JSON file)")->required();
   add_budget_options(cmd, budget.get());
-  cmd->callback([path, budget, &global, action] {
-    *action = [path, budget, &global] { return preview(*path, *budget, global); };
-  });
+  set_action(cmd, action, kEveryFormat,
+             [path, budget, &global] { return preview(*path, *budget, global); });
 }
 
 }  // namespace hippo::cli

@@ -162,10 +162,10 @@ int trials(const std::string& name, const GlobalOptions& global, bool export_all
     json out = json::array();
     for (const TrialRow& t : v.trials) out.push_back(trial_json(v, t));
     std::printf("%s\n", out.dump().c_str());
-  } else if (global.format == Format::kCsv || export_all) {
+  } else if (global.format == Format::kCsv) {
     print_csv(trial_rows(v, export_all));
   } else {
-    print_table(trial_rows(v, false));
+    print_table(trial_rows(v, export_all));
   }
   return 0;
 }
@@ -201,7 +201,7 @@ int tree(const std::string& name, const GlobalOptions& global) {
   for (const auto& [id, number] : numbers)
     if (t.has_trial(id))
       for (StageId s : t.path(id)) on_paths.insert(s);
-  if (global.format == Format::kJson) {
+  if (global.format != Format::kTable) {  // one record per stage
     json out = json::array();
     for (StageId id : on_paths) {
       const Stage& s = t.stage(id);
@@ -215,7 +215,26 @@ int tree(const std::string& name, const GlobalOptions& global) {
                      {"trained_until", s.trained_until},
                      {"trials_ending", ending}});
     }
-    std::printf("%s\n", out.dump().c_str());
+    if (global.format == Format::kJson) {
+      std::printf("%s\n", out.dump().c_str());
+      return 0;
+    }
+    // CSV: the same fields, the trials ending in a stage separated by spaces.
+    const std::vector<std::string> fields = {"stage", "parent",        "start",
+                                             "end",   "trained_until", "trials_ending"};
+    std::vector<std::vector<std::string>> rows = {fields};
+    for (const json& stage : out) {
+      std::vector<std::string> row;
+      for (const std::string& field : fields) {
+        const json& value = stage[field];
+        std::string text;
+        for (const json& item : value.is_array() ? value : json::array({value}))
+          text += (text.empty() ? "" : " ") + cell(item);
+        row.push_back(text);
+      }
+      rows.push_back(row);
+    }
+    print_csv(rows);
     return 0;
   }
   std::printf("study %s: %zu stages\n", row.name.c_str(), on_paths.size());
@@ -252,9 +271,13 @@ int delete_study(const std::string& name, const GlobalOptions& global) {
 
 }  // namespace
 
-SearchPlan open_existing_plan(const std::string& path) {
+void require_plan(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw BadInput("no search plan at " + path + " (give --db FILE or set HIPPO_DB)");
+}
+
+SearchPlan open_existing_plan(const std::string& path) {
+  require_plan(path);
   try {
     return SearchPlan::open(path);
   } catch (const std::exception& e) {
@@ -263,23 +286,26 @@ SearchPlan open_existing_plan(const std::string& path) {
 }
 
 void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
-  app.add_subcommand("studies", "list the studies of the search plan")
-      ->fallthrough()
-      ->callback([&global, action] { *action = [&global] { return studies(global); }; });
+  CLI::App* list = app.add_subcommand("studies", "list the studies of the search plan");
+  list->fallthrough();
+  set_action(list, action, kEveryFormat, [&global] { return studies(global); });
   struct Named {
     const char* name;
     const char* help;
+    Formats formats;
     std::function<int(const std::string&, const GlobalOptions&)> run;
   };
   const Named commands[] = {
-      {"trials", "the trials of a study with their parameters and last metric",
+      {"trials", "the trials of a study with their parameters and last metric", kEveryFormat,
        [](const std::string& s, const GlobalOptions& g) { return trials(s, g, false); }},
-      {"best", "the best trial of a study", best},
-      {"tree", "the stage tree of a study, with trained progress", tree},
-      {"export", "every trial with parameters and all metrics (csv, or json)",
+      {"best", "the best trial of a study", kEveryFormat, best},
+      {"tree", "the stage tree of a study, with trained progress", kEveryFormat, tree},
+      {"export",
+       "every trial with parameters and all metrics",
+       {Format::kCsv, Format::kJson, Format::kTable},
        [](const std::string& s, const GlobalOptions& g) { return trials(s, g, true); }},
       {"delete", "remove a study that has ended from the plan (its name is free again)",
-       delete_study},
+       kTableOrJson, delete_study},
   };
   for (const Named& c : commands) {
     CLI::App* cmd = app.add_subcommand(c.name, c.help);
@@ -287,9 +313,7 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
     auto study = std::make_shared<std::string>();
     cmd->add_option("study", *study, "study name or id")->required();
     auto run = c.run;
-    cmd->callback([study, run, &global, action] {
-      *action = [study, run, &global] { return run(*study, global); };
-    });
+    set_action(cmd, action, c.formats, [study, run, &global] { return run(*study, global); });
   }
 }
 

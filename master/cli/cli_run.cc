@@ -45,29 +45,39 @@ SearchPlan open_plan(const std::string& path) {
   }
 }
 
-void print_summary(const master::StudySummary& s, Format format) {
+// A study's summary, StudySummary::to_json's fields (`run`, `resume`, `submit --wait`).
+void print_summary(const json& s, Format format) {
   if (format == Format::kJson) {
-    std::printf("%s\n", s.to_json().dump().c_str());
+    std::printf("%s\n", s.dump().c_str());
     return;
   }
-  std::printf("study %s: %s\n", s.name.c_str(), s.status.c_str());
-  if (!s.error.empty()) std::printf("  error: %s\n", s.error.c_str());
-  std::printf("  trials               %lld\n", static_cast<long long>(s.trials));
-  std::printf("  steps trial-based    %lld\n", static_cast<long long>(s.steps_trial_based));
-  std::printf("  steps unique         %lld (%.2fx less)\n", static_cast<long long>(s.steps_unique),
-              s.steps_unique ? double(s.steps_trial_based) / double(s.steps_unique) : 0.0);
-  std::printf("  steps executed       %lld\n", static_cast<long long>(s.steps_executed));
-  if (s.steps_reused > 0)
+  auto count = [&](const char* field) { return s.at(field).get<long long>(); };
+  auto text = [](const json& object, const char* field) {
+    return object.at(field).get<std::string>();
+  };
+  std::printf("study %s: %s\n", text(s, "study").c_str(), text(s, "status").c_str());
+  if (s.contains("error")) std::printf("  error: %s\n", text(s, "error").c_str());
+  std::printf("  trials               %lld\n", count("trials"));
+  std::printf("  steps trial-based    %lld\n", count("steps_trial_based"));
+  std::printf("  steps unique         %lld (%.2fx less)\n", count("steps_unique"),
+              count("steps_unique")
+                  ? double(count("steps_trial_based")) / double(count("steps_unique"))
+                  : 0.0);
+  std::printf("  steps executed       %lld\n", count("steps_executed"));
+  if (count("steps_reused") > 0)
     std::printf("  steps reused         %lld (trained by earlier studies)\n",
-                static_cast<long long>(s.steps_reused));
-  std::printf("  critical path steps  %lld\n", static_cast<long long>(s.critical_path_steps));
-  std::printf("  wall time            %.2f s (makespan / lower bound %.2f)\n", s.wall_s,
-              s.makespan_ratio);
-  std::printf("  master per trial     %.3f ms\n", s.master_ms_per_trial);
-  if (s.has_best)
+                count("steps_reused"));
+  std::printf("  critical path steps  %lld\n", count("critical_path_steps"));
+  std::printf("  wall time            %.2f s (makespan / lower bound %.2f)\n",
+              s.at("wall_s").get<double>(), s.at("makespan_ratio").get<double>());
+  std::printf("  master per trial     %.3f ms\n", s.at("master_ms_per_trial").get<double>());
+  if (s.contains("best")) {
+    const json& b = s["best"];
     std::printf("  best                 trial %lld: %s = %.6g at step %lld, params %s\n",
-                static_cast<long long>(s.best_trial), s.metric.c_str(), s.best_value,
-                static_cast<long long>(s.best_step), s.best_params.dump().c_str());
+                b.at("trial").get<long long>(), text(b, "metric").c_str(),
+                b.at("value").get<double>(), b.at("step").get<long long>(),
+                b.at("params").dump().c_str());
+  }
 }
 
 void draw_progress(const master::Progress& p) {
@@ -79,10 +89,6 @@ void draw_progress(const master::Progress& p) {
                static_cast<long long>(p.trials_closed), static_cast<long long>(p.trials),
                static_cast<long long>(p.steps_trained), static_cast<long long>(p.steps_unique),
                p.elapsed_s, left);
-}
-
-std::string worker_binary() {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
 }
 
 // The private directory of one `hippo run` (mode 0700: no other user can reach what is inside):
@@ -242,7 +248,7 @@ int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pip
   if (g_interrupted) why = std::string("interrupted by ") + strsignal(g_interrupted);
   if (!why.empty() && m.study_running(study)) m.interrupt(study, why);
   master::StudySummary summary = m.summary(study);
-  print_summary(summary, global.format);
+  print_summary(summary.to_json(), global.format);
   if (summary.status == "interrupted") std::fprintf(stderr, "%s\n", resume_hint.c_str());
   return summary.status == "done" ? 0 : 1;
 }
@@ -298,6 +304,7 @@ int resume_study(const std::string& name, const LocalRun& local, const GlobalOpt
       std::printf("study %s resumed on its master\n", r.value("name", name).c_str());
     return 0;
   }
+  require_plan(global.db);  // a study to resume is in one
   EmbeddedMaster em(local, global);
   master::Master& m = *em.master;
   std::optional<StudyRow> row = m.study_named(name);
@@ -419,10 +426,7 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
     json r = ask_master(global, protocol::Status{.study = study}.to_json());
     if (!r["running"].get<bool>()) {
       json s = r["summary"];
-      if (global.format == Format::kJson)
-        std::printf("%s\n", s.dump().c_str());
-      else
-        std::printf("%s\n", s.dump(2).c_str());
+      print_summary(s, global.format);
       if (s["status"] == "interrupted")
         std::fprintf(stderr, "study %s was interrupted (%s): resume it with `hippo resume %s`\n",
                      l.spec.name.c_str(), s.value("error", std::string()).c_str(),
@@ -577,9 +581,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->add_flag("--resume", a->resume,
                   "if the spec's study was interrupted, go on where it stopped (else start it)");
     add_local_run_options(cmd, a.get(), "spec's");
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] { return run(a->spec, a->policy, a->resume, a->local(), global); };
-    });
+    set_action(cmd, action, kTableOrJson,
+               [a, &global] { return run(a->spec, a->policy, a->resume, a->local(), global); });
   }
   {
     CLI::App* cmd = app.add_subcommand(
@@ -593,9 +596,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     auto a = std::make_shared<Args>();
     cmd->add_option("study", a->study, "the study's name or id")->required();
     add_local_run_options(cmd, a.get(), "study's");
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] { return resume_study(a->study, a->local(), global); };
-    });
+    set_action(cmd, action, kTableOrJson,
+               [a, &global] { return resume_study(a->study, a->local(), global); });
   }
   {
     CLI::App* cmd =
@@ -632,11 +634,9 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         ->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--snapshot-every", a->snapshot_every, "also snapshot every N steps (0: off)")
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] {
-        return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
-                     {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
-      };
+    set_action(cmd, action, {}, [a, &global] {  // it logs on stderr
+      return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
+                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
     });
   }
   {
@@ -650,9 +650,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
     cmd->add_option("spec", a->spec, "study spec (JSON file)")->required();
     cmd->add_option("--policy", a->policy, "shared (default) or trial-based");
     cmd->add_flag("--wait", a->wait, "wait for the study to end and print its summary");
-    cmd->callback([a, &global, action] {
-      *action = [a, &global] { return submit(a->spec, a->policy, a->wait, global); };
-    });
+    set_action(cmd, action, kTableOrJson,
+               [a, &global] { return submit(a->spec, a->policy, a->wait, global); });
   }
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "master/cli/cli.h"
+#include "master/cli/report.h"
 #include "master/retention.h"
 #include "master/simulator.h"
 #include "protocol/log.h"
@@ -21,7 +22,8 @@ struct Args {
   int64_t workers = 0;
   int64_t devices = 0;  // 0: the most pipeline stages of the specs
   int64_t cache = 4;
-  std::string policy = "both", order = "critical-path";
+  std::string policy;  // empty: both, or shared with --plan (which keeps one run's plan)
+  std::string order = "critical-path";
   double step_s = -1, eval_s = 0, job_s = 0;
   std::string state_bytes = "1MiB", bandwidth = "1GB";
   std::string times_from, metrics_from;
@@ -50,11 +52,13 @@ struct Column {
 };
 
 std::vector<Column> columns(const Args& a) {
+  // Without --policy: both, or shared alone with --plan (which keeps the plan of one run).
+  const std::string policy = !a.policy.empty() ? a.policy : a.plan.empty() ? "both" : "shared";
   std::vector<Policy> policies;
-  if (a.policy == "both")
+  if (policy == "both")
     policies = {Policy::kShared, Policy::kTrialBased};
   else
-    policies = {policy_of(a.policy)};
+    policies = {policy_of(policy)};
   std::vector<master::ScheduleOrder> orders;
   try {
     if (a.order == "both")
@@ -77,24 +81,14 @@ std::vector<Column> columns(const Args& a) {
   return out;
 }
 
-void print_table(const std::vector<Column>& cols, const master::SimulationOptions& options) {
-  std::printf("simulated %" PRId64 " workers; times per root key: ", options.workers);
-  if (options.times.by_root_key.empty())
-    std::printf("step %.4g s, evaluation %.4g s, job %.4g s\n", options.times.defaults.step_s,
-                options.times.defaults.eval_s, options.times.defaults.job_s);
-  else
-    for (const auto& [root, t] : options.times.by_root_key)
-      std::printf("[%s: step %.4g s, evaluation %.4g s, job %.4g s, state %s] ",
-                  root.substr(0, 8).c_str(), t.step_s, t.eval_s, t.job_s,
-                  master::format_size(t.state_bytes).c_str());
-  if (!options.times.by_root_key.empty()) std::printf("(measured)\n");
-  std::printf("%-28s", "");
-  for (const Column& c : cols) std::printf("%22s", c.name.c_str());
-  std::printf("\n");
+// A row per measure (the first row names the columns), as the table and CSV print them.
+std::vector<std::vector<std::string>> measure_rows(const std::vector<Column>& cols,
+                                                   const master::SimulationOptions& options) {
+  std::vector<std::vector<std::string>> rows = {{"measure"}};
+  for (const Column& c : cols) rows[0].push_back(c.name);
   auto row = [&](const char* label, auto value) {
-    std::printf("%-28s", label);
-    for (const Column& c : cols) std::printf("%22s", value(c.run).c_str());
-    std::printf("\n");
+    rows.push_back({label});
+    for (const Column& c : cols) rows.back().push_back(value(c.run));
   };
   auto number = [](double v, const char* fmt) {
     char buf[64];
@@ -129,6 +123,25 @@ void print_table(const std::vector<Column>& cols, const master::SimulationOption
   row("master us/done", [&](const auto& r) { return per_message(r, "done"); });
   row("plan (MB)", [&](const auto& r) { return number(double(r.plan_bytes) / 1e6, "%.1f"); });
   row("simulation wall (s)", [&](const auto& r) { return number(r.wall_s, "%.2f"); });
+  return rows;
+}
+
+void print_simulation(const std::vector<Column>& cols, const master::SimulationOptions& options) {
+  std::printf("simulated %" PRId64 " workers; times per root key: ", options.workers);
+  if (options.times.by_root_key.empty())
+    std::printf("step %.4g s, evaluation %.4g s, job %.4g s\n", options.times.defaults.step_s,
+                options.times.defaults.eval_s, options.times.defaults.job_s);
+  else
+    for (const auto& [root, t] : options.times.by_root_key)
+      std::printf("[%s: step %.4g s, evaluation %.4g s, job %.4g s, state %s] ",
+                  root.substr(0, 8).c_str(), t.step_s, t.eval_s, t.job_s,
+                  master::format_size(t.state_bytes).c_str());
+  if (!options.times.by_root_key.empty()) std::printf("(measured)\n");
+  for (const std::vector<std::string>& row : measure_rows(cols, options)) {
+    std::printf("%-28s", row[0].c_str());
+    for (size_t i = 1; i < row.size(); ++i) std::printf("%22s", row[i].c_str());
+    std::printf("\n");
+  }
   // Ratios against the last column (trial-based when it ran).
   const master::SimulatedRun& base = cols.back().run;
   for (size_t i = 0; i + 1 < cols.size(); ++i)
@@ -214,8 +227,10 @@ int simulate(const Args& a, const GlobalOptions& global) {
     json out = json::object();
     for (const Column& c : cols) out[c.name] = c.run.to_json();
     std::printf("%s\n", out.dump().c_str());
+  } else if (global.format == Format::kCsv) {
+    print_csv(measure_rows(cols, options));
   } else {
-    print_table(cols, options);
+    print_simulation(cols, options);
   }
   return 0;
 }
@@ -233,7 +248,8 @@ void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* ac
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   cmd->add_option("--at", a->submit_at, "submit time of each spec in seconds (default all at 0)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--policy", a->policy, "shared, trial-based or both (default both)");
+  cmd->add_option("--policy", a->policy,
+                  "shared, trial-based or both (default both; shared with --plan)");
   cmd->add_option("--order", a->order,
                   "schedule order: critical-path (default), fifo, or both to compare");
   cmd->add_option("--step-time", a->step_s, "seconds per training step")
@@ -270,12 +286,10 @@ void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* ac
   add_keep_option(cmd, &a->keep);
   cmd->add_option("--plan", a->plan,
                   "keep the simulated search plan in this new file (for the history queries)");
-  cmd->callback([a, &global, action] {
-    *action = [a, &global] {
-      // The master's lines per event would drown the table: warnings only, unless debugging.
-      if (global.log_level != "debug") spdlog::set_level(spdlog::level::warn);
-      return simulate(*a, global);
-    };
+  set_action(cmd, action, kEveryFormat, [a, &global] {
+    // The master's lines per event would drown the table: warnings only, unless debugging.
+    if (global.log_level != "debug") spdlog::set_level(spdlog::level::warn);
+    return simulate(*a, global);
   });
 }
 

@@ -2,14 +2,52 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <string>
 
 #include "master/cli/cli.h"
 #include "protocol/log.h"
+#include "protocol/version.h"
+#include "protocol/wire.h"
+#include "storage/schema.h"
+
+namespace {
+
+using namespace hippo::cli;
+
+// The format `command` prints: the one --format asks for if it prints that, its default without
+// --format; BadInput naming the formats it prints otherwise.
+Format output_format(const std::string& command, const Formats& formats,
+                     const CLI::Option& format_option, Format asked) {
+  if (format_option.count() == 0) return formats.empty() ? Format::kTable : formats.front();
+  if (std::find(formats.begin(), formats.end(), asked) == formats.end())
+    throw BadInput(std::string("--format ") + to_string(asked) + ": " + command + " prints " +
+                   formats_text(formats));
+  return asked;
+}
+
+// `hippo --version`: this binary's version, and those of the protocol it speaks and the plan
+// schema it writes. The JSON form's keys are what the Python package reads.
+int print_version(Format format) {
+  if (format == Format::kJson)
+    std::printf("%s\n", nlohmann::ordered_json{{"version", hippo::kVersion},
+                                               {"protocol", hippo::protocol::kVersion},
+                                               {"plan_schema", hippo::latest_schema_version()}}
+                            .dump()
+                            .c_str());
+  else
+    std::printf("hippo %s (protocol %d, plan schema %d)\n", hippo::kVersion,
+                hippo::protocol::kVersion, hippo::latest_schema_version());
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // A master commits to its plan after every event, and SQLite frees what a commit allocated:
@@ -18,19 +56,20 @@ int main(int argc, char** argv) {
   // 64 MiB of freed heap avoids that.
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
-  using namespace hippo::cli;
   // `hippo worker ...` is the hippo-worker binary beside this one: the master side never links
-  // the engine (DESIGN.md), and the user still has one command.
+  // the engine (DESIGN.md), and the user still has one command. Its argv[0] is "hippo worker",
+  // the name its --help and messages give it.
   if (argc > 1 && std::string(argv[1]) == "worker") {
-    std::string worker =
-        (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
-    argv[1] = worker.data();
+    const std::string worker = worker_binary();
+    std::string name = std::filesystem::path(argv[0]).filename().string() + " worker";
+    argv[1] = name.data();
     execv(worker.c_str(), argv + 1);
-    std::fprintf(stderr, "error: cannot run %s\n", worker.c_str());
+    std::fprintf(stderr, "error: %s runs %s (the hippo-worker binary beside hippo): %s\n",
+                 name.c_str(), worker.c_str(), std::strerror(errno));
     return 1;
   }
   CLI::App app{"hippo: hyper-parameter optimization that trains shared work once"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none with --version
   GlobalOptions global;
   const char* env_db = std::getenv("HIPPO_DB");
   const char* env_master = std::getenv("HIPPO_MASTER");
@@ -51,19 +90,36 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", global.insecure,
                "connect without authentication, to a master started with --insecure (without "
                "keys, a client proves this user's local key)");
-  app.add_option("--format", global.format, "output format: table, json or csv")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, Format>{
-              {"table", Format::kTable}, {"json", Format::kJson}, {"csv", Format::kCsv}},
-          CLI::ignore_case))
-      ->option_text("table|json|csv");
+  CLI::Option* format_option =
+      app.add_option("--format", global.format,
+                     "output format: table, json or csv (each command's --help says which it "
+                     "prints, and the first there without --format)")
+          ->transform(CLI::CheckedTransformer(
+              std::map<std::string, Format>{
+                  {"table", Format::kTable}, {"json", Format::kJson}, {"csv", Format::kCsv}},
+              CLI::ignore_case))
+          ->option_text("table|json|csv");
   app.add_option("--log-level", global.log_level,
                  std::string("what the master logs on stderr: ") + hippo::logging::kLevels +
                      " (default info, or $HIPPO_LOG_LEVEL)");
+  bool version = false;
+  app.add_flag("--version", version,
+               "print hippo's version, its protocol's and its plan schema's, and exit (table or "
+               "json)");
 
   Action action;
   add_preview_command(app, global, &action);
   add_run_commands(app, global, &action);
+  // Listed for --help. `hippo worker ...` never gets here (above): only options before it do.
+  CLI::App* worker = app.add_subcommand(
+      "worker",
+      "run a worker that trains stages for a master (`hippo worker --help` lists its options)");
+  worker->prefix_command();
+  set_action(worker, &action, {}, []() -> int {
+    throw BadInput(
+        "worker: give it first, and its options after it (hippo worker --master ADDR ...): "
+        "hippo's own options do not apply to a worker");
+  });
   add_query_commands(app, global, &action);
   add_pipeline_command(app, global, &action);
   add_key_commands(app, global, &action);
@@ -82,15 +138,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  try {
-    // The log's component is the subcommand: "master" for a master, "run" for an embedded one.
-    hippo::logging::setup(app.get_subcommands().front()->get_name(), global.log_level);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: --log-level: %s\n", e.what());
+  if (!version && app.get_subcommands().empty()) {
+    std::fprintf(stderr, "error: a subcommand is required (hippo --help lists them)\n");
     return 2;
   }
   try {
-    return action();
+    if (version)
+      return print_version(output_format("--version", kTableOrJson, *format_option, global.format));
+    const std::string command = app.get_subcommands().front()->get_name();
+    global.format = output_format(command, action.formats, *format_option, global.format);
+    try {
+      // The log's component is the subcommand: "master" for a master, "run" for an embedded one.
+      hippo::logging::setup(command, global.log_level);
+    } catch (const std::invalid_argument& e) {
+      throw BadInput(std::string("--log-level: ") + e.what());
+    }
+    return action.run();
   } catch (const BadInput& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -28,18 +28,20 @@ using e2e::last_json;
 using e2e::sh;
 using nlohmann::json;
 
-// The port in the dashboard's "... read-only at http://HOST:PORT/" line in `log`, or 0.
-inline int announced_port(const std::string& log) {
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t at = text.find("read-only at http://");
-  size_t end = at == std::string::npos ? at : text.find("/ ", at + 20);
-  size_t colon = end == std::string::npos ? end : text.rfind(':', end);
-  if (colon == std::string::npos || colon < at) return 0;
-  return std::atoi(text.substr(colon + 1, end - colon - 1).c_str());
+// The port of the address on the first line of a dashboard's stdout ("http://HOST:PORT/"), or 0
+// while that line is not complete.
+inline int announced_port(const std::string& output) {
+  size_t end = output.find('\n');
+  if (output.rfind("http://", 0) != 0 || end == std::string::npos || end < 2 ||
+      output[end - 1] != '/')
+    return 0;
+  size_t colon = output.rfind(':', end);
+  if (colon == std::string::npos || colon < 7) return 0;
+  return std::atoi(output.substr(colon + 1, end - 1 - colon - 1).c_str());
 }
 
-// A `hippo dashboard` process; stopped (SIGTERM, then waited for) when destroyed.
+// A `hippo dashboard` process, its stderr in `log` and its stdout in `log`.stdout; stopped
+// (SIGTERM, then waited for) when destroyed.
 class DashboardProcess {
  public:
   DashboardProcess(const std::string& db, const std::string& log,
@@ -48,6 +50,7 @@ class DashboardProcess {
     pid_ = fork();
     if (pid_ == 0) {
       if (!freopen(log.c_str(), "w", stderr)) _exit(126);
+      if (!freopen((log + ".stdout").c_str(), "w", stdout)) _exit(126);
       std::vector<std::string> args = {kHippo, "--db", db, "dashboard"};
       if (std::find(extra.begin(), extra.end(), "--bind") == extra.end())
         args.insert(args.end(), {"--bind", "127.0.0.1:0"});
@@ -58,10 +61,10 @@ class DashboardProcess {
       execv(argv[0], argv.data());
       _exit(127);
     }
-    // The dashboard says where it listens on its first line.
+    // The dashboard says where it listens on the first line of its stdout.
     for (int i = 0; i < 300 && port_ == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      port_ = announced_port(log);
+      port_ = announced_port(output());
     }
   }
   ~DashboardProcess() { stop(); }
@@ -87,10 +90,8 @@ class DashboardProcess {
   std::string url(const std::string& path = "/") const {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
+  std::string log() const { return e2e::read_file(log_); }
+  std::string output() const { return e2e::read_file(log_ + ".stdout"); }
 
  private:
   pid_t pid_ = -1;

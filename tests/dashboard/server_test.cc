@@ -139,6 +139,14 @@ TEST_F(DashboardServer, ServesEveryPageAndTheReport) {
   EXPECT_EQ(head.text.find("<html"), std::string::npos);
 }
 
+// `--bind 127.0.0.1:0` takes any free port: the first line on stdout says which, as soon as it
+// listens (the fixture waits for it while the dashboard runs); the rest goes to stderr.
+TEST_F(DashboardServer, TheFirstLineOnStdoutIsItsAddress) {
+  EXPECT_EQ(dashboard_->output(), "http://127.0.0.1:" + std::to_string(port()) + "/\n");
+  EXPECT_NE(dashboard_->log().find("read-only at http://127.0.0.1:"), std::string::npos)
+      << dashboard_->log();
+}
+
 TEST_F(DashboardServer, PathTraversalIsRefused) {
   for (const std::string target :
        {"/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",

@@ -111,16 +111,23 @@ TEST_F(Simulate, RefusesBadInputAndKeepsAPlanWhenAsked) {
   refused("--workers 2 --step-time 0.1 --at 1 --at 2", "--at");
   refused("--workers 2 --step-time 0.1 --metrics-from " + path("none.db"), "--metrics-from");
   refused("--workers 2 --step-time 0.1 --bandwidth 3XB", "--bandwidth");
-  refused("--workers 2 --step-time 0.1 --plan " + path("kept.db"), "--plan keeps one");
-  // One policy and order: the simulated plan stays, for the history queries.
-  Result kept = sh(kHippo + " simulate " + file +
-                   " --workers 2 --step-time 0.01 --policy shared --plan " + path("kept.db"));
+  refused("--workers 2 --step-time 0.1 --policy both --plan " + path("kept.db"),
+          "--plan keeps one");
+  refused("--workers 2 --step-time 0.1 --order both --plan " + path("kept.db"), "--plan keeps one");
+  EXPECT_FALSE(fs::exists(path("kept.db")));
+  // With --plan and no --policy, the shared run alone: its simulated plan stays, for the history
+  // queries.
+  Result kept =
+      sh(kHippo + " simulate " + file + " --workers 2 --step-time 0.01 --plan " + path("kept.db"));
   ASSERT_EQ(kept.status, 0) << kept.out;
   EXPECT_NE(kept.out.find("makespan"), std::string::npos);
-  Result trials = sh(hippo("kept.db") + "--format json studies");
-  ASSERT_EQ(trials.status, 0);
-  EXPECT_NE(trials.out.find("\"done\""), std::string::npos) << trials.out;
-  refused("--workers 2 --step-time 0.1 --policy shared --plan " + path("kept.db"), "exists");
+  Result studies = sh(hippo("kept.db") + "--format json studies");
+  ASSERT_EQ(studies.status, 0);
+  json list = json::parse(studies.out);
+  ASSERT_EQ(list.size(), 1u) << studies.out;
+  EXPECT_EQ(list[0]["status"], "done");
+  EXPECT_EQ(list[0]["policy"], "shared");
+  refused("--workers 2 --step-time 0.1 --policy trial-based --plan " + path("kept.db"), "exists");
 }
 
 }  // namespace

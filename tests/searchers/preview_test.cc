@@ -59,7 +59,8 @@ TEST(Preview, TableAndCsv) {
   Outcome table = hippo("preview " + kExamples + "fmnist-mlp-lr-decay.json");
   ASSERT_EQ(table.status, 0) << table.output;
   EXPECT_NE(table.output.find("18 trials:"), std::string::npos) << table.output;
-  EXPECT_NE(table.output.find("[468, 1872) lr=0.01 weight_decay=0.0005  <- trial 0"),
+  // Trials are numbered from 1, as in the study (`hippo trials`; tests/e2e/cli_test.cc).
+  EXPECT_NE(table.output.find("[468, 1872) lr=0.01 weight_decay=0.0005  <- trial 1\n"),
             std::string::npos)
       << table.output;
   EXPECT_NE(table.output.find("trial-based 33696, unique 21060"), std::string::npos);
@@ -68,7 +69,8 @@ TEST(Preview, TableAndCsv) {
   ASSERT_EQ(csv.status, 0) << csv.output;
   EXPECT_EQ(csv.output.substr(0, csv.output.find('\n')),
             "trial,length,lr.init,lr.milestones[0],lr.gamma");
-  EXPECT_NE(csv.output.find("\n7,1872,0.05,3,0.1\n"), std::string::npos) << csv.output;
+  EXPECT_EQ(csv.output.substr(csv.output.find('\n') + 1, 2), "1,") << csv.output;
+  EXPECT_NE(csv.output.find("\n8,1872,0.05,3,0.1\n"), std::string::npos) << csv.output;
   EXPECT_EQ(std::count(csv.output.begin(), csv.output.end(), '\n'), 19);
 }
 

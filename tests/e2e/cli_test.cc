@@ -1,0 +1,284 @@
+// The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
+// against a real study's, `resume` without a plan, the output formats of every command (each prints
+// the format asked for or refuses it, exit 2, changing nothing), `submit --wait`'s summary,
+// --version, --help and `hippo worker`.
+#include <map>
+#include <sstream>
+
+#include "protocol/version.h"
+#include "protocol/wire.h"
+#include "storage/schema.h"
+#include "tests/e2e/e2e_helper.h"
+
+namespace hippo::e2e {
+namespace {
+
+const std::string kWorker = (fs::path(kHippo).parent_path() / "hippo-worker").string();
+
+class Cli : public E2ETest {
+ protected:
+  // A plan with the CI example run to its end (4 trials), as `studies` and the others read it.
+  void run_ci_study(const std::string& db) {
+    ASSERT_EQ(
+        sh(hippo(db) + "run " + kExamples + "/fmnist-mlp-ci.json --workers 2 >/dev/null").status,
+        0);
+  }
+};
+
+// A CSV text as {trial number -> {column -> value}} (the values hold no commas here), keeping
+// only `columns`.
+std::map<std::string, std::map<std::string, std::string>> csv_by_trial(
+    const std::string& text, const std::vector<std::string>& columns) {
+  std::istringstream in(text);
+  std::vector<std::string> header;
+  std::map<std::string, std::map<std::string, std::string>> out;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields;
+    std::istringstream cells(line);
+    for (std::string f; std::getline(cells, f, ',');) fields.push_back(f);
+    if (header.empty()) {
+      header = fields;
+      continue;
+    }
+    for (size_t i = 0; i < fields.size() && i < header.size(); ++i)
+      if (std::find(columns.begin(), columns.end(), header[i]) != columns.end())
+        out[fields[0]][header[i]] = fields[i];
+  }
+  return out;
+}
+
+// preview numbers trials as the study will: its trial 1 is `hippo trials`' trial 1.
+TEST_F(Cli, PreviewNumbersTrialsAsTheStudyWill) {
+  const std::string ci = kExamples + "/fmnist-mlp-ci.json";
+  Result preview = sh(hippo("plan.db") + "--format csv preview " + ci);
+  ASSERT_EQ(preview.status, 0);
+  run_ci_study("plan.db");
+  Result trials = sh(hippo("plan.db") + "--format csv trials fmnist-mlp-ci");
+  ASSERT_EQ(trials.status, 0);
+  const std::vector<std::string> columns = {"length", "lr.init", "lr.every"};
+  auto foreseen = csv_by_trial(preview.out, columns);
+  EXPECT_EQ(foreseen.size(), 4u) << preview.out;
+  EXPECT_EQ(foreseen.begin()->first, "1") << preview.out;
+  EXPECT_EQ(foreseen, csv_by_trial(trials.out, columns)) << preview.out << trials.out;
+}
+
+// `resume` without --master resumes from the plan at --db: where there is none, it says so and
+// makes none.
+TEST_F(Cli, ResumeWithoutAPlanRefusesAndMakesNone) {
+  Result r = sh(hippo("none.db") + "resume fmnist-mlp-ci 2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("no search plan at " + path("none.db")), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("none.db")));
+  EXPECT_FALSE(fs::exists(path("none.db.checkpoints")));
+}
+
+// Every subcommand, with each format: the output is that format, or the command refuses it
+// (exit 2, naming the formats it prints) before it does anything.
+TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
+  run_ci_study("plan.db");
+  const std::string db = hippo("plan.db"), ci = kExamples + "/fmnist-mlp-ci.json";
+  const std::string none = hippo("none.db");  // a plan that does not exist, and must not
+  const std::string master = kHippo + " --master ipc://" + path("no-master.sock") + " ";
+  const std::string table = "table", json_ = "json", csv = "csv";
+  // What a command does here with a format it prints: succeeds; fails for another reason (no
+  // plan there); or is not run (it would change the plan the others read, make files, or wait for
+  // a master that is not there), only its refusals are.
+  enum Then { kSucceeds, kFails, kNotRun };
+  struct Case {
+    std::string command;              // with {F} where --format F goes
+    std::vector<std::string> prints;  // the formats it prints; the others it refuses
+    Then then;
+  };
+  const std::vector<Case> cases = {
+      {db + "{F} studies", {table, json_, csv}, kSucceeds},
+      {db + "{F} trials fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
+      {db + "{F} best fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
+      {db + "{F} tree fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
+      {db + "{F} export fmnist-mlp-ci", {csv, json_, table}, kSucceeds},
+      {db + "{F} checkpoints", {table, json_, csv}, kSucceeds},
+      {db + "{F} checkpoints --free-to 0", {table, json_}, kNotRun},
+      {db + "{F} delete fmnist-mlp-ci", {table, json_}, kNotRun},
+      {none + "{F} preview " + ci, {table, json_, csv}, kSucceeds},
+      {none + "{F} simulate " + ci + " --workers 2 --step-time 0.01",
+       {table, json_, csv},
+       kSucceeds},
+      {none + "{F} pipeline-plan --stages 2 --microbatches 2 --schedule 1f1b",
+       {table, json_, csv},
+       kSucceeds},
+      {none + "{F} run " + ci + " --workers 1", {table, json_}, kNotRun},
+      {none + "{F} resume fmnist-mlp-ci", {table, json_}, kFails},
+      {none + "{F} keygen " + path("key"), {table, json_}, kNotRun},
+      {none + "{F} dashboard --bind 127.0.0.1:0", {table}, kFails},
+      {none + "{F} report fmnist-mlp-ci -o " + path("r.html"), {}, kNotRun},
+      {none + "{F} master --bind ipc://" + path("m.sock"), {}, kNotRun},
+      {master + "{F} submit " + ci, {table, json_}, kNotRun},
+      {master + "{F} cancel fmnist-mlp-ci", {table, json_}, kNotRun},
+      {master + "{F} drain w", {table, json_}, kNotRun},
+      {master + "{F} workers", {table, json_, csv}, kNotRun},
+  };
+  const std::string trials_before = sh(db + "--format json trials fmnist-mlp-ci").out;
+  const std::string checkpoints_before = sh(db + "--format json checkpoints").out;
+  for (const Case& c : cases) {
+    std::map<std::string, std::string> printed_as;  // format -> what the command printed
+    for (const std::string& format : {table, json_, csv}) {
+      // A command that ignored --format and ran (a master, a dashboard) would never end.
+      std::string command = "timeout 10 " + c.command;
+      command.replace(command.find("{F}"), 3, "--format " + format);
+      const bool printed = std::find(c.prints.begin(), c.prints.end(), format) != c.prints.end();
+      if (!printed) {
+        Result r = sh(command + " 2>&1");
+        EXPECT_EQ(r.status, 2) << command << ": " << r.out;
+        EXPECT_NE(r.out.find("error: --format " + format + ": "), std::string::npos)
+            << command << ": " << r.out;
+        EXPECT_NE(r.out.find(c.prints.empty() ? "prints nothing on stdout"
+                                              : " prints " + c.prints.front() + " (default)"),
+                  std::string::npos)
+            << command << ": " << r.out;
+        continue;
+      }
+      if (c.then == kNotRun) continue;
+      Result r = sh(command + " 2>" + path("stderr"));
+      if (c.then == kFails) {  // for another reason than its format
+        EXPECT_EQ(r.status, 2) << command;
+        EXPECT_EQ(read_file(path("stderr")).find("--format"), std::string::npos)
+            << command << ": " << read_file(path("stderr"));
+        continue;
+      }
+      ASSERT_EQ(r.status, 0) << command << ": " << read_file(path("stderr"));
+      printed_as[format] = r.out;
+      const bool is_json = !json::parse(r.out, nullptr, false).is_discarded();
+      EXPECT_EQ(is_json, format == json_) << command << ": " << r.out;
+      const std::string first = r.out.substr(0, r.out.find('\n'));
+      if (format == csv) {
+        EXPECT_NE(first.find(','), std::string::npos) << command << ": " << r.out;
+        EXPECT_EQ(first.find("  "), std::string::npos) << command << ": " << r.out;
+      }
+    }
+    if (printed_as.count(table) && printed_as.count(csv))
+      EXPECT_NE(printed_as[table], printed_as[csv]) << c.command << ": the table is CSV";
+  }
+  // The refusals changed nothing: no plan, file or key made, nothing deleted or evicted.
+  EXPECT_FALSE(fs::exists(path("none.db")));
+  EXPECT_FALSE(fs::exists(path("key.key")));
+  EXPECT_FALSE(fs::exists(path("r.html")));
+  EXPECT_EQ(sh(db + "--format json trials fmnist-mlp-ci").out, trials_before);
+  EXPECT_EQ(sh(db + "--format json checkpoints").out, checkpoints_before);
+
+  // export without --format is the CSV of every metric, with --format table the same rows aligned.
+  Result export_csv = sh(db + "export fmnist-mlp-ci");
+  Result export_table = sh(db + "--format table export fmnist-mlp-ci");
+  EXPECT_EQ(export_csv.out.rfind("trial,status,length,lr.every,lr.init,step,metric,value\n", 0), 0u)
+      << export_csv.out;
+  EXPECT_EQ(export_table.out.rfind("trial  status  length  lr.every  lr.init  step  metric", 0), 0u)
+      << export_table.out;
+  EXPECT_EQ(std::count(export_csv.out.begin(), export_csv.out.end(), '\n'),
+            std::count(export_table.out.begin(), export_table.out.end(), '\n'));
+  // tree's CSV: the stages of its JSON, the trials ending in each separated by spaces.
+  Result tree = sh(db + "--format csv tree fmnist-mlp-ci");
+  EXPECT_EQ(
+      tree.out.rfind("stage,parent,start,end,trained_until,trials_ending\n0,-1,0,32,32,\n", 0), 0u)
+      << tree.out;
+  EXPECT_EQ(std::count(tree.out.begin(), tree.out.end(), '\n'), 1 + 6) << tree.out;
+  // simulate's CSV: a row per measure, a column per run.
+  Result sim = sh(none + "--format csv simulate " + ci + " --workers 2 --step-time 0.01");
+  EXPECT_EQ(sim.out.rfind("measure,shared,trial-based\nmakespan (s),", 0), 0u) << sim.out;
+}
+
+// `submit --wait` prints the study's summary as `run` does: a table, or INTERFACE.md's JSON line.
+TEST_F(Cli, SubmitWaitPrintsTheSummaryAsRunDoes) {
+  const std::string address = "ipc://" + path("master.sock");
+  spawn({kHippo, "--db", path("cluster.db"), "master", "--bind", address});
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", path("checkpoints")});
+  const std::string client = kHippo + " --master " + address + " ";
+  Result table = sh(client + "submit " + spec("table", json::object()) + " --wait");
+  ASSERT_EQ(table.status, 0) << table.out;
+  EXPECT_EQ(table.out.rfind("study table: done\n  trials               4\n", 0), 0u) << table.out;
+  EXPECT_NE(table.out.find("\n  best                 trial "), std::string::npos) << table.out;
+  Result line = sh(client + "--format json submit " + spec("line", json::object()) + " --wait");
+  ASSERT_EQ(line.status, 0) << line.out;
+  EXPECT_EQ(json::parse(line.out)["study"], "line");
+  Result run = sh(hippo("alone.db") + "run " + spec("run", json::object()) + " --workers 1");
+  ASSERT_EQ(run.status, 0);
+  // The same lines but for the times.
+  auto untimed = [](const std::string& text) {
+    std::string out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+      if (l.find("wall time") == std::string::npos &&
+          l.find("master per trial") == std::string::npos)
+        out += l.substr(l.find(':') + 1) + "\n";
+    return out;
+  };
+  EXPECT_EQ(untimed(table.out), untimed(run.out));
+}
+
+TEST_F(Cli, VersionNamesTheBinaryItsProtocolAndItsPlanSchema) {
+  const std::string protocol = std::to_string(protocol::kVersion);
+  const std::string schema = std::to_string(latest_schema_version());
+  Result text = sh(kHippo + " --version");
+  EXPECT_EQ(text.status, 0);
+  EXPECT_EQ(text.out, std::string("hippo ") + kVersion + " (protocol " + protocol +
+                          ", plan schema " + schema + ")\n");
+  Result j = sh(kHippo + " --format json --version");
+  EXPECT_EQ(j.status, 0);
+  EXPECT_EQ(std::count(j.out.begin(), j.out.end(), '\n'), 1) << j.out;
+  EXPECT_EQ(json::parse(j.out), json({{"version", kVersion},
+                                      {"protocol", protocol::kVersion},
+                                      {"plan_schema", latest_schema_version()}}));
+  Result csv = sh(kHippo + " --format csv --version 2>&1");
+  EXPECT_EQ(csv.status, 2);
+  EXPECT_NE(csv.out.find("--format csv: --version prints table (default) or json"),
+            std::string::npos)
+      << csv.out;
+
+  const std::string worker_line =
+      std::string("hippo-worker ") + kVersion + " (protocol " + protocol + ")\n";
+  for (const std::string& command : {kWorker, kHippo + " worker"}) {
+    Result w = sh(command + " --version");
+    EXPECT_EQ(w.status, 0) << command;
+    EXPECT_EQ(w.out, worker_line) << command;
+  }
+  // Without --version, a subcommand is still needed.
+  Result none = sh(kHippo + " 2>&1");
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.out.find("a subcommand is required"), std::string::npos) << none.out;
+}
+
+TEST_F(Cli, HelpListsWorkerWhichNamesItselfAsItWasStarted) {
+  Result help = sh(kHippo + " --help");
+  ASSERT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("\n  worker "), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("`hippo worker --help` lists its options"), std::string::npos);
+
+  Result through_hippo = sh(kHippo + " worker --help");
+  EXPECT_EQ(through_hippo.status, 0);
+  EXPECT_NE(through_hippo.out.find("Usage: hippo worker [OPTIONS]"), std::string::npos)
+      << through_hippo.out;
+  EXPECT_NE(through_hippo.out.find("--master"), std::string::npos) << through_hippo.out;
+  EXPECT_EQ(through_hippo.out.find("hippo-worker"), std::string::npos) << through_hippo.out;
+  Result direct = sh(kWorker + " --help");
+  EXPECT_EQ(direct.status, 0);
+  EXPECT_NE(direct.out.find("Usage: hippo-worker [OPTIONS]"), std::string::npos) << direct.out;
+
+  // `worker` comes first: hippo's own options before it are refused, not dropped.
+  Result after_options = sh(hippo("plan.db") + "worker --master ipc://" + path("m.sock") + " 2>&1");
+  EXPECT_EQ(after_options.status, 2);
+  EXPECT_NE(after_options.out.find("hippo's own options do not apply to a worker"),
+            std::string::npos)
+      << after_options.out;
+  EXPECT_FALSE(fs::exists(path("plan.db")));
+}
+
+TEST_F(Cli, WorkerWithoutHippoWorkerBesideItSaysWhereItLooked) {
+  fs::create_directories(path("bin"));
+  fs::copy_file(kHippo, path("bin/hippo"));
+  fs::permissions(path("bin/hippo"), fs::perms::owner_all);
+  Result r = sh(path("bin/hippo") + " worker --help 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("error: hippo worker runs " + path("bin/hippo-worker")), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("No such file or directory"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace hippo::e2e
