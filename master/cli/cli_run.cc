@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -155,6 +156,11 @@ struct LocalRun {
 // one it is asked to run (the others left `running` by a run that crashed are interrupted).
 struct EmbeddedMaster {
   EmbeddedMaster(const LocalRun& local, const GlobalOptions& global) {
+    // Without its workers a run could only be interrupted: refuse before the plan is touched.
+    const std::string worker = worker_binary();
+    if (access(worker.c_str(), X_OK) != 0)
+      throw RunFailed("cannot start workers: " + worker + ": " + std::strerror(errno) +
+                      " (hippo runs the hippo-worker binary beside itself: install both together)");
     master::Options options;
     options.bind = dir.address();
     options.checkpoints =

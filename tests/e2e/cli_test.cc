@@ -280,5 +280,20 @@ TEST_F(Cli, WorkerWithoutHippoWorkerBesideItSaysWhereItLooked) {
   EXPECT_NE(r.out.find("No such file or directory"), std::string::npos) << r.out;
 }
 
+// `hippo run` without hippo-worker beside it refuses before it touches the plan: no study is
+// left interrupted for a run that could never have trained.
+TEST_F(Cli, RunWithoutHippoWorkerBesideItRefusesAndMakesNoPlan) {
+  fs::create_directories(path("bin"));
+  fs::copy_file(kHippo, path("bin/hippo"));
+  fs::permissions(path("bin/hippo"), fs::perms::owner_all);
+  Result r =
+      sh(path("bin/hippo") + " --db " + path("lone.db") + " run " + small_study("lone") + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot start workers: " + path("bin/hippo-worker")), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(path("lone.db")));
+  EXPECT_FALSE(fs::exists(path("lone.db.checkpoints")));
+}
+
 }  // namespace
 }  // namespace hippo::e2e

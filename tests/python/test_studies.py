@@ -86,3 +86,37 @@ def test_dataframe_without_pandas_says_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(ImportError) as e:
         hippo.dataframe("any", db=tmp_path / "plan.db")
     assert "python3-pandas" in str(e.value)
+
+
+def _package_copy(tmp_path, version):
+    """This package, copied out of the checkout (so that it finds no build/hippo) as `version`."""
+    import shutil
+    copy = tmp_path / "site" / "hippo"
+    shutil.copytree(os.path.dirname(hippo.__file__), copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "version.py").write_text(f'__version__ = "{version}"\n')
+    return copy.parent
+
+
+def _run_python(code, site, **env):
+    import subprocess
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), **env}
+    return subprocess.run([sys.executable, "-c", code], env=environment, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_binary_of_another_version_is_refused_naming_both(tmp_path):
+    site = _package_copy(tmp_path, "0.0.1")
+    done = _run_python("import hippo; hippo.studies(db='x.db')", site,
+                       HIPPO_BIN=os.environ["HIPPO_BIN"])
+    assert done.returncode != 0
+    assert f"is version {hippo.__version__} (protocol 1, plan schema" in done.stderr, done.stderr
+    assert "this Python package is 0.0.1" in done.stderr, done.stderr
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_no_binary_anywhere_says_how_to_name_one(tmp_path):
+    site = _package_copy(tmp_path, hippo.__version__)
+    done = _run_python("import hippo; hippo.studies()", site)  # no HIPPO_BIN, no hippo on PATH
+    assert done.returncode != 0
+    assert "no hippo binary" in done.stderr and "HIPPO_BIN" in done.stderr, done.stderr
