@@ -228,8 +228,10 @@ int tree(const std::string& name, const GlobalOptions& global) {
       for (const std::string& field : fields) {
         const json& value = stage[field];
         std::string text;
-        for (const json& item : value.is_array() ? value : json::array({value}))
-          text += (text.empty() ? "" : " ") + cell(item);
+        for (const json& item : value.is_array() ? value : json::array({value})) {
+          if (!text.empty()) text += ' ';
+          text += cell(item);
+        }
         row.push_back(text);
       }
       rows.push_back(row);

@@ -154,8 +154,9 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
         EXPECT_EQ(first.find("  "), std::string::npos) << command << ": " << r.out;
       }
     }
-    if (printed_as.count(table) && printed_as.count(csv))
+    if (printed_as.count(table) && printed_as.count(csv)) {
       EXPECT_NE(printed_as[table], printed_as[csv]) << c.command << ": the table is CSV";
+    }
   }
   // The refusals changed nothing: no plan, file or key made, nothing deleted or evicted.
   EXPECT_FALSE(fs::exists(path("none.db")));
