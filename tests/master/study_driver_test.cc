@@ -172,7 +172,7 @@ TEST_F(StudyDriverTest, AJobThatEndsWithoutMetricsFailsTheTrialsThatWaitedNaming
 void on_small_stack(const std::function<void()>& fn) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef HIPPO_SANITIZED  // the code under test is instrumented (tests/CMakeLists.txt)
   pthread_attr_setstacksize(&attr, 1 << 20);  // ASan's frames are larger
 #else
   pthread_attr_setstacksize(&attr, 256 << 10);
@@ -204,7 +204,7 @@ void on_small_stack(const std::function<void()>& fn) {
 // trial lands on states trained and evaluated already and closes at once, and its searcher places
 // the next, which closes at once... (that recursion ran out of an 8 MiB stack at 5,000 trials).
 TEST_F(StudyDriverTest, AHundredThousandTrialsOverASmallSpaceNeedConstantStack) {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef HIPPO_SANITIZED
   const int64_t n = 10000;  // twice what overflowed 8 MiB before, in ASan's time
 #else
   const int64_t n = 100000;
