@@ -2,6 +2,8 @@
 ($HIPPO_BIN) and a real search plan: the small built-in CI study (seconds)."""
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -90,7 +92,6 @@ def test_dataframe_without_pandas_says_what_to_install(tmp_path, monkeypatch):
 
 def _package_copy(tmp_path, version):
     """This package, copied out of the checkout (so that it finds no build/hippo) as `version`."""
-    import shutil
     copy = tmp_path / "site" / "hippo"
     shutil.copytree(os.path.dirname(hippo.__file__), copy,
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -99,7 +100,6 @@ def _package_copy(tmp_path, version):
 
 
 def _run_python(code, site, **env):
-    import subprocess
     environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), **env}
     return subprocess.run([sys.executable, "-c", code], env=environment, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
