@@ -605,7 +605,10 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
                                    [&](int64_t id) { return driver_.running(id); });
   Edit e;
   add_progress(e, job, tree_, m.step);
-  e.add(execution(job, tree_, w.hello.name, ExecutionOutcome::kDone, m.step));
+  edit::AddExecution done = execution(job, tree_, w.hello.name, ExecutionOutcome::kDone, m.step);
+  done.row.busy_s = m.busy_s;
+  done.row.times = protocol::to_json(m.times);
+  e.add(done);
   e.add(edit::Count{job.studies, 0, m.busy_s});
   // Its model diverged at m.step: so did every trial through that state that needs more.
   if (m.diverged)
@@ -992,6 +995,7 @@ void Master::dispatch() {
   if (assignments.size() < idle.size() && work.size() >= idle.size())
     assignments = assign(work = ready_work(input), idle, usable, moved_bytes);
   for (const Assignment& a : assignments) send_job(*pool_.find(a.peer), a.work, *study_for(a.work));
+  prepare_trainers(idle);
   ++costs_.decisions.count;
   costs_.decisions.cpu_s += thread_cpu_seconds() - started;
 }
@@ -1016,9 +1020,27 @@ void Master::warn_if_no_worker_runs_trainers(int64_t study) {
       driver_.studies().at(study).spec.name);
 }
 
+void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
+  const StudySpec* spec = nullptr;
+  for (const auto& [id, s] : driver_.studies())
+    if (driver_.running(id) && s.spec.external_model() && s.spec.long_lived_trainer()) {
+      spec = &s.spec;
+      break;
+    }
+  if (!spec) return;
+  for (const IdleWorker& i : idle) {
+    ConnectedWorker& w = *pool_.find(i.peer);
+    if (w.job >= 0 || !w.hello.runs_trainers || w.keeps_trainer || w.draining) continue;
+    w.keeps_trainer = true;
+    send(w.peer, protocol::Prepare{run_spec(*spec)}.to_json());
+  }
+}
+
 void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
-  RunningJob job = build_job(work, driver_.studies().at(study).spec, tree_, states_, w.held,
-                             copies_.storage_of(w), options_.snapshot_every);
+  const StudySpec& spec = driver_.studies().at(study).spec;
+  if (spec.external_model() && spec.long_lived_trainer()) w.keeps_trainer = true;
+  RunningJob job =
+      build_job(work, spec, tree_, states_, w.held, copies_.storage_of(w), options_.snapshot_every);
   job.studies =
       driver_.studies_through(first_stage(tree_, work.representative, work.from, work.to));
   const RunningJob& started = pool_.start(w, std::move(job));

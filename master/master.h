@@ -235,6 +235,9 @@ class Master {
   void retire_drained_workers();
   void dispatch();
   void send_job(ConnectedWorker& w, const WorkItem& work, int64_t study);
+  // Idle workers that run trainers and keep none start a running study's long-lived trainer now
+  // (Prepare), so that its start (a PyTorch import) is over when that study's work reaches them.
+  void prepare_trainers(const std::vector<IdleWorker>& idle);
   // Says once per study and device count when no connected worker has `devices` devices.
   void warn_if_no_worker_has(int64_t devices, int64_t study);
   // Says once per study when no connected worker runs external trainers.
@@ -257,7 +260,7 @@ class Master {
   InFlight in_flight_;                                     // likewise
   int64_t studies_ended_seen_ = 0;                         // by abandon_orphan_jobs
   int64_t needed_version_seen_ = -1;                       // likewise
-  Clock::time_point last_orphan_scan_{};  // likewise
+  Clock::time_point last_orphan_scan_{};                   // likewise
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   // Worker messages that found the search plan locked, oldest first; retried every second.

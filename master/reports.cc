@@ -30,7 +30,8 @@ json StudySummary::to_json() const {
          {"transfer_s", std::round(transfer_s * 1000) / 1000},
          {"wall_s", std::round(wall_s * 1000) / 1000},
          {"makespan_ratio", std::round(makespan_ratio * 1000) / 1000},
-         {"master_ms_per_trial", std::round(master_ms_per_trial * 1000) / 1000}};
+         {"master_ms_per_trial", std::round(master_ms_per_trial * 1000) / 1000},
+         {"time", time.to_json()}};
   if (!error.empty()) j["error"] = error;
   if (has_best)
     j["best"] = {{"trial", best_trial},
@@ -96,6 +97,7 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
                                              (out.steps_unique - out.steps_reused) / spread);
   out.makespan_ratio = bound > 0 ? out.wall_s / bound : 0;
   out.master_ms_per_trial = p.trials > 0 ? 1000 * a.master_s / p.trials : 0;
+  out.time = split_time(plan.executions(study), out.wall_s);
   std::set<TrialId> diverged;
   for (const auto& [req, tid] : s.trials)
     if (driver.trial(tid)->status == TrialStatus::kDiverged) diverged.insert(tid);

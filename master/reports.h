@@ -14,6 +14,7 @@
 #include "master/worker_pool.h"
 #include "searchers/spec.h"
 #include "storage/plan.h"
+#include "storage/time_split.h"
 
 namespace hippo::master {
 
@@ -50,6 +51,7 @@ struct StudySummary {
   double best_value = 0;
   int64_t best_step = 0;
   double master_ms_per_trial = 0;  // the master's own CPU time (events, bookkeeping) per trial
+  TimeSplit time;                  // where each worker's time went over wall_s (time_split.h)
   json to_json() const;
 };
 

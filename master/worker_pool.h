@@ -42,6 +42,8 @@ struct ConnectedWorker {
   std::string set_aside;
   Clock::time_point set_aside_until{};
   bool handed_over = false;  // draining: the states only it held were handed over (copies.h)
+  // It was sent a long-lived trainer's job or a Prepare: it keeps (or starts) a trainer.
+  bool keeps_trainer = false;
 };
 
 // Jobs a worker may fail in a row for reasons of its own before it gets no more work for a while

@@ -37,6 +37,7 @@ HIPPO_MESSAGE_CODEC(Welcome)
 HIPPO_MESSAGE_CODEC(Job)
 HIPPO_MESSAGE_CODEC(SnapshotAt)
 HIPPO_MESSAGE_CODEC(Abandon)
+HIPPO_MESSAGE_CODEC(Prepare)
 HIPPO_MESSAGE_CODEC(Reset)
 HIPPO_MESSAGE_CODEC(Shutdown)
 HIPPO_MESSAGE_CODEC(ReadFile)
@@ -55,6 +56,16 @@ json to_json(const RunSpec& r) {
   json j = json::object();
   fields::write(r, j);
   return j;
+}
+
+json to_json(const JobTimes& t) {
+  json j = json::object();
+  fields::write(t, j);
+  return j;
+}
+
+JobTimes job_times_from_json(const json& j) {
+  return fields::read<JobTimes>(j);
 }
 
 RunSpec run_spec_from_json(const json& j) {

@@ -14,8 +14,8 @@
 //
 // Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
 // FileBytes (a chunk the master asked for), Fetched.
-// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown, ReadFile, FileBytes (a
-// chunk of the job's parent), DeleteFiles.
+// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Prepare, Reset, Shutdown, ReadFile,
+// FileBytes (a chunk of the job's parent), DeleteFiles.
 // Client -> master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply.
 // AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
 //
@@ -207,6 +207,32 @@ struct Snapshot {
   static Snapshot from_json(const json& m);
 };
 
+// Where a job's time on its worker went, in seconds: what `hippo run`'s summary, `hippo report`
+// and the dashboard split each worker's time into (storage/time_split.h). Done::busy_s is the
+// whole job; what no field names (messages, the master's orders between two steps, a trainer
+// that reports nothing) is the rest. An external trainer's share is what it reports (the Python
+// helper measures it; a trainer without it leaves all but `start` zero).
+struct JobTimes {
+  double start = 0;  // starting an external trainer's process (its imports) while the job waited
+  double setup = 0;  // the engine or trainer's data and model, before the parent state
+  double load = 0;   // the parent state: a fork in memory, a checkpoint read, or initialization
+  double fetch = 0;  // the parent checkpoint's bytes from another storage, checked and kept
+  double train = 0;  // training steps
+  double eval = 0;   // evaluations
+  double save = 0;   // snapshots: the state's copy for the writer, and waiting for durable files
+  bool operator==(const JobTimes&) const = default;
+  static constexpr auto kFields = std::tuple{fields::Real{"start", &JobTimes::start, 0, 1e9},
+                                             fields::Real{"setup", &JobTimes::setup, 0, 1e9},
+                                             fields::Real{"load", &JobTimes::load, 0, 1e9},
+                                             fields::Real{"fetch", &JobTimes::fetch, 0, 1e9},
+                                             fields::Real{"train", &JobTimes::train, 0, 1e9},
+                                             fields::Real{"eval", &JobTimes::eval, 0, 1e9},
+                                             fields::Real{"save", &JobTimes::save, 0, 1e9}};
+  double total() const { return start + setup + load + fetch + train + eval + save; }
+};
+json to_json(const JobTimes& t);
+JobTimes job_times_from_json(const json& j);  // throws ProtocolError naming a bad field
+
 // The job trained to its end `step`; or, with `diverged`, it stopped at `step` because its model
 // diverged there (a non-finite loss at an evaluation: every later state would be too), and
 // nothing after `step` was trained.
@@ -217,13 +243,16 @@ struct Done {
   std::vector<int64_t> held;
   std::string incarnation{};
   bool diverged = false;
+  JobTimes times{};  // absent (an older worker): all zero
   bool operator==(const Done&) const = default;
   static constexpr auto kFields =
-      std::tuple{fields::Int{"job", &Done::job}, fields::Int{"step", &Done::step},
+      std::tuple{fields::Int{"job", &Done::job},
+                 fields::Int{"step", &Done::step},
                  fields::Real{"busy_s", &Done::busy_s, 0, 1e9},
                  fields::IntList{"held", &Done::held, kMaxHeldStates}.defaulted(),
                  fields::Text{"incarnation", &Done::incarnation, kMaxIncarnation},
-                 fields::Bool{"diverged", &Done::diverged}.omitted()};
+                 fields::Bool{"diverged", &Done::diverged}.omitted(),
+                 fields::Nested{"times", &Done::times}.omitted()};
   json to_json() const;
   static Done from_json(const json& m);
 };
@@ -457,6 +486,17 @@ struct Abandon {
   static Abandon from_json(const json& m);
 };
 
+// An idle worker that runs trainers and keeps none may start the long-lived trainer of `run` now,
+// so that its start (a PyTorch import) is over before the run's first job for it comes.
+struct Prepare {
+  static constexpr const char* kType = "prepare";
+  RunSpec run;
+  bool operator==(const Prepare&) const = default;
+  static constexpr auto kFields = std::tuple{fields::Nested{"run", &Prepare::run}};
+  json to_json() const;
+  static Prepare from_json(const json& m);
+};
+
 // The master does not know this peer (it restarted): say hello again.
 struct Reset {
   static constexpr const char* kType = "reset";
@@ -594,8 +634,8 @@ struct Reply {
 
 using AnyMessage =
     std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
-                 FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Reset, Shutdown, ReadFile,
-                 DeleteFiles, Submit, Status, Cancel, Resume, ListWorkers, Drain, Reply>;
+                 FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Prepare, Reset, Shutdown,
+                 ReadFile, DeleteFiles, Submit, Status, Cancel, Resume, ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

@@ -82,6 +82,8 @@ struct StudySpec {
   std::string root_key;
 
   bool external_model() const { return model.at("type") == "external"; }
+  // An external model whose trainer serves many stages (model.long_lived).
+  bool long_lived_trainer() const { return external_model() && model.value("long_lived", false); }
   // U for a trial with these params; 0 when the study has no batch size that is constant within
   // a trial (epoch units are refused then).
   int64_t steps_per_epoch(const Params& params) const;

@@ -46,6 +46,7 @@ constexpr int kRetentionVersion = 4;
 constexpr int kSearcherEventsVersion = 5;
 constexpr int kStoragesVersion = 6;
 constexpr int kAccountsVersion = 7;
+constexpr int kJobTimesVersion = 8;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -894,16 +895,21 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
     throw std::invalid_argument(what() + ": ended before it started");
   std::optional<std::string> error;
   if (!row.error.empty()) error = row.error;
+  if (row.busy_s && !(*row.busy_s >= 0))
+    throw std::invalid_argument(what() + ": busy for " + std::to_string(*row.busy_s) + " s");
+  if (!row.times.is_object()) throw std::invalid_argument(what() + ": times is not an object");
+  std::optional<std::string> times;
+  if (!row.times.empty()) times = row.times.dump();
   int64_t id = 0;
   transaction([&] {
-    if (auto refusal =
-            Query(*this,
-                  "INSERT INTO executions (stage_id, trial_id, kind, from_step, "
-                  "to_step, reached_step, worker, started_at, ended_at, outcome, "
-                  "error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  row.stage, row.trial, to_string(row.kind), row.from, row.to, row.reached,
-                  row.worker, row.started_at, row.ended_at, to_string(row.outcome), error)
-                .refused()) {
+    if (auto refusal = Query(*this,
+                             "INSERT INTO executions (stage_id, trial_id, kind, from_step, "
+                             "to_step, reached_step, worker, started_at, ended_at, outcome, "
+                             "error, busy_s, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             row.stage, row.trial, to_string(row.kind), row.from, row.to,
+                             row.reached, row.worker, row.started_at, row.ended_at,
+                             to_string(row.outcome), error, row.busy_s, times)
+                           .refused()) {
       explain_refusal(*refusal, what(), "trials", row.trial,
                       what() + ": no trial with id " + std::to_string(row.trial));
     }
@@ -925,19 +931,21 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
 std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
   std::vector<ExecutionRow> rows;
   if (schema_version() < kExecutionsVersion) return rows;  // a version-2 file, read only
-#define EXECUTION_COLUMNS                                                                    \
-  "e.id, e.stage_id, e.trial_id, e.kind, e.from_step, e.to_step, e.reached_step, e.worker, " \
-  "e.started_at, e.ended_at, e.outcome, e.error, "                                           \
-  "(SELECT group_concat(study_id) FROM execution_studies WHERE execution_id = e.id)"
-  auto q = study ? std::make_unique<Query>(*this,
-                                           "SELECT " EXECUTION_COLUMNS
-                                           " FROM execution_studies s JOIN executions e ON "
-                                           "e.id = s.execution_id WHERE s.study_id = ? "
-                                           "ORDER BY e.started_at, e.id",
-                                           *study)
-                 : std::make_unique<Query>(*this, "SELECT " EXECUTION_COLUMNS
-                                                  " FROM executions e ORDER BY started_at, id");
-#undef EXECUTION_COLUMNS
+  // The parts of a job's time came with version 8 (a read-only older file has none).
+  const std::string columns =
+      std::string(
+          "e.id, e.stage_id, e.trial_id, e.kind, e.from_step, e.to_step, e.reached_step, "
+          "e.worker, e.started_at, e.ended_at, e.outcome, e.error, "
+          "(SELECT group_concat(study_id) FROM execution_studies WHERE execution_id = "
+          "e.id), ") +
+      (version_ >= kJobTimesVersion ? "e.busy_s, e.times" : "NULL, NULL");
+  const std::string of_study = "SELECT " + columns +
+                               " FROM execution_studies s JOIN executions e ON "
+                               "e.id = s.execution_id WHERE s.study_id = ? "
+                               "ORDER BY e.started_at, e.id";
+  const std::string of_all = "SELECT " + columns + " FROM executions e ORDER BY started_at, id";
+  auto q = study ? std::make_unique<Query>(*this, of_study.c_str(), *study)
+                 : std::make_unique<Query>(*this, of_all.c_str());
   while (q->next()) {
     ExecutionRow r;
     r.id = q->int64(0);
@@ -960,6 +968,8 @@ std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
       at = comma + 1;
     }
     std::sort(r.studies.begin(), r.studies.end());
+    r.busy_s = q->optional_real(13);
+    if (!q->is_null(14)) r.times = nlohmann::json::parse(q->text(14));
     rows.push_back(std::move(r));
   }
   return rows;

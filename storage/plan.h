@@ -151,6 +151,10 @@ struct ExecutionRow {
   ExecutionOutcome outcome = ExecutionOutcome::kDone;
   std::string error;             // why it failed
   std::vector<int64_t> studies;  // the studies whose trials needed it, ascending
+  // Schema version 8, a job that finished: the seconds it took on its worker, and their parts as
+  // the worker reported them ({"train": s, ...}: protocol::JobTimes; time_split.h).
+  std::optional<double> busy_s{};
+  nlohmann::json times = nlohmann::json::object();
 };
 
 // An event the master fed a study's searcher since its state was last saved (schema version 5):

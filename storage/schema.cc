@@ -214,9 +214,17 @@ DROP TABLE trials;
 ALTER TABLE trials_v7 RENAME TO trials;
 )sql";
 
+// Version 8: where each execution's time went on its worker (busy_s, and its parts as the
+// worker reported them: JSON of {start, setup, load, fetch, train, eval, save}); NULL for jobs
+// that did not finish and for rows written before.
+static const char* const kVersion8 = R"sql(
+ALTER TABLE executions ADD COLUMN busy_s REAL CHECK (busy_s >= 0);
+ALTER TABLE executions ADD COLUMN times TEXT;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
   static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                                      kVersion5, kVersion6, kVersion7};
+                                                      kVersion5, kVersion6, kVersion7, kVersion8};
   return steps;
 }
 

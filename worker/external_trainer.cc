@@ -139,15 +139,43 @@ TrainerLine parse_trainer_line(std::string_view text) {
   };
   TrainerLine line;
   if (j.contains("done") || j.contains("diverged")) {
+    const size_t extra = (j.contains("held") ? 1u : 0u) + (j.contains("times") ? 1u : 0u);
     if (j.contains("done")) {
-      if (j["done"] != true || j.size() != (j.contains("held") ? 2u : 1u))
-        throw bad("a done line is exactly {\"done\": true} or {\"done\": true, \"held\": [IDS]}");
+      if (j["done"] != true || j.size() != 1 + extra)
+        throw bad(
+            "a done line is {\"done\": true}, with \"held\": [IDS] and \"times\": {...} or not");
       line.kind = TrainerLine::Kind::kDone;
     } else {
-      if (j.size() != (j.contains("held") ? 2u : 1u))
-        throw bad("a diverged line is exactly {\"diverged\": STEP}, with \"held\": [IDS] or not");
+      if (j.size() != 1 + extra)
+        throw bad(
+            "a diverged line is {\"diverged\": STEP}, with \"held\": [IDS] and \"times\": {...} "
+            "or not");
       line.kind = TrainerLine::Kind::kDiverged;
       line.step = step_of("diverged");
+    }
+    if (j.contains("times")) {
+      const json& times = j["times"];
+      if (!times.is_object()) throw bad("times: expected an object of seconds");
+      static constexpr std::pair<const char*, double protocol::JobTimes::*> kParts[] = {
+          {"setup", &protocol::JobTimes::setup},
+          {"load", &protocol::JobTimes::load},
+          {"train", &protocol::JobTimes::train},
+          {"eval", &protocol::JobTimes::eval},
+          {"save", &protocol::JobTimes::save}};
+      for (const auto& [name, value] : times.items()) {
+        if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0 ||
+            value.get<double>() > 1e9)
+          throw bad("times." + name + ": expected seconds (a number from 0 to 1e9)");
+        if (name == "ready_at") {
+          line.ready_at = value.get<double>();
+          continue;
+        }
+        auto part = std::find_if(std::begin(kParts), std::end(kParts),
+                                 [&](const auto& p) { return name == p.first; });
+        if (part == std::end(kParts))
+          throw bad("times." + name + ": expected setup, load, train, eval, save or ready_at");
+        line.times.*(part->second) = value.get<double>();
+      }
     }
     if (j.contains("held")) {
       const json& held = j["held"];
@@ -216,6 +244,7 @@ class StageReader {
   bool done() const { return done_; }
   std::optional<int64_t> diverged_at() const { return diverged_at_; }
   const std::vector<int64_t>& held() const { return held_; }
+  const TrainerLine& last() const { return end_line_; }  // the done or diverged line
 
   void handle(std::string_view text) {
     const int64_t before = step_;
@@ -301,6 +330,7 @@ class StageReader {
         throw process_.error(where + "held: state " + std::to_string(id) +
                              " is none of the states this trainer was given");
     held_ = line.held;
+    end_line_ = line;
     step_ = step;
     done_ = true;
   }
@@ -338,8 +368,15 @@ class StageReader {
   bool done_ = false;
   std::optional<int64_t> diverged_at_;
   std::vector<int64_t> held_;
+  TrainerLine end_line_;
   int line_number_ = 0;
 };
+
+// CLOCK_MONOTONIC in seconds: the clock of Python's time.monotonic(), in which a trainer says
+// when it was ready.
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 }  // namespace
 
@@ -349,9 +386,25 @@ void ExternalTrainer::stop() {
   serves_ = nullptr;
 }
 
+void ExternalTrainer::start(const protocol::RunSpec& run) {
+  const std::vector<std::string> argv = command_of(run);
+  std::vector<std::string> parent;
+  for (char** e = environ; *e != nullptr; ++e) parent.emplace_back(*e);
+  process_ = std::make_unique<TrainerProcess>(argv, trainer_environment(place_, parent));
+  serves_ = protocol::to_json(run);
+}
+
+bool ExternalTrainer::prepare(const protocol::RunSpec& run) {
+  if (process_ || !long_lived(run)) return false;
+  start(run);
+  return true;
+}
+
 bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoint_dir,
                           const TrainerHooks& hooks, const std::vector<int64_t>& may_hold) {
-  const std::vector<std::string> argv = command_of(job.run);
+  const double started = monotonic_seconds();
+  times_ = {};
+  command_of(job.run);  // a bad command fails the stage before anything else
   const bool many = long_lived(job.run);
   const json serves = protocol::to_json(job.run);
   if (process_ && (!many || serves != serves_ || process_->exited())) stop();
@@ -367,13 +420,16 @@ bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoin
       });
       if (!open) stop();
     }
-    if (!process_) {
-      std::vector<std::string> parent;
-      for (char** e = environ; *e != nullptr; ++e) parent.emplace_back(*e);
-      process_ = std::make_unique<TrainerProcess>(argv, trainer_environment(place_, parent));
-      serves_ = serves;
-    }
+    if (!process_) start(job.run);
     bool finished = run_stage(job, checkpoint_dir, hooks, many);
+    if (finished) {
+      // What it reported; its start counts where the stage waited for it (a trainer started
+      // ahead of its first stage, prepare(), was often ready before).
+      const TrainerLine& end = last_line_;
+      times_ = end.times;
+      const double elapsed = monotonic_seconds() - started;
+      if (end.ready_at) times_.start = std::clamp(*end.ready_at - started, 0.0, elapsed);
+    }
     if (!finished || !many) stop();  // abandoned (killed), or a one-shot trainer that has exited
     return finished;
   } catch (...) {
@@ -416,6 +472,7 @@ bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& che
   if (many && reader.done()) {
     held_ = reader.held();
     diverged_at_ = reader.diverged_at();
+    last_line_ = reader.last();
     return true;  // it waits for the next stage
   }
   if (std::string rest = process.take_partial_line(); !rest.empty())
@@ -431,6 +488,7 @@ bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& che
     throw process.error(describe_status(status), /*crashed=*/true);
   if (!reader.done()) throw process.error("exited without a done line", /*crashed=*/true);
   diverged_at_ = reader.diverged_at();
+  last_line_ = reader.last();
   return true;
 }
 

@@ -73,11 +73,17 @@ struct TrainerLine {
   std::string metric;
   double value = 0;           // NaN or infinite: the model diverged
   std::vector<int64_t> held;  // done, diverged: the states it keeps in memory
+  // done, diverged: where the stage's time went, as the trainer measured it (setup, load, train,
+  // eval, save), and when the process was ready for its first stage (CLOCK_MONOTONIC seconds,
+  // Python's time.monotonic(); only in a process's first stage).
+  protocol::JobTimes times;
+  std::optional<double> ready_at;
 };
 // {"step": S, "metric": NAME, "value": X} (X a number, or "nan", "inf", "-inf"),
 // {"checkpoint": S}, {"step": S}, {"done": true} or {"diverged": S} (the model diverged at the
-// evaluation of step S: the stage ends there), the last two optionally with "held": [state ids];
-// anything else throws TrainerError naming the problem.
+// evaluation of step S: the stage ends there), the last two optionally with "held": [state ids]
+// and "times": {"setup", "load", "train", "eval", "save": seconds, "ready_at": monotonic
+// seconds}, each optional; anything else throws TrainerError naming the problem.
 TrainerLine parse_trainer_line(std::string_view line);
 
 // Whether a run's trainer serves many stages (model.long_lived).
@@ -117,6 +123,12 @@ class ExternalTrainer {
   std::optional<int64_t> diverged_at() const { return diverged_at_; }
   // The states the long-lived trainer said it holds in memory; empty when none is running.
   const std::vector<int64_t>& held() const { return held_; }
+  // Where the last stage that run() finished spent its time: what the trainer reported, and
+  // `start`, the part of its process's start (imports) that the stage waited for.
+  const protocol::JobTimes& times() const { return times_; }
+  // Starts the long-lived trainer of `run` before its first stage comes, when none is kept (a kept
+  // one, with the states it holds, is never replaced for this); false when it started none.
+  bool prepare(const protocol::RunSpec& run);
   // The pid of the long-lived trainer kept between stages, -1 when none.
   pid_t kept_pid() const { return process_ ? process_->pid() : -1; }
   // Ends a long-lived trainer (killed with its process group); what it held is forgotten.
@@ -125,12 +137,15 @@ class ExternalTrainer {
  private:
   bool run_stage(const protocol::Job& job, const std::string& checkpoint_dir,
                  const TrainerHooks& hooks, bool many);
+  void start(const protocol::RunSpec& run);
 
   TrainerPlace place_;
   std::unique_ptr<TrainerProcess> process_;
   nlohmann::json serves_;  // the run spec whose stages the kept trainer trains
   std::vector<int64_t> held_;
   std::optional<int64_t> diverged_at_;
+  TrainerLine last_line_;  // the last stage's done or diverged line
+  protocol::JobTimes times_;
 };
 
 }  // namespace hippo::worker

@@ -1,11 +1,29 @@
 #include "worker/job_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
+#include "protocol/clock.h"
 #include "worker/engine/checkpoint.h"
 
 namespace hippo::worker {
+namespace {
+
+// Adds the seconds of its scope to `total`.
+class Stopwatch {
+ public:
+  explicit Stopwatch(double& total) : total_(total) {}
+  ~Stopwatch() { total_ += seconds_since(start_); }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+ private:
+  double& total_;
+  const Clock::time_point start_ = Clock::now();
+};
+
+}  // namespace
 
 JobRunner::JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots,
                      const CheckpointStore& store)
@@ -21,6 +39,7 @@ bool JobRunner::run(const protocol::Job& job, const JobHost& host) {
   step_ = job.from;
   next_snapshot_ = 0;
   diverged_at_.reset();
+  times_ = {};
   external_ = job.run.model.value("type", "") == "external";
   return external_ ? run_external(host) : run_on_engine(host);
 }
@@ -37,8 +56,15 @@ std::string JobRunner::add_snapshot(const protocol::SnapshotOrder& order) {
 }
 
 bool JobRunner::run_on_engine(const JobHost& host) {
-  Engine& engine = engines_.engine_for(job_.run);
+  Engine* built = nullptr;
+  {
+    Stopwatch setup(times_.setup);  // the first job of a run builds its engine and reads its data
+    built = &engines_.engine_for(job_.run);
+  }
+  Engine& engine = *built;
   TrainState state;
+  // The parent state's time is `load`, less the part a fetch takes (its own).
+  const auto load_started = Clock::now();
   if (job_.parent_state < 0) {
     state = engine.initial_state();
   } else if (const TrainState* held = cache_.find(job_.parent_state)) {
@@ -72,6 +98,7 @@ bool JobRunner::run_on_engine(const JobHost& host) {
     throw std::runtime_error("parent state " + std::to_string(job_.parent_state) +
                              " is neither in memory nor in a checkpoint");
   }
+  times_.load = std::max(0.0, seconds_since(load_started) - times_.fetch);
   if (state.step != job_.from)
     throw std::runtime_error("parent state is at step " + std::to_string(state.step) +
                              ", the job starts at " + std::to_string(job_.from));
@@ -79,6 +106,7 @@ bool JobRunner::run_on_engine(const JobHost& host) {
   size_t next_eval = 0;
   // Evaluates where asked; a non-finite loss stops the job there (the model diverged).
   auto due_evals = [&](const TrainState& s) {
+    Stopwatch eval(times_.eval);
     while (next_eval < job_.eval_steps.size() && job_.eval_steps[next_eval] == s.step) {
       Metrics m = engine.evaluate(s);
       host.metric({.job = job_.id,
@@ -91,30 +119,42 @@ bool JobRunner::run_on_engine(const JobHost& host) {
   due_evals(state);
   if (diverged_at_) return true;
   bool stopped = false;
+  // Training is what the engine's call takes less what runs between its steps: evaluations,
+  // snapshots, and the host's turn (heartbeats, the master's orders), which no part names.
+  double between = 0;
+  const auto train_started = Clock::now();
   engine.train(state, job_.to, job_.hyperparams, job_.run.fixed, [&](const TrainState& s) {
+    Stopwatch turn(between);
     step_ = s.step;
     due_evals(s);
     if (diverged_at_) return false;  // nothing after it is worth training, nor its state saving
-    while (next_snapshot_ < job_.snapshots.size() &&
-           job_.snapshots[next_snapshot_].step <= s.step) {
-      if (job_.snapshots[next_snapshot_].step == s.step)
-        snapshots_.take(job_.id, s, job_.snapshots[next_snapshot_], engine.config_hash());
-      ++next_snapshot_;
+    {
+      Stopwatch save(times_.save);
+      while (next_snapshot_ < job_.snapshots.size() &&
+             job_.snapshots[next_snapshot_].step <= s.step) {
+        if (job_.snapshots[next_snapshot_].step == s.step)
+          snapshots_.take(job_.id, s, job_.snapshots[next_snapshot_], engine.config_hash());
+        ++next_snapshot_;
+      }
     }
     stopped = !host.between_steps(s.step);
+    Stopwatch save(times_.save);
     snapshots_.announce(false);
     return !stopped;
   });
+  times_.train = std::max(0.0, seconds_since(train_started) - between);
   if (stopped && !diverged_at_) {  // abandoned: the master gives the work out again, or not
     snapshots_.drop();
     return false;
   }
+  Stopwatch save(times_.save);  // the snapshots' files durable
   snapshots_.announce(true);
   return true;
 }
 
 std::optional<std::string> JobRunner::fetch_parent(
     const JobHost& host, const std::function<void(std::string_view)>& check) {
+  Stopwatch fetch(times_.fetch);
   std::optional<std::string> bytes = host.fetch_parent();
   if (!bytes) return std::nullopt;
   try {
@@ -176,7 +216,12 @@ bool JobRunner::run_external(const JobHost& host) {
   try {
     bool finished = trainer_.run(job_, options_.checkpoints, hooks, cache_.trainer_states());
     cache_.set_trainer_states(trainer_.held());
-    if (finished) diverged_at_ = trainer_.diverged_at();
+    if (finished) {
+      diverged_at_ = trainer_.diverged_at();
+      const double fetch = times_.fetch;
+      times_ = trainer_.times();  // what the trainer reported, and its start
+      times_.fetch = fetch;
+    }
     return finished;
   } catch (...) {
     cache_.set_trainer_states(trainer_.held());

@@ -44,12 +44,17 @@ class JobRunner {
   // caller settles the snapshots and reports the failure.
   bool run(const protocol::Job& job, const JobHost& host);
 
+  // Starts the long-lived trainer of an external run ahead of its first stage (its import off
+  // the critical path), when no trainer is kept; false when it started none.
+  bool prepare(const protocol::RunSpec& run) { return trainer_.prepare(run); }
   // A SnapshotAt for the running job (call from between_steps). Returns why it is refused, or ""
   // once it is taken: too late (the job is past that step) or an external trainer (it got its
   // checkpoints when it started); the master then replays that state itself.
   std::string add_snapshot(const protocol::SnapshotOrder& order);
   // The step the running (or last) job reached: what a job that stops or fails trained.
   int64_t reached() const { return step_; }
+  // Where the running (or last) job's time went so far (its Done carries it).
+  const protocol::JobTimes& times() const { return times_; }
   // Where the last job that run() finished stopped because its model diverged (a non-finite loss
   // at an evaluation: every later state would be too), if it did; then it trained nothing after.
   std::optional<int64_t> diverged_at() const { return diverged_at_; }
@@ -73,6 +78,7 @@ class JobRunner {
   size_t next_snapshot_ = 0;  // the first of job_.snapshots not yet taken
   bool external_ = false;
   std::optional<int64_t> diverged_at_;
+  protocol::JobTimes times_;
 };
 
 }  // namespace hippo::worker

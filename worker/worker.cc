@@ -192,6 +192,19 @@ void Worker::on(const protocol::Abandon& m) {
   stop_job_ = true;
 }
 
+void Worker::on(const protocol::Prepare& m) {
+  // Only while idle: a job under way has its trainer already (or none to share the core with).
+  if (!options_.allow_trainers || running_job_ >= 0) return;
+  try {
+    if (runner_.prepare(m.run))
+      spdlog::info("started the trainer {} ahead of its first stage",
+                   m.run.model.value("command", nlohmann::json()).dump());
+  } catch (const std::exception& e) {
+    // Its first stage starts it again, and fails with the reason if it still cannot start.
+    spdlog::warn("could not start a trainer ahead of its stages: {}", e.what());
+  }
+}
+
 void Worker::on(const protocol::Reset&) {
   if (!may_hello()) return;
   spdlog::warn("the master does not know us (it restarted, or lost us): saying hello again");
@@ -267,6 +280,7 @@ void Worker::execute(const protocol::Job& job) {
       done.diverged = runner_.diverged_at().has_value();
       done.incarnation = job_incarnation_;
       done.busy_s = std::chrono::duration<double>(Clock::now() - started).count();
+      done.times = runner_.times();
       done.held = cache_.ids();
       connection_.send(done.to_json());
     } else if (abandon_ordered_) {

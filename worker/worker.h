@@ -53,6 +53,7 @@ class Worker {
   void on(const protocol::Job& m);
   void on(const protocol::SnapshotAt& m);
   void on(const protocol::Abandon& m);
+  void on(const protocol::Prepare& m);
   void on(const protocol::Reset& m);
   void on(const protocol::Shutdown& m);
   void on(const protocol::ReadFile& m);

@@ -24,6 +24,7 @@
 #include "protocol/message.h"
 #include "protocol/socket.h"
 #include "protocol/text.h"
+#include "storage/time_split.h"
 
 extern char** environ;
 
@@ -44,6 +45,36 @@ SearchPlan open_plan(const std::string& path) {
   } catch (const std::exception& e) {
     throw BadInput(e.what());
   }
+}
+
+// Where each worker's time went (TimeSplit::to_json): seconds per part, each worker's adding to
+// the wall time, and the parts' shares of all workers' time.
+void print_time_split(const json& split) {
+  const json& workers = split.at("workers");
+  if (workers.empty()) return;
+  std::printf("  time per worker (s)  %-12s %4s", "", "jobs");
+  for (const char* part : kTimeParts)
+    std::printf(" %*s", part == std::string("unfinished") ? 10 : 8, part);
+  std::printf("\n");
+  auto row = [](const json& w) {
+    std::printf("                       %-12s %4lld", w.at("worker").get<std::string>().c_str(),
+                w.at("jobs").get<long long>());
+    for (const char* part : kTimeParts)
+      std::printf(" %*.2f", part == std::string("unfinished") ? 10 : 8,
+                  w.at(std::string(part) + "_s").get<double>());
+    std::printf("\n");
+  };
+  for (const json& w : workers) row(w);
+  const json& all = split.at("all");
+  double total = 0;
+  for (const char* part : kTimeParts) total += all.at(std::string(part) + "_s").get<double>();
+  if (total <= 0) return;
+  std::string shares;
+  for (const char* part : kTimeParts)
+    if (const double s = all.at(std::string(part) + "_s").get<double>(); s > 0)
+      shares += (shares.empty() ? "" : ", ") + std::string(part) + " " +
+                std::to_string(static_cast<int>(std::lround(100 * s / total))) + "%";
+  std::printf("  time of all workers  %s\n", shares.c_str());
 }
 
 // A study's summary, StudySummary::to_json's fields (`run`, `resume`, `submit --wait`).
@@ -72,6 +103,7 @@ void print_summary(const json& s, Format format) {
   std::printf("  wall time            %.2f s (makespan / lower bound %.2f)\n",
               s.at("wall_s").get<double>(), s.at("makespan_ratio").get<double>());
   std::printf("  master per trial     %.3f ms\n", s.at("master_ms_per_trial").get<double>());
+  if (s.contains("time")) print_time_split(s["time"]);
   if (s.contains("best")) {
     const json& b = s["best"];
     std::printf("  best                 trial %lld: %s = %.6g at step %lld, params %s\n",

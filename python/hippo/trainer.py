@@ -74,6 +74,12 @@ class Stage:
         self.restored_from = None  # after restore(): "memory", "file", or None at a root
         self._last_progress = time.monotonic()
         self.diverged_at = None  # the step whose evaluation reported a NaN or infinite metric
+        # Where the stage's time goes (its done line carries it): setup is train()'s time before
+        # the parent state (data, model), then load (restore), eval, save; train is the rest.
+        self._began = time.monotonic()
+        self._setup_end = None
+        self._times = {"load": 0.0, "eval": 0.0, "save": 0.0}
+        self.ready_at = None  # the process's first stage: when it was ready for it (monotonic)
 
     # -- settings -------------------------------------------------------------------------------
 
@@ -112,9 +118,11 @@ class Stage:
         save_fn wrote (from memory when this process holds it, else from the input checkpoint).
         Returns False at a root (step 0: initialize from the seed), where load_fn is not called."""
         self._restored = True
+        self._end_setup()
         path = self.input.get("input_checkpoint")
         if path is None:
             return False
+        began = time.monotonic()
         state_id = self.input.get("input_state")
         data = self._memory.get(state_id) if self._memory is not None else None
         self.restored_from = "memory"
@@ -124,6 +132,7 @@ class Stage:
             self._hold(state_id, data)
             self.restored_from = "file"
         load_fn(io.BytesIO(data))
+        self._times["load"] += time.monotonic() - began
         return True
 
     def steps(self, evaluate=None, save=None):
@@ -135,6 +144,7 @@ class Stage:
         if self.input.get("input_checkpoint") is not None and not self._restored:
             raise StageError(f"step {self.start}: this stage starts from a checkpoint; call "
                              "stage.restore(load_fn) before training")
+        self._end_setup()
         self._complete(self.start, evaluate, save)
         for s in range(self.start, self.end):
             if self.diverged_at is not None:
@@ -186,6 +196,7 @@ class Stage:
         if step in self._saved:
             raise StageError(f"step {step}: saved twice")
         self._check_reachable(step, "save")
+        began = time.monotonic()
         buffer = io.BytesIO()
         save_fn(buffer)
         data = buffer.getvalue()
@@ -193,6 +204,7 @@ class Stage:
         _write_durably(order["path"], data)
         self._hold(order.get("state"), data)
         self._saved.add(step)
+        self._times["save"] += time.monotonic() - began
         self._emit({"checkpoint": step})
 
     # -- the helper's side ----------------------------------------------------------------------
@@ -209,7 +221,9 @@ class Stage:
                 raise StageError(f"step {step}: an evaluation is asked for here and was not "
                                  f"reported: call stage.report({step}, ...) once the state is "
                                  "at that step, or give steps(evaluate=...)")
+            began = time.monotonic()
             metrics = evaluate()
+            self._times["eval"] += time.monotonic() - began
             if not isinstance(metrics, dict):
                 raise StageError(f"step {step}: evaluate() returned {type(metrics).__name__}, "
                                  "not a dict of metrics")
@@ -222,6 +236,21 @@ class Stage:
                                  f"call stage.save({step}, save_fn), or give steps(save=...)")
             self.save(step, save)
 
+    def _end_setup(self):
+        if self._setup_end is None:
+            self._setup_end = time.monotonic()
+
+    def _time_line(self):
+        """The done line's "times": seconds of setup, load, train, eval and save (worker/README.md),
+        and, in a process's first stage, when it was ready for it."""
+        total = time.monotonic() - self._began
+        times = dict(self._times)
+        times["setup"] = (self._setup_end or time.monotonic()) - self._began
+        times["train"] = max(0.0, total - sum(times.values()))
+        if self.ready_at is not None:
+            times["ready_at"] = self.ready_at
+        return {k: round(v, 6) for k, v in times.items()}
+
     def _finish(self):
         """After train(stage): everything asked for is done; the done line (or, when the model
         diverged, the diverged line: what was asked before that step is done)."""
@@ -229,7 +258,7 @@ class Stage:
             for step in self.checkpoint_steps:
                 if step < self.diverged_at and step not in self._saved:
                     raise StageError(f"step {step}: a checkpoint was ordered and not saved")
-            line = {"diverged": self.diverged_at}
+            line = {"diverged": self.diverged_at, "times": self._time_line()}
             if self._memory is not None:
                 line["held"] = list(self._memory)
             self._emit(line)
@@ -243,7 +272,7 @@ class Stage:
         for step in self.checkpoint_steps:
             if step not in self._saved:
                 raise StageError(f"step {step}: a checkpoint was ordered and not saved")
-        done = {"done": True}
+        done = {"done": True, "times": self._time_line()}
         if self._memory is not None:
             done["held"] = list(self._memory)
         self._emit(done)
@@ -306,6 +335,7 @@ def serve(train, keep=4, stdin=None, stdout=None):
     out = _protocol_stream() if stdout is None else stdout
     memory = OrderedDict()
     said_where = False
+    ready_at = time.monotonic()  # imports done: what a worker's start of this process waits for
     while True:
         line = stdin.readline()
         if not line:
@@ -324,6 +354,7 @@ def serve(train, keep=4, stdin=None, stdout=None):
             for state_id in [s for s in memory if s not in allowed]:
                 del memory[state_id]
         stage = Stage(stage_input, out, memory if long_lived else None, keep)
+        stage.ready_at, ready_at = ready_at, None
         if not said_where:  # once per process, in the worker's log
             print(f"hippo trainer: device {stage.device}, {stage.threads} thread(s), "
                   f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}",

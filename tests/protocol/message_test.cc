@@ -54,6 +54,7 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(job);
   expect_round_trip(SnapshotAt{3, {25, 9, "state-x-9.ckpt"}});
   expect_round_trip(Abandon{3});
+  expect_round_trip(Prepare{job.run});
   expect_round_trip(Reset{});
   expect_round_trip(Shutdown{});
   expect_round_trip(Submit{{{"name", "s"}}, "shared"});
@@ -71,6 +72,14 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(Metric{3, 20, {{"accuracy", 0.5}}, "abcd"});
   expect_round_trip(Snapshot{3, 30, 5, "state-x-5.ckpt", 1234, "abcd"});
   expect_round_trip(Done{3, 40, 1.5, {5, 6}, "abcd"});
+  // Where its time went: absent from an older worker's done (all zero), each part bounded.
+  Done timed{3, 40, 1.5, {5, 6}, "abcd"};
+  timed.times = {
+      .start = 0.25, .setup = 0.1, .load = 0.01, .fetch = 0, .train = 1, .eval = 0.1, .save = 0.02};
+  expect_round_trip(timed);
+  json negative = timed.to_json();
+  negative["times"]["train"] = -1;
+  EXPECT_THROW(Done::from_json(negative), ProtocolError);
   expect_round_trip(Failed{3, "disk full", true, "", {}, "abcd"});
   expect_round_trip(Abandoned{3, {5}, "abcd"});
   expect_round_trip(Reply{true, "", {{"study", 4}, {"name", "s"}}});

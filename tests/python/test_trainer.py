@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -71,10 +72,22 @@ def toy_train(calls=None):
     return train
 
 
+TIME_PARTS = {"setup", "load", "train", "eval", "save", "ready_at"}
+
+
+def without_times(line):
+    """A protocol line without the "times" of a done or diverged line, once they are checked
+    (seconds, each >= 0; test_a_stage_says_where_its_time_went looks at their values)."""
+    times = line.pop("times", None)
+    if "done" in line or "diverged" in line:
+        assert set(times) <= TIME_PARTS and all(v >= 0 for v in times.values()), times
+    return line
+
+
 def serve(lines, train, tmp_path):
     out = io.StringIO()
     hippo.serve(train, stdin=io.StringIO("".join(lines)), stdout=out)
-    return [json.loads(line) for line in out.getvalue().splitlines()]
+    return [without_times(json.loads(line)) for line in out.getvalue().splitlines()]
 
 
 def test_a_stage_reports_saves_and_ends(tmp_path):
@@ -145,7 +158,36 @@ def test_keep_bounds_the_states_in_memory(tmp_path):
     out = io.StringIO()
     hippo.serve(toy_train(), keep=2, stdout=out, stdin=io.StringIO(
         stage_line(tmp_path, 0, 3, [3], [(1, "a", 1), (2, "b", 2), (3, "c", 3)], held=[])))
-    assert json.loads(out.getvalue().splitlines()[-1]) == {"done": True, "held": [2, 3]}
+    assert without_times(json.loads(out.getvalue().splitlines()[-1])) == {"done": True,
+                                                                          "held": [2, 3]}
+
+
+def test_a_stage_says_where_its_time_went(tmp_path):
+    def train(stage):
+        time.sleep(0.05)  # setup: data and model
+        stage.restore(lambda f: time.sleep(0.02))
+
+        def save(f):
+            time.sleep(0.03)
+            f.write(b"x")
+        for _ in stage.steps(evaluate=lambda: time.sleep(0.04) or {"loss": 1.0}, save=save):
+            time.sleep(0.01)
+    out = io.StringIO()
+    started = time.monotonic()
+    hippo.serve(train, stdout=out, stdin=io.StringIO(
+        stage_line(tmp_path, 0, 4, [2, 4], [(2, "a", 1), (4, "b", 2)], held=[]) +
+        stage_line(tmp_path, 4, 6, [6], [], parent="b", parent_state=2, held=[2])))
+    elapsed = time.monotonic() - started
+    first, second = [json.loads(line)["times"] for line in out.getvalue().splitlines()
+                     if "done" in line]
+    # Only the process's first stage says when it was ready (before its first line was read).
+    assert started <= first["ready_at"] <= started + 0.05 and "ready_at" not in second
+    assert 0.05 <= first["setup"] < 0.09 and first["load"] == 0  # a root: nothing to load
+    assert 0.02 <= second["load"] < 0.05  # from memory: what load_fn took
+    assert 0.08 <= first["eval"] < 0.12 and 0.06 <= first["save"] < 0.1
+    assert 0.04 <= first["train"] < 0.08  # the four steps' bodies
+    parts = sum(t[k] for t in (first, second) for k in ("setup", "load", "train", "eval", "save"))
+    assert parts <= elapsed < parts + 0.05
 
 
 def explicit(body):
@@ -275,7 +317,7 @@ def test_the_protocol_owns_stdout(tmp_path):
         [sys.executable, str(script)], input=stage_line(tmp_path, 0, 2, [2], [(2, "a", 1)]),
         capture_output=True, text=True, check=True,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+    assert [without_times(json.loads(line)) for line in done.stdout.splitlines()] == [
         {"step": 2, "metric": "sum", "value": 1.0}, {"checkpoint": 2}, {"done": True}]
     assert "a line for humans" in done.stderr
 

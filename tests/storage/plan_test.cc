@@ -609,6 +609,8 @@ TEST_F(PlanTest, StoresExecutionsWithTheirStudies) {
                     "w2", 101.0, 104.0, ExecutionOutcome::kLost, "", {s1}};
   ExecutionRow failed{0,    4,     2,     ExecutionKind::kEvaluate,  10,         10,  10,
                       "w1", 103.0, 103.5, ExecutionOutcome::kFailed, "diverged", {s2}};
+  done.busy_s = 2.25;
+  done.times = {{"setup", 0.5}, {"train", 1.5}};
   done.id = plan.add_execution(done);
   lost.id = plan.add_execution(lost);
   failed.id = plan.add_execution(failed);
@@ -618,7 +620,8 @@ TEST_F(PlanTest, StoresExecutionsWithTheirStudies) {
     return a.id == b.id && a.stage == b.stage && a.trial == b.trial && a.kind == b.kind &&
            a.from == b.from && a.to == b.to && a.reached == b.reached && a.worker == b.worker &&
            a.started_at == b.started_at && a.ended_at == b.ended_at && a.outcome == b.outcome &&
-           a.error == b.error && a.studies == b.studies;
+           a.error == b.error && a.studies == b.studies && a.busy_s == b.busy_s &&
+           a.times == b.times;
   };
   auto all = plan.executions(std::nullopt);
   ASSERT_EQ(all.size(), 3u);
@@ -643,6 +646,9 @@ TEST_F(PlanTest, StoresExecutionsWithTheirStudies) {
   EXPECT_THROW(plan.add_execution(bad), std::invalid_argument);
   bad = done;
   bad.studies = {s1, 77};
+  EXPECT_THROW(plan.add_execution(bad), std::invalid_argument);
+  bad = done;
+  bad.busy_s = -1;
   EXPECT_THROW(plan.add_execution(bad), std::invalid_argument);
   EXPECT_EQ(plan.executions(std::nullopt).size(), 3u);
   EXPECT_EQ(plan.executions(s1).size(), 2u);

@@ -215,6 +215,24 @@ TEST_F(ExternalTrainers, ParsesItsLinesAndRefusesTheRest) {
   EXPECT_EQ(diverged.kind, TrainerLine::Kind::kDiverged);
   EXPECT_EQ(diverged.step, 4);
   EXPECT_EQ(diverged.held, std::vector<int64_t>({3}));
+  // Where the stage's time went, as the trainer measured it (the Python helper writes it).
+  TrainerLine timed = parse_trainer_line(
+      R"({"done": true, "held": [3], "times": {"setup": 0.5, "load": 0.25, "train": 2, )"
+      R"("eval": 0.125, "save": 0.0625, "ready_at": 1234.5}})");
+  EXPECT_EQ(timed.held, std::vector<int64_t>({3}));
+  EXPECT_EQ(
+      timed.times,
+      (protocol::JobTimes{.setup = 0.5, .load = 0.25, .train = 2, .eval = 0.125, .save = 0.0625}));
+  EXPECT_EQ(timed.ready_at, 1234.5);
+  EXPECT_FALSE(parse_trainer_line(R"({"diverged": 4, "times": {"train": 1}})").ready_at);
+  for (const char* bad :
+       {"{\"done\": true, \"times\": 3}", "{\"done\": true, \"times\": {\"train\": -1}}",
+        "{\"done\": true, \"times\": {\"train\": \"1\"}}",
+        "{\"done\": true, \"times\": {\"train\": 1e300}}",
+        "{\"done\": true, \"times\": {\"fetch\": 1}}",
+        "{\"done\": true, \"times\": {}, \"x\": 1}"}) {
+    EXPECT_THROW(parse_trainer_line(bad), TrainerError) << bad;
+  }
   for (const char* bad : {"",
                           "hello",
                           "[1]",
@@ -442,6 +460,50 @@ TEST_F(ExternalTrainers, LongLivedTrainerServesStageAfterStage) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(gone);
+}
+
+// A trainer whose start takes 0.3 s (a PyTorch import) and says when it was ready: a stage waits
+// for that start unless the trainer was started ahead of it (prepare), and its times say so.
+TEST_F(ExternalTrainers, ATrainerStartedAheadSpendsNoStageOnItsStart) {
+  const std::string script = R"(
+import json, sys, time
+time.sleep(0.3)
+ready = time.monotonic()
+for line in sys.stdin:
+    for step in (4, 6):
+        print(json.dumps({"step": step, "metric": "acc", "value": 1}))
+    for name in ("a.ckpt", "b.ckpt"):
+        open(")" + dir_.string() +
+                             R"(/" + name, "w").close()
+    times = {"train": 0.01}
+    if ready is not None:
+        times["ready_at"], ready = ready, None
+    print(json.dumps({"done": True, "times": times}), flush=True)
+)";
+  protocol::Job stage = job("");
+  stage.run.model = {
+      {"type", "external"}, {"command", {"/usr/bin/python3", "-c", script}}, {"long_lived", true}};
+  Seen seen;
+  ExternalTrainer cold;
+  ASSERT_TRUE(cold.run(stage, dir_.string(), hooks(seen)));
+  EXPECT_GE(cold.times().start, 0.25);  // the stage waited for the import
+  EXPECT_EQ(cold.times().train, 0.01);
+  ASSERT_TRUE(cold.run(stage, dir_.string(), hooks(seen)));
+  EXPECT_EQ(cold.times().start, 0);  // its second stage: nothing to wait for
+
+  ExternalTrainer warm;
+  ASSERT_TRUE(warm.prepare(stage.run));
+  const pid_t started = warm.kept_pid();
+  EXPECT_FALSE(warm.prepare(stage.run));  // one is kept: never replaced for this
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ASSERT_TRUE(warm.run(stage, dir_.string(), hooks(seen)));
+  EXPECT_EQ(warm.kept_pid(), started);
+  EXPECT_LT(warm.times().start, 0.05);  // ready before the stage came
+
+  ExternalTrainer one_shot;  // a one-shot trainer serves one stage: nothing to start ahead
+  stage.run.model["long_lived"] = false;
+  EXPECT_FALSE(one_shot.prepare(stage.run));
+  EXPECT_EQ(one_shot.kept_pid(), -1);
 }
 
 // A long-lived trainer that exits after its done line is started anew for the next stage; one
