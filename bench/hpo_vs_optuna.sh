@@ -3,50 +3,140 @@
 # (BENCHMARKING.md):
 #   1. hippo run --workers W --policy shared
 #   2. hippo run --workers W --policy trial-based (hippo without sharing)
-#   3. Optuna + PyTorch CPU training the same trials, Optuna's distributed mode: W processes on one
-#      shared SQLite study (the cores hippo gets, used the way Optuna's users use them), each with
-#      the PyTorch thread count that is fastest for it when W of them run at once (probed first).
+#   3. Optuna + PyTorch CPU training the same trials, Optuna's distributed mode: W processes (peers)
+#      on one study in a journal file, created and filled with the grid before they start (the
+#      cores hippo gets, used the way Optuna's documentation says for processes on one machine),
+#      each with the PyTorch thread count that is fastest for it when W of them run at once
+#      (probed first, on the spec's model and batch).
 # Both sides run under the environment this script was started with (OPENBLAS_CORETYPE and the
 # rest; PyTorch's products use OpenBLAS, hippo's kernels are its own), which it prints, with the
 # machine and its load. Wall times are measured here around each side's whole run (process starts
-# and data loading included). Usage: bench/hpo_vs_optuna.sh [SPEC] [WORKERS]
-# Goals: hippo shared at least 3x sooner than Optuna + PyTorch, best accuracy within 0.01.
+# and data loading included).
+# Before printing a ratio it verifies both sides, else exits 1 naming what failed (logs kept):
+# each hippo run exited 0, its study is done and every grid point is a done trial; every Optuna
+# peer exited 0, printed its result, completed the trials it claims (the study records which peer
+# completed each), and the study completed each grid point exactly once.
+# Beside each speed-up it prints its ceiling and how close the speed-up came:
+#   - over hippo trial-based: the steps ratio (trial-based steps / executed steps);
+#   - over Optuna + PyTorch: the steps ratio x the per-step speed ratio, hippo's trial-based steps/s
+#     per worker (steps executed / its wall_s / W; starts and evaluations included) over PyTorch's
+#     probe steps/s per process (W processes at once, 1 thread each).
+# Usage: bench/hpo_vs_optuna.sh [SPEC] [WORKERS]
+# Environment: HIPPO (default build/hippo); BENCH_PYTHON, the interpreter of Optuna's side (default
+# /usr/bin/python3, Debian's, with optuna and torch; tests/bench/ points it at a peer killer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spec=${1:-examples/fmnist-mlp-lr-decay.json}
 workers=${2:-2}
 hippo=${HIPPO:-build/hippo}
-python=/usr/bin/python3
+python=${BENCH_PYTHON:-/usr/bin/python3}
 [ -x "$hippo" ] || { echo "error: $hippo not found; build it (scripts/build)" >&2; exit 2; }
 [ -f "$spec" ] || { echo "error: spec $spec not found" >&2; exit 2; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# The logs are what explains a failed check: kept then, removed after a run that passed.
+trap '[ -e "$tmp/keep" ] || rm -rf "$tmp"' EXIT
 now() { date +%s.%N; }
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
-echo "software: $($python -c 'import optuna, torch; print("torch", torch.__version__, "optuna", optuna.__version__)'), $(dpkg-query -W -f='OpenBLAS ${Version}' libopenblas0-pthread 2>/dev/null || echo 'OpenBLAS ?')"
+echo "software: $("$python" -c 'import optuna, torch; print("torch", torch.__version__, "optuna", optuna.__version__)'), $(dpkg-query -W -f='OpenBLAS ${Version}' libopenblas0-pthread 2>/dev/null || echo 'OpenBLAS ?')"
 echo "environment (both sides): OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>}, OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS-<unset>}, OMP_NUM_THREADS=${OMP_NUM_THREADS-<unset>}"
 echo "study: $spec, $workers workers"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# check hippo NAME POINTS | check peers NAME WORKERS POINTS: verifies a side's run (above) from
+# the files it left in $tmp; on a failure, says what failed with the log's tail and exits 1.
+check() {
+  /usr/bin/python3 - "$tmp" "$hippo" "$@" <<'PY' || { touch "$tmp/keep"; echo "logs kept in $tmp" >&2; exit 1; }
+import json, subprocess, sys
+tmp, hippo, kind, name = sys.argv[1:5]
+
+def tail(path, n=15):
+    with open(path, errors="replace") as f:
+        return "".join("    " + line for line in f.readlines()[-n:]) or "    (empty)\n"
+
+def last_json(path):
+    lines = [line for line in open(path) if line.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+
+def status_text(rc):
+    return f"status {rc}" + (f" (killed by signal {rc - 128})" if rc > 128 else "")
+
+errors = []
+if kind == "hippo":
+    points = int(sys.argv[5])
+    rc, s, log = int(open(f"{tmp}/{name}.rc").read()), last_json(f"{tmp}/{name}.out"), f"{tmp}/{name}.log"
+    if rc != 0 or s is None:
+        problem = f"exited with {status_text(rc)}" + ("" if s else " and printed no summary")
+    elif s["status"] != "done":
+        problem = f"ended its study with status {s['status']!r}"
+    else:
+        trials = json.loads(subprocess.run(
+            [hippo, "--db", f"{tmp}/{name}.db", "--format", "json", "trials", s["study"]],
+            check=True, capture_output=True, text=True).stdout)
+        done = sum(t["status"] == "done" for t in trials)
+        problem = (None if s["trials"] == done == points else
+                   f"ran {s['trials']} trials, {done} of them done, for {points} grid points")
+    if problem:
+        errors.append(f"hippo run ({name}) {problem}; its log ({log}) ends:\n{tail(log)}")
+else:
+    workers, points = int(sys.argv[5]), int(sys.argv[6])
+    study = last_json(f"{tmp}/{name}.summary")
+    for w in range(1, workers + 1):
+        pid, rc = map(int, open(f"{tmp}/{name}.peer{w}.exit").read().split())
+        err, line = f"{tmp}/{name}.peer{w}.err", last_json(f"{tmp}/{name}.peer{w}.out")
+        recorded = study["per_peer"].get(str(w), 0)
+        if rc != 0:
+            problem = f"exited with {status_text(rc)}"
+        elif line is None:
+            problem = "exited 0 but printed no result"
+        elif line["trials"] != recorded:
+            problem = f"claims {line['trials']} completed trials, the study records {recorded}"
+        else:
+            continue
+        errors.append(f"Optuna peer {w} (pid {pid}) {problem}; its stderr ({err}) ends:\n{tail(err)}")
+    if not study["trials"] == study["distinct_points"] == points:
+        errors.append(f"Optuna's study completed {study['trials']} trials over "
+                      f"{study['distinct_points']} distinct grid points (per peer: "
+                      f"{study['per_peer']}); the grid has {points} points, each to run once")
+if errors:
+    sys.exit("".join(f"error: {e}\n" for e in errors).rstrip())
+PY
+}
+
+run_hippo() {  # $1: policy; its summary is the last line of $tmp/$1.out
+  local rc=0
+  "$hippo" --db "$tmp/$1.db" --format json run "$spec" --workers "$workers" --policy "$1" \
+    >"$tmp/$1.out" 2>"$tmp/$1.log" || rc=$?
+  echo "$rc" >"$tmp/$1.rc"
+  echo "hippo $1: $(tail -1 "$tmp/$1.out")"
+}
 t0=$(now)
-shared=$("$hippo" --db "$tmp/shared.db" --format json run "$spec" --workers "$workers" 2>/dev/null | tail -1)
+run_hippo shared
 t1=$(now)
-echo "hippo shared:      $shared"
-trial=$("$hippo" --db "$tmp/trial.db" --format json run "$spec" --workers "$workers" --policy trial-based 2>/dev/null | tail -1)
+run_hippo trial-based
 t2=$(now)
-echo "hippo trial-based: $trial"
 
 # PyTorch's fastest thread count for one of W processes running at once: W concurrent probes of
-# each candidate (1 .. cores / W), the one with the most steps per second in all.
-probe() {
-  OPENBLAS_NUM_THREADS=$1 OMP_NUM_THREADS=$1 $python - "$1" <<'PY'
-import sys, time, torch
+# each candidate (1 .. cores / W) on the spec's model and batch, the one with the most steps per
+# second in all. The 1-thread rate is also the per-step anchor of the ceiling.
+probe() {  # $1: threads; prints steps/s
+  OPENBLAS_NUM_THREADS=$1 OMP_NUM_THREADS=$1 "$python" - "$1" "$spec" <<'PY'
+import json, sys, time, torch
 from torch import nn
 torch.set_num_threads(int(sys.argv[1]))
-m = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
-o = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-x, y = torch.rand(128, 784), torch.randint(0, 10, (128,))
+spec = json.load(open(sys.argv[2]))
+layers, width = [], 784
+for h in spec["model"]["hidden"]:
+    layers += [nn.Linear(width, h), nn.ReLU()]
+    width = h
+m = nn.Sequential(*layers, nn.Linear(width, 10))
+o = torch.optim.SGD(m.parameters(), lr=0.01, momentum=spec["fixed"].get("momentum", 0),
+                    weight_decay=spec["hyperparameters"].get("weight_decay", 0.0))
+batch = spec["fixed"]["batch_size"]
+x, y = torch.rand(batch, 784), torch.randint(0, 10, (batch,))
 for i in range(450):
     if i == 50: t = time.perf_counter()
     o.zero_grad(); nn.functional.cross_entropy(m(x), y).backward(); o.step()
@@ -56,48 +146,75 @@ PY
 candidates=$(( $(nproc) / workers > 1 ? $(nproc) / workers : 1 ))
 best_threads=1 best_rate=0
 for t in $(seq "$candidates"); do
-  for w in $(seq "$workers"); do probe "$t" >"$tmp/probe.$w" & done
-  wait
+  pids=()
+  for w in $(seq "$workers"); do probe "$t" >"$tmp/probe.$w" & pids+=($!); done
+  for pid in "${pids[@]}"; do wait "$pid" || { echo "error: a PyTorch probe ($t threads) failed" >&2; exit 1; }; done
   rate=$(cat "$tmp"/probe.* | awk '{s += $1} END {printf "%.0f", s}')
   echo "optuna thread probe: $workers processes x $t threads: $rate steps/s in all"
+  if [ "$t" -eq 1 ]; then rate_1=$rate; fi
   if [ "$rate" -gt "$best_rate" ]; then best_threads=$t best_rate=$rate; fi
 done
 
-storage="sqlite:///$tmp/optuna.db"
+# Optuna's peers, each waited for by its pid so that every exit status is kept.
+journal="$tmp/optuna.journal"
 t3=$(now)
-$python bench/optuna_grid.py "$spec" --storage "$storage" --prepare >/dev/null
+"$python" bench/optuna_grid.py "$spec" --journal "$journal" --prepare >"$tmp/optuna.prepare"
+pids=()
 for w in $(seq "$workers"); do
   OPENBLAS_NUM_THREADS=$best_threads OMP_NUM_THREADS=$best_threads \
-    $python bench/optuna_grid.py "$spec" --storage "$storage" --worker --threads "$best_threads" \
-    >"$tmp/optuna.$w" &
+    "$python" bench/optuna_grid.py "$spec" --journal "$journal" --worker "$w" --threads "$best_threads" \
+    >"$tmp/optuna.peer$w.out" 2>"$tmp/optuna.peer$w.err" &
+  pids+=($!)
 done
-wait
+for w in $(seq "$workers"); do
+  rc=0
+  wait "${pids[w - 1]}" || rc=$?
+  echo "${pids[w - 1]} $rc" >"$tmp/optuna.peer$w.exit"
+done
 t4=$(now)
-for w in $(seq "$workers"); do echo "optuna worker $w:    $(cat "$tmp/optuna.$w")"; done
-optuna=$($python bench/optuna_grid.py "$spec" --storage "$storage" --summary)
-echo "optuna + pytorch:  $optuna"
+for w in $(seq "$workers"); do echo "optuna peer $w:    $(tail -1 "$tmp/optuna.peer$w.out")"; done
+"$python" bench/optuna_grid.py "$spec" --journal "$journal" --summary >"$tmp/optuna.summary" \
+  2>"$tmp/optuna.summary.err" || { touch "$tmp/keep"; echo "error: Optuna's summary of the study failed;" \
+  "$tmp/optuna.summary.err ends:" >&2; tail -15 "$tmp/optuna.summary.err" >&2; exit 1; }
+echo "optuna + pytorch:  $(cat "$tmp/optuna.summary")"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-$python - "$shared" "$trial" "$optuna" "$t0" "$t1" "$t2" "$t3" "$t4" "$workers" "$best_threads" <<'PY'
+points=$(/usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["enqueued"])' <"$tmp/optuna.prepare")
+check hippo shared "$points"
+check hippo trial-based "$points"
+check peers optuna "$workers" "$points"
+echo "verified: both hippo runs done with $points trials; $workers Optuna peers exited 0, each completed the trials it claims, $points grid points once each"
+
+/usr/bin/python3 - "$tmp" "$t0" "$t1" "$t2" "$t3" "$t4" "$workers" "$best_threads" "$rate_1" <<'PY'
 import json, sys
-s, t, o = (json.loads(a) for a in sys.argv[1:4])
-t0, t1, t2, t3, t4 = map(float, sys.argv[4:9])
-workers, threads = sys.argv[9:]
+tmp = sys.argv[1]
+s, t, o = (json.loads(open(f"{tmp}/{f}").read().splitlines()[-1])
+           for f in ("shared.out", "trial-based.out", "optuna.summary"))
+t0, t1, t2, t3, t4 = map(float, sys.argv[2:7])
+workers, threads, torch_rate = int(sys.argv[7]), sys.argv[8], float(sys.argv[9]) / int(sys.argv[7])
 hippo_wall, trial_wall, optuna_wall = t1 - t0, t2 - t1, t4 - t3
-speedup = optuna_wall / hippo_wall
+steps_ratio = s["steps_trial_based"] / s["steps_executed"]
+hippo_rate = t["steps_executed"] / t["wall_s"] / workers
+step_ratio = hippo_rate / torch_rate
 gap = s["best"]["value"] - o["best"]
 print(f"wall (whole runs, measured here): hippo shared {hippo_wall:.1f} s (its own wall_s "
       f"{s['wall_s']:.1f}), hippo trial-based {trial_wall:.1f} s, Optuna + PyTorch "
       f"({workers} processes x {threads} threads) {optuna_wall:.1f} s")
-print(f"speed-up of hippo shared over Optuna+PyTorch: {speedup:.2f}x; goal >= 3: "
-      f"{'yes' if speedup >= 3 else 'NO'}")
-print(f"speed-up of hippo shared over hippo trial-based: {trial_wall / hippo_wall:.2f}x")
 print(f"steps: trial-based {s['steps_trial_based']}, unique {s['steps_unique']}, "
-      f"executed {s['steps_executed']} ({s['steps_trial_based'] / s['steps_executed']:.2f}x fewer); "
-      f"Optuna {o['steps']} in {o['trials']} trials")
+      f"executed {s['steps_executed']}; Optuna {o['steps']} in {o['trials']} trials")
+print(f"ceiling of sharing (steps ratio, trial-based / executed): {steps_ratio:.2f}x")
+print(f"per-step speed, 1 thread, {workers} at once: hippo trial-based {hippo_rate:.0f} steps/s "
+      f"per worker (steps executed / wall_s / {workers}), PyTorch probe {torch_rate:.0f} steps/s "
+      f"per process: {step_ratio:.2f}x")
+speedup = trial_wall / hippo_wall
+print(f"speed-up of hippo shared over hippo trial-based: {speedup:.2f}x; ceiling (steps ratio) "
+      f"{steps_ratio:.2f}x; reached {speedup / steps_ratio:.2f} of it")
+speedup, ceiling = optuna_wall / hippo_wall, steps_ratio * step_ratio
+print(f"speed-up of hippo shared over Optuna+PyTorch: {speedup:.2f}x; ceiling (steps ratio x "
+      f"per-step ratio) {ceiling:.2f}x; reached {speedup / ceiling:.2f} of it")
 print(f"best accuracy: hippo {s['best']['value']:.4f}, Optuna+PyTorch {o['best']:.4f} "
       f"(difference {gap:+.4f}; goal within 0.01: {'yes' if abs(gap) <= 0.01 else 'NO'})")
 print(f"master cost per trial: hippo {s['master_ms_per_trial']:.3f} ms, "
-      f"Optuna (SQLite) {o['optuna_ms_per_trial']:.3f} ms")
+      f"Optuna (journal file) {o['optuna_ms_per_trial']:.3f} ms")
 print(f"makespan / lower bound: {s['makespan_ratio']:.2f}")
 PY

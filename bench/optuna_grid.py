@@ -4,22 +4,26 @@ the same model, data (standardized as hippo does), batch, optimizer and learning
 the hippo spec. Supports specs of the form of examples/fmnist-mlp-lr-decay.json (an MLP, SGD with
 momentum, a multistep lr per epoch over grids, a constant weight decay).
 
-Several processes share one study in one storage (SQLite), as Optuna users parallelize on one
-machine. `--prepare` creates the study and enqueues every grid point once (Optuna's enqueue_trial);
-each `--worker` process then takes the next waiting point from the storage until none is left, so
-no point is trained twice (GridSampler alone may evaluate a point twice under distributed
-optimization, its documentation says). `--summary` prints the study's result and Optuna's own cost
-per trial (the same number of trials with an empty objective, in the same storage). Each mode
-prints one JSON line.
+Several processes share one study in one journal file (Optuna's JournalFileStorage, which its
+documentation recommends for processes on one machine; several processes on one SQLite file race
+on it), as Optuna users parallelize on one machine. `--prepare` creates the study and enqueues
+every grid point once (Optuna's enqueue_trial), before any worker starts; each `--worker PEER`
+process then takes the next waiting point until none is left, so no point is trained twice
+(GridSampler alone may evaluate a point twice under distributed optimization, its documentation
+says), and marks each trial with its peer number so that a peer's claim can be checked against
+the study. `--summary` prints the study's result, its completed trials in all, per peer and per
+distinct point, and Optuna's own cost per trial (as many trials as the grid has points, with an
+empty objective, in the same storage). Each mode prints one JSON line.
 
-  optuna_grid.py SPEC --storage sqlite:///s.db --prepare
-  optuna_grid.py SPEC --storage sqlite:///s.db --worker --threads 1   # N of these at once
-  optuna_grid.py SPEC --storage sqlite:///s.db --summary
+  optuna_grid.py SPEC --journal s.log --prepare
+  optuna_grid.py SPEC --journal s.log --worker 1 --threads 1   # peers 1 .. N at once
+  optuna_grid.py SPEC --journal s.log --summary
 """
 import argparse
 import gzip
 import itertools
 import json
+import os
 import time
 import warnings
 
@@ -51,6 +55,16 @@ def grid_of(spec):
             "gamma": lr["gamma"]["grid"]}
 
 
+def points_of(grid):
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+def journal(path):
+    with warnings.catch_warnings():  # experimental in Optuna 3.1, where it first came
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(path))
+
+
 def prepare(spec, storage):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -60,13 +74,13 @@ def prepare(spec, storage):
     grid = grid_of(spec)
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize",
                                 sampler=optuna.samplers.GridSampler(grid, seed=0))
-    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    points = points_of(grid)
     for point in points:
         study.enqueue_trial(point)
     print(json.dumps({"enqueued": len(points)}))
 
 
-def worker(spec, storage, threads):
+def worker(spec, storage, peer, threads):
     # PyTorch is imported only where it trains, so that --prepare and --summary start fast.
     import torch
     from torch import nn
@@ -90,6 +104,7 @@ def worker(spec, storage, threads):
         init = trial.suggest_categorical("init", grid["init"])
         milestone = trial.suggest_categorical("milestone", grid["milestone"])
         gamma = trial.suggest_categorical("gamma", grid["gamma"])
+        trial.set_user_attr("peer", peer)
         torch.manual_seed(spec.get("seed", 0))
         layers, width = [], 784
         for h in spec["model"]["hidden"]:
@@ -130,7 +145,7 @@ def worker(spec, storage, threads):
             break
         study.tell(trial, objective(trial))
         done += 1
-    print(json.dumps({"trials": done, "threads": threads,
+    print(json.dumps({"peer": peer, "pid": os.getpid(), "trials": done, "threads": threads,
                       "wall_s": round(time.perf_counter() - start, 3)}))
 
 
@@ -139,9 +154,15 @@ def summary(spec, storage):
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     train_n = spec["data"].get("train_samples", 60000)
     steps = len(complete) * spec["length"]["epochs"] * (train_n // spec["fixed"]["batch_size"])
+    per_peer = {}
+    for t in complete:
+        per_peer[t.user_attrs["peer"]] = per_peer.get(t.user_attrs["peer"], 0) + 1
+    best = max(complete, key=lambda t: t.value, default=None)
 
-    # Optuna's own cost per trial: as many trials with an empty objective, in the same storage.
+    # Optuna's own cost per trial: as many trials as the grid has points, with an empty
+    # objective, in the same storage.
     grid = grid_of(spec)
+    n = len(points_of(grid))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     empty = optuna.create_study(study_name=STUDY + "_empty", storage=storage,
                                 direction="maximize", load_if_exists=True,
@@ -150,31 +171,33 @@ def summary(spec, storage):
     empty.optimize(lambda t: (t.suggest_categorical("init", grid["init"]),
                               t.suggest_categorical("milestone", grid["milestone"]),
                               t.suggest_categorical("gamma", grid["gamma"]), 0.0)[-1],
-                   n_trials=len(complete))
-    overhead_ms = 1000 * (time.perf_counter() - t0) / max(1, len(complete))
-    print(json.dumps({"trials": len(complete), "best": study.best_value,
-                      "best_params": study.best_params, "steps": steps,
-                      "optuna_ms_per_trial": round(overhead_ms, 3)}))
+                   n_trials=n)
+    overhead_ms = 1000 * (time.perf_counter() - t0) / n
+    print(json.dumps({"trials": len(complete), "per_peer": per_peer,
+                      "distinct_points": len({tuple(sorted(t.params.items())) for t in complete}),
+                      "best": best and best.value, "best_params": best and best.params,
+                      "steps": steps, "optuna_ms_per_trial": round(overhead_ms, 3)}))
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("spec")
-    p.add_argument("--storage", required=True)
+    p.add_argument("--journal", required=True, help="the study's journal file")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prepare", action="store_true")
-    mode.add_argument("--worker", action="store_true")
+    mode.add_argument("--worker", type=int, metavar="PEER", help="this peer's number, 1 .. N")
     mode.add_argument("--summary", action="store_true")
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args()
     with open(a.spec) as f:
         spec = json.load(f)
+    storage = journal(a.journal)
     if a.prepare:
-        prepare(spec, a.storage)
-    elif a.worker:
-        worker(spec, a.storage, a.threads)
+        prepare(spec, storage)
+    elif a.worker is not None:
+        worker(spec, storage, a.worker, a.threads)
     else:
-        summary(spec, a.storage)
+        summary(spec, storage)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,26 @@
 #!/usr/bin/python3
 """The anchor of bench/pytorch_vs_optuna.sh: Optuna runs a spec's grid trial by trial, training
 each trial with the same PyTorch code as hippo's trainer (examples/pytorch/fashion_mnist.py:
-data, model, step, evaluation, batches, seeds), as one of several processes that share one
-SQLite study (Optuna's distributed mode). Supports specs of the form of
-examples/pytorch/fmnist-mlp-lr-decay.json: a multistep learning rate per epoch with one
-milestone, grids over its fields, constant other settings.
+data, model, step, evaluation, batches, seeds), as one of several processes (peers) that share one
+study in a journal file (Optuna's JournalFileStorage, its recommended storage for processes on one
+machine). Supports specs of the form of examples/pytorch/fmnist-mlp-lr-decay.json: a multistep
+learning rate per epoch with one milestone, grids over its fields, constant other settings.
 
-    pytorch_optuna.py SPEC STORAGE STUDY --create      # once, before the workers
-    pytorch_optuna.py SPEC STORAGE STUDY TRIALS        # in each process: TRIALS trials
-    pytorch_optuna.py SPEC STORAGE STUDY --summary     # once they have ended
+    pytorch_optuna.py SPEC JOURNAL STUDY --create        # once, before the peers start
+    pytorch_optuna.py SPEC JOURNAL STUDY --worker PEER   # in each peer, PEER = 1 .. N
+    pytorch_optuna.py SPEC JOURNAL STUDY --summary       # once they have ended
 
-Each prints one JSON line.
+`--create` creates the study and enqueues every grid point once; each peer takes the next waiting
+point until none is left (so no point is trained twice and none is skipped, whatever the number
+of peers) and marks each trial with its peer number, so that a peer's claim can be checked
+against the study. Each prints one JSON line.
 """
 import itertools
 import json
 import os
 import sys
 import time
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "pytorch"))
@@ -33,24 +37,35 @@ def grid_of(spec):
 
 def main():
     import optuna
-    spec_path, storage, name = sys.argv[1:4]
+    spec_path, journal, name, mode = sys.argv[1:5]
     with open(spec_path) as f:
         spec = json.load(f)
     grid = grid_of(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if sys.argv[4] == "--create":
-        optuna.create_study(study_name=name, storage=storage, direction="maximize")
-        print(json.dumps({"grid_points": len(list(itertools.product(*grid.values())))}))
+    with warnings.catch_warnings():  # experimental in Optuna 3.1, where it first came
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(journal))
+    if mode == "--create":
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+        points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+        for point in points:
+            study.enqueue_trial(point)
+        print(json.dumps({"grid_points": len(points)}))
         return
-    if sys.argv[4] == "--summary":  # once every process has ended
-        done = [t for t in optuna.load_study(study_name=name, storage=storage).trials
-                if t.value is not None]
-        best = max(done, key=lambda t: t.value)
-        print(json.dumps({"trials": len(done),
+    if mode == "--summary":  # once every peer has ended
+        done = optuna.load_study(study_name=name, storage=storage).get_trials(
+            deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        per_peer = {}
+        for t in done:
+            per_peer[t.user_attrs["peer"]] = per_peer.get(t.user_attrs["peer"], 0) + 1
+        best = max(done, key=lambda t: t.value, default=None)
+        print(json.dumps({"trials": len(done), "per_peer": per_peer,
                           "grid_points_done": len({tuple(sorted(t.params.items())) for t in done}),
-                          "best": best.value, "best_params": best.params}))
+                          "best": best and best.value, "best_params": best and best.params}))
         return
-    trials = int(sys.argv[4])
+    if mode != "--worker":
+        raise SystemExit(f"pytorch_optuna.py: unknown mode {mode}; --create, --worker or --summary")
+    peer = int(sys.argv[5])
     started = time.perf_counter()
 
     import torch  # noqa: F401  (the same imports as the trainer's; timed as its start is)
@@ -59,7 +74,7 @@ def main():
     import hippo
     data = {"train_samples": spec["data"].get("train_samples", 60000),
             "eval_samples": spec["data"].get("eval_samples", 10000)}
-    x, y, x_eval, y_eval = fm.load_data(data)
+    x, y, x_eval, y_eval = fm.load_data(data, "cpu")  # the CPU, as hippo's CPU workers
     fixed, seed = spec["fixed"], spec.get("seed", 0)
     hp = spec["hyperparameters"]
     batch = fixed["batch_size"]
@@ -71,6 +86,7 @@ def main():
         init = trial.suggest_categorical("lr.init", grid["lr.init"])
         milestone = trial.suggest_categorical("lr.milestones[0]", grid["lr.milestones[0]"])
         gamma = trial.suggest_categorical("lr.gamma", grid["lr.gamma"])
+        trial.set_user_attr("peer", peer)
         hippo.deterministic(threads=1)
         model = fm.build_model(fixed, seed)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
@@ -88,9 +104,19 @@ def main():
 
     study = optuna.load_study(study_name=name, storage=storage,
                               sampler=optuna.samplers.GridSampler(grid, seed=0))
-    study.optimize(objective, n_trials=trials)
-    print(json.dumps({"pid": os.getpid(), "trials": trials,
-                      "wall_s": round(time.perf_counter() - started, 3), "steps": trials * length}))
+    done = 0
+    while study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        trial = study.ask()
+        with warnings.catch_warnings():  # Trial.system_attrs is deprecated, not yet replaced
+            warnings.simplefilter("ignore", FutureWarning)
+            taken = "fixed_params" not in trial.system_attrs
+        if taken:  # another peer took the last point: this trial is not one of the grid
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            break
+        study.tell(trial, objective(trial))
+        done += 1
+    print(json.dumps({"peer": peer, "pid": os.getpid(), "trials": done,
+                      "wall_s": round(time.perf_counter() - started, 3), "steps": done * length}))
 
 
 if __name__ == "__main__":

@@ -2,64 +2,165 @@
 # The INTERFACE.md study with a PyTorch MLP, in one run on this machine:
 #   1. hippo run SPEC --workers W: the PyTorch trainer examples/pytorch/fashion_mnist.py through the
 #      Python helper (long-lived trainers, shared stages);
-#   2. Optuna + the same PyTorch code (bench/pytorch_optuna.py), trial by trial, in W processes on
-#      one SQLite study (Optuna's distributed mode: as many processes as hippo has workers).
+#   2. Optuna + the same PyTorch code (bench/pytorch_optuna.py), trial by trial, in W processes
+#      (peers) on one study in a journal file, created and filled with the grid before they start
+#      (Optuna's distributed mode on one machine as its documentation sets it up: as many
+#      processes as hippo has workers); each peer takes waiting grid points until none is left.
 # Both sides run with 1 BLAS/OpenMP thread per process and PyTorch's deterministic algorithms.
 # REPS > 1 repeats the pair, alternating which side goes first, and prints the median and spread.
-# Usage: bench/pytorch_vs_optuna.sh [SPEC] [WORKERS] [REPS]   (from anywhere; Debian's python3)
+# After each repetition it verifies both sides, else exits 1 naming what failed (logs kept):
+# hippo exited 0, its study is done and every grid point is a done trial; every Optuna peer
+# exited 0, printed its result, completed the trials it claims (the study records which peer
+# completed each), and the study completed each grid point exactly once.
+# Both sides train with the same PyTorch code, so the ceiling of hippo's speed-up is the steps
+# ratio (trial-based steps / executed steps) alone; it prints the speed-up over it (goal >= 0.9).
+# Usage: bench/pytorch_vs_optuna.sh [SPEC] [WORKERS] [REPS]   (from anywhere)
+# Environment: HIPPO (default build/hippo); BENCH_PYTHON, the interpreter of Optuna's side (default
+# /usr/bin/python3, Debian's, with optuna and torch; tests/bench/ points it at a peer killer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spec=${1:-examples/pytorch/fmnist-mlp-lr-decay.json}
 workers=${2:-2}
 reps=${3:-1}
 hippo=${HIPPO:-build/hippo}
+python=${BENCH_PYTHON:-/usr/bin/python3}
+[ -x "$hippo" ] || { echo "error: $hippo not found; build it (scripts/build)" >&2; exit 2; }
+[ -f "$spec" ] || { echo "error: spec $spec not found" >&2; exit 2; }
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 echo "machine: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# The logs are what explains a failed check: kept then, removed after a run that passed.
+trap '[ -e "$tmp/keep" ] || rm -rf "$tmp"' EXIT
 
-run_hippo() {  # $1: repetition
-  "$hippo" --db "$tmp/hippo-$1.db" --format json run "$spec" --workers "$workers" --allow-exec trainer \
-    2>"$tmp/hippo-$1.log" | tail -1 > "$tmp/hippo-$1.json"
-  echo "hippo shared:        $(cat "$tmp/hippo-$1.json")"
+# check hippo NAME POINTS | check peers NAME WORKERS POINTS: verifies a side's run (above) from
+# the files it left in $tmp; on a failure, says what failed with the log's tail and exits 1.
+check() {
+  /usr/bin/python3 - "$tmp" "$hippo" "$@" <<'PY' || { touch "$tmp/keep"; echo "logs kept in $tmp" >&2; exit 1; }
+import json, subprocess, sys
+tmp, hippo, kind, name = sys.argv[1:5]
+
+def tail(path, n=15):
+    with open(path, errors="replace") as f:
+        return "".join("    " + line for line in f.readlines()[-n:]) or "    (empty)\n"
+
+def last_json(path):
+    lines = [line for line in open(path) if line.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+
+def status_text(rc):
+    return f"status {rc}" + (f" (killed by signal {rc - 128})" if rc > 128 else "")
+
+errors = []
+if kind == "hippo":
+    points = int(sys.argv[5])
+    rc, s, log = int(open(f"{tmp}/{name}.rc").read()), last_json(f"{tmp}/{name}.out"), f"{tmp}/{name}.log"
+    if rc != 0 or s is None:
+        problem = f"exited with {status_text(rc)}" + ("" if s else " and printed no summary")
+    elif s["status"] != "done":
+        problem = f"ended its study with status {s['status']!r}"
+    else:
+        trials = json.loads(subprocess.run(
+            [hippo, "--db", f"{tmp}/{name}.db", "--format", "json", "trials", s["study"]],
+            check=True, capture_output=True, text=True).stdout)
+        done = sum(t["status"] == "done" for t in trials)
+        problem = (None if s["trials"] == done == points else
+                   f"ran {s['trials']} trials, {done} of them done, for {points} grid points")
+    if problem:
+        errors.append(f"hippo run ({name}) {problem}; its log ({log}) ends:\n{tail(log)}")
+else:
+    workers, points = int(sys.argv[5]), int(sys.argv[6])
+    study = last_json(f"{tmp}/{name}.summary")
+    for w in range(1, workers + 1):
+        pid, rc = map(int, open(f"{tmp}/{name}.peer{w}.exit").read().split())
+        err, line = f"{tmp}/{name}.peer{w}.err", last_json(f"{tmp}/{name}.peer{w}.out")
+        recorded = study["per_peer"].get(str(w), 0)
+        if rc != 0:
+            problem = f"exited with {status_text(rc)}"
+        elif line is None:
+            problem = "exited 0 but printed no result"
+        elif line["trials"] != recorded:
+            problem = f"claims {line['trials']} completed trials, the study records {recorded}"
+        else:
+            continue
+        errors.append(f"Optuna peer {w} (pid {pid}) {problem}; its stderr ({err}) ends:\n{tail(err)}")
+    if not study["trials"] == study["grid_points_done"] == points:
+        errors.append(f"Optuna's study completed {study['trials']} trials over "
+                      f"{study['grid_points_done']} distinct grid points (per peer: "
+                      f"{study['per_peer']}); the grid has {points} points, each to run once")
+if errors:
+    sys.exit("".join(f"error: {e}\n" for e in errors).rstrip())
+PY
 }
-run_optuna() {  # $1: repetition
-  local storage="sqlite:///$tmp/optuna-$1.db" study="bench-$1"
-  local points per start end
-  points=$(/usr/bin/python3 bench/pytorch_optuna.py "$spec" "$storage" "$study" --create |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["grid_points"])')
-  per=$(( (points + workers - 1) / workers ))
+
+run_hippo() {  # $1: repetition; its summary is the last line of $tmp/hippo-$1.out
+  local rc=0 start
   start=$(date +%s.%N)
+  "$hippo" --db "$tmp/hippo-$1.db" --format json run "$spec" --workers "$workers" --allow-exec trainer \
+    >"$tmp/hippo-$1.out" 2>"$tmp/hippo-$1.log" || rc=$?
+  echo "$rc" >"$tmp/hippo-$1.rc"
+  echo "$start $(date +%s.%N)" >"$tmp/hippo-$1.wall"
+  echo "hippo shared:        $(tail -1 "$tmp/hippo-$1.out"), wall $(awk '{print $2 - $1}' "$tmp/hippo-$1.wall") s"
+}
+run_optuna() {  # $1: repetition; its peers' files are $tmp/optuna-$1.peerN.*, its summary $tmp/optuna-$1.summary
+  local journal="$tmp/optuna-$1.journal" study="bench-$1" run="optuna-$1"
+  local start end i rc pids=()
+  start=$(date +%s.%N)
+  "$python" bench/pytorch_optuna.py "$spec" "$journal" "$study" --create >"$tmp/$run.create"
+  # Each peer waited for by its pid, so that every exit status is kept.
   for i in $(seq "$workers"); do
-    /usr/bin/python3 bench/pytorch_optuna.py "$spec" "$storage" "$study" "$per" \
-      > "$tmp/optuna-$1-$i.json" 2>"$tmp/optuna-$1-$i.log" &
+    "$python" bench/pytorch_optuna.py "$spec" "$journal" "$study" --worker "$i" \
+      >"$tmp/$run.peer$i.out" 2>"$tmp/$run.peer$i.err" &
+    pids+=($!)
   done
-  wait
+  for i in $(seq "$workers"); do
+    rc=0
+    wait "${pids[i - 1]}" || rc=$?
+    echo "${pids[i - 1]} $rc" >"$tmp/$run.peer$i.exit"
+  done
   end=$(date +%s.%N)
-  /usr/bin/python3 bench/pytorch_optuna.py "$spec" "$storage" "$study" --summary |
-    /usr/bin/python3 -c "import json, sys; s = json.load(sys.stdin); s['wall_s'] = round($end - $start, 3); s['processes'] = $workers; print(json.dumps(s))" \
-    > "$tmp/optuna-$1.json"
-  echo "optuna + pytorch:    $(cat "$tmp/optuna-$1.json")"
+  echo "$start $end" >"$tmp/$run.wall"
+  "$python" bench/pytorch_optuna.py "$spec" "$journal" "$study" --summary >"$tmp/$run.summary" \
+    2>"$tmp/$run.summary.err" || { touch "$tmp/keep"; echo "error: Optuna's summary of the study failed;" \
+    "$tmp/$run.summary.err ends:" >&2; tail -15 "$tmp/$run.summary.err" >&2; exit 1; }
+  echo "optuna + pytorch:    $(cat "$tmp/$run.summary"), wall $(awk '{print $2 - $1}' "$tmp/$run.wall") s"
 }
 for r in $(seq "$reps"); do
   if [ $((r % 2)) -eq 1 ]; then run_hippo "$r"; run_optuna "$r"; else run_optuna "$r"; run_hippo "$r"; fi
+  points=$(/usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["grid_points"])' <"$tmp/optuna-$r.create")
+  check hippo "hippo-$r" "$points"
+  check peers "optuna-$r" "$workers" "$points"
+  echo "verified (repetition $r): hippo done with $points trials; $workers Optuna peers exited 0, each completed the trials it claims, $points grid points once each"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 /usr/bin/python3 - "$tmp" "$reps" <<'PY'
 import json, statistics, sys
 tmp, reps = sys.argv[1], int(sys.argv[2])
-h = [json.load(open(f"{tmp}/hippo-{r}.json")) for r in range(1, reps + 1)]
-o = [json.load(open(f"{tmp}/optuna-{r}.json")) for r in range(1, reps + 1)]
-ratios = [b["wall_s"] / a["wall_s"] for a, b in zip(h, o)]
+last = lambda path: json.loads(open(path).read().splitlines()[-1])  # noqa: E731
+h = [last(f"{tmp}/hippo-{r}.out") for r in range(1, reps + 1)]
+o = [last(f"{tmp}/optuna-{r}.summary") for r in range(1, reps + 1)]
+def walls(side):  # measured here around each whole run, process starts and data loading included
+    return [(lambda a, b: round(b - a, 3))(*map(float, open(f"{tmp}/{side}-{r}.wall").read().split()))
+            for r in range(1, reps + 1)]
+h_wall, o_wall = walls("hippo"), walls("optuna")
+ratios = [b / a for a, b in zip(h_wall, o_wall)]
 med = statistics.median
-print(f"wall: hippo {med([x['wall_s'] for x in h]):.1f} s, Optuna+PyTorch {med([x['wall_s'] for x in o]):.1f} s "
-      f"(median of {reps}; per repetition: hippo {[x['wall_s'] for x in h]}, Optuna {[x['wall_s'] for x in o]})")
-print(f"hippo sooner by {med(ratios):.2f}x (each repetition: {[round(r, 2) for r in ratios]})")
+print(f"wall (whole runs, measured here): hippo {med(h_wall):.1f} s, Optuna+PyTorch {med(o_wall):.1f} s "
+      f"(median of {reps}; per repetition: hippo {h_wall} (its own wall_s {[x['wall_s'] for x in h]}), "
+      f"Optuna {o_wall})")
 s = h[0]
-print(f"steps: trial-based {s['steps_trial_based']}, unique {s['steps_unique']}, executed {s['steps_executed']} "
-      f"({s['steps_trial_based'] / s['steps_executed']:.2f}x fewer than trial by trial)")
+steps_ratio = s["steps_trial_based"] / s["steps_executed"]
+print(f"steps: trial-based {s['steps_trial_based']}, unique {s['steps_unique']}, executed {s['steps_executed']}")
+print(f"ceiling (steps ratio, trial-based / executed; both sides train with the same PyTorch code): "
+      f"{steps_ratio:.2f}x")
+print(f"hippo sooner by {med(ratios):.2f}x (each repetition: {[round(r, 2) for r in ratios]})")
+reached = med(ratios) / steps_ratio
+print(f"hippo speed-up / steps ratio: {reached:.2f}; goal >= 0.9 of ceiling: "
+      f"{'yes' if reached >= 0.9 else 'NO'}")
 print(f"best accuracy: hippo {s['best']['value']:.4f} {s['best']['params']}, "
       f"Optuna {o[0]['best']:.4f} {o[0]['best_params']} ({o[0]['trials']} trials, "
       f"{o[0]['grid_points_done']} distinct grid points)")
