@@ -7,16 +7,19 @@
 # The space: a linear warm-up to a fixed lr over the first epoch (the prefix every trial shares),
 # then an exponential decay per epoch whose lr (loguniform) and gamma (uniform) are drawn.
 # Usage: bench/asha_vs_optuna.sh [TRIALS] [WORKERS]    (default 40 and 2; HIPPO=path/to/hippo,
-#        SPEC=another spec of the same form, e.g. a smaller one while developing)
+#        SPEC=another spec of the same form, e.g. a smaller one while developing; PRUNER=sha for
+#        Optuna's SuccessiveHalvingPruner, hippo's rungs exactly, instead of its HyperbandPruner)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trials=${1:-40}
 workers=${2:-2}
 hippo=${HIPPO:-build/hippo}
 spec=${SPEC:-bench/specs/asha-warmup-exponential.json}
+pruner=${PRUNER:-hyperband}
 python=/usr/bin/python3
 [ -x "$hippo" ] || { echo "error: $hippo not found; build it (scripts/build) or set HIPPO" >&2; exit 2; }
 [ -f "$spec" ] || { echo "error: spec $spec not found" >&2; exit 2; }
+[[ $pruner =~ ^(hyperband|sha)$ ]] || { echo "error: PRUNER must be hyperband or sha (got '$pruner')" >&2; exit 2; }
 [[ $trials =~ ^[1-9][0-9]*$ && $workers =~ ^[1-9][0-9]*$ ]] ||
   { echo "error: TRIALS and WORKERS must be positive integers (got '$trials' '$workers')" >&2; exit 2; }
 tmp=$(mktemp -d)
@@ -40,7 +43,7 @@ seed=$($python -c 'import json, sys; print(json.load(open(sys.argv[1]))["seed"])
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $cores cores"
 echo "software: $($python -c 'import optuna, torch; print("torch", torch.__version__, "optuna", optuna.__version__)'), $(dpkg-query -W -f='OpenBLAS ${Version}' libopenblas0-pthread 2>/dev/null || echo 'OpenBLAS ?'), $("$hippo" --version | head -1)"
 echo "environment (both sides): OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>}, OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS, OMP_NUM_THREADS=$OMP_NUM_THREADS"
-echo "study: $spec, $trials trials, $workers workers"
+echo "study: $spec, $trials trials, $workers workers; Optuna's pruner: $pruner"
 echo "seeds: hippo spec seed $seed (draws, weights, data order); Optuna TPESampler seeds $seed..$((seed + workers - 1)) (one per process), torch.manual_seed($seed) per trial"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # Optuna's study exists before any of its workers starts (its advice for several processes); made
@@ -63,7 +66,7 @@ t2=$(now)
 pids=()
 for w in $(seq 0 $((workers - 1))); do
   $python bench/optuna_asha.py "$tmp/spec.json" --journal "$tmp/optuna.journal" --worker "$w" \
-    --trials "$trials" --tickets "$tmp/tickets" >"$tmp/optuna.$w" 2>"$tmp/optuna.$w.err" &
+    --trials "$trials" --tickets "$tmp/tickets" --pruner "$pruner" >"$tmp/optuna.$w" 2>"$tmp/optuna.$w.err" &
   pids+=($!)
 done
 # Checks before any ratio (here and below): a crashed or short peer makes any comparison wrong.
@@ -108,7 +111,10 @@ rows = plan.execute("""
   FROM metrics m WHERE m.name = 'accuracy' AND m.value IS NOT NULL""").fetchall()
 if any(t is None for _, t in rows):
     sys.exit("error: some hippo metric has no execution that trained its trial to its step")
-length, = plan.execute("SELECT max(length) FROM trials").fetchone()
+spec, = plan.execute("SELECT spec FROM studies").fetchone()
+spec = json.loads(spec)
+max_epochs = spec["searcher"].get("max_length", spec["length"])["epochs"]
+length = max_epochs * (spec["data"]["train_samples"] // spec["fixed"]["batch_size"])
 early, = plan.execute("SELECT count(*) FROM trials WHERE length < ?", (length,)).fetchone()
 hippo_curve = sorted((t - t0, v) for v, t in rows)
 optuna_curve = [(t - t2, v) for t, v in o["reports"]]
@@ -141,4 +147,9 @@ for side, other in (("hippo", "optuna"), ("optuna", "hippo")):
 limit = min(walls.values())
 print(f"best in the same wall time ({limit:.1f} s, the shorter run): "
       f"hippo {best_by(hippo_curve, limit)}, Optuna {best_by(optuna_curve, limit)}")
+# The two best-so-far curves, sampled at fractions of the longer run.
+print("best so far, seconds since each side started: hippo / Optuna")
+for f in (0.1, 0.2, 0.3, 0.5, 0.75, 1.0):
+    t = f * max(walls.values())
+    print(f"  {t:6.1f} s: {best_by(hippo_curve, t)} / {best_by(optuna_curve, t)}")
 PY

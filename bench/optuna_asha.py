@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The anchor of bench/asha_vs_optuna.sh: what an Optuna user would run instead of hippo's ASHA.
-Optuna's TPESampler with its HyperbandPruner, several processes on one study in a
+Optuna's TPESampler with its HyperbandPruner (or, with --pruner sha, its
+SuccessiveHalvingPruner), several processes on one study in a
 JournalFileStorage (Optuna's recommended storage for processes on one machine), PyTorch (CPU)
 training the same model, data (standardized as hippo does), batch, optimizer, learning-rate
 schedule and search space as the hippo spec, reporting the validation accuracy at the spec's
@@ -9,7 +10,8 @@ SGD with momentum, lr = a linear warm-up to a fixed value, then an exponential d
 whose init (loguniform) and gamma (uniform) are drawn; searcher asha.
 
   optuna_asha.py SPEC --journal J --prepare                  # creates the study (before workers)
-  optuna_asha.py SPEC --journal J --worker I --trials N      # N processes at once, I = 0, 1, ...
+  optuna_asha.py SPEC --journal J --worker I --trials N --tickets DIR [--pruner sha]
+                                                   # several at once, I = 0, 1, ...
   optuna_asha.py SPEC --journal J --summary
 
 Each mode prints one JSON line. Times are time.time() (seconds since the epoch), so that the
@@ -66,11 +68,17 @@ def storage_of(journal):
         return optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(journal))
 
 
-def pruner_of(shape):
+def pruner_of(shape, name):
     # Resources are training steps, as hippo's rungs: min_length, times eta, up to max_length.
-    return optuna.pruners.HyperbandPruner(min_resource=shape["min_resource"],
-                                          max_resource=shape["max_resource"],
-                                          reduction_factor=shape["eta"])
+    # HyperbandPruner is what Optuna's documentation pairs with TPE; its most aggressive bracket
+    # is hippo's rung structure, its others start later. SuccessiveHalvingPruner is that bracket
+    # alone (ASHA), the closest match of hippo's searcher.
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=shape["min_resource"],
+                                              max_resource=shape["max_resource"],
+                                              reduction_factor=shape["eta"])
+    return optuna.pruners.SuccessiveHalvingPruner(min_resource=shape["min_resource"],
+                                                  reduction_factor=shape["eta"])
 
 
 def prepare(journal):
@@ -79,7 +87,7 @@ def prepare(journal):
     print(json.dumps({"study": STUDY}))
 
 
-def worker(spec, journal, index, trials, tickets):
+def worker(spec, journal, index, trials, tickets, pruner):
     # PyTorch is imported only where it trains, so that --prepare and --summary start fast.
     import torch
     from torch import nn
@@ -141,7 +149,7 @@ def worker(spec, journal, index, trials, tickets):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=STUDY, storage=storage_of(journal),
                               sampler=optuna.samplers.TPESampler(seed=seed + index),
-                              pruner=pruner_of(shape))
+                              pruner=pruner_of(shape, pruner))
     # Trials are claimed by creating ticket files (O_EXCL is atomic), so the processes run exactly
     # `trials` in all and none idles while trials are left: a fixed split per process leaves one
     # idle at the end, and MaxTrialsCallback, checked after a trial ends, overshoots.
@@ -153,7 +161,8 @@ def worker(spec, journal, index, trials, tickets):
             continue
         study.optimize(objective, n_trials=1)
         done += 1
-    print(json.dumps({"worker": index, "sampler_seed": seed + index, "trials": done,
+    print(json.dumps({"worker": index, "sampler_seed": seed + index, "pruner": pruner,
+                      "trials": done,
                       "wall_s": round(time.time() - start, 3)}))
 
 
@@ -181,6 +190,8 @@ def main():
     mode.add_argument("--summary", action="store_true")
     p.add_argument("--trials", type=int, help="trials of the whole study (--worker)")
     p.add_argument("--tickets", help="a directory shared by the workers (--worker)")
+    p.add_argument("--pruner", choices=("hyperband", "sha"), default="hyperband",
+                   help="HyperbandPruner or SuccessiveHalvingPruner (--worker)")
     a = p.parse_args()
     with open(a.spec) as f:
         spec = json.load(f)
@@ -190,7 +201,7 @@ def main():
     elif a.worker is not None:
         if a.trials is None or a.tickets is None:
             p.error("--worker needs --trials and --tickets")
-        worker(spec, a.journal, a.worker, a.trials, a.tickets)
+        worker(spec, a.journal, a.worker, a.trials, a.tickets, a.pruner)
     else:
         summary(a.journal)
 
