@@ -8,6 +8,7 @@
 
 #include "dashboard/assets.h"
 #include "dashboard/figures.h"
+#include "storage/time_split.h"
 
 namespace hippo::dashboard {
 namespace {
@@ -204,6 +205,35 @@ std::string tree_section(const StudyView& s) {
          "<div class=\"stage-details\" aria-live=\"polite\"></div>";
 }
 
+// Where each worker's time went over the study's wall time (storage/time_split.h): seconds per
+// part, and the parts' shares of all workers' time.
+std::string time_split_table(const StudyView& s) {
+  const TimeSplit split = split_time(s.executions, s.wall_s);
+  if (split.workers.empty()) return "";
+  std::string out =
+      "<h2>Where each worker's time went</h2><p>Seconds of the study's wall time (" +
+      duration(s.wall_s) +
+      ") per worker: the parts its worker measured (trainer start, setup of data and model, "
+      "loading the parent state, fetching it from another storage, training, evaluation, "
+      "saving states), what no part names (other), the way to and from the master (dispatch), "
+      "jobs that did not finish, and idle.</p><table "
+      "class=\"time-split\"><thead><tr><th>worker</th>"
+      "<th>jobs</th>";
+  for (const char* part : kTimeParts) out += std::string("<th>") + part + "</th>";
+  out += "</tr></thead><tbody>";
+  const double all = split.all.total();
+  auto row = [&](const WorkerTime& w, bool shares) {
+    out += "<tr><td>" + escape(w.worker) + "</td><td>" + std::to_string(w.jobs) + "</td>";
+    for (double seconds : w.seconds)
+      out += "<td>" + fixed(seconds, 2) +
+             (shares && all > 0 ? " (" + fixed(100 * seconds / all, 0) + "%)" : "") + "</td>";
+    out += "</tr>";
+  };
+  for (const WorkerTime& w : split.workers) row(w, false);
+  row(split.all, true);
+  return out + "</tbody></table>";
+}
+
 std::string timeline_section(const StudyView& s) {
   return "<p>What each worker ran when: " + std::to_string(s.executions.size()) +
          " executions; blank is idle. Outlined bars trained stages on the critical path (the "
@@ -213,7 +243,7 @@ std::string timeline_section(const StudyView& s) {
                  {"replay", "replay (rebuilding a lost state)"},
                  {"evaluate", "evaluate"},
                  {"failed", "failed, lost or abandoned"}}) +
-         figure("Timeline", timeline_svg(s));
+         figure("Timeline", timeline_svg(s)) + time_split_table(s);
 }
 
 }  // namespace

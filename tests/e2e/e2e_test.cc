@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "storage/plan.h"
+#include "storage/time_split.h"
 #include "tests/e2e/e2e_helper.h"
 
 namespace {
@@ -608,6 +609,77 @@ TEST_F(E2E, InterfaceExampleSharesExactly) {
   EXPECT_EQ(ma.size(), 18u);
   EXPECT_EQ(ma, mb);
   std::printf("shared: %s\ntrial-based: %s\n", s.dump().c_str(), t.dump().c_str());
+}
+
+// Where each worker's time went (the summary's "time"): its parts add to the study's wall time,
+// and the parts the workers measured (training, evaluation, states) cover nearly all of its busy
+// time, on a real run. `hippo report` shows the same table.
+TEST_F(E2E, TheSummarySaysWhereEachWorkersTimeWent) {
+  // The CI example on more data, so that training is most of the work (reading the data is
+  // `setup`).
+  const std::string file = spec("split", {{"data", {{"train_samples", 16384}}}});
+  Result r = sh(hippo("m.db") + "--format json run " + file + " --workers 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json s = last_json(r.out);
+  const double wall = s["wall_s"];
+  const json& split = s["time"];
+  EXPECT_EQ(split["window_s"], s["wall_s"]);
+  ASSERT_EQ(split["workers"].size(), 2u);
+  int64_t jobs = 0;
+  for (const json& w : split["workers"]) {
+    double sum = 0;
+    for (const char* part : hippo::kTimeParts) sum += w[std::string(part) + "_s"].get<double>();
+    EXPECT_NEAR(sum, wall, 0.03 * wall) << w;
+    EXPECT_GT(w["train_s"].get<double>(), 0) << w;
+    EXPECT_GT(w["eval_s"].get<double>(), 0) << w;
+    EXPECT_GT(w["setup_s"].get<double>(), 0) << w;  // its engine: the data read once
+    // What no measured part names: a few percent of the finished jobs' time at most (a job the
+    // master abandoned, when a searcher's decision made it useless, is `unfinished`).
+    const double busy = sum - w["idle_s"].get<double>() - w["unfinished_s"].get<double>();
+    EXPECT_LT(w["other_s"].get<double>() + w["dispatch_s"].get<double>(), 0.05 * busy) << w;
+    jobs += w["jobs"].get<int64_t>();
+  }
+  SearchPlan plan = SearchPlan::open_read_only(path("m.db"));
+  EXPECT_EQ(jobs, static_cast<int64_t>(plan.executions(std::nullopt).size()));
+  Result text = sh(hippo("m.db") + "report split -o " + path("r.html"));
+  EXPECT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(read_file(path("r.html")).find("<h2>Where each worker's time went</h2>"),
+            std::string::npos);
+}
+
+// An idle worker that runs trainers starts the study's long-lived trainer before work reaches it
+// (Prepare): a trainer whose start takes 1 s costs the worker that trains the shared first stage
+// that second, and the worker that waited for the branch nothing.
+TEST_F(E2E, AnIdleWorkerStartsItsTrainerAheadOfItsFirstStage) {
+  const std::string trainer = path("slow_start.py");
+  std::ofstream(trainer)
+      << "import pickle, time\n"
+         "time.sleep(1)  # a PyTorch import\n"
+         "import hippo\n"
+         "def train(stage):\n"
+         "    model = {'w': 1.0}\n"
+         "    stage.restore(lambda f: model.update(pickle.load(f)))\n"
+         "    for step in stage.steps(evaluate=lambda: {'accuracy': model['w']},\n"
+         "                            save=lambda f: pickle.dump(model, f)):\n"
+         "        model['w'] *= 1 - stage.value('lr', step)\n"
+         "hippo.serve(train)\n";
+  // One root stage (lr 0.1 for the first epoch), then two branches.
+  const std::string file = spec("slow-start", {{"model",
+                                                {{"type", "external"},
+                                                 {"hidden", nullptr},
+                                                 {"command", {"/usr/bin/python3", trainer}},
+                                                 {"long_lived", true}}},
+                                               {"hyperparameters", {{"lr", {{"init", 0.1}}}}}});
+  Result r = sh("PYTHONPATH=" + kExamples + "/../python " + hippo("m.db") + "--format json run " +
+                file + " --workers 2 --allow-exec trainer");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json workers = last_json(r.out)["time"]["workers"];
+  ASSERT_EQ(workers.size(), 2u) << workers;
+  std::vector<double> starts;
+  for (const json& w : workers) starts.push_back(w["start_s"]);
+  std::sort(starts.begin(), starts.end());
+  EXPECT_LT(starts[0], 0.3) << workers;  // started ahead: ready when its first stage came
+  EXPECT_GT(starts[1], 0.8) << workers;  // the first stage waited for its trainer's start
 }
 
 }  // namespace
