@@ -164,4 +164,11 @@ print(f"hippo speed-up / steps ratio: {reached:.2f}; goal >= 0.9 of ceiling: "
 print(f"best accuracy: hippo {s['best']['value']:.4f} {s['best']['params']}, "
       f"Optuna {o[0]['best']:.4f} {o[0]['best_params']} ({o[0]['trials']} trials, "
       f"{o[0]['grid_points_done']} distinct grid points)")
+# Where hippo's workers spent the study's wall time (the summary's split, docs/results.md): what
+# keeps the speed-up from its ceiling.
+parts = ["start", "setup", "load", "fetch", "train", "eval", "save", "other", "dispatch",
+         "unfinished", "idle"]
+for w in s["time"]["workers"] + [s["time"]["all"]]:
+    print(f"hippo time, {w['worker']}: " +
+          ", ".join(f"{p} {w[p + '_s']:.2f}" for p in parts if w[p + "_s"] > 0) + " s")
 PY
