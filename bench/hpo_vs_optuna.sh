@@ -18,9 +18,10 @@
 # completed each), and the study completed each grid point exactly once.
 # Beside each speed-up it prints its ceiling and how close the speed-up came:
 #   - over hippo trial-based: the steps ratio (trial-based steps / executed steps);
-#   - over Optuna + PyTorch: the steps ratio x the per-step speed ratio, hippo's trial-based steps/s
-#     per worker (steps executed / its wall_s / W; starts and evaluations included) over PyTorch's
-#     probe steps/s per process (W processes at once, 1 thread each).
+#   - over Optuna + PyTorch: the steps ratio x the per-step speed ratio, hippo's trial-based
+#     training steps/s per worker (steps executed / the seconds its workers spent training, from
+#     the summary's time split) over PyTorch's probe steps/s per process (W processes at once,
+#     1 thread each, training steps only).
 # Usage: bench/hpo_vs_optuna.sh [SPEC] [WORKERS]
 # Environment: HIPPO (default build/hippo); BENCH_PYTHON, the interpreter of Optuna's side (default
 # /usr/bin/python3, Debian's, with optuna and torch; tests/bench/ points it at a peer killer).
@@ -194,7 +195,9 @@ t0, t1, t2, t3, t4 = map(float, sys.argv[2:7])
 workers, threads, torch_rate = int(sys.argv[7]), sys.argv[8], float(sys.argv[9]) / int(sys.argv[7])
 hippo_wall, trial_wall, optuna_wall = t1 - t0, t2 - t1, t4 - t3
 steps_ratio = s["steps_trial_based"] / s["steps_executed"]
-hippo_rate = t["steps_executed"] / t["wall_s"] / workers
+# Both rates are of training steps alone: the probe times nothing else, and the time split says
+# how long hippo's workers trained (their evaluations, data reading and idle time apart).
+hippo_rate = t["steps_executed"] / t["time"]["all"]["train_s"]
 step_ratio = hippo_rate / torch_rate
 gap = s["best"]["value"] - o["best"]
 print(f"wall (whole runs, measured here): hippo shared {hippo_wall:.1f} s (its own wall_s "
@@ -204,8 +207,11 @@ print(f"steps: trial-based {s['steps_trial_based']}, unique {s['steps_unique']},
       f"executed {s['steps_executed']}; Optuna {o['steps']} in {o['trials']} trials")
 print(f"ceiling of sharing (steps ratio, trial-based / executed): {steps_ratio:.2f}x")
 print(f"per-step speed, 1 thread, {workers} at once: hippo trial-based {hippo_rate:.0f} steps/s "
-      f"per worker (steps executed / wall_s / {workers}), PyTorch probe {torch_rate:.0f} steps/s "
-      f"per process: {step_ratio:.2f}x")
+      f"per worker (steps executed / its workers' training seconds), PyTorch probe "
+      f"{torch_rate:.0f} steps/s per process: {step_ratio:.2f}x")
+print("where hippo shared's workers spent the wall time: " +
+      ", ".join(f"{p} {100 * s['time']['all'][p + '_s'] / (workers * s['time']['window_s']):.0f}%"
+                for p in ("setup", "train", "eval", "save", "idle")))
 speedup = trial_wall / hippo_wall
 print(f"speed-up of hippo shared over hippo trial-based: {speedup:.2f}x; ceiling (steps ratio) "
       f"{steps_ratio:.2f}x; reached {speedup / steps_ratio:.2f} of it")
