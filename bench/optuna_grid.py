@@ -80,6 +80,24 @@ def prepare(spec, storage):
     print(json.dumps({"enqueued": len(points)}))
 
 
+def run_enqueued(study, objective):
+    """Trains the study's enqueued grid points until none waits (other peers take them too, so
+    no point is trained twice); returns how many this process completed."""
+    waiting = (optuna.trial.TrialState.WAITING,)
+    done = 0
+    while study.get_trials(deepcopy=False, states=waiting):
+        trial = study.ask()
+        with warnings.catch_warnings():  # Trial.system_attrs is deprecated, not yet replaced
+            warnings.simplefilter("ignore", FutureWarning)
+            taken = "fixed_params" not in trial.system_attrs
+        if taken:  # another peer took the last point: this trial is not one of the grid
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            break
+        study.tell(trial, objective(trial))
+        done += 1
+    return done
+
+
 def worker(spec, storage, peer, threads):
     # PyTorch is imported only where it trains, so that --prepare and --summary start fast.
     import torch
@@ -133,18 +151,7 @@ def worker(spec, storage, peer, threads):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=STUDY, storage=storage,
                               sampler=optuna.samplers.GridSampler(grid, seed=0))
-    waiting = (optuna.trial.TrialState.WAITING,)
-    done = 0
-    while study.get_trials(deepcopy=False, states=waiting):
-        trial = study.ask()
-        with warnings.catch_warnings():  # Trial.system_attrs is deprecated, not yet replaced
-            warnings.simplefilter("ignore", FutureWarning)
-            taken = "fixed_params" not in trial.system_attrs
-        if taken:  # another worker took the last point: this trial is not one of the grid
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            break
-        study.tell(trial, objective(trial))
-        done += 1
+    done = run_enqueued(study, objective)
     print(json.dumps({"peer": peer, "pid": os.getpid(), "trials": done, "threads": threads,
                       "wall_s": round(time.perf_counter() - start, 3)}))
 
@@ -174,7 +181,7 @@ def summary(spec, storage):
                    n_trials=n)
     overhead_ms = 1000 * (time.perf_counter() - t0) / n
     print(json.dumps({"trials": len(complete), "per_peer": per_peer,
-                      "distinct_points": len({tuple(sorted(t.params.items())) for t in complete}),
+                      "grid_points_done": len({tuple(sorted(t.params.items())) for t in complete}),
                       "best": best and best.value, "best_params": best and best.params,
                       "steps": steps, "optuna_ms_per_trial": round(overhead_ms, 3)}))
 

@@ -37,6 +37,8 @@ def grid_of(spec):
 
 def main():
     import optuna
+
+    import optuna_grid  # bench/: the peers' loop over enqueued grid points
     spec_path, journal, name, mode = sys.argv[1:5]
     with open(spec_path) as f:
         spec = json.load(f)
@@ -104,17 +106,7 @@ def main():
 
     study = optuna.load_study(study_name=name, storage=storage,
                               sampler=optuna.samplers.GridSampler(grid, seed=0))
-    done = 0
-    while study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        trial = study.ask()
-        with warnings.catch_warnings():  # Trial.system_attrs is deprecated, not yet replaced
-            warnings.simplefilter("ignore", FutureWarning)
-            taken = "fixed_params" not in trial.system_attrs
-        if taken:  # another peer took the last point: this trial is not one of the grid
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            break
-        study.tell(trial, objective(trial))
-        done += 1
+    done = optuna_grid.run_enqueued(study, objective)
     print(json.dumps({"peer": peer, "pid": os.getpid(), "trials": done,
                       "wall_s": round(time.perf_counter() - started, 3), "steps": done * length}))
 
