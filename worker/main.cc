@@ -36,8 +36,9 @@ int main(int argc, char** argv) {
                  "devices for pipelined studies: cpu:N (N stage threads) or cuda:A-B (default "
                  "cpu:1)");
   app.add_option("--checkpoints", options.checkpoints, "checkpoint directory");
-  app.add_option("--cache", options.cache_states, "trained states kept in memory")
-      ->check(CLI::Range(1, 1024));
+  app.add_option("--cache", options.cache_states,
+                 "trained states kept in memory (0: none; every job reads its parent's checkpoint)")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--heartbeat-ms", options.heartbeat_ms,
                  "heartbeat interval until the master sets one")
       ->check(CLI::Range(10, 60000));

@@ -70,10 +70,11 @@ class Files : public E2ETest {
     return spawn({kHippo, "--db", db, "master", "--bind", address(), "--checkpoints", checkpoints,
                   "--snapshot-every", "8"});
   }
-  // A worker that keeps one state in memory, so that most parents are loaded from their files.
-  pid_t start_worker(const std::string& name, const std::string& checkpoints) {
+  // A worker that keeps `cache` states in memory (1: most parents are loaded from their files;
+  // 0: every one is).
+  pid_t start_worker(const std::string& name, const std::string& checkpoints, int cache = 1) {
     return spawn({kHippo, "worker", "--master", address(), "--checkpoints", checkpoints, "--name",
-                  name, "--cache", "1"},
+                  name, "--cache", std::to_string(cache)},
                  limit_memory);
   }
   // Submits and waits, for at most `seconds` (a hung worker must fail the test, not hang it).
@@ -213,7 +214,8 @@ TEST_F(Files, ForgedDataPositionFailsTheStageNotTheWorker) {
   const std::string db = path("forged.db"), ck = path("ck");
   fs::create_directories(ck);
   start_master(db, ck);
-  const pid_t a = start_worker("a", ck), b = start_worker("b", ck);
+  // No state in memory: every child reads its parent's (forged) file, whichever worker it gets.
+  const pid_t a = start_worker("a", ck, 0), b = start_worker("b", ck, 0);
   std::atomic<bool> done{false};
   int forged = 0;
   std::thread forge([&] {
