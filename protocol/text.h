@@ -1,10 +1,38 @@
-// Text that hippo's programs read from their users (options, environment variables).
+// Text that hippo's programs read from their users (options, environment variables), and text
+// from outside made safe to print.
 #pragma once
 
+#include <cstdio>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace hippo::protocol {
+
+// `text` safe to print on a terminal: every control character (C0, DEL, and the C1 controls
+// U+0080-U+009F in UTF-8, which terminals also obey: a clear screen, a cursor move, a line that
+// forges another) is written as `\xHH` (C1: `\u00HH`); everything else, UTF-8 included, is kept.
+// Names and values come from specs, trainers and peers: tables, trees and logs print them so.
+inline std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  char escaped[8];
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    } else if (c == 0xc2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      std::snprintf(escaped, sizeof escaped, "\\u00%02x", static_cast<unsigned char>(text[++i]));
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
 
 // The items of a comma-separated list, empty ones kept: "a,,b" -> {"a", "", "b"}, "" -> {""}.
 // The views point into `text`.

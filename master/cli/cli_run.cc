@@ -87,8 +87,10 @@ void print_summary(const json& s, Format format) {
   auto text = [](const json& object, const char* field) {
     return object.at(field).get<std::string>();
   };
-  std::printf("study %s: %s\n", text(s, "study").c_str(), text(s, "status").c_str());
-  if (s.contains("error")) std::printf("  error: %s\n", text(s, "error").c_str());
+  std::printf("study %s: %s\n", protocol::printable(text(s, "study")).c_str(),
+              text(s, "status").c_str());
+  if (s.contains("error"))
+    std::printf("  error: %s\n", protocol::printable(text(s, "error")).c_str());
   std::printf("  trials               %lld\n", count("trials"));
   std::printf("  steps trial-based    %lld\n", count("steps_trial_based"));
   std::printf("  steps unique         %lld (%.2fx less)\n", count("steps_unique"),

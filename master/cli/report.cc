@@ -3,9 +3,16 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "protocol/text.h"
+
 namespace hippo::cli {
 
-void print_table(const std::vector<std::vector<std::string>>& rows) {
+void print_table(const std::vector<std::vector<std::string>>& raw) {
+  std::vector<std::vector<std::string>> rows;  // names and values from outside: printable
+  for (const auto& row : raw) {
+    rows.emplace_back();
+    for (const std::string& c : row) rows.back().push_back(protocol::printable(c));
+  }
   std::vector<size_t> width;
   for (const auto& row : rows) {
     width.resize(std::max(width.size(), row.size()), 0);
@@ -75,7 +82,7 @@ void print_tree(const StageTree& tree, const std::function<bool(StageId)>& keep,
       if (!name.empty()) ending += " " + name;
     }
     if (!ending.empty()) line += "  <- trial" + ending;
-    std::printf("%s\n", line.c_str());
+    std::printf("%s\n", protocol::printable(line).c_str());
     for (auto it = s.children.rbegin(); it != s.children.rend(); ++it)
       if (keep(*it)) todo.push_back({*it, depth + 1});
   }

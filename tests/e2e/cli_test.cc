@@ -299,5 +299,29 @@ TEST_F(Cli, RunWithoutHippoWorkerBesideItRefusesAndMakesNoPlan) {
   EXPECT_FALSE(fs::exists(path("lone.db.checkpoints")));
 }
 
+// A study named with terminal control characters (a clear screen, a line that forges another):
+// tables, the summary and the log show them escaped, never raw; JSON carries the name as it is.
+TEST_F(Cli, ControlCharactersInNamesAreEscapedOnTheTerminal) {
+  const std::string name = "evil\x1b[2J\x1b[1;31mred\nforged line\x7f\xc2\x9b";
+  const std::string file = spec("evil", json::object());
+  json s = json::parse(read_file(file));
+  s["name"] = name;
+  std::ofstream(file) << s.dump();
+  Result run = sh(hippo("m.db") + "run " + file + " --workers 1 2>" + path("log"));
+  ASSERT_EQ(run.status, 0) << run.out;
+  const std::string escaped = "evil\\x1b[2J\\x1b[1;31mred\\x0aforged line\\x7f\\u009b";
+  const std::string log = read_file(path("log"));
+  Result studies = sh(hippo("m.db") + "studies");
+  for (const std::string& out : {run.out, studies.out, log}) {
+    EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+    EXPECT_EQ(out.find("\xc2\x9b"), std::string::npos) << out;
+    EXPECT_EQ(out.find("\nforged line"), std::string::npos) << out;
+  }
+  EXPECT_NE(run.out.find("study " + escaped + ": done"), std::string::npos) << run.out;
+  EXPECT_NE(studies.out.find(escaped), std::string::npos) << studies.out;
+  Result as_json = sh(hippo("m.db") + "--format json studies");
+  EXPECT_EQ(json::parse(as_json.out)[0]["name"], name);
+}
+
 }  // namespace
 }  // namespace hippo::e2e

@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "protocol/text.h"
+
 namespace hippo::protocol {
 namespace {
 
@@ -265,4 +267,12 @@ TEST(Messages, EveryTypeHasAFuzzSeedAndWritesOnlyItsDeclaredFields) {
 }
 
 }  // namespace
+// Text from outside made safe for a terminal: controls escaped, UTF-8 kept.
+TEST(Printable, EscapesControlCharactersAndKeepsTheRest) {
+  EXPECT_EQ(printable("plain name, é and 日本"), "plain name, é and 日本");
+  EXPECT_EQ(printable("a\x1b[2Jb\nc\rd\x7f"), "a\\x1b[2Jb\\x0ac\\x0dd\\x7f");
+  EXPECT_EQ(printable(std::string("nul\0!", 5)), "nul\\x00!");
+  EXPECT_EQ(printable("csi \xc2\x9b and nbsp \xc2\xa0"), "csi \\u009b and nbsp \xc2\xa0");
+}
+
 }  // namespace hippo::protocol
