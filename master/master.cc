@@ -1023,7 +1023,7 @@ void Master::warn_if_no_worker_runs_trainers(int64_t study) {
 void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
   const StudySpec* spec = nullptr;
   for (const auto& [id, s] : driver_.studies())
-    if (driver_.running(id) && s.spec.external_model() && s.spec.long_lived_trainer()) {
+    if (driver_.running(id) && s.spec.long_lived_trainer()) {
       spec = &s.spec;
       break;
     }
@@ -1038,7 +1038,7 @@ void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
 
 void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
   const StudySpec& spec = driver_.studies().at(study).spec;
-  if (spec.external_model() && spec.long_lived_trainer()) w.keeps_trainer = true;
+  if (spec.long_lived_trainer()) w.keeps_trainer = true;
   RunningJob job =
       build_job(work, spec, tree_, states_, w.held, copies_.storage_of(w), options_.snapshot_every);
   job.studies =

@@ -64,10 +64,6 @@ json to_json(const JobTimes& t) {
   return j;
 }
 
-JobTimes job_times_from_json(const json& j) {
-  return fields::read<JobTimes>(j);
-}
-
 RunSpec run_spec_from_json(const json& j) {
   return fields::read<RunSpec>(j);
 }

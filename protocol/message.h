@@ -231,7 +231,6 @@ struct JobTimes {
   double total() const { return start + setup + load + fetch + train + eval + save; }
 };
 json to_json(const JobTimes& t);
-JobTimes job_times_from_json(const json& j);  // throws ProtocolError naming a bad field
 
 // The job trained to its end `step`; or, with `diverged`, it stopped at `step` because its model
 // diverged there (a non-finite loss at an evaluation: every later state would be too), and

@@ -386,17 +386,16 @@ void ExternalTrainer::stop() {
   serves_ = nullptr;
 }
 
-void ExternalTrainer::start(const protocol::RunSpec& run) {
-  const std::vector<std::string> argv = command_of(run);
+void ExternalTrainer::start(const std::vector<std::string>& argv, json serves) {
   std::vector<std::string> parent;
   for (char** e = environ; *e != nullptr; ++e) parent.emplace_back(*e);
   process_ = std::make_unique<TrainerProcess>(argv, trainer_environment(place_, parent));
-  serves_ = protocol::to_json(run);
+  serves_ = std::move(serves);
 }
 
 bool ExternalTrainer::prepare(const protocol::RunSpec& run) {
   if (process_ || !long_lived(run)) return false;
-  start(run);
+  start(command_of(run), protocol::to_json(run));
   return true;
 }
 
@@ -404,7 +403,7 @@ bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoin
                           const TrainerHooks& hooks, const std::vector<int64_t>& may_hold) {
   const double started = monotonic_seconds();
   times_ = {};
-  command_of(job.run);  // a bad command fails the stage before anything else
+  const std::vector<std::string> argv = command_of(job.run);  // a bad one fails before anything
   const bool many = long_lived(job.run);
   const json serves = protocol::to_json(job.run);
   if (process_ && (!many || serves != serves_ || process_->exited())) stop();
@@ -420,7 +419,7 @@ bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoin
       });
       if (!open) stop();
     }
-    if (!process_) start(job.run);
+    if (!process_) start(argv, serves);
     bool finished = run_stage(job, checkpoint_dir, hooks, many);
     if (finished) {
       // What it reported; its start counts where the stage waited for it (a trainer started

@@ -137,7 +137,8 @@ class ExternalTrainer {
  private:
   bool run_stage(const protocol::Job& job, const std::string& checkpoint_dir,
                  const TrainerHooks& hooks, bool many);
-  void start(const protocol::RunSpec& run);
+  // Starts the trainer `argv` (command_of) for the run spec `serves` (its JSON).
+  void start(const std::vector<std::string>& argv, nlohmann::json serves);
 
   TrainerPlace place_;
   std::unique_ptr<TrainerProcess> process_;

@@ -56,12 +56,10 @@ std::string JobRunner::add_snapshot(const protocol::SnapshotOrder& order) {
 }
 
 bool JobRunner::run_on_engine(const JobHost& host) {
-  Engine* built = nullptr;
-  {
+  Engine& engine = [&]() -> Engine& {
     Stopwatch setup(times_.setup);  // the first job of a run builds its engine and reads its data
-    built = &engines_.engine_for(job_.run);
-  }
-  Engine& engine = *built;
+    return engines_.engine_for(job_.run);
+  }();
   TrainState state;
   // The parent state's time is `load`, less the part a fetch takes (its own).
   const auto load_started = Clock::now();
@@ -106,8 +104,8 @@ bool JobRunner::run_on_engine(const JobHost& host) {
   size_t next_eval = 0;
   // Evaluates where asked; a non-finite loss stops the job there (the model diverged).
   auto due_evals = [&](const TrainState& s) {
-    Stopwatch eval(times_.eval);
     while (next_eval < job_.eval_steps.size() && job_.eval_steps[next_eval] == s.step) {
+      Stopwatch eval(times_.eval);
       Metrics m = engine.evaluate(s);
       host.metric({.job = job_.id,
                    .step = s.step,

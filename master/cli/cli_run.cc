@@ -52,16 +52,15 @@ SearchPlan open_plan(const std::string& path) {
 void print_time_split(const json& split) {
   const json& workers = split.at("workers");
   if (workers.empty()) return;
+  auto width = [](const char* part) { return std::max(8, static_cast<int>(std::strlen(part))); };
   std::printf("  time per worker (s)  %-12s %4s", "", "jobs");
-  for (const char* part : kTimeParts)
-    std::printf(" %*s", part == std::string("unfinished") ? 10 : 8, part);
+  for (const char* part : kTimeParts) std::printf(" %*s", width(part), part);
   std::printf("\n");
-  auto row = [](const json& w) {
+  auto row = [&](const json& w) {
     std::printf("                       %-12s %4lld", w.at("worker").get<std::string>().c_str(),
                 w.at("jobs").get<long long>());
     for (const char* part : kTimeParts)
-      std::printf(" %*.2f", part == std::string("unfinished") ? 10 : 8,
-                  w.at(std::string(part) + "_s").get<double>());
+      std::printf(" %*.2f", width(part), w.at(std::string(part) + "_s").get<double>());
     std::printf("\n");
   };
   for (const json& w : workers) row(w);
