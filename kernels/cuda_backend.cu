@@ -58,6 +58,7 @@ struct Cublas {
                             cublasGemmAlgo_t);
   decltype(&cublasGetStatusName) status_name;
   decltype(&cublasGetStatusString) status_string;
+  decltype(&cublasGetProperty) property;
 };
 
 // Loads the cuBLAS of the major version hippo was built with, once per process.
@@ -76,6 +77,7 @@ const Cublas& cublas() {
     load(c.gemm_ex, "cublasGemmEx");
     load(c.status_name, "cublasGetStatusName");
     load(c.status_string, "cublasGetStatusString");
+    load(c.property, "cublasGetProperty");
     return c;
   }();
   return api;
@@ -554,6 +556,35 @@ std::string cuda_devices_unseen_reason() {
   const cudaError_t error = ask_device_count(count);
   if (error != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(error);
   return count == 0 ? "the CUDA runtime sees no device" : "";
+}
+
+std::string cuda_device_model(int device) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count)
+    throw std::invalid_argument("cuda:" + std::to_string(device) + " requested, this machine has " +
+                                std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s"));
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess)
+    throw std::invalid_argument("cuda:" + std::to_string(device) + ": " +
+                                cudaGetErrorString(cudaGetLastError()));
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs)";
+}
+
+std::string cuda_device_environment(int device) {
+  const std::string model = cuda_device_model(device);
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  int blas[3] = {};
+  const libraryPropertyType parts[3] = {MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL};
+  for (int i = 0; i < 3; ++i) HIPPO_CUBLAS_CHECK(cublas().property(parts[i], &blas[i]));
+  const int dnn = cuda::cudnn_version();  // major * 10000 + minor * 100 + patch
+  auto dotted = [](int a, int b, int c) {
+    return std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c);
+  };
+  return model + ", CUDA " + std::to_string(runtime / 1000) + "." +
+         std::to_string(runtime % 1000 / 10) + ", cuBLAS " + dotted(blas[0], blas[1], blas[2]) +
+         ", cuDNN " + dotted(dnn / 10000, dnn % 10000 / 100, dnn % 100);
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream) {

@@ -22,6 +22,7 @@ struct Cudnn {
   decltype(&cudnnSetStream) set_stream;
   decltype(&cudnnGetErrorString) error_string;
   decltype(&cudnnGetCudartVersion) cudart_version;
+  decltype(&cudnnGetVersion) version;
   decltype(&cudnnCreateTensorDescriptor) create_tensor;
   decltype(&cudnnDestroyTensorDescriptor) destroy_tensor;
   decltype(&cudnnSetTensor4dDescriptor) set_tensor;
@@ -53,6 +54,7 @@ const Cudnn& cudnn() {
     load(c.set_stream, "cudnnSetStream");
     load(c.error_string, "cudnnGetErrorString");
     load(c.cudart_version, "cudnnGetCudartVersion");
+    load(c.version, "cudnnGetVersion");
     // A cuDNN built for another CUDA major version (e.g. one from a Python wheel found first on
     // the library path) fails in obscure ways later: say so now.
     if (c.cudart_version() / 1000 != CUDART_VERSION / 1000)
@@ -202,6 +204,10 @@ CudnnConvolutions::CudnnConvolutions(cudaStream_t stream) : stream_(stream) {
 CudnnConvolutions::~CudnnConvolutions() {
   plans_.clear();
   if (handle_) cudnn().destroy(handle_);
+}
+
+int cudnn_version() {
+  return static_cast<int>(cudnn().version());
 }
 
 const CudnnConvolutions::Plan& CudnnConvolutions::plan(const ConvShape& s, Precision p) {

@@ -35,6 +35,10 @@ struct cudnnContext;  // cudnn.h's handle type (cudnnHandle_t is cudnnContext*)
 
 namespace hippo::kernels::cuda {
 
+// The version of the cuDNN loaded (cudnnGetVersion: major * 10000 + minor * 100 + patch from
+// cuDNN 9 on). Loads cuDNN, or throws.
+int cudnn_version();
+
 class CudnnConvolutions {
  public:
   // On the current device, with all work on `stream`. Throws if cuDNN cannot be loaded.

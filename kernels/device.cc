@@ -49,6 +49,15 @@ std::string cuda_devices_unseen_reason() {
          "HIPPO_CUDA=OFF)";
 }
 
+std::string cuda_device_model(int device) {
+  throw std::invalid_argument("cuda:" + std::to_string(device) +
+                              " requested, but this hippo was built without CUDA");
+}
+
+std::string cuda_device_environment(int device) {
+  return cuda_device_model(device);  // throws
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device, Stream) {
   throw std::invalid_argument("cuda:" + std::to_string(device) +
                               " requested, but this hippo was built without CUDA (nvcc was not "

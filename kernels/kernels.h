@@ -327,6 +327,16 @@ int cuda_device_count();
 // CUDA); "" when there are devices. Never throws.
 std::string cuda_devices_unseen_reason();
 
+// CUDA device `device`'s model, compute capability and multiprocessor count, e.g. "NVIDIA H100
+// 80GB HBM3 (sm_90, 132 SMs)". Throws std::invalid_argument when the device is not there or hippo
+// was built without CUDA.
+std::string cuda_device_model(int device);
+// What the bits of a CUDA backend's work on `device` depend on besides the program: its model and
+// the versions of the CUDA runtime, cuBLAS and cuDNN loaded, e.g. "NVIDIA H100 80GB HBM3 (sm_90,
+// 132 SMs), CUDA 13.0, cuBLAS 13.1.0, cuDNN 9.13.0" (worker/environment.h). Loads cuBLAS and
+// cuDNN. Throws as cuda_device_model does, or std::runtime_error when a library cannot be loaded.
+std::string cuda_device_environment(int device);
+
 // The backend a device name asks for: "cpu" (with `threads` threads; "cpu:avx2" etc. names the
 // kernels' instruction set, see make_cpu_backend) or "cuda:N" (threads is ignored). Fails at once
 // with std::invalid_argument naming the problem: a malformed name, a device that is not there

@@ -39,6 +39,8 @@ namespace hippo::protocol {
 
 // Lists of state ids a worker holds (hello, done, failed, abandoned) are at most this long.
 inline constexpr size_t kMaxHeldStates = 4096;
+// A worker's environment (Hello) is at most this long.
+inline constexpr size_t kMaxEnvironmentBytes = 512;
 // An incarnation (Welcome) is at most this long.
 inline constexpr size_t kMaxIncarnation = 64;
 // Checkpoint file names a worker lists (Hello) or is told to delete (DeleteFiles) in one message.
@@ -132,20 +134,27 @@ struct Hello {
   std::vector<std::string> files{};
   // The job it dropped when its master restarted (at most one), if any: DroppedJob.
   std::vector<DroppedJob> dropped{};
+  // What the bits of the states it computes depend on (worker/environment.h): for built-in models
+  // and for external trainers. Absent: "", unknown (a worker that predates them), which the
+  // master treats as any.
+  std::string environment{}, trainer_environment{};
   bool operator==(const Hello&) const = default;
-  static constexpr auto kFields =
-      std::tuple{fields::Text{"name", &Hello::name, 256},
-                 fields::Text{"device", &Hello::device, 64},
-                 fields::Int{"threads", &Hello::threads, 1, 4096},
-                 fields::Int{"devices", &Hello::devices, 1, 4096}.defaulted(),
-                 fields::Int{"pid", &Hello::pid},
-                 fields::IntList{"held", &Hello::held, kMaxHeldStates}.defaulted(),
-                 fields::Bool{"runs_trainers", &Hello::runs_trainers}.omitted(),
-                 fields::Text{"storage", &Hello::storage, 64, checks::storage_identity}.omitted(),
-                 fields::Names{"files", &Hello::files, kMaxListedFiles,
-                               checks::checkpoint_or_temporary, "checkpoint file name"}
-                     .omitted(),
-                 fields::NestedList{"dropped", &Hello::dropped, 1}.omitted()};
+  static constexpr auto kFields = std::tuple{
+      fields::Text{"name", &Hello::name, 256},
+      fields::Text{"device", &Hello::device, 64},
+      fields::Int{"threads", &Hello::threads, 1, 4096},
+      fields::Int{"devices", &Hello::devices, 1, 4096}.defaulted(),
+      fields::Int{"pid", &Hello::pid},
+      fields::IntList{"held", &Hello::held, kMaxHeldStates}.defaulted(),
+      fields::Bool{"runs_trainers", &Hello::runs_trainers}.omitted(),
+      fields::Text{"storage", &Hello::storage, 64, checks::storage_identity}.omitted(),
+      fields::Names{"files", &Hello::files, kMaxListedFiles, checks::checkpoint_or_temporary,
+                    "checkpoint file name"}
+          .omitted(),
+      fields::NestedList{"dropped", &Hello::dropped, 1}.omitted(),
+      fields::Text{"environment", &Hello::environment, kMaxEnvironmentBytes}.omitted(),
+      fields::Text{"trainer_environment", &Hello::trainer_environment, kMaxEnvironmentBytes}
+          .omitted()};
   json to_json() const;
   static Hello from_json(const json& m);
 };

@@ -25,6 +25,7 @@ void install_stop_signals() {
 
 Worker::Worker(const Options& options)
     : options_(options),
+      environment_(worker_environment(options_.device, options_.threads)),
       connection_(options_),
       store_(options_.checkpoints),
       cache_(options_.cache_states),
@@ -81,6 +82,8 @@ void Worker::hello() {
   m.pid = static_cast<int64_t>(getpid());
   m.held = cache_.ids();
   m.runs_trainers = options_.allow_trainers;
+  m.environment = environment_.engine;
+  m.trainer_environment = environment_.trainer;
   m.storage = store_.identity();
   m.files = store_.list();
   if (dropped_) m.dropped = {*std::exchange(dropped_, std::nullopt)};

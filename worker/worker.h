@@ -28,6 +28,7 @@
 #include "protocol/message.h"
 #include "worker/checkpoint_store.h"
 #include "worker/connection.h"
+#include "worker/environment.h"
 #include "worker/job_runner.h"
 #include "worker/options.h"
 #include "worker/snapshot_writer.h"
@@ -94,6 +95,7 @@ class Worker {
   std::optional<std::string> fetch_parent(const protocol::Job& job);
 
   Options options_;
+  const WorkerEnvironment environment_;  // said in every hello
   Connection connection_;
   CheckpointStore store_;
   StateCache cache_;
