@@ -566,7 +566,8 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
     StateInfo info{.stage = key.first,
                    .step = m.step,
                    .file = order->file,
-                   .bytes = order->file.empty() ? 0 : m.bytes};
+                   .bytes = order->file.empty() ? 0 : m.bytes,
+                   .environment = job.environment};
     if (!order->file.empty()) info.storages = {storage};
     e.add(edit::AddState{m.state, info});
     // Over the disk budget with states kept for later studies: some of those go.
@@ -967,12 +968,26 @@ void Master::dispatch() {
   auto spec_of = [&](const WorkItem& item) -> const StudySpec& {
     return driver_.studies().at(*study_for(item)).spec;
   };
+  struct {
+    std::set<std::string> engine, trainer;
+  } environments;  // of the connected workers
+  for (const auto& [peer, w] : pool_.workers()) {
+    environments.engine.insert(w.hello.environment);
+    environments.trainer.insert(w.hello.trainer_environment);
+  }
   for (const WorkItem& item : work) {
     if (!study_for(item)) continue;
     if (const int64_t devices = spec_of(item).pipeline.stages; devices > 1)
       warn_if_no_worker_has(devices, *study_for(item));
     if (spec_of(item).external_model() && !pool_.any_runs_trainers())
       warn_if_no_worker_runs_trainers(*study_for(item));
+    if (item.parent_state >= 0) {
+      const StudySpec& spec = spec_of(item);
+      warn_if_no_worker_continues_in(
+          states_.info(item.parent_state).environment,
+          spec.external_model() ? environments.trainer : environments.engine, spec,
+          *study_for(item));
+    }
   }
   auto usable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
     if (!study_for(item)) return false;
@@ -983,7 +998,9 @@ void Master::dispatch() {
     // to another worker while there is one; one that failed a moment ago waits a little.
     return idle_worker.devices >= spec.pipeline.stages &&
            (!spec.external_model() || w.hello.runs_trainers) && !pool_.backing_off(stage) &&
-           !pool_.should_avoid(stage, w);
+           !pool_.should_avoid(stage, w) &&
+           (item.parent_state < 0 || may_continue_in(states_.info(item.parent_state).environment,
+                                                     worker_environment(w.hello, spec)));
   };
   // Bytes a worker must fetch first: none when it holds the parent in memory or on its storage.
   auto moved_bytes = [&](const WorkItem& item, const IdleWorker& idle_worker) -> int64_t {
@@ -1020,6 +1037,26 @@ void Master::warn_if_no_worker_runs_trainers(int64_t study) {
       driver_.studies().at(study).spec.name);
 }
 
+void Master::warn_if_no_worker_continues_in(const std::string& environment,
+                                            const std::set<std::string>& connected,
+                                            const StudySpec& spec, int64_t study) {
+  const bool served = std::any_of(connected.begin(), connected.end(), [&](const std::string& e) {
+    return may_continue_in(environment, e);
+  });
+  if (served) {
+    environment_warnings_.erase({study, environment});  // said again if they all go
+    return;
+  }
+  if (!environment_warnings_.insert({study, environment}).second) return;
+  apply(Edit{}.add(
+      edit::AddEvent{study, "no_worker_for_environment", {{"environment", environment}}}));
+  spdlog::warn(
+      "study {} goes on from states computed in \"{}\" and no connected worker computes in it: "
+      "those trials wait for one (a trial is trained in one environment, so that its bits do not "
+      "depend on where its stages ran; `hippo workers` lists each worker's)",
+      spec.name, environment);
+}
+
 void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
   const StudySpec* spec = nullptr;
   for (const auto& [id, s] : driver_.studies())
@@ -1043,6 +1080,11 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
       build_job(work, spec, tree_, states_, w.held, copies_.storage_of(w), options_.snapshot_every);
   job.studies =
       driver_.studies_through(first_stage(tree_, work.representative, work.from, work.to));
+  // Its states are computed in its worker's environment; one that does not say continues its
+  // parent's (may_continue_in let it).
+  job.environment = worker_environment(w.hello, spec);
+  if (job.environment.empty() && work.parent_state >= 0)
+    job.environment = states_.info(work.parent_state).environment;
   const RunningJob& started = pool_.start(w, std::move(job));
   ++costs_.jobs;
   spdlog::debug("job {} to {}: trial {} steps [{}, {}) from state {}, {} evals", started.order.id,

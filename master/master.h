@@ -242,6 +242,12 @@ class Master {
   void warn_if_no_worker_has(int64_t devices, int64_t study);
   // Says once per study when no connected worker runs external trainers.
   void warn_if_no_worker_runs_trainers(int64_t study);
+  // Work goes on from a state computed in `environment` and no connected worker (their
+  // environments for the study's model: `connected`) computes in it: an event and a warning,
+  // once per study and environment until such a worker comes.
+  void warn_if_no_worker_continues_in(const std::string& environment,
+                                      const std::set<std::string>& connected, const StudySpec& spec,
+                                      int64_t study);
 
   double cpu_mark_ = 0;  // this thread's CPU time at the last read (poll)
   SearchPlan plan_;
@@ -263,6 +269,7 @@ class Master {
   Clock::time_point last_orphan_scan_{};                   // likewise
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
+  std::set<std::pair<int64_t, std::string>> environment_warnings_;  // (study, environment) said
   // Worker messages that found the search plan locked, oldest first; retried every second.
   std::deque<protocol::Envelope> deferred_;
   Clock::time_point last_busy_;

@@ -125,6 +125,9 @@ json workers_json(const WorkerPool& pool, const StudyDriver& driver) {
            {"last_seen_s", std::round(seconds_since(w.last_seen) * 10) / 10},
            {"states_held", w.held.size()}};
     if (!w.hello.storage.empty()) j["storage"] = w.hello.storage;
+    if (!w.hello.environment.empty()) j["environment"] = w.hello.environment;
+    if (w.hello.runs_trainers && !w.hello.trainer_environment.empty())
+      j["trainer_environment"] = w.hello.trainer_environment;
     if (w.draining) j["draining"] = true;
     // Why it gets no work now: its own fault, or set aside after failures of its own.
     if (const std::string why = pool.unavailable(w); !why.empty() && !w.draining)

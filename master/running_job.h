@@ -31,6 +31,9 @@ struct RunningJob {
   // The steps of order.eval_steps whose metrics came: one that did not by the job's end fails
   // the trials that wait for it (they say why).
   std::set<int64_t> evaluated{};
+  // The environment of its worker for its model (worker_environment below): the states it
+  // reports were computed in it.
+  std::string environment{};
 };
 
 // The stage a job over [from, to) of `trial`'s path trains first: the one that holds step
@@ -38,6 +41,19 @@ struct RunningJob {
 // job's failure is this stage's.
 inline StageId first_stage(const StageTree& tree, TrialId trial, int64_t from, int64_t to) {
   return tree.stage_at(trial, to > from ? from + 1 : from);
+}
+
+// The environment in which `worker` computes states of `spec`'s model (worker/environment.h):
+// its engine's for built-in models, its trainers' for external ones; "" when it did not say.
+inline const std::string& worker_environment(const protocol::Hello& worker, const StudySpec& spec) {
+  return spec.external_model() ? worker.trainer_environment : worker.environment;
+}
+
+// Whether a worker of `environment` may go on from a state computed in `state_environment`: a
+// trial is trained in one environment, so the two must be the same unless either is unknown ("":
+// a state from before environments were recorded, a worker that does not say).
+inline bool may_continue_in(const std::string& state_environment, const std::string& environment) {
+  return state_environment.empty() || environment.empty() || state_environment == environment;
 }
 
 // What a worker must know of a study to build its engine (every field of its root key).

@@ -17,7 +17,8 @@ StateInfo state_of(const CheckpointRow& row, const std::string& own_storage) {
           .checkpoint_row = row.id,
           .bytes = row.size,
           .retained_at = row.retained_at,
-          .needed = !row.retained_at};
+          .needed = !row.retained_at,
+          .environment = row.environment};
 }
 
 StateRegistry::StateRegistry(std::string incarnation) : incarnation_(std::move(incarnation)) {}

@@ -61,6 +61,8 @@ struct StateInfo {
   std::optional<double> retained_at{};
   // Whether a running study needed it at the last collection (a state newly made is needed).
   bool needed = true;
+  // The environment it was computed in (worker_environment, running_job.h); "" when unknown.
+  std::string environment{};
 };
 
 // A state the plan's checkpoint row names (kept for later studies if the row says so); a row that

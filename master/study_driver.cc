@@ -836,6 +836,7 @@ void StudyDriver::apply_op(const edit::AddState& op) {
   if (!info.file.empty()) {
     CheckpointRow row{0, info.stage, info.step, info.file, info.bytes, "", 0};
     row.storages.assign(info.storages.begin(), info.storages.end());
+    row.environment = info.environment;
     info.checkpoint_row = plan_.add_checkpoint(row);
   }
   states_.add(op.id, info);

@@ -47,6 +47,7 @@ constexpr int kSearcherEventsVersion = 5;
 constexpr int kStoragesVersion = 6;
 constexpr int kAccountsVersion = 7;
 constexpr int kJobTimesVersion = 8;
+constexpr int kEnvironmentVersion = 9;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -774,9 +775,10 @@ int64_t SearchPlan::add_checkpoint(const CheckpointRow& row) {
                                   std::to_string(stage.int64(1)) + "]");
     }
     Query(*this,
-          "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at, storages) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?)",
-          row.stage, row.step, row.file, row.size, row.checksum, now(), join_storages(row.storages))
+          "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at, storages, "
+          "environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+          row.stage, row.step, row.file, row.size, row.checksum, now(), join_storages(row.storages),
+          row.environment)
         .run();
     id = sqlite3_last_insert_rowid(db_);
   });
@@ -816,7 +818,8 @@ std::vector<CheckpointRow> SearchPlan::checkpoints() {
   const std::string query =
       std::string("SELECT id, stage_id, step, file, size, checksum, created_at, ") +
       (version >= kRetentionVersion ? "retained_at" : "NULL") + ", " +
-      (version >= kStoragesVersion ? "storages" : "''") +
+      (version >= kStoragesVersion ? "storages" : "''") + ", " +
+      (version >= kEnvironmentVersion ? "environment" : "''") +
       " FROM checkpoints ORDER BY stage_id, step";
   Query q(*this, query.c_str());
   while (q.next()) {
@@ -824,6 +827,7 @@ std::vector<CheckpointRow> SearchPlan::checkpoints() {
                       q.int64(4), q.text(5),  q.real(6)};
     row.retained_at = q.optional_real(7);
     row.storages = split_storages(q.text(8));
+    row.environment = q.text(9);
     rows.push_back(std::move(row));
   }
   return rows;

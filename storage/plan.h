@@ -135,6 +135,9 @@ struct CheckpointRow {
   std::optional<double> retained_at{};
   // The storages that hold its file (schema version 6), sorted; empty: the master's own directory.
   std::vector<std::string> storages{};
+  // The environment its state was computed in (schema version 9; master/running_job.h's
+  // worker_environment); "" when unknown (written before).
+  std::string environment{};
 };
 
 // One job a worker ran (schema version 3): what `hippo dashboard` draws on its timeline.

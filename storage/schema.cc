@@ -222,9 +222,16 @@ ALTER TABLE executions ADD COLUMN busy_s REAL CHECK (busy_s >= 0);
 ALTER TABLE executions ADD COLUMN times TEXT;
 )sql";
 
+// Version 9: the environment each checkpoint's state was computed in (worker/environment.h); ''
+// for rows written before, which any worker may go on from.
+static const char* const kVersion9 = R"sql(
+ALTER TABLE checkpoints ADD COLUMN environment TEXT NOT NULL DEFAULT '';
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                                      kVersion5, kVersion6, kVersion7, kVersion8};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3,
+                                                      kVersion4, kVersion5, kVersion6,
+                                                      kVersion7, kVersion8, kVersion9};
   return steps;
 }
 

@@ -36,7 +36,7 @@ int workers(const GlobalOptions& global) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"name", "device", "threads", "pid", "last seen", "states", "working on"}};
+      {"name", "device", "threads", "pid", "last seen", "states", "working on", "environment"}};
   for (const json& w : list) {
     std::string work = "idle";
     if (w.contains("job")) {
@@ -48,8 +48,11 @@ int workers(const GlobalOptions& global) {
              cell(job["step"]);
     }
     if (w.value("draining", false)) work += " (draining)";
+    std::string environment = w.value("environment", "");
+    if (w.contains("trainer_environment"))
+      environment += "; trainers: " + w["trainer_environment"].get<std::string>();
     rows.push_back({cell(w["name"]), cell(w["device"]), cell(w["threads"]), cell(w["pid"]),
-                    cell(w["last_seen_s"]) + " s ago", cell(w["states_held"]), work});
+                    cell(w["last_seen_s"]) + " s ago", cell(w["states_held"]), work, environment});
   }
   if (global.format == Format::kCsv)
     print_csv(rows);
