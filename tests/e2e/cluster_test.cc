@@ -417,5 +417,97 @@ TEST_F(Cluster, AMasterRestartedElsewhereFindsItsWorkersStates) {
             metrics_by_trial(trials(path("alone.db"), "longer")));
 }
 
+// A trainer that remembers the threads it was given in its states and refuses to go on from a
+// state computed with other threads: a fork across environments fails its trial, saying so.
+class Environments : public Cluster {
+ protected:
+  void SetUp() override {
+    Cluster::SetUp();
+    setenv("PYTHONPATH", (kExamples + "/../python").c_str(), 1);  // the workers' trainers'
+  }
+  std::string external_spec(const std::string& name) {
+    const std::string trainer = path("threads_checked.py");
+    std::ofstream(trainer)
+        << "import pickle\n"
+           "import hippo\n"
+           "def train(stage):\n"
+           "    model = {'w': 1.0, 'threads': stage.threads}\n"
+           "    def load(f):\n"
+           "        saved = pickle.load(f)\n"
+           "        if saved['threads'] != stage.threads:\n"
+           "            raise RuntimeError(f\"forked across environments: a state of \"\n"
+           "                               f\"{saved['threads']} threads, trained on with \"\n"
+           "                               f\"{stage.threads}\")\n"
+           "        model.update(saved)\n"
+           "    stage.restore(load)\n"
+           "    for step in stage.steps(evaluate=lambda: {'accuracy': model['w']},\n"
+           "                            save=lambda f: pickle.dump(model, f)):\n"
+           "        model['w'] *= 1 - stage.value('lr', step)\n"
+           "hippo.serve(train)\n";
+    return spec(name, {{"model",
+                        {{"type", "external"},
+                         {"hidden", nullptr},
+                         {"command", {"/usr/bin/python3", trainer}}}}});
+  }
+  pid_t start_worker(const std::string& address, const std::string& name, int threads) {
+    return spawn({kHippo, "worker", "--master", address, "--checkpoints", path("ck-" + name),
+                  "--name", name, "--threads", std::to_string(threads), "--allow-exec", "trainer"});
+  }
+};
+
+TEST_F(Environments, ATrialIsTrainedInTheEnvironmentOfItsFirstStage) {
+  // Two roots (lr 0.1 and 0.05), each branching after its first epoch, on two workers whose
+  // trainers get 1 and 2 threads: every branch goes on where its root was trained.
+  const std::string address = "ipc://" + path("master.sock"), db = path("env.db");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", path("ck-master"),
+         "--allow-exec", "trainer"});
+  start_worker(address, "one", 1);
+  start_worker(address, "two", 2);
+  // Both connected before the study comes, so that each takes one root.
+  for (int i = 0; i < 250; ++i) {
+    Result w = sh(kHippo + " --master " + address + " --format json workers 2>/dev/null");
+    if (w.status == 0 && json::parse(w.out).size() == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Result r = sh(kHippo + " --master " + address + " --format json submit " + external_spec("env") +
+                " --wait");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const json& t : trials(db, "env")) EXPECT_EQ(t["status"], "done") << t.dump();
+  // Both workers trained, and the plan says where each kept state was computed.
+  Result workers = sh("sqlite3 " + db + " 'SELECT DISTINCT worker FROM executions ORDER BY 1'");
+  EXPECT_EQ(workers.out, "one\ntwo\n");
+  Result environments =
+      sh("sqlite3 " + db + " 'SELECT DISTINCT environment FROM checkpoints ORDER BY 1'");
+  EXPECT_EQ(environments.out, "cpu, 1 thread\ncpu, 2 threads\n");
+}
+
+TEST_F(Environments, WorkFromAStateOfAnEnvironmentNoWorkerHasWaitsForOne) {
+  const std::string address = "ipc://" + path("master.sock"), db = path("env.db");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", path("ck-master"),
+         "--allow-exec", "trainer", "--worker-timeout", "2"});
+  // One worker trains the roots and their first states; then only a worker of other threads is
+  // left: the study waits, saying why, until one like the first comes back.
+  const pid_t first = start_worker(address, "one", 1);
+  const std::string file = external_spec("env");
+  const pid_t client =
+      spawn({"/bin/sh", "-c", kHippo + " --master " + address + " submit " + file + " --wait"});
+  for (int i = 0; i < 300 && std::stoll(sh("sqlite3 " + db +
+                                           " 'SELECT count(*) FROM checkpoints' 2>/dev/null || "
+                                           "echo 0")
+                                            .out) == 0;
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(first, SIGKILL);
+  start_worker(address, "two", 2);
+  for (int i = 0; i < 500 && events(db, "no_worker_for_environment") == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(events(db, "no_worker_for_environment"), 1);
+  EXPECT_EQ(json::parse(sh(kHippo + " --db " + db + " --format json studies").out)[0]["status"],
+            "running");
+  start_worker(address, "again", 1);
+  EXPECT_EQ(exit_status_within(client, 60), 0);
+  for (const json& t : trials(db, "env")) EXPECT_EQ(t["status"], "done") << t.dump();
+}
+
 }  // namespace
 }  // namespace hippo::e2e
