@@ -1,6 +1,7 @@
 #include "dashboard/server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -12,9 +13,13 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "dashboard/pages.h"
 #include "protocol/random_token.h"
@@ -41,63 +46,104 @@ int millis_until(Clock::time_point t) {
   return static_cast<int>(std::clamp<long long>(left, 0, 60000));
 }
 
-// A connection's socket as httplib's Stream, with the limits httplib 0.11 does not have: a
-// request's head must come whole before a deadline and within kMaxHeadBytes. (httplib bounds
-// each read, so a client that sends a byte every few seconds would hold its thread for hours.)
-class DeadlineStream : public httplib::Stream {
- public:
-  explicit DeadlineStream(int fd) : fd_(fd) {}
+// Connections whose request head has not come whole yet, all held by one thread (HeadReader): a
+// few browsers' worth from one address, and in all well within the 1,024 descriptors a process
+// has by default. Beyond either, the oldest of them is turned away (503): a slow client holds no
+// place for long, and a new one that sends its request at once is always read.
+constexpr size_t kMaxWaitingPerSource = 32;
+constexpr size_t kMaxWaiting = 512;
 
-  // A new request may start: its head gets `timeout_s` and kMaxHeadBytes from now, and its
-  // response must be taken by the client within kWriteSeconds after that.
-  void start_request(double timeout_s) {
+void send_canned(int fd, int status, const char* reason) {
+  std::string text = std::string(reason) + "\n";
+  std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                         "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+                         std::to_string(text.size()) + "\r\nConnection: close\r\n" +
+                         (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n" + text;
+  (void)send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// A connection's socket as httplib's Stream. The head of each request is read beforehand, whole
+// and within kMaxHeadBytes, by the head reader (receive_head, never waiting), so that httplib
+// parses it from memory and a serving thread never waits for a client's head (httplib 0.11 bounds
+// each read, not a request: a client sending a byte every few seconds held a thread for hours,
+// and a hundred of them every thread). Only a response waits for its client: kWriteSeconds.
+class Connection : public httplib::Stream {
+ public:
+  enum class Head { kWhole, kWaiting, kClosed, kTooLarge };
+
+  explicit Connection(int fd) : fd_(fd) {
+    int port = 0;
+    address(getpeername, source_, port);
+  }
+  ~Connection() override {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+  }
+  const std::string& source() const { return source_; }
+
+  // Reads what has arrived, without waiting, until the next request's head is whole.
+  Head receive_head() {
+    for (;;) {
+      // Never more than kMaxHeadBytes unread: a head found is within them.
+      if (in_.find("\r\n\r\n", std::max(begin_, scanned_)) != std::string::npos)
+        return Head::kWhole;
+      const size_t unread = in_.size() - begin_;
+      if (unread >= kMaxHeadBytes) return Head::kTooLarge;
+      scanned_ = in_.size() - std::min<size_t>(unread, 3);  // a "\r\n\r\n" may end in new bytes
+      char buffer[4096];
+      const ssize_t n =
+          recv(fd_, buffer, std::min(sizeof buffer, kMaxHeadBytes - unread), MSG_DONTWAIT);
+      if (n > 0) {
+        in_.append(buffer, static_cast<size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? Head::kWaiting : Head::kClosed;
+      }
+    }
+  }
+
+  // A request whose head has come is served: what it reads beyond its head (a body) must come
+  // within `timeout_s`, and its response be taken within kWriteSeconds after that. False when the
+  // connection has served its kMaxRequestsPerConnection.
+  bool start_request(double timeout_s) {
+    in_.erase(0, begin_);
+    begin_ = scanned_ = 0;
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(timeout_s));
     write_deadline_ = deadline_ + std::chrono::seconds(kWriteSeconds);
-    received_ = 0;
     written_ = 0;
-    timed_out_ = over_limit_ = false;
+    timed_out_ = false;
+    return --requests_left_ >= 0;
   }
-  // Waits for the next request's first byte (or buffered bytes) for up to timeout_s.
-  bool wait_for_request(double timeout_s) {
-    if (begin_ < end_) return true;
-    pollfd p{fd_, POLLIN, 0};
-    return poll(&p, 1, static_cast<int>(timeout_s * 1000)) > 0 && (p.revents & POLLIN);
-  }
+  bool last_request() const { return requests_left_ == 0; }
   bool timed_out() const { return timed_out_; }
-  bool over_limit() const { return over_limit_; }
   bool wrote() const { return written_ > 0; }
 
-  bool is_readable() const override { return begin_ < end_ || wait(POLLIN, deadline_); }
+  bool is_readable() const override { return begin_ < in_.size() || wait(POLLIN, deadline_); }
   bool is_writable() const override { return wait(POLLOUT, write_deadline_); }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (begin_ == end_) {
-      if (received_ >= kMaxHeadBytes) {
-        over_limit_ = true;
-        return -1;
-      }
+    if (begin_ == in_.size()) {
       if (!wait(POLLIN, deadline_)) {
         timed_out_ = true;
         return -1;
       }
-      ssize_t n = recv(fd_, buffer_, std::min(sizeof buffer_, kMaxHeadBytes - received_), 0);
+      char buffer[4096];
+      const ssize_t n = recv(fd_, buffer, sizeof buffer, 0);
       if (n <= 0) return -1;
-      received_ += static_cast<size_t>(n);
-      begin_ = 0;
-      end_ = static_cast<size_t>(n);
+      in_.append(buffer, static_cast<size_t>(n));
     }
-    size_t n = std::min(size, end_ - begin_);
-    std::memcpy(ptr, buffer_ + begin_, n);
+    const size_t n = std::min(size, in_.size() - begin_);
+    std::memcpy(ptr, in_.data() + begin_, n);
     begin_ += n;
     return static_cast<ssize_t>(n);
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    // A request cut short gets our 431 or 408, not the 400 httplib would make of its half.
-    if (over_limit_ || timed_out_) return -1;
-    if (!wait(POLLOUT, write_deadline_)) return -1;
-    ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
+    // A request cut short gets our 408, not the 400 httplib would make of its half.
+    if (timed_out_ || !wait(POLLOUT, write_deadline_)) return -1;
+    const ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
     if (n > 0) written_ += static_cast<size_t>(n);
     return n;
   }
@@ -139,113 +185,240 @@ class DeadlineStream : public httplib::Stream {
   }
 
   int fd_;
+  std::string source_;  // the peer's address
+  std::string in_;      // received; httplib has read up to begin_
+  size_t begin_ = 0;
+  size_t scanned_ = 0;  // no head ends before this
+  int requests_left_ = kMaxRequestsPerConnection;
   Clock::time_point deadline_ = Clock::now(), write_deadline_ = Clock::now();
-  size_t received_ = 0, written_ = 0;
-  bool timed_out_ = false, over_limit_ = false;
-  char buffer_[4096];
-  size_t begin_ = 0, end_ = 0;
+  size_t written_ = 0;
+  bool timed_out_ = false;
 };
 
-// Set on the accepting thread while it turns a connection away (the pool's queue is full).
-thread_local bool turning_away = false;
+using Handoff = std::function<void(std::unique_ptr<Connection>)>;
 
-// httplib's task queue: `threads` threads, at most `queue` connections waiting; past that, a
-// connection is handled at once on the accepting thread, which answers it 503 without reading.
-class BoundedPool : public httplib::TaskQueue {
+// Reads the heads of every waiting connection on one thread (poll). A connection whose head is
+// whole is handed to `serve`; one whose head is not whole by its deadline is answered 408, over
+// kMaxHeadBytes 431, and the oldest beyond kMaxWaitingPerSource from its address or kMaxWaiting
+// in all 503.
+class HeadReader {
  public:
-  BoundedPool(int threads, int queue) : limit_(static_cast<size_t>(queue)) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  explicit HeadReader(Handoff serve) : serve_(std::move(serve)) {
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw std::runtime_error(std::string("dashboard: pipe: ") + std::strerror(errno));
+    thread_ = std::thread([this] { run(); });
   }
-  void enqueue(std::function<void()> fn) override {
+  ~HeadReader() {
+    stop();
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+  // Its head must be whole within timeout_s from now. From any thread; after stop(), it is
+  // closed.
+  void add(std::unique_ptr<Connection> connection, double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(timeout_s));
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (jobs_.size() < limit_) {
-        jobs_.push_back(std::move(fn));
+      if (stopping_) return;
+      incoming_.push_back({std::move(connection), deadline, true});
+    }
+    wake();
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Waiting {
+    std::unique_ptr<Connection> connection;
+    Clock::time_point deadline;
+    bool ready;  // may have bytes to read
+  };
+
+  void wake() { (void)!::write(wake_[1], "x", 1); }
+
+  void run() {
+    std::vector<Waiting> waiting;  // oldest first
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) return;
+        for (Waiting& w : incoming_) waiting.push_back(std::move(w));
+        incoming_.clear();
+      }
+      waiting = read_heads(std::move(waiting));
+      std::vector<pollfd> fds = {{wake_[0], POLLIN, 0}};
+      Clock::time_point next = Clock::now() + std::chrono::seconds(1);
+      for (const Waiting& w : waiting) {
+        fds.push_back({w.connection->socket(), POLLIN, 0});
+        next = std::min(next, w.deadline);
+      }
+      if (::poll(fds.data(), fds.size(), millis_until(next) + 1) > 0) {
+        char drain[64];
+        while (::read(wake_[0], drain, sizeof drain) > 0) {
+        }
+        for (size_t i = 1; i < fds.size(); ++i) waiting[i - 1].ready = fds[i].revents != 0;
+      }
+    }
+  }
+
+  // Serves the whole heads, answers the late and the too large, then turns the oldest away while
+  // more are waiting than the limits allow; what is left still waits.
+  std::vector<Waiting> read_heads(std::vector<Waiting> waiting) {
+    const auto now = Clock::now();
+    std::vector<Waiting> left;
+    std::map<std::string, size_t> per_source;
+    for (Waiting& w : waiting) {
+      Connection::Head head = w.ready ? w.connection->receive_head() : Connection::Head::kWaiting;
+      w.ready = false;
+      const int fd = w.connection->socket();
+      if (head == Connection::Head::kWhole) {
+        serve_(std::move(w.connection));
+      } else if (head == Connection::Head::kTooLarge) {
+        send_canned(fd, 431, "Request Header Fields Too Large");
+      } else if (head == Connection::Head::kWaiting && now >= w.deadline) {
+        send_canned(fd, 408, "Request Timeout");
+      } else if (head == Connection::Head::kWaiting) {
+        ++per_source[w.connection->source()];
+        left.push_back(std::move(w));
+      }
+    }
+    size_t total = left.size();
+    std::vector<Waiting> kept;
+    for (Waiting& w : left) {
+      size_t& from_source = per_source[w.connection->source()];
+      if (from_source > kMaxWaitingPerSource || total > kMaxWaiting) {
+        send_canned(w.connection->socket(), 503, "Service Unavailable");
+        --from_source;
+        --total;
+      } else {
+        kept.push_back(std::move(w));
+      }
+    }
+    return kept;
+  }
+
+  Handoff serve_;
+  int wake_[2] = {-1, -1};  // a pipe: add() and stop() wake the thread
+  std::mutex mutex_;
+  std::vector<Waiting> incoming_;  // guarded by mutex_
+  bool stopping_ = false;          // guarded by mutex_
+  std::thread thread_;
+};
+
+// `threads` threads serve connections whose head has come, at most `queue` more wait for one;
+// past that, a connection is answered 503.
+class ServingPool {
+ public:
+  ServingPool(int threads, int queue, Handoff serve)
+      : serve_(std::move(serve)), limit_(static_cast<size_t>(queue)) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~ServingPool() { stop(); }
+  void submit(std::unique_ptr<Connection> connection) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!stopping_ && jobs_.size() < limit_) {
+        jobs_.push_back(std::move(connection));
         ready_.notify_one();
         return;
       }
     }
-    turning_away = true;
-    fn();
-    turning_away = false;
+    send_canned(connection->socket(), 503, "Service Unavailable");
   }
-  void shutdown() override {
+  void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
     ready_.notify_all();
-    for (std::thread& t : threads_) t.join();
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
   }
 
  private:
   void work() {
     for (;;) {
-      std::function<void()> fn;
+      std::unique_ptr<Connection> connection;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
         if (jobs_.empty()) return;  // stopping, and nothing left
-        fn = std::move(jobs_.front());
+        connection = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      fn();
+      serve_(std::move(connection));
     }
   }
+  Handoff serve_;
   size_t limit_;
   std::vector<std::thread> threads_;
-  std::deque<std::function<void()>> jobs_;
+  std::deque<std::unique_ptr<Connection>> jobs_;
   std::mutex mutex_;
   std::condition_variable ready_;
   bool stopping_ = false;
 };
 
-void send_canned(int fd, int status, const char* reason) {
-  std::string text = std::string(reason) + "\n";
-  std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                         "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
-                         std::to_string(text.size()) + "\r\nConnection: close\r\n" +
-                         (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n" + text;
-  (void)send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-}
+// httplib's task queue: runs each task at once on the accepting thread, where it only hands the
+// new connection to the head reader.
+class HandOver : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
 
-// httplib's server with our connection loop (DeadlineStream, a request budget per connection).
+// httplib's server with our connections: heads read by one thread for all, whole requests served
+// by a bounded pool.
 class HardenedServer : public httplib::Server {
  public:
-  explicit HardenedServer(const ServerOptions& o) : options_(o) {
-    new_task_queue = [this] { return new BoundedPool(options_.threads, options_.queue); };
+  explicit HardenedServer(const ServerOptions& o)
+      : options_(o),
+        pool_(o.threads, o.queue, [this](std::unique_ptr<Connection> c) { serve(std::move(c)); }),
+        heads_([this](std::unique_ptr<Connection> c) { pool_.submit(std::move(c)); }) {
+    new_task_queue = [] { return new HandOver; };
   }
+  ~HardenedServer() override { finish(); }
   // httplib listens with a backlog of 5: a burst of connections would overflow it, and the
   // kernel would make the overflow wait seconds for a SYN-ACK resent. Listening again on the
-  // bound socket raises the backlog (our accepting thread never blocks: full means 503).
+  // bound socket raises the backlog (our accepting thread never blocks).
   void deepen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+  // Once httplib has stopped accepting: closes the waiting connections, lets the served ones end.
+  void finish() {
+    heads_.stop();
+    pool_.stop();
+  }
 
  private:
   bool process_and_close_socket(socket_t sock) override {
-    if (turning_away) {
-      send_canned(sock, 503, "Service Unavailable");
-    } else {
-      DeadlineStream stream(sock);
-      for (int left = kMaxRequestsPerConnection; left > 0; --left) {
-        double wait = left == kMaxRequestsPerConnection ? options_.request_timeout_s
-                                                        : options_.idle_timeout_s;
-        if (!stream.wait_for_request(wait)) break;
-        stream.start_request(options_.request_timeout_s);
-        bool closed = false;
-        bool ok = process_request(stream, left == 1, closed, nullptr);
-        if (!stream.wrote()) {
-          if (stream.over_limit()) send_canned(sock, 431, "Request Header Fields Too Large");
-          if (stream.timed_out()) send_canned(sock, 408, "Request Timeout");
-        }
-        if (!ok || closed || stream.over_limit() || stream.timed_out()) break;
-      }
-    }
-    ::shutdown(sock, SHUT_RDWR);
-    ::close(sock);
+    heads_.add(std::make_unique<Connection>(sock), options_.request_timeout_s);
     return true;
   }
 
+  // Serves the connection's requests while their heads have come; a kept-alive connection whose
+  // next head has not goes back to the head reader.
+  void serve(std::unique_ptr<Connection> connection) {
+    while (connection->start_request(options_.request_timeout_s)) {
+      bool closed = false;
+      const bool ok = process_request(*connection, connection->last_request(), closed, nullptr);
+      if (connection->timed_out() && !connection->wrote())
+        send_canned(connection->socket(), 408, "Request Timeout");
+      if (!ok || closed || connection->timed_out() || connection->last_request()) return;
+      if (connection->receive_head() != Connection::Head::kWhole) {
+        heads_.add(std::move(connection), options_.idle_timeout_s);
+        return;
+      }
+    }
+  }
+
   ServerOptions options_;
+  ServingPool pool_;
+  HeadReader heads_;  // after pool_, which it hands connections to
 };
 
 // Sends `body` as it is. httplib 0.11 would compress a body set with set_content with brotli at
@@ -485,6 +658,7 @@ int Server::port() const {
 
 void Server::run() {
   impl_->http.listen_after_bind();
+  impl_->http.finish();
 }
 
 void Server::stop() {

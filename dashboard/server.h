@@ -8,11 +8,13 @@
 // get 304 while nothing changed.
 //
 // Hostile clients. Only GET and HEAD of the known routes; anything else is a 4xx with a short
-// page. A request's head must arrive whole within `request_timeout_s` and within 64 KiB (431
-// otherwise) and its response be taken within 30 s more, so a slow or endless client holds a
-// thread for a bounded time; `threads` threads
-// serve connections, `queue` more wait, and beyond that a connection is answered 503 at once.
-// Bound to loopback, requests must name a loopback Host (DNS rebinding). Nothing is ever written.
+// page. Request heads are read by one thread that waits on every connection at once, so a slow
+// client holds no serving thread: a head must arrive whole within `request_timeout_s` (the next
+// one on a kept-alive connection within `idle_timeout_s`) and within 64 KiB (408 and 431
+// otherwise); beyond 32 connections waiting for their heads from one address, or 512 in all, the
+// oldest is answered 503. A whole request goes to one of `threads` serving threads, `queue` more
+// wait (503 beyond), and its response must be taken within 30 s. Bound to loopback, requests must
+// name a loopback Host (DNS rebinding). Nothing is ever written.
 #pragma once
 
 #include <atomic>
@@ -27,8 +29,8 @@ struct ServerOptions {
   double refresh_s = 1.0;
   int threads = 16;
   int queue = 64;
-  double request_timeout_s = 5.0;  // for a request's head, from its first byte
-  double idle_timeout_s = 5.0;     // between requests on a kept-alive connection
+  double request_timeout_s = 5.0;  // for a new connection's request head
+  double idle_timeout_s = 5.0;     // for the next request's head on a kept-alive connection
   bool quiet = false;              // no log line per refused connection
 };
 

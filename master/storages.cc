@@ -1,7 +1,5 @@
 #include "master/storages.h"
 
-#include <filesystem>
-
 #include "master/checkpoint_files.h"
 #include "protocol/checkpoint_storage.h"
 #include "storage/plan.h"
@@ -11,7 +9,7 @@ namespace hippo::master {
 namespace {
 
 std::string created(const std::string& dir) {
-  std::filesystem::create_directories(dir);
+  protocol::make_checkpoint_directory(dir);
   return dir;
 }
 

@@ -15,6 +15,8 @@ ZmqTransport::ZmqTransport(const std::string& bind, const std::optional<protocol
   if (auth)
     curve_ = std::make_unique<protocol::CurveServer>(
         context_, socket_, *auth, [](const std::string& line) { spdlog::warn("{}", line); });
+  // Every connection takes a descriptor: as many as the system lets this process have.
+  spdlog::debug("open files: at most {}", protocol::raise_open_file_limit());
   socket_.bind(bind);
   watcher_ = std::jthread([this](std::stop_token stop) {
     while (!stop.stop_requested()) {

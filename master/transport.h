@@ -32,6 +32,8 @@ class Transport {
 // an unfinished message are dropped (protocol/connection_watch.h) by a thread of their own that
 // looks every 5 ms: such a message wakes no poll (ZeroMQ delivers whole messages) and grows at
 // loopback speed (1 to 2 GB/s) whatever the master is doing (a commit's fsync, a long wait).
+// Its constructor raises the process's limit of open files to the hard limit (a descriptor per
+// connection), and the watch bounds the connections that have not sent a message yet.
 class ZmqTransport : public Transport {
  public:
   ZmqTransport(const std::string& bind, const std::optional<protocol::ServerKeys>& auth,

@@ -8,8 +8,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
+#include "protocol/file_modes.h"
 #include "protocol/random_token.h"
 
 namespace hippo::protocol {
@@ -81,13 +83,28 @@ bool is_valid_storage_identity(std::string_view id) {
   return id.size() == kStorageDigits && all_of_class(id, is_lower_hex);
 }
 
+void make_checkpoint_directory(const std::string& dir) {
+  std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();  // "dir/"
+  const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : ".";
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw std::runtime_error(parent.string() + ": " + ec.message());
+  if (::mkdir(path.c_str(), directory_mode_in(parent.string())) != 0 && errno != EEXIST)
+    throw std::runtime_error(dir + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw std::runtime_error(dir + " is not a directory");
+}
+
 std::string storage_identity(const std::string& dir) {
   const std::string path = dir + "/" + kStorageFile;
   if (::access(path.c_str(), F_OK) == 0) return read_identity(path);
   // A new id in a temporary file, linked to the name: link never replaces, so when two processes
   // make one at once, both read the one that was linked first.
   const std::string temporary = path + ".tmp." + random_hex(kIncarnationDigits);
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  file_mode_in(dir));
   if (fd < 0) throw std::runtime_error(temporary + ": " + std::strerror(errno));
   const std::string text = random_hex(kStorageDigits) + "\n";
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&

@@ -30,9 +30,16 @@ std::optional<std::string> incarnation_of(const std::string& file);
 // A checkpoint file's name (not a temporary one's).
 bool is_checkpoint_file_name(const std::string& file);
 
+// Makes the checkpoint directory `dir` when it is not there (its parents as `mkdir -p` does):
+// private to this user, or readable by the group of a setgid parent (protocol/file_modes.h). A
+// directory that is there keeps the mode its operator gave it. Throws std::runtime_error naming the
+// problem.
+void make_checkpoint_directory(const std::string& dir);
+
 // The identity of the storage that `dir` is on: read from dir/.hippo-storage, which is made (with
-// a new random id, never replacing a file that another process made first) when it is not there.
-// Throws std::runtime_error naming the file when it cannot be made or read, or is not an id.
+// a new random id, private unless `dir` is shared (protocol/file_modes.h), never replacing a file
+// that another process made first) when it is not there. Throws std::runtime_error naming the file
+// when it cannot be made or read, or is not an id.
 std::string storage_identity(const std::string& dir);
 // 32 lowercase hex digits.
 bool is_valid_storage_identity(std::string_view id);

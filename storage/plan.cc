@@ -1,6 +1,9 @@
 #include "storage/plan.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "protocol/file_modes.h"
 #include "stagetree/sequence_json.h"
 #include "storage/schema.h"
 
@@ -273,7 +277,34 @@ SearchPlan::Statement& SearchPlan::prepare(const std::string& sql) {
   return *slot;
 }
 
+namespace {
+
+// The plan holds every study's specs and metrics: a new one is made private to this user (or
+// readable by the group of a setgid directory, protocol/file_modes.h) before SQLite opens it, and
+// SQLite gives its WAL and shared memory the plan's mode. Files of ours that an older hippo made
+// wider (0644) are narrowed. Whatever cannot be opened here is left for SQLite to refuse, naming
+// it.
+void make_plan_private(const std::string& path) {
+  const std::filesystem::path file(path);
+  const mode_t mode =
+      protocol::file_mode_in(file.has_parent_path() ? file.parent_path().string() : ".");
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const int create = *suffix ? 0 : O_CREAT;
+    const int fd =
+        ::open((path + suffix).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | create, mode);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+        (st.st_mode & 0777 & ~mode) != 0)
+      ::fchmod(fd, st.st_mode & 0777 & mode);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
 SearchPlan SearchPlan::open(const std::string& path, const Options& options) {
+  if (!options.in_memory) make_plan_private(path);
   SearchPlan plan(path);
   plan.in_memory_ = options.in_memory;
   // In memory: SQLite's memdb file system (a name without '/' is private to this connection),

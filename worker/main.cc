@@ -113,11 +113,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --log-level: %s\n", e.what());
     return 2;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options.checkpoints, ec);
-  if (ec) {
-    std::fprintf(stderr, "error: --checkpoints %s: %s\n", options.checkpoints.c_str(),
-                 ec.message().c_str());
+  try {
+    hippo::protocol::make_checkpoint_directory(options.checkpoints);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: --checkpoints %s\n", e.what());
     return 2;
   }
   try {  // its storage's identity (made on the first use of the directory)

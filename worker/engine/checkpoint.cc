@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/file_modes.h"
 #include "protocol/random_token.h"
 
 namespace hippo::worker {
@@ -156,7 +157,7 @@ void write_durably(const std::string& path, std::initializer_list<std::string_vi
   const std::string tmp = name + ".tmp." + random_suffix(path);
   {
     Fd fd(::openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                   0644));
+                   protocol::file_mode_in(dir.get())));
     if (fd.get() < 0) fail(path, "cannot create " + tmp + ": " + error_text(errno));
     try {
       for (std::string_view part : parts) write_all(fd.get(), part.data(), part.size(), path);
