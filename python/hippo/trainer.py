@@ -29,6 +29,7 @@ import io
 import json
 import math
 import os
+import struct
 import sys
 import time
 from collections import OrderedDict
@@ -370,6 +371,57 @@ def serve(train, keep=4, stdin=None, stdout=None):
         stage._finish()
 
 
+# What torch_state writes: torch.save of {"format": _TORCH_STATE, "tree": the state with every
+# Python float replaced by None, "floats": [[path, the float's bits as an int64], ...]}, so that
+# the file holds only tensors, dicts, lists, tuples, strings, ints, bools and None. That is what
+# every weights-only unpickler reads: PyTorch 1.13's refuses plain floats (an optimizer's lr),
+# 2.x's reads them; a file that would need anything else (code) is refused by both.
+_TORCH_STATE = "hippo.torch_state/1"
+
+
+def _floats_apart(obj, path, floats):
+    """obj with each float replaced by None, its path and bits appended to floats; anything that
+    a weights-only load would refuse raises StageError naming its path."""
+    import torch
+
+    if isinstance(obj, float):
+        floats.append([list(path), struct.unpack("<q", struct.pack("<d", obj))[0]])
+        return None
+    if obj is None or type(obj) in (bool, int, str) or torch.is_tensor(obj):
+        return obj
+    if type(obj) in (dict, OrderedDict):
+        out = type(obj)()
+        for key, value in obj.items():
+            if not isinstance(key, (str, int)):
+                raise StageError(f"torch_state.save: {_path_text(path)} has the key {key!r}: "
+                                 "keys must be strings or integers")
+            out[key] = _floats_apart(value, path + (key,), floats)
+        if hasattr(obj, "_metadata"):  # a module's state dict: its layers' versions
+            out._metadata = obj._metadata
+        return out
+    if type(obj) in (list, tuple):
+        return type(obj)(_floats_apart(v, path + (i,), floats) for i, v in enumerate(obj))
+    raise StageError(f"torch_state.save: {_path_text(path)} is a {type(obj).__name__}: a "
+                     "checkpoint holds only tensors, numbers, strings, None, and dicts, lists "
+                     "and tuples of them")
+
+
+def _floats_back(obj, path, floats):
+    """What _floats_apart took apart: obj with the float at each path in floats put back."""
+    if path in floats:
+        return floats[path]
+    if isinstance(obj, dict):
+        for key in obj:
+            obj[key] = _floats_back(obj[key], path + (key,), floats)
+    elif isinstance(obj, (list, tuple)):
+        obj = type(obj)(_floats_back(v, path + (i,), floats) for i, v in enumerate(obj))
+    return obj
+
+
+def _path_text(path):
+    return "the state" + "".join(f"[{key!r}]" for key in path)
+
+
 class _TorchState:
     def __init__(self, objects):
         self._objects = objects
@@ -378,21 +430,52 @@ class _TorchState:
         import torch
 
         from .determinism import rng_state
-        torch.save({"state_dicts": {k: o.state_dict() for k, o in self._objects.items()},
-                    "rng": rng_state()}, f)
+        state = {"state_dicts": {k: o.state_dict() for k, o in self._objects.items()},
+                 "rng": rng_state()}
+        floats = []
+        tree = _floats_apart(state, (), floats)
+        torch.save({"format": _TORCH_STATE, "tree": tree, "floats": floats}, f)
 
     def load(self, f):
         import torch
 
         from .determinism import set_rng_state
-        saved = torch.load(f)  # weights_only by default from PyTorch 2.6: rng_state() is plain data
+        try:
+            saved = torch.load(f, weights_only=True)  # data only: never a pickle's code
+        except Exception as e:
+            # The unpickler's own reason, its first sentence: torch's message goes on to advise
+            # loading with weights_only=False, or allowlisting what the file names.
+            text = " ".join(str(e).split())
+            at = text.find("WeightsUnpickler error:")
+            reason = (text[at:] if at >= 0 else text).split(". ")[0][:200]
+            raise StageError("torch_state.load: refused the checkpoint: it is not data only "
+                             "(tensors, numbers, strings, lists, dicts; a pickle that would run "
+                             f"code is never run): {reason}") from None
+        if not isinstance(saved, dict) or saved.get("format") != _TORCH_STATE \
+                or not isinstance(saved.get("floats"), list):
+            raise StageError(f"torch_state.load: not a checkpoint of {_TORCH_STATE} (one that "
+                             "hippo.torch_state().save wrote)")
+        try:
+            floats = {tuple(path): struct.unpack("<d", struct.pack("<q", bits))[0]
+                      for path, bits in saved["floats"]}
+        except (TypeError, ValueError, struct.error) as e:
+            raise StageError(f"torch_state.load: its floats are malformed: {e}") from None
+        state = _floats_back(saved["tree"], (), floats)
+        if not isinstance(state, dict) or not isinstance(state.get("state_dicts"), dict) \
+                or "rng" not in state:
+            raise StageError("torch_state.load: the checkpoint holds no state_dicts and rng")
         for name, obj in self._objects.items():
-            obj.load_state_dict(saved["state_dicts"][name])
-        set_rng_state(saved["rng"])
+            if name not in state["state_dicts"]:
+                raise StageError(f"torch_state.load: the checkpoint holds no state of {name} "
+                                 f"(it holds {', '.join(map(str, state['state_dicts']))})")
+            obj.load_state_dict(state["state_dicts"][name])
+        set_rng_state(state["rng"])
 
 
 def torch_state(**objects):
     """save and load functions for stage.save / stage.restore that keep the state dicts of the
     given objects (model=..., optimizer=..., scheduler=...) and the generators' states:
-    state = torch_state(model=model, optimizer=opt); stage.restore(state.load)."""
+    state = torch_state(model=model, optimizer=opt); stage.restore(state.load). load reads data
+    only (torch.load with weights_only=True): a checkpoint that would run code is refused with a
+    StageError."""
     return _TorchState(objects)
