@@ -301,20 +301,39 @@ def _wire_number(value):
     return value
 
 
+def _random_suffix():
+    """16 hex digits from the kernel's random source: a temporary name at which nobody can have
+    planted anything in advance."""
+    return os.urandom(8).hex()
+
+
 def _write_durably(path, data):
-    """Writes `data` to `path` so that no reader sees half of it: a temporary name, fsync,
-    rename, then the directory fsynced."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    """Writes `data` to `path` so that no reader sees half of it, as the worker writes its own
+    checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random hex digits>"
+    created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a symlink or
+    file planted there is never followed nor truncated; the master sweeps such a file that a
+    killed trainer leaves), fsync, rename, then the directory fsynced."""
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        tmp = f"{name}.tmp.{_random_suffix()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644, dir_fd=dir_fd)
+        except OSError as e:
+            raise StageError(f"checkpoint {path}: cannot create {tmp}: {e.strerror}") from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
     finally:
-        os.close(fd)
+        os.close(dir_fd)
 
 
 def _protocol_stream():

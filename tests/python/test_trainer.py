@@ -13,6 +13,7 @@ import time
 import pytest
 
 import hippo
+import hippo.trainer
 from hippo import StageError
 
 TRAINER_SCRIPT = """
@@ -307,6 +308,48 @@ def test_values_and_settings(tmp_path):
             pass
     serve([stage_line(tmp_path, 0, 3, [3], [])], train, tmp_path)
     assert seen == {"lr": [0.5] * 3, "batch_size": 2, "momentum": 0.9, "names": ["lr"]}
+
+
+def test_a_symlink_planted_at_the_temporary_name_is_not_followed(tmp_path):
+    """Issue 29: whoever can write in the checkpoint directory planted a symlink where the helper
+    wrote its temporary file ("<path>.tmp.<pid>"), and the checkpoint's bytes went through it to
+    the link's target. A real trainer process, the link planted at its pid's name: the target is
+    untouched and the checkpoint is a file of its own."""
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER_SCRIPT)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    trainer = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    os.symlink(victim, tmp_path / f"a.ckpt.tmp.{trainer.pid}")
+    out, err = trainer.communicate(stage_line(tmp_path, 0, 2, [2], [(2, "a.ckpt", 1)]),
+                                   timeout=60)
+    assert trainer.returncode == 0, err
+    assert victim.read_text() == "precious"
+    assert not os.path.islink(tmp_path / "a.ckpt")
+    with open(tmp_path / "a.ckpt", "rb") as f:
+        assert pickle.load(f) == {"sum": 1.0}
+
+
+def test_a_temporary_name_taken_already_is_never_written_through(tmp_path, monkeypatch):
+    """The temporary name is random; should something be there anyway (a symlink, a file), it is
+    neither followed nor truncated: the save fails, naming it, and leaves nothing behind."""
+    monkeypatch.setattr(hippo.trainer, "_random_suffix", lambda: "0123456789abcdef")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    planted = tmp_path / "a.ckpt.tmp.0123456789abcdef"
+    for plant in (lambda: os.symlink(victim, planted), lambda: planted.write_text("planted")):
+        plant()
+        with pytest.raises(StageError) as e:
+            serve([stage_line(tmp_path, 0, 2, [2], [(2, "a.ckpt", 1)])], toy_train(), tmp_path)
+        assert f"checkpoint {tmp_path / 'a.ckpt'}: cannot create {planted.name}: File exists" \
+            in str(e.value)
+        assert victim.read_text() == "precious"
+        assert sorted(os.listdir(tmp_path)) == sorted(["victim", planted.name])
+        if not planted.is_symlink():
+            assert planted.read_text() == "planted"
+        planted.unlink()
 
 
 def test_the_protocol_owns_stdout(tmp_path):
