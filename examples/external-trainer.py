@@ -12,6 +12,7 @@ through shared stages, checkpoints and forks equals the same trial trained alone
 """
 import gzip
 import json
+import math
 import os
 import sys
 
@@ -35,6 +36,31 @@ def read_labels(name, count):
     return np.frombuffer(raw, dtype=np.uint8, offset=8).astype(np.int64)
 
 
+def value_at(sequence, step):
+    """A hyper-parameter's value at `step`, from the canonical segments the stage carries
+    (worker/README.md): the formulas of stagetree/sequence.h in the same float operations, so the
+    same bits as hippo's own engine (python/hippo's Stage.value does the same)."""
+    if "text" in sequence:
+        return sequence["text"]
+    seg = [seg for seg in sequence["segments"] if seg["start"] <= step][-1]
+    kind, start, v0 = seg["kind"], seg["start"], float(seg["v0"])
+    if kind == "constant":
+        return v0
+    if kind == "exponential":
+        return v0 * math.pow(seg["gamma"], float((step - start) // seg["period"]))
+    length, v1 = float(seg["end"] - start), float(seg["v1"])
+    if kind == "linear":
+        return v0 + (v1 - v0) * float(step - start + 1) / length
+    if kind == "cosine":
+        return v1 + (v0 - v1) * (1 + math.cos(math.pi * float(step - start) / length)) / 2
+    x = float(step - start) / length
+    if kind == "linear-decay":
+        return v0 + (v1 - v0) * x
+    if kind == "cosine-decay":
+        return v1 + (v0 - v1) * (1 + math.cos(math.pi * x)) / 2
+    return v1 + (v0 - v1) * (1 - math.sqrt(x))  # 1-sqrt-decay
+
+
 def emit(line):
     print(json.dumps(line), flush=True)
 
@@ -43,18 +69,18 @@ def main():
     stage = json.loads(sys.stdin.readline())
     first, last = stage["from"], stage["to"]
     seed = stage["seed"]
-    fixed, values = stage["fixed"], stage["values"]
+    fixed, sequences = stage["fixed"], stage["hyperparameters"]
 
     def setting(name, step, default=None):
-        if name in values:
-            return values[name][step - first]
+        if name in sequences:
+            return value_at(sequences[name], step)
         if name in fixed:
             return fixed[name]
         if default is None:
             raise SystemExit(f"external-trainer: the spec gives no {name}")
         return default
 
-    if "batch_size" in values:
+    if "batch_size" in sequences:
         raise SystemExit("external-trainer: batch_size must be fixed for this trainer")
     batch = int(setting("batch_size", first))
     n_train = stage["data"]["train_samples"]

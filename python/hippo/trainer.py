@@ -25,6 +25,7 @@ ends with a diverged line instead of the done line; hippo marks the trials throu
 Misuse raises StageError naming the step: a report or a save at a step that was not asked for,
 twice, out of order, or a stage that ends with something asked for and not done.
 """
+import bisect
 import io
 import json
 import math
@@ -64,7 +65,8 @@ class Stage:
         self.eval_steps = list(stage_input["eval_steps"])
         self.checkpoint_steps = [c["step"] for c in stage_input["checkpoints"]]
         self._checkpoints = {c["step"]: c for c in stage_input["checkpoints"]}
-        self._values = stage_input["values"]
+        self._sequences = {name: _Sequence(name, sequence)
+                           for name, sequence in stage_input["hyperparameters"].items()}
         self._out = out
         self._memory = memory  # state id -> checkpoint bytes (a long-lived trainer), or None
         self._keep = keep
@@ -87,16 +89,17 @@ class Stage:
     @property
     def hyperparameters(self):
         """The names of the settings that follow a sequence (the spec's hyperparameters)."""
-        return sorted(self._values)
+        return sorted(self._sequences)
 
     def value(self, name, step, default=_MISSING):
-        """The value of setting `name` at step `step` (a hyper-parameter's value at that step, or
-        the fixed setting), else `default`."""
-        if name in self._values:
+        """The value of setting `name` at step `step` (a hyper-parameter's value at that step,
+        computed from its canonical segments exactly as the worker computes it, or the fixed
+        setting), else `default`."""
+        if name in self._sequences:
             if not self.start <= step < self.end:
                 raise StageError(f"step {step}: value({name!r}) is known for the steps "
                                  f"{self.start} to {self.end - 1} of this stage")
-            return self._values[name][step - self.start]
+            return self._sequences[name].value_at(step)
         if name in self.fixed:
             return self.fixed[name]
         if default is not _MISSING:
@@ -299,6 +302,94 @@ def _wire_number(value):
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return value
+
+
+# The fields of each kind of segment besides kind, start, end and v0 (stagetree/sequence_json.h);
+# the kinds that go from v0 to v1 over their range need an end.
+_INTERPOLATING = ("linear", "cosine", "linear-decay", "cosine-decay", "1-sqrt-decay")
+_SEGMENT_FIELDS = {"constant": (), "exponential": ("gamma", "period"),
+                   **{kind: ("v1",) for kind in _INTERPOLATING}}
+
+
+def _is_integer(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Sequence:
+    """A hyper-parameter as the stage line carries it (stagetree/sequence_json.h): a text value, or
+    canonical segments that tile the steps from 0 on. value_at computes a segment's value with the
+    float operations of stagetree/sequence.h's Segment::value_at, in the same order (Python's
+    floats are C's doubles, math.cos, math.sqrt and math.pow are the C library's): the same bits
+    as the worker's engine."""
+
+    def __init__(self, name, sequence):
+        def bad(what):
+            return StageError(f"stage input: hyperparameters.{name}{what}")
+        self.text = None
+        if isinstance(sequence, dict) and list(sequence) == ["text"]:
+            if not isinstance(sequence["text"], str):
+                raise bad(".text: expected a string")
+            self.text = sequence["text"]
+            return
+        if not isinstance(sequence, dict) or list(sequence) != ["segments"] \
+                or not isinstance(sequence["segments"], list) or not sequence["segments"]:
+            raise bad(': expected {"text": STRING} or {"segments": [SEGMENT, ...]}')
+        self._segments = []
+        next_start = 0  # the segments tile [0, forever): each starts where the last ended
+        for i, segment in enumerate(sequence["segments"]):
+            where = f".segments[{i}]"
+            kind = segment.get("kind") if isinstance(segment, dict) else None
+            if kind not in _SEGMENT_FIELDS:
+                raise bad(f"{where}.kind: expected one of {', '.join(_SEGMENT_FIELDS)}")
+            needed = {"kind", "start", "v0", *_SEGMENT_FIELDS[kind]}
+            if not needed <= set(segment) <= needed | {"end"}:
+                raise bad(f"{where}: a segment of kind {kind} has the fields "
+                          f"{', '.join(sorted(needed))} and end (none when it never ends)")
+            for key in ("start", "end", "period"):
+                if key in segment and not _is_integer(segment[key]):
+                    raise bad(f"{where}.{key}: expected an integer")
+            for key in ("v0", "v1", "gamma"):
+                value = segment.get(key, 0.0)
+                if not isinstance(value, (int, float)) or isinstance(value, bool) \
+                        or not math.isfinite(value):
+                    raise bad(f"{where}.{key}: expected a finite number")
+            if next_start is None or segment["start"] != next_start:
+                raise bad(f"{where}.start: expected {next_start} (the segments tile the steps "
+                          "from 0, the last one never ends)")
+            next_start = segment.get("end")
+            if next_start is not None and next_start <= segment["start"]:
+                raise bad(f"{where}.end: expected a step after its start")
+            if next_start is None and kind in _INTERPOLATING:
+                raise bad(f"{where}: a segment of kind {kind} needs an end")
+            if segment.get("period", 1) < 1:
+                raise bad(f"{where}.period: expected at least 1")
+            self._segments.append(dict(segment, **{k: float(segment[k]) for k in
+                                                   ("v0", "v1", "gamma") if k in segment}))
+        if next_start is not None:
+            raise bad(": the last segment must never end (no \"end\")")
+        self._starts = [segment["start"] for segment in self._segments]
+
+    def value_at(self, step):
+        if self.text is not None:
+            return self.text
+        s = self._segments[bisect.bisect_right(self._starts, step) - 1]
+        kind, start, v0 = s["kind"], s["start"], s["v0"]
+        if kind == "constant":
+            return v0
+        if kind == "exponential":
+            return v0 * math.pow(s["gamma"], float((step - start) // s["period"]))
+        end, v1 = s["end"], s["v1"]
+        if kind == "linear":
+            return v0 + (v1 - v0) * float(step - start + 1) / float(end - start)
+        if kind == "cosine":
+            return v1 + (v0 - v1) * (1 + math.cos(math.pi * float(step - start) /
+                                                  float(end - start))) / 2
+        x = float(step - start) / float(end - start)  # the decays' fraction of their range
+        if kind == "linear-decay":
+            return v0 + (v1 - v0) * x
+        if kind == "cosine-decay":
+            return v1 + (v0 - v1) * (1 + math.cos(math.pi * x)) / 2
+        return v1 + (v0 - v1) * (1 - math.sqrt(x))  # 1-sqrt-decay
 
 
 def _random_suffix():

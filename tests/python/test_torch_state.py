@@ -49,7 +49,7 @@ def stage_from(checkpoint):
         "hippo_trainer": 1, "hippo_version": hippo.__version__,
         "model": {"type": "external", "command": ["x"]}, "data": {"name": "toy"}, "seed": 0,
         "fixed": {}, "from": 2, "to": 3, "input_checkpoint": str(checkpoint), "input_state": 5,
-        "checkpoints": [], "eval_steps": [], "hyperparameters": {}, "values": {}}) + "\n"
+        "checkpoints": [], "eval_steps": [], "hyperparameters": {}}) + "\n"
 
 
 @pytest.mark.parametrize("write", [
