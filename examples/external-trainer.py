@@ -47,7 +47,10 @@ def value_at(sequence, step):
     if kind == "constant":
         return v0
     if kind == "exponential":
-        return v0 * math.pow(seg["gamma"], float((step - start) // seg["period"]))
+        try:
+            return v0 * math.pow(seg["gamma"], float((step - start) // seg["period"]))
+        except OverflowError:  # where C's pow gives infinity, Python's raises
+            return v0 * math.inf
     length, v1 = float(seg["end"] - start), float(seg["v1"])
     if kind == "linear":
         return v0 + (v1 - v0) * float(step - start + 1) / length

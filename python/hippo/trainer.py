@@ -377,7 +377,11 @@ class _Sequence:
         if kind == "constant":
             return v0
         if kind == "exponential":
-            return v0 * math.pow(s["gamma"], float((step - start) // s["period"]))
+            try:
+                power = math.pow(s["gamma"], float((step - start) // s["period"]))
+            except OverflowError:  # where C's pow gives infinity, Python's raises
+                power = math.inf
+            return v0 * power
         end, v1 = s["end"], s["v1"]
         if kind == "linear":
             return v0 + (v1 - v0) * float(step - start + 1) / float(end - start)

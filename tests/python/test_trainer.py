@@ -322,18 +322,21 @@ def test_values_come_from_the_segments_without_a_list_per_step(tmp_path):
             {"kind": "constant", "start": 4, "end": 100, "v0": 0.1},
             {"kind": "cosine", "start": 100, "end": 200, "v0": 0.1, "v1": 0.0},
             {"kind": "exponential", "start": 200, "v0": 0.5, "gamma": 0.5, "period": 10}]},
+        "growth": {"segments": [{"kind": "exponential", "start": 0, "v0": 0.5, "gamma": 2.0,
+                                 "period": 1}]},
         "optimizer": {"text": "adam"}}
     seen = {}
 
     def train(stage):
         seen["lr"] = [stage.value("lr", s) for s in (0, 3, 4, 99, 100, 150, 200, 219, 10**9 - 1)]
+        seen["growth"] = [stage.value("growth", s) for s in (3, 10**9 - 1)]  # C's pow: inf
         seen["optimizer"] = stage.value("optimizer", 10**9 - 1)
         raise SystemExit  # seen enough: not 10^9 steps
     with pytest.raises(SystemExit):
         serve([json.dumps(stage) + "\n"], train, tmp_path)
     assert seen == {"lr": [0.025, 0.1, 0.1, 0.1, 0.1, 0.1 * (1 + math.cos(math.pi * 50 / 100)) / 2,
                            0.5, 0.25, 0.0],
-                    "optimizer": "adam"}
+                    "growth": [4.0, math.inf], "optimizer": "adam"}
 
 
 @pytest.mark.parametrize("sequence, error", [
