@@ -12,6 +12,7 @@ through shared stages, checkpoints and forks equals the same trial trained alone
 """
 import gzip
 import json
+import math
 import os
 import sys
 
@@ -35,6 +36,34 @@ def read_labels(name, count):
     return np.frombuffer(raw, dtype=np.uint8, offset=8).astype(np.int64)
 
 
+def value_at(sequence, step):
+    """A hyper-parameter's value at `step`, from the canonical segments the stage carries
+    (worker/README.md): the formulas of stagetree/sequence.h in the same float operations, so the
+    same bits as hippo's own engine (python/hippo's Stage.value does the same)."""
+    if "text" in sequence:
+        return sequence["text"]
+    seg = [seg for seg in sequence["segments"] if seg["start"] <= step][-1]
+    kind, start, v0 = seg["kind"], seg["start"], float(seg["v0"])
+    if kind == "constant":
+        return v0
+    if kind == "exponential":
+        try:
+            return v0 * math.pow(seg["gamma"], float((step - start) // seg["period"]))
+        except OverflowError:  # where C's pow gives infinity, Python's raises
+            return v0 * math.inf
+    length, v1 = float(seg["end"] - start), float(seg["v1"])
+    if kind == "linear":
+        return v0 + (v1 - v0) * float(step - start + 1) / length
+    if kind == "cosine":
+        return v1 + (v0 - v1) * (1 + math.cos(math.pi * float(step - start) / length)) / 2
+    x = float(step - start) / length
+    if kind == "linear-decay":
+        return v0 + (v1 - v0) * x
+    if kind == "cosine-decay":
+        return v1 + (v0 - v1) * (1 + math.cos(math.pi * x)) / 2
+    return v1 + (v0 - v1) * (1 - math.sqrt(x))  # 1-sqrt-decay
+
+
 def emit(line):
     print(json.dumps(line), flush=True)
 
@@ -43,18 +72,18 @@ def main():
     stage = json.loads(sys.stdin.readline())
     first, last = stage["from"], stage["to"]
     seed = stage["seed"]
-    fixed, values = stage["fixed"], stage["values"]
+    fixed, sequences = stage["fixed"], stage["hyperparameters"]
 
     def setting(name, step, default=None):
-        if name in values:
-            return values[name][step - first]
+        if name in sequences:
+            return value_at(sequences[name], step)
         if name in fixed:
             return fixed[name]
         if default is None:
             raise SystemExit(f"external-trainer: the spec gives no {name}")
         return default
 
-    if "batch_size" in values:
+    if "batch_size" in sequences:
         raise SystemExit("external-trainer: batch_size must be fixed for this trainer")
     batch = int(setting("batch_size", first))
     n_train = stage["data"]["train_samples"]
@@ -90,8 +119,11 @@ def main():
         emit({"step": step, "metric": "loss", "value": loss})
 
     def save(step, path):
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
+        # A new file at an unpredictable name (O_EXCL|O_NOFOLLOW: whoever can write in the
+        # directory cannot have a symlink followed there), the name the master's sweep knows.
+        tmp = f"{path}.tmp.{os.urandom(8).hex()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
             np.savez(f, W=W, b=b, vW=vW, vb=vb, step=np.int64(step))
             f.flush()
             os.fsync(f.fileno())

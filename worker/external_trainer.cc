@@ -83,13 +83,6 @@ std::vector<std::string> trainer_environment(const TrainerPlace& place,
 json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
                    const std::vector<int64_t>* held, const TrainerPlace& place) {
   const std::filesystem::path dir = std::filesystem::absolute(checkpoint_dir);
-  json sequences = json::object(), values = json::object();
-  for (const auto& [name, seq] : job.hyperparams) {
-    sequences[name] = to_json(seq);
-    json& per_step = values[name] = json::array();
-    for (int64_t s = job.from; s < job.to; ++s)
-      per_step.push_back(seq.is_text() ? json(seq.text_value()) : json(seq.value_at(s)));
-  }
   json outputs = json::array();
   for (const protocol::SnapshotOrder& order : job.snapshots)
     if (!order.file.empty())
@@ -111,8 +104,7 @@ json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
                 {"input_state", job.parent_state >= 0 ? json(job.parent_state) : json(nullptr)},
                 {"checkpoints", outputs},
                 {"eval_steps", job.eval_steps},
-                {"hyperparameters", sequences},
-                {"values", values},
+                {"hyperparameters", to_json(job.hyperparams)},
                 {"device", trainer_device(place)},
                 {"threads", place.threads}};
   if (held) input["held"] = *held;

@@ -57,10 +57,12 @@ std::vector<std::string> trainer_environment(const TrainerPlace& place,
 // that are known, and the spec's other data fields), seed, fixed settings, the step range, the
 // input checkpoint path (null at a root) and its state id, the output checkpoints with their
 // steps and state ids, the evaluation steps, every hyper-parameter as its sequence (canonical
-// segments) and as its value at each step of [from, to), the device to train on
-// (trainer_device) and the thread count. Checkpoint paths are the job's file names joined with
-// checkpoint_dir (made absolute, so the trainer may change directory). `held` (a long-lived
-// trainer's): the states of earlier stages it may still use; absent for one-shot.
+// segments, stagetree/sequence_json.h: the trainer computes a step's value from them), the
+// device to train on (trainer_device) and the thread count. Its size is the job's, never
+// proportional to its steps: a stage of 10^9 steps is a line as short as one of 10. Checkpoint
+// paths are the job's file names joined with checkpoint_dir (made absolute, so the trainer may
+// change directory). `held` (a long-lived trainer's): the states of earlier stages it may still
+// use; absent for one-shot.
 nlohmann::json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
                              const std::vector<int64_t>* held = nullptr,
                              const TrainerPlace& place = {});

@@ -25,10 +25,12 @@ ends with a diverged line instead of the done line; hippo marks the trials throu
 Misuse raises StageError naming the step: a report or a save at a step that was not asked for,
 twice, out of order, or a stage that ends with something asked for and not done.
 """
+import bisect
 import io
 import json
 import math
 import os
+import struct
 import sys
 import time
 from collections import OrderedDict
@@ -63,7 +65,8 @@ class Stage:
         self.eval_steps = list(stage_input["eval_steps"])
         self.checkpoint_steps = [c["step"] for c in stage_input["checkpoints"]]
         self._checkpoints = {c["step"]: c for c in stage_input["checkpoints"]}
-        self._values = stage_input["values"]
+        self._sequences = {name: _Sequence(name, sequence)
+                           for name, sequence in stage_input["hyperparameters"].items()}
         self._out = out
         self._memory = memory  # state id -> checkpoint bytes (a long-lived trainer), or None
         self._keep = keep
@@ -86,16 +89,17 @@ class Stage:
     @property
     def hyperparameters(self):
         """The names of the settings that follow a sequence (the spec's hyperparameters)."""
-        return sorted(self._values)
+        return sorted(self._sequences)
 
     def value(self, name, step, default=_MISSING):
-        """The value of setting `name` at step `step` (a hyper-parameter's value at that step, or
-        the fixed setting), else `default`."""
-        if name in self._values:
+        """The value of setting `name` at step `step` (a hyper-parameter's value at that step,
+        computed from its canonical segments exactly as the worker computes it, or the fixed
+        setting), else `default`."""
+        if name in self._sequences:
             if not self.start <= step < self.end:
                 raise StageError(f"step {step}: value({name!r}) is known for the steps "
                                  f"{self.start} to {self.end - 1} of this stage")
-            return self._values[name][step - self.start]
+            return self._sequences[name].value_at(step)
         if name in self.fixed:
             return self.fixed[name]
         if default is not _MISSING:
@@ -300,20 +304,131 @@ def _wire_number(value):
     return value
 
 
+# The fields of each kind of segment besides kind, start, end and v0 (stagetree/sequence_json.h);
+# the kinds that go from v0 to v1 over their range need an end.
+_INTERPOLATING = ("linear", "cosine", "linear-decay", "cosine-decay", "1-sqrt-decay")
+_SEGMENT_FIELDS = {"constant": (), "exponential": ("gamma", "period"),
+                   **{kind: ("v1",) for kind in _INTERPOLATING}}
+
+
+def _is_integer(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Sequence:
+    """A hyper-parameter as the stage line carries it (stagetree/sequence_json.h): a text value, or
+    canonical segments that tile the steps from 0 on. value_at computes a segment's value with the
+    float operations of stagetree/sequence.h's Segment::value_at, in the same order (Python's
+    floats are C's doubles, math.cos, math.sqrt and math.pow are the C library's): the same bits
+    as the worker's engine."""
+
+    def __init__(self, name, sequence):
+        def bad(what):
+            return StageError(f"stage input: hyperparameters.{name}{what}")
+        self.text = None
+        if isinstance(sequence, dict) and list(sequence) == ["text"]:
+            if not isinstance(sequence["text"], str):
+                raise bad(".text: expected a string")
+            self.text = sequence["text"]
+            return
+        if not isinstance(sequence, dict) or list(sequence) != ["segments"] \
+                or not isinstance(sequence["segments"], list) or not sequence["segments"]:
+            raise bad(': expected {"text": STRING} or {"segments": [SEGMENT, ...]}')
+        self._segments = []
+        next_start = 0  # the segments tile [0, forever): each starts where the last ended
+        for i, segment in enumerate(sequence["segments"]):
+            where = f".segments[{i}]"
+            kind = segment.get("kind") if isinstance(segment, dict) else None
+            if kind not in _SEGMENT_FIELDS:
+                raise bad(f"{where}.kind: expected one of {', '.join(_SEGMENT_FIELDS)}")
+            needed = {"kind", "start", "v0", *_SEGMENT_FIELDS[kind]}
+            if not needed <= set(segment) <= needed | {"end"}:
+                raise bad(f"{where}: a segment of kind {kind} has the fields "
+                          f"{', '.join(sorted(needed))} and end (none when it never ends)")
+            for key in ("start", "end", "period"):
+                if key in segment and not _is_integer(segment[key]):
+                    raise bad(f"{where}.{key}: expected an integer")
+            for key in ("v0", "v1", "gamma"):
+                value = segment.get(key, 0.0)
+                if not isinstance(value, (int, float)) or isinstance(value, bool) \
+                        or not math.isfinite(value):
+                    raise bad(f"{where}.{key}: expected a finite number")
+            if next_start is None or segment["start"] != next_start:
+                raise bad(f"{where}.start: expected {next_start} (the segments tile the steps "
+                          "from 0, the last one never ends)")
+            next_start = segment.get("end")
+            if next_start is not None and next_start <= segment["start"]:
+                raise bad(f"{where}.end: expected a step after its start")
+            if next_start is None and kind in _INTERPOLATING:
+                raise bad(f"{where}: a segment of kind {kind} needs an end")
+            if segment.get("period", 1) < 1:
+                raise bad(f"{where}.period: expected at least 1")
+            self._segments.append(dict(segment, **{k: float(segment[k]) for k in
+                                                   ("v0", "v1", "gamma") if k in segment}))
+        if next_start is not None:
+            raise bad(": the last segment must never end (no \"end\")")
+        self._starts = [segment["start"] for segment in self._segments]
+
+    def value_at(self, step):
+        if self.text is not None:
+            return self.text
+        s = self._segments[bisect.bisect_right(self._starts, step) - 1]
+        kind, start, v0 = s["kind"], s["start"], s["v0"]
+        if kind == "constant":
+            return v0
+        if kind == "exponential":
+            try:
+                power = math.pow(s["gamma"], float((step - start) // s["period"]))
+            except OverflowError:  # where C's pow gives infinity, Python's raises
+                power = math.inf
+            return v0 * power
+        end, v1 = s["end"], s["v1"]
+        if kind == "linear":
+            return v0 + (v1 - v0) * float(step - start + 1) / float(end - start)
+        if kind == "cosine":
+            return v1 + (v0 - v1) * (1 + math.cos(math.pi * float(step - start) /
+                                                  float(end - start))) / 2
+        x = float(step - start) / float(end - start)  # the decays' fraction of their range
+        if kind == "linear-decay":
+            return v0 + (v1 - v0) * x
+        if kind == "cosine-decay":
+            return v1 + (v0 - v1) * (1 + math.cos(math.pi * x)) / 2
+        return v1 + (v0 - v1) * (1 - math.sqrt(x))  # 1-sqrt-decay
+
+
+def _random_suffix():
+    """16 hex digits from the kernel's random source: a temporary name at which nobody can have
+    planted anything in advance."""
+    return os.urandom(8).hex()
+
+
 def _write_durably(path, data):
-    """Writes `data` to `path` so that no reader sees half of it: a temporary name, fsync,
-    rename, then the directory fsynced."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    """Writes `data` to `path` so that no reader sees half of it, as the worker writes its own
+    checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random hex digits>"
+    created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a symlink or
+    file planted there is never followed nor truncated; the master sweeps such a file that a
+    killed trainer leaves), fsync, rename, then the directory fsynced."""
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        tmp = f"{name}.tmp.{_random_suffix()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644, dir_fd=dir_fd)
+        except OSError as e:
+            raise StageError(f"checkpoint {path}: cannot create {tmp}: {e.strerror}") from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
     finally:
-        os.close(fd)
+        os.close(dir_fd)
 
 
 def _protocol_stream():
@@ -370,6 +485,57 @@ def serve(train, keep=4, stdin=None, stdout=None):
         stage._finish()
 
 
+# What torch_state writes: torch.save of {"format": _TORCH_STATE, "tree": the state with every
+# Python float replaced by None, "floats": [[path, the float's bits as an int64], ...]}, so that
+# the file holds only tensors, dicts, lists, tuples, strings, ints, bools and None. That is what
+# every weights-only unpickler reads: PyTorch 1.13's refuses plain floats (an optimizer's lr),
+# 2.x's reads them; a file that would need anything else (code) is refused by both.
+_TORCH_STATE = "hippo.torch_state/1"
+
+
+def _floats_apart(obj, path, floats):
+    """obj with each float replaced by None, its path and bits appended to floats; anything that
+    a weights-only load would refuse raises StageError naming its path."""
+    import torch
+
+    if isinstance(obj, float):
+        floats.append([list(path), struct.unpack("<q", struct.pack("<d", obj))[0]])
+        return None
+    if obj is None or type(obj) in (bool, int, str) or torch.is_tensor(obj):
+        return obj
+    if type(obj) in (dict, OrderedDict):
+        out = type(obj)()
+        for key, value in obj.items():
+            if not isinstance(key, (str, int)):
+                raise StageError(f"torch_state.save: {_path_text(path)} has the key {key!r}: "
+                                 "keys must be strings or integers")
+            out[key] = _floats_apart(value, path + (key,), floats)
+        if hasattr(obj, "_metadata"):  # a module's state dict: its layers' versions
+            out._metadata = obj._metadata
+        return out
+    if type(obj) in (list, tuple):
+        return type(obj)(_floats_apart(v, path + (i,), floats) for i, v in enumerate(obj))
+    raise StageError(f"torch_state.save: {_path_text(path)} is a {type(obj).__name__}: a "
+                     "checkpoint holds only tensors, numbers, strings, None, and dicts, lists "
+                     "and tuples of them")
+
+
+def _floats_back(obj, path, floats):
+    """What _floats_apart took apart: obj with the float at each path in floats put back."""
+    if path in floats:
+        return floats[path]
+    if isinstance(obj, dict):
+        for key in obj:
+            obj[key] = _floats_back(obj[key], path + (key,), floats)
+    elif isinstance(obj, (list, tuple)):
+        obj = type(obj)(_floats_back(v, path + (i,), floats) for i, v in enumerate(obj))
+    return obj
+
+
+def _path_text(path):
+    return "the state" + "".join(f"[{key!r}]" for key in path)
+
+
 class _TorchState:
     def __init__(self, objects):
         self._objects = objects
@@ -378,21 +544,52 @@ class _TorchState:
         import torch
 
         from .determinism import rng_state
-        torch.save({"state_dicts": {k: o.state_dict() for k, o in self._objects.items()},
-                    "rng": rng_state()}, f)
+        state = {"state_dicts": {k: o.state_dict() for k, o in self._objects.items()},
+                 "rng": rng_state()}
+        floats = []
+        tree = _floats_apart(state, (), floats)
+        torch.save({"format": _TORCH_STATE, "tree": tree, "floats": floats}, f)
 
     def load(self, f):
         import torch
 
         from .determinism import set_rng_state
-        saved = torch.load(f)  # weights_only by default from PyTorch 2.6: rng_state() is plain data
+        try:
+            saved = torch.load(f, weights_only=True)  # data only: never a pickle's code
+        except Exception as e:
+            # The unpickler's own reason, its first sentence: torch's message goes on to advise
+            # loading with weights_only=False, or allowlisting what the file names.
+            text = " ".join(str(e).split())
+            at = text.find("WeightsUnpickler error:")
+            reason = (text[at:] if at >= 0 else text).split(". ")[0][:200]
+            raise StageError("torch_state.load: refused the checkpoint: it is not data only "
+                             "(tensors, numbers, strings, lists, dicts; a pickle that would run "
+                             f"code is never run): {reason}") from None
+        if not isinstance(saved, dict) or saved.get("format") != _TORCH_STATE \
+                or not isinstance(saved.get("floats"), list):
+            raise StageError(f"torch_state.load: not a checkpoint of {_TORCH_STATE} (one that "
+                             "hippo.torch_state().save wrote)")
+        try:
+            floats = {tuple(path): struct.unpack("<d", struct.pack("<q", bits))[0]
+                      for path, bits in saved["floats"]}
+        except (TypeError, ValueError, struct.error) as e:
+            raise StageError(f"torch_state.load: its floats are malformed: {e}") from None
+        state = _floats_back(saved["tree"], (), floats)
+        if not isinstance(state, dict) or not isinstance(state.get("state_dicts"), dict) \
+                or "rng" not in state:
+            raise StageError("torch_state.load: the checkpoint holds no state_dicts and rng")
         for name, obj in self._objects.items():
-            obj.load_state_dict(saved["state_dicts"][name])
-        set_rng_state(saved["rng"])
+            if name not in state["state_dicts"]:
+                raise StageError(f"torch_state.load: the checkpoint holds no state of {name} "
+                                 f"(it holds {', '.join(map(str, state['state_dicts']))})")
+            obj.load_state_dict(state["state_dicts"][name])
+        set_rng_state(state["rng"])
 
 
 def torch_state(**objects):
     """save and load functions for stage.save / stage.restore that keep the state dicts of the
     given objects (model=..., optimizer=..., scheduler=...) and the generators' states:
-    state = torch_state(model=model, optimizer=opt); stage.restore(state.load)."""
+    state = torch_state(model=model, optimizer=opt); stage.restore(state.load). load reads data
+    only (torch.load with weights_only=True): a checkpoint that would run code is refused with a
+    StageError."""
     return _TorchState(objects)

@@ -19,7 +19,9 @@ steps = hippo.trainer.Stage.steps
 def crashing_steps(self, *args, **kwargs):
     for step in steps(self, *args, **kwargs):
         if step == self.start:  # a stage is its range and its values
-            values = hashlib.sha1(json.dumps(self.input["values"]).encode()).hexdigest()[:12]
+            values = [[self.value(name, s) for name in self.hyperparameters]
+                      for s in range(self.start, self.end)]
+            values = hashlib.sha1(json.dumps(values).encode()).hexdigest()[:12]
             with open(log, "a") as f:
                 f.write(f"{self.start} {self.end} {values} {self.restored_from}\n")
         if step == crash_at:

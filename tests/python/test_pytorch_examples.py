@@ -212,13 +212,15 @@ def test_workers_started_otherwise_and_plain_pytorch_give_the_bits_of_hippo_run(
     [trial] = [t for t in hippo.trials("cluster", db=db) if t["trial"] == 1]
     steps_per_epoch = spec["data"]["train_samples"] // spec["fixed"]["batch_size"]
     end = spec["length"]["epochs"] * steps_per_epoch
-    milestone = trial["params"]["lr.milestones[0]"] * steps_per_epoch
-    lr = [0.1 * (trial["params"]["lr.gamma"] if s >= milestone else 1.0) for s in range(end)]
+    milestone = int(trial["params"]["lr.milestones[0]"]) * steps_per_epoch
+    lr = {"segments": [{"kind": "constant", "start": 0, "end": milestone, "v0": 0.1},
+                       {"kind": "constant", "start": milestone,
+                        "v0": 0.1 * trial["params"]["lr.gamma"]}]}
     stage = {"hippo_trainer": 1, "hippo_version": hippo.__version__, "model": spec["model"], "seed": spec.get("seed", 0),
              "data": dict(spec["data"], name="fashion-mnist"), "fixed": spec["fixed"],
              "from": 0, "to": end, "input_checkpoint": None, "input_state": None,
              "checkpoints": [], "eval_steps": list(range(steps_per_epoch, end + 1, steps_per_epoch)),
-             "hyperparameters": {}, "values": {"lr": lr}, "device": "cpu", "threads": 1}
+             "hyperparameters": {"lr": lr}, "device": "cpu", "threads": 1}
     documented = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                       OPENBLAS_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
                       PYTHONPATH=os.path.join(ROOT, "python"))

@@ -4,6 +4,7 @@ the worker writes them (one JSON line each); a toy model (a counter and a runnin
 Python) stands in for PyTorch so that these tests take milliseconds."""
 import io
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -13,6 +14,7 @@ import time
 import pytest
 
 import hippo
+import hippo.trainer
 from hippo import StageError
 
 TRAINER_SCRIPT = """
@@ -44,8 +46,8 @@ def stage_line(tmp_path, start, end, evals, checkpoints, parent=None, held=None,
         "input_state": parent_state,
         "checkpoints": [{"step": s, "path": str(tmp_path / f), "state": state}
                         for s, f, state in checkpoints],
-        "eval_steps": evals, "hyperparameters": {},
-        "values": {"lr": [lr] * (end - start)},
+        "eval_steps": evals,
+        "hyperparameters": {"lr": {"segments": [{"kind": "constant", "start": 0, "v0": lr}]}},
     }
     if held is not None:
         stage["held"] = held
@@ -307,6 +309,102 @@ def test_values_and_settings(tmp_path):
             pass
     serve([stage_line(tmp_path, 0, 3, [3], [])], train, tmp_path)
     assert seen == {"lr": [0.5] * 3, "batch_size": 2, "momentum": 0.9, "names": ["lr"]}
+
+
+def test_values_come_from_the_segments_without_a_list_per_step(tmp_path):
+    """A stage of 10^9 steps (issue 29): the helper keeps each sequence's segments and computes a
+    step's value from them (tests/worker/external_trainer_test.cc checks every kind against the
+    worker's engine, bit for bit); it builds nothing per step."""
+    stage = json.loads(stage_line(tmp_path, 0, 10**9, [], []))
+    stage["hyperparameters"] = {
+        "lr": {"segments": [
+            {"kind": "linear", "start": 0, "end": 4, "v0": 0.0, "v1": 0.1},
+            {"kind": "constant", "start": 4, "end": 100, "v0": 0.1},
+            {"kind": "cosine", "start": 100, "end": 200, "v0": 0.1, "v1": 0.0},
+            {"kind": "exponential", "start": 200, "v0": 0.5, "gamma": 0.5, "period": 10}]},
+        "growth": {"segments": [{"kind": "exponential", "start": 0, "v0": 0.5, "gamma": 2.0,
+                                 "period": 1}]},
+        "optimizer": {"text": "adam"}}
+    seen = {}
+
+    def train(stage):
+        seen["lr"] = [stage.value("lr", s) for s in (0, 3, 4, 99, 100, 150, 200, 219, 10**9 - 1)]
+        seen["growth"] = [stage.value("growth", s) for s in (3, 10**9 - 1)]  # C's pow: inf
+        seen["optimizer"] = stage.value("optimizer", 10**9 - 1)
+        raise SystemExit  # seen enough: not 10^9 steps
+    with pytest.raises(SystemExit):
+        serve([json.dumps(stage) + "\n"], train, tmp_path)
+    assert seen == {"lr": [0.025, 0.1, 0.1, 0.1, 0.1, 0.1 * (1 + math.cos(math.pi * 50 / 100)) / 2,
+                           0.5, 0.25, 0.0],
+                    "growth": [4.0, math.inf], "optimizer": "adam"}
+
+
+@pytest.mark.parametrize("sequence, error", [
+    ({"segments": []}, 'hyperparameters.lr: expected {"text": STRING} or {"segments"'),
+    ({"text": 3}, "hyperparameters.lr.text: expected a string"),
+    ({"segments": [{"kind": "square", "start": 0, "v0": 1.0}]},
+     "hyperparameters.lr.segments[0].kind: expected one of constant, exponential"),
+    ({"segments": [{"kind": "constant", "start": 1, "v0": 1.0}]},
+     "hyperparameters.lr.segments[0].start: expected 0"),
+    ({"segments": [{"kind": "constant", "start": 0, "end": 5, "v0": 1.0}]},
+     "hyperparameters.lr: the last segment must never end"),
+    ({"segments": [{"kind": "linear", "start": 0, "v0": 1.0, "v1": 2.0}]},
+     "hyperparameters.lr.segments[0]: a segment of kind linear needs an end"),
+    ({"segments": [{"kind": "constant", "start": 0, "v0": "0.1"}]},
+     "hyperparameters.lr.segments[0].v0: expected a finite number"),
+    ({"segments": [{"kind": "exponential", "start": 0, "v0": 1.0, "gamma": 0.5}]},
+     "hyperparameters.lr.segments[0]: a segment of kind exponential has the fields"),
+    ({"segments": [{"kind": "exponential", "start": 0, "v0": 1.0, "gamma": 0.5, "period": 0}]},
+     "hyperparameters.lr.segments[0].period: expected at least 1"),
+])
+def test_a_malformed_sequence_is_refused_naming_its_field(tmp_path, sequence, error):
+    stage = json.loads(stage_line(tmp_path, 0, 4, [4], []))
+    stage["hyperparameters"]["lr"] = sequence
+    with pytest.raises(StageError) as e:
+        serve([json.dumps(stage) + "\n"], toy_train(), tmp_path)
+    assert error in str(e.value)
+
+
+def test_a_symlink_planted_at_the_temporary_name_is_not_followed(tmp_path):
+    """Issue 29: whoever can write in the checkpoint directory planted a symlink where the helper
+    wrote its temporary file ("<path>.tmp.<pid>"), and the checkpoint's bytes went through it to
+    the link's target. A real trainer process, the link planted at its pid's name: the target is
+    untouched and the checkpoint is a file of its own."""
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER_SCRIPT)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    trainer = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    os.symlink(victim, tmp_path / f"a.ckpt.tmp.{trainer.pid}")
+    out, err = trainer.communicate(stage_line(tmp_path, 0, 2, [2], [(2, "a.ckpt", 1)]),
+                                   timeout=60)
+    assert trainer.returncode == 0, err
+    assert victim.read_text() == "precious"
+    assert not os.path.islink(tmp_path / "a.ckpt")
+    with open(tmp_path / "a.ckpt", "rb") as f:
+        assert pickle.load(f) == {"sum": 1.0}
+
+
+def test_a_temporary_name_taken_already_is_never_written_through(tmp_path, monkeypatch):
+    """The temporary name is random; should something be there anyway (a symlink, a file), it is
+    neither followed nor truncated: the save fails, naming it, and leaves nothing behind."""
+    monkeypatch.setattr(hippo.trainer, "_random_suffix", lambda: "0123456789abcdef")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    planted = tmp_path / "a.ckpt.tmp.0123456789abcdef"
+    for plant in (lambda: os.symlink(victim, planted), lambda: planted.write_text("planted")):
+        plant()
+        with pytest.raises(StageError) as e:
+            serve([stage_line(tmp_path, 0, 2, [2], [(2, "a.ckpt", 1)])], toy_train(), tmp_path)
+        assert f"checkpoint {tmp_path / 'a.ckpt'}: cannot create {planted.name}: File exists" \
+            in str(e.value)
+        assert victim.read_text() == "precious"
+        assert sorted(os.listdir(tmp_path)) == sorted(["victim", planted.name])
+        if not planted.is_symlink():
+            assert planted.read_text() == "planted"
+        planted.unlink()
 
 
 def test_the_protocol_owns_stdout(tmp_path):

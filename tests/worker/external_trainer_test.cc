@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -96,7 +97,7 @@ class ExternalTrainers : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(ExternalTrainers, InputHasTheStageAndEveryValue) {
+TEST_F(ExternalTrainers, InputHasTheStageAndEverySequence) {
   json in = trainer_input(job("true"), dir_.string());
   EXPECT_EQ(in["from"], 2);
   EXPECT_EQ(in["to"], 6);
@@ -108,9 +109,11 @@ TEST_F(ExternalTrainers, InputHasTheStageAndEveryValue) {
             json::parse("[{\"step\": 4, \"path\": \"" + in_dir("a.ckpt") + "\", \"state\": 11}, " +
                         "{\"step\": 6, \"path\": \"" + in_dir("b.ckpt") + "\", \"state\": 12}]"));
   EXPECT_EQ(in["eval_steps"], json({4, 6}));
-  EXPECT_EQ(in["values"]["lr"], json({0.1, 0.1, 0.05, 0.05}));  // steps 2, 3, 4, 5
-  EXPECT_EQ(in["values"]["optimizer"], json({"sgd", "sgd", "sgd", "sgd"}));
-  EXPECT_EQ(in["hyperparameters"]["lr"]["segments"].size(), 2u);
+  EXPECT_EQ(in["hyperparameters"]["lr"], json::parse(R"({"segments": [
+                {"kind": "constant", "start": 0, "end": 4, "v0": 0.1},
+                {"kind": "constant", "start": 4, "v0": 0.05}]})"));
+  EXPECT_EQ(in["hyperparameters"]["optimizer"], json({{"text", "sgd"}}));
+  EXPECT_FALSE(in.contains("values"));  // nothing per step: the trainer computes from segments
 
   EXPECT_EQ(in["input_state"], 1);
   EXPECT_EQ(in["checkpoints"][1]["state"], 12);
@@ -309,6 +312,92 @@ TEST_F(ExternalTrainers, RunsAWellBehavedTrainer) {
   EXPECT_EQ(seen.metrics[1].first, 6);
   EXPECT_EQ(seen.metrics[1].second, json({{"acc", 0.5}}));
   EXPECT_EQ(seen.checkpoints, std::vector<int64_t>({4, 6}));
+}
+
+// A spec may ask for 10^9 steps (issue 29): the stage line carries each sequence's segments,
+// so the worker builds nothing per step, and the line a real trainer reads is as long for 10^9
+// steps as for 10 but for the digits of "to" (it used to carry one value per step and
+// hyper-parameter: 10^9 numbers, std::bad_alloc under a 3 GB address-space cap).
+TEST_F(ExternalTrainers, ABillionStepsMakeALineAsShortAsTenSteps) {
+  auto line_bytes = [&](int64_t to) {
+    protocol::Job j = job("read -r line; printf %s \"$line\" | wc -c > " + in_dir("bytes") +
+                          "; echo '{\"done\": true}'");
+    j.from = 0;
+    j.to = to;
+    j.parent_state = -1;
+    j.parent_file.clear();
+    j.eval_steps.clear();
+    j.snapshots.clear();
+    Seen seen;
+    EXPECT_TRUE(run_once(j, hooks(seen)));
+    std::ifstream f(in_dir("bytes"));
+    int64_t bytes = 0;
+    f >> bytes;
+    return bytes;
+  };
+  const int64_t ten = line_bytes(10);
+  EXPECT_GT(ten, 100);
+  EXPECT_EQ(line_bytes(1'000'000'000), ten + 8);  // "1000000000" for "10"
+}
+
+// The Python helper (python/hippo) computes stage.value(name, step) from the segments: bit for
+// bit what the worker's engine computes (Sequence::value_at), for every kind of segment, near
+// step 0 and near step 10^9. A real trainer process reports each value as a metric.
+TEST_F(ExternalTrainers, ThePythonHelperComputesEveryValueAsTheEngine) {
+  const std::string script =
+      std::string("import sys\nsys.path.insert(0, '") + HIPPO_PYTHON +
+      "')\n"
+      "import hippo\n"
+      "def train(stage):\n"
+      "    states = iter(range(stage.start, stage.end))\n"
+      "    def evaluate():\n"
+      "        s = next(states)\n"
+      "        return {n: stage.value(n, s) for n in stage.hyperparameters}\n"
+      "    for _ in stage.steps(evaluate=evaluate):\n"
+      "        pass\n"
+      "hippo.serve(train)\n";
+  using K = SegmentKind;
+  const int64_t g = 1'000'000'000;
+  Hyperparams hp;
+  hp["lr"] = Sequence::from_segments(
+      {{.kind = K::kLinear, .start = 0, .end = 7, .v0 = 0, .v1 = 0.1},
+       {.kind = K::kCosine, .start = 7, .end = 2 * g, .v0 = 0.1, .v1 = 1e-3},
+       {.start = 2 * g, .v0 = 1e-3}});
+  hp["linear_decay"] = Sequence::from_segments(
+      {{.start = 0, .end = 5, .v0 = 0.3},
+       {.kind = K::kLinearDecay, .start = 5, .end = g + 5, .v0 = 0.3, .v1 = 3e-3},
+       {.start = g + 5, .v0 = 3e-3}});
+  hp["cosine_decay"] = Sequence::from_segments(
+      {{.kind = K::kCosineDecay, .start = 0, .end = g + 11, .v0 = 1.7, .v1 = 0.2},
+       {.start = g + 11, .v0 = 0.2}});
+  hp["sqrt_decay"] = Sequence::from_segments(
+      {{.kind = K::kSqrtDecay, .start = 0, .end = 33, .v0 = 1, .v1 = 1e-3},
+       {.start = 33, .end = g - 10, .v0 = 1e-3},
+       {.kind = K::kSqrtDecay, .start = g - 10, .end = g + 10, .v0 = 1e-3, .v1 = 1e-5},
+       {.start = g + 10, .v0 = 1e-5}});
+  hp["weight_decay"] = Sequence::from_segments(
+      {{.kind = K::kExponential, .start = 0, .v0 = 0.5, .gamma = 0.9999999, .period = 7}});
+  for (const int64_t from : {int64_t{0}, g - 20}) {
+    protocol::Job j = job("");
+    j.run.model["command"] = {"/usr/bin/python3", "-c", script};
+    j.hyperparams = hp;
+    j.from = from;
+    j.to = from + 40;
+    j.parent_state = -1;
+    j.parent_file.clear();
+    j.snapshots.clear();
+    j.eval_steps.clear();
+    for (int64_t s = j.from; s < j.to; ++s) j.eval_steps.push_back(s);
+    Seen seen;
+    ASSERT_TRUE(run_once(j, hooks(seen)));
+    ASSERT_EQ(seen.metrics.size(), 40u);
+    for (const auto& [step, metrics] : seen.metrics)
+      for (const auto& [name, seq] : hp)
+        EXPECT_EQ(std::bit_cast<uint64_t>(metrics.at(name).get<double>()),
+                  std::bit_cast<uint64_t>(seq.value_at(step)))
+            << name << " at step " << step << ": " << metrics.at(name).get<double>() << " vs "
+            << seq.value_at(step);
+  }
 }
 
 TEST_F(ExternalTrainers, EveryMisbehaviourIsAClearError) {
