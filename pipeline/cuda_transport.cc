@@ -84,6 +84,11 @@ struct CudaTransport::LinkState {
   cudaStream_t streams[2] = {nullptr, nullptr};
 #ifdef HIPPO_HAVE_NCCL
   ncclComm_t comms[2] = {nullptr, nullptr};  // null once aborted (abort frees them)
+  // Held by a side's thread while it hands NCCL a call on its communicator, and by abort()
+  // before it frees that communicator: abort never frees one that a call is being given (NCCL
+  // may abort a communicator whose calls are queued or running, never one being called with).
+  // One per side, so that the sender and the receiver never wait for each other here.
+  std::mutex comm_use[2];
 #endif
 
   // Errors cannot be reported from here; what is left is released as far as CUDA allows.
@@ -218,9 +223,13 @@ void CudaTransport::send(int from, const Instruction& message, std::span<const f
   }
 #ifdef HIPPO_HAVE_NCCL
   CHECK(cudaStreamWaitEvent(l.streams[0], staging.written, 0));
-  CHECK(ncclGroupStart());
-  CHECK(ncclSend(staging.data, data.size(), ncclFloat, 1, l.comms[0], l.streams[0]));
-  CHECK(ncclGroupEnd());
+  {
+    std::lock_guard use(l.comm_use[0]);
+    if (aborted_) throw std::runtime_error("pipeline aborted: another stage failed");
+    CHECK(ncclGroupStart());
+    CHECK(ncclSend(staging.data, data.size(), ncclFloat, 1, l.comms[0], l.streams[0]));
+    CHECK(ncclGroupEnd());
+  }
   std::lock_guard lock(l.mutex);
   CHECK(cudaEventRecord(staging.read, l.streams[0]));
   staging.queued = false;  // free again once `read` has passed
@@ -254,23 +263,30 @@ void CudaTransport::receive(int from, const Instruction& message, std::span<floa
   }
 #ifdef HIPPO_HAVE_NCCL
   order(compute, l.streams[1]);
-  CHECK(ncclGroupStart());
-  CHECK(ncclRecv(data.data(), data.size(), ncclFloat, 0, l.comms[1], l.streams[1]));
-  CHECK(ncclGroupEnd());
+  {
+    std::lock_guard use(l.comm_use[1]);
+    if (aborted_) throw std::runtime_error("pipeline aborted: another stage failed");
+    CHECK(ncclGroupStart());
+    CHECK(ncclRecv(data.data(), data.size(), ncclFloat, 0, l.comms[1], l.streams[1]));
+    CHECK(ncclGroupEnd());
+  }
   order(l.streams[1], compute);
 #endif
 }
 
 void CudaTransport::abort() {
-  aborted_ = true;
+  aborted_ = true;  // no call starts on a communicator from here on
   for (auto& [key, l] : links_) {
-    std::lock_guard lock(l->mutex);
 #ifdef HIPPO_HAVE_NCCL
-    for (ncclComm_t& comm : l->comms) {
-      if (comm) ncclCommAbort(comm);  // safe beside a running call; frees the communicator
-      comm = nullptr;
+    for (int side = 0; side < 2; ++side) {
+      // Waits for a call being handed to NCCL (the links were connected when made, so that
+      // takes no peer); calls already queued or running on the GPU are what the abort stops.
+      std::lock_guard use(l->comm_use[side]);
+      if (l->comms[side]) ncclCommAbort(l->comms[side]);  // frees the communicator
+      l->comms[side] = nullptr;
     }
 #endif
+    std::lock_guard lock(l->mutex);
     l->arrived.notify_all();
   }
 }
