@@ -7,6 +7,12 @@ The same work per step as `bench_engine --device cuda:0`: a batch gathered on th
 runs without TF32 (hippo's fp32 products do not use it); bf16 is autocast (bf16 products and
 convolutions, fp32 weights and optimizer), as hippo's `precision: bf16`. Timed with CUDA events
 around `steps` steps after `warmup` untimed ones; prints one JSON line like bench_engine's.
+
+For the ceiling that gpu_vs_pytorch.sh prints beside the ratio: `--flops` prints the product and
+convolution FLOPs of one training step per sample (PyTorch's FlopCounterMode: forward and
+backward), `--peak` the GPU's dense matrix-product FLOP/s at the precision (an 8192^3 product, the
+mean of 10 after 3 warm-ups), so that no model of this kind can train faster than peak / flops
+samples/s on this GPU.
 """
 import argparse
 import json
@@ -23,12 +29,17 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--flops", action="store_true", help="print FLOPs per sample, train nothing")
+    p.add_argument("--peak", action="store_true", help="print the GPU's product FLOP/s")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(0)
     dev = torch.device("cuda:0")
+    if a.peak:
+        print(json.dumps({"precision": a.precision, "peak_flops": product_peak(a.precision, dev)}))
+        return
     m = model(a.model).to(dev)
     opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -52,6 +63,14 @@ def main():
         loss.backward()
         opt.step()
 
+    if a.flops:
+        from torch.utils.flop_counter import FlopCounterMode
+        step()  # the optimizer's state made outside the count
+        with FlopCounterMode(display=False) as counter:
+            step()
+        print(json.dumps({"model": a.model, "batch": a.batch, "precision": a.precision,
+                          "flops_per_sample": counter.get_total_flops() / a.batch}))
+        return
     for _ in range(a.warmup):
         step()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -64,6 +83,20 @@ def main():
     seconds = start.elapsed_time(end) / 1000.0
     print(json.dumps({"model": a.model, "batch": a.batch, "device": "cuda:0",
                       "precision": a.precision, "samples_per_s": a.batch * a.steps / seconds}))
+
+
+def product_peak(precision, dev, n=8192):
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    x, y = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(2))
+    for _ in range(3):
+        x @ y
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        x @ y
+    end.record()
+    torch.cuda.synchronize()
+    return 10 * 2 * n**3 / (start.elapsed_time(end) / 1000.0)
 
 
 if __name__ == "__main__":

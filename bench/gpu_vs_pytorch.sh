@@ -5,7 +5,10 @@
 # For mlp and cnn, batch 128 and 1024, fp32 and bf16: the median (min..max) samples/s of REPS
 # runs of `bench_engine --device cuda:0` and of bench/gpu_vs_pytorch.py, and the ratio
 # hippo / PyTorch (the goal: >= 1.0). Each run warms up first; PyTorch is timed with CUDA events,
-# bench_engine with the host clock between two synchronizations (the same span).
+# bench_engine with the host clock between two synchronizations (the same span). Beside them, the
+# ceiling: the GPU's dense product FLOP/s at that precision, measured in this run, over the
+# model's product and convolution FLOPs per sample (forward and backward, PyTorch's count), in
+# samples/s, and the share of it that hippo reached.
 #
 # Needs: a CUDA device, BUILD_DIR/bench_engine built with CUDA (on a bare GPU machine,
 # scripts/gpu-check builds it and runs this), python3 with torch, and the Fashion-MNIST files
@@ -38,8 +41,17 @@ print(v) if v > 0 else sys.exit(1)' <<<"$out")") || { echo "error: $*: no sample
     awk '{v[NR]=$1} END {printf "%.0f %.0f %.0f\n", v[int((NR+1)/2)], v[1], v[NR]}'
 }
 
-printf "%-4s %5s %5s %28s %28s %7s\n" model batch prec "hippo median (min..max)" \
-  "torch median (min..max)" ratio
+# The GPU's product peak per precision, measured once.
+declare -A peak
+for precision in fp32 bf16; do
+  peak[$precision]=$(python3 "$here/gpu_vs_pytorch.py" --peak --precision "$precision" |
+    python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["peak_flops"])') ||
+    { echo "error: the $precision product peak could not be measured" >&2; exit 1; }
+  printf "%s product peak: %.1f TFLOP/s\n" "$precision" "$(awk -v p="${peak[$precision]}" 'BEGIN {print p / 1e12}')"
+done
+
+printf "%-4s %5s %5s %28s %28s %7s %11s %8s\n" model batch prec "hippo median (min..max)" \
+  "torch median (min..max)" ratio ceiling "reached"
 for model in mlp cnn; do
   for batch in 128 1024; do
     steps=$([ "$batch" = 128 ] && echo 300 || echo 100)
@@ -49,9 +61,15 @@ for model in mlp cnn; do
       pytorch=$(measure python3 "$here/gpu_vs_pytorch.py" "${args[@]}") || exit 1
       read -r ours ours_lo ours_hi <<<"$hippo"
       read -r torch torch_lo torch_hi <<<"$pytorch"
+      flops=$(python3 "$here/gpu_vs_pytorch.py" "${args[@]}" --flops |
+        python3 -c 'import json, sys; f = json.loads(sys.stdin.read())["flops_per_sample"]
+print(f) if f > 0 else sys.exit(1)') || { echo "error: no FLOP count for $model" >&2; exit 1; }
       ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN {printf "%.2f", a / b}')
-      printf "%-4s %5d %5s %10.0f (%7.0f..%7.0f) %10.0f (%7.0f..%7.0f) %6sx\n" "$model" "$batch" \
-        "$precision" "$ours" "$ours_lo" "$ours_hi" "$torch" "$torch_lo" "$torch_hi" "$ratio"
+      ceiling=$(awk -v p="${peak[$precision]}" -v f="$flops" 'BEGIN {printf "%.0f", p / f}')
+      reached=$(awk -v a="$ours" -v c="$ceiling" 'BEGIN {printf "%.1f%%", 100 * a / c}')
+      printf "%-4s %5d %5s %10.0f (%7.0f..%7.0f) %10.0f (%7.0f..%7.0f) %6sx %11.0f %8s\n" \
+        "$model" "$batch" "$precision" "$ours" "$ours_lo" "$ours_hi" "$torch" "$torch_lo" \
+        "$torch_hi" "$ratio" "$ceiling" "$reached"
     done
   done
 done
