@@ -5,7 +5,7 @@
 // state's environment.
 //
 // Built-in models: the engine's. On a CPU, hippo's own kernels give the same bits for every
-// instruction set and thread count (kernels/README.md): "cpu, hippo 0.2.0". On a GPU: the GPU's
+// instruction set and thread count (kernels/README.md): "cpu, hippo 0.3.0". On a GPU: the GPU's
 // model and the CUDA libraries loaded (kernels::cuda_device_environment), and hippo's version.
 // External trainers: the device they are given (a GPU's model) and the threads the worker gives
 // them (OMP/MKL/OpenBLAS threads change PyTorch's bits on a CPU). The trainer's own libraries are

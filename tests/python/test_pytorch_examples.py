@@ -176,10 +176,10 @@ def test_the_helpers_misuse_fails_the_trial_with_the_step(tmp_path):
 
 def test_workers_started_otherwise_and_plain_pytorch_give_the_bits_of_hippo_run(tmp_path):
     """The worker, not how it was started, fixes its trainers' environment (python/README.md):
-    a cluster of `hippo worker`s started from a shell with other thread counts and BLAS settings
-    gives the metrics of `hippo run`, bit for bit; and one trial trained again in plain PyTorch,
-    outside hippo (the trainer fed a stage line of our own, with the documented environment),
-    gives that trial's metrics too."""
+    a cluster of `hippo worker`s started from a shell with other thread counts and BLAS settings,
+    on machines of different core counts, gives the metrics of `hippo run`, bit for bit; and one
+    trial trained again in plain PyTorch, outside hippo (the trainer fed a stage line of our own,
+    with the documented environment), gives that trial's metrics too."""
     import subprocess
     import time
 
@@ -193,9 +193,12 @@ def test_workers_started_otherwise_and_plain_pytorch_give_the_bits_of_hippo_run(
     master = subprocess.Popen([hippo.binary(), "--db", str(db), "master", "--bind", address,
                                "--checkpoints", str(tmp_path / "ckpt"), "--allow-exec", "trainer"],
                               env=shell, cwd=ROOT, stderr=subprocess.DEVNULL)
-    workers = [subprocess.Popen([hippo.binary(), "worker", "--master", address, "--threads", "1",
-                                 "--checkpoints", str(tmp_path / "ckpt"), "--name", f"w{i}",
-                                 "--allow-exec", "trainer"],
+    # Machines of different core counts: w0 sees one core (taskset), w1 every core.
+    cores = [["taskset", "-c", "0"], []]
+    workers = [subprocess.Popen(cores[i] + [hippo.binary(), "worker", "--master", address,
+                                            "--threads", "1", "--checkpoints",
+                                            str(tmp_path / "ckpt"), "--name", f"w{i}",
+                                            "--allow-exec", "trainer"],
                                 env=shell, cwd=ROOT, stderr=subprocess.DEVNULL) for i in range(2)]
     try:
         time.sleep(1)
