@@ -8,11 +8,11 @@ runs without TF32 (hippo's fp32 products do not use it); bf16 is autocast (bf16 
 convolutions, fp32 weights and optimizer), as hippo's `precision: bf16`. Timed with CUDA events
 around `steps` steps after `warmup` untimed ones; prints one JSON line like bench_engine's.
 
-For the ceiling that gpu_vs_pytorch.sh prints beside the ratio: `--flops` prints the product and
-convolution FLOPs of one training step per sample (PyTorch's FlopCounterMode: forward and
-backward), `--peak` the GPU's dense matrix-product FLOP/s at the precision (an 8192^3 product, the
-mean of 10 after 3 warm-ups), so that no model of this kind can train faster than peak / flops
-samples/s on this GPU.
+For the ceiling that gpu_vs_pytorch.sh prints beside the ratio: the line also carries the product
+and convolution FLOPs of one training step per sample (`flops_per_sample`: PyTorch's
+FlopCounterMode over one more step after the timed ones, forward and backward), and `--peak`
+prints the GPU's dense matrix-product FLOP/s at the precision instead (an 8192^3 product, the mean
+of 10 after 3 warm-ups): no model of this kind trains faster than peak / flops samples/s on it.
 """
 import argparse
 import json
@@ -29,7 +29,6 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--flops", action="store_true", help="print FLOPs per sample, train nothing")
     p.add_argument("--peak", action="store_true", help="print the GPU's product FLOP/s")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -63,14 +62,6 @@ def main():
         loss.backward()
         opt.step()
 
-    if a.flops:
-        from torch.utils.flop_counter import FlopCounterMode
-        step()  # the optimizer's state made outside the count
-        with FlopCounterMode(display=False) as counter:
-            step()
-        print(json.dumps({"model": a.model, "batch": a.batch, "precision": a.precision,
-                          "flops_per_sample": counter.get_total_flops() / a.batch}))
-        return
     for _ in range(a.warmup):
         step()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -81,8 +72,12 @@ def main():
     end.record()
     torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1000.0
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as counter:
+        step()
     print(json.dumps({"model": a.model, "batch": a.batch, "device": "cuda:0",
-                      "precision": a.precision, "samples_per_s": a.batch * a.steps / seconds}))
+                      "precision": a.precision, "samples_per_s": a.batch * a.steps / seconds,
+                      "flops_per_sample": counter.get_total_flops() / a.batch}))
 
 
 def product_peak(precision, dev, n=8192):

@@ -27,18 +27,21 @@ python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 
 python3 -c 'import torch; print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__)'
 echo "$reps repetitions of each; samples/s, median (min..max)"
 
-# median, min and max of samples_per_s over reps runs of a command; fails (and says which) when
-# a run exits non-zero or its last line has no positive samples_per_s: no ratio without both.
+# median, min and max of samples_per_s over reps runs of a command, and the last run's
+# flops_per_sample (0 when it gives none); fails (and says which) when a run exits non-zero or its
+# last line has no positive samples_per_s: no ratio without both.
 measure() {
-  local out values=()
+  local out values=() flops
   for _ in $(seq "$reps"); do
     out=$("$@") || { echo "error: $* failed" >&2; return 1; }
     values+=("$(python3 -c 'import json, sys
 v = json.loads(sys.stdin.read().splitlines()[-1])["samples_per_s"]
 print(v) if v > 0 else sys.exit(1)' <<<"$out")") || { echo "error: $*: no samples/s in its output" >&2; return 1; }
   done
+  flops=$(python3 -c 'import json, sys
+print(json.loads(sys.stdin.read().splitlines()[-1]).get("flops_per_sample", 0))' <<<"$out")
   printf '%s\n' "${values[@]}" | sort -g |
-    awk '{v[NR]=$1} END {printf "%.0f %.0f %.0f\n", v[int((NR+1)/2)], v[1], v[NR]}'
+    awk -v f="$flops" '{v[NR]=$1} END {printf "%.0f %.0f %.0f %s\n", v[int((NR+1)/2)], v[1], v[NR], f}'
 }
 
 # The GPU's product peak per precision, measured once.
@@ -47,7 +50,8 @@ for precision in fp32 bf16; do
   peak[$precision]=$(python3 "$here/gpu_vs_pytorch.py" --peak --precision "$precision" |
     python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["peak_flops"])') ||
     { echo "error: the $precision product peak could not be measured" >&2; exit 1; }
-  printf "%s product peak: %.1f TFLOP/s\n" "$precision" "$(awk -v p="${peak[$precision]}" 'BEGIN {print p / 1e12}')"
+  printf "%s product peak: %.1f TFLOP/s\n" "$precision" \
+    "$(awk -v p="${peak[$precision]}" 'BEGIN {print p / 1e12}')"
 done
 
 printf "%-4s %5s %5s %28s %28s %7s %11s %8s\n" model batch prec "hippo median (min..max)" \
@@ -59,11 +63,9 @@ for model in mlp cnn; do
       args=(--model "$model" --batch "$batch" --precision "$precision" --steps "$steps" --warmup 20)
       hippo=$(measure "$bench" --device cuda:0 --data-dir "$data" "${args[@]}") || exit 1
       pytorch=$(measure python3 "$here/gpu_vs_pytorch.py" "${args[@]}") || exit 1
-      read -r ours ours_lo ours_hi <<<"$hippo"
-      read -r torch torch_lo torch_hi <<<"$pytorch"
-      flops=$(python3 "$here/gpu_vs_pytorch.py" "${args[@]}" --flops |
-        python3 -c 'import json, sys; f = json.loads(sys.stdin.read())["flops_per_sample"]
-print(f) if f > 0 else sys.exit(1)') || { echo "error: no FLOP count for $model" >&2; exit 1; }
+      read -r ours ours_lo ours_hi _ <<<"$hippo"
+      read -r torch torch_lo torch_hi flops <<<"$pytorch"
+      awk -v f="$flops" 'BEGIN {exit !(f > 0)}' || { echo "error: no FLOP count for $model" >&2; exit 1; }
       ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN {printf "%.2f", a / b}')
       ceiling=$(awk -v p="${peak[$precision]}" -v f="$flops" 'BEGIN {printf "%.0f", p / f}')
       reached=$(awk -v a="$ours" -v c="$ceiling" 'BEGIN {printf "%.1f%%", 100 * a / c}')
