@@ -204,6 +204,14 @@ class Master {
   void on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m);
   void on_metric(ConnectedWorker& w, const protocol::Metric& m);
   void on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m);
+  // A snapshot's file size is a claim: ProtocolError naming it when it is implausible
+  // (implausible_checkpoint_bytes). True when the size was measured here or agrees with the root
+  // key's earlier states; false for the first claim of a root key, bounded only by
+  // kMaxCheckpointBytes, which never evicts kept states by itself.
+  bool check_snapshot_bytes(const RunningJob& job, const protocol::Snapshot& m,
+                            const std::string& storage);
+  // The size of the checkpoint files of a root key's states, from the first state that has one.
+  std::optional<int64_t> checkpoint_bytes_of(const std::string& root_key);
   void on_done(ConnectedWorker& w, const protocol::Done& m);
   void on_failed(ConnectedWorker& w, const protocol::Failed& m);
   void on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m);
@@ -262,11 +270,12 @@ class Master {
   WorkerPool pool_;
   Copies copies_;
   StepCosts step_costs_;
-  Priorities priorities_;                                  // kept between decisions (scheduler.h)
-  InFlight in_flight_;                                     // likewise
-  int64_t studies_ended_seen_ = 0;                         // by abandon_orphan_jobs
-  int64_t needed_version_seen_ = -1;                       // likewise
-  Clock::time_point last_orphan_scan_{};                   // likewise
+  std::map<std::string, int64_t> root_bytes_;  // by root key: checkpoint_bytes_of's cache
+  Priorities priorities_;                      // kept between decisions (scheduler.h)
+  InFlight in_flight_;                         // likewise
+  int64_t studies_ended_seen_ = 0;             // by abandon_orphan_jobs
+  int64_t needed_version_seen_ = -1;           // likewise
+  Clock::time_point last_orphan_scan_{};       // likewise
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   std::set<std::pair<int64_t, std::string>> environment_warnings_;  // (study, environment) said
