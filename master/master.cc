@@ -611,13 +611,16 @@ bool Master::check_snapshot_bytes(const RunningJob& job, const protocol::Snapsho
     }
   }
   const std::string& root_key = tree_.trial(job.representative).root_key;
-  const std::optional<int64_t> expected = checkpoint_bytes_of(root_key);
+  // A size measured here beats one that a worker said first (and that may have been false).
+  std::optional<int64_t> expected = checkpoint_bytes_of(root_key);
+  if (measured && !root_measured_.count(root_key)) expected.reset();
   const std::string why = implausible_checkpoint_bytes(
       m.bytes, measured, expected, job.order.run.model.value("type", "") == "external");
   if (!why.empty())
     throw protocol::ProtocolError("snapshot.bytes: " + why + " (state " + std::to_string(m.state) +
                                   " of job " + std::to_string(m.job) + "; not counted)");
   if (!expected) root_bytes_[root_key] = measured.value_or(m.bytes);
+  if (measured) root_measured_.insert(root_key);
   return measured || expected;
 }
 

@@ -271,6 +271,7 @@ class Master {
   Copies copies_;
   StepCosts step_costs_;
   std::map<std::string, int64_t> root_bytes_;  // by root key: checkpoint_bytes_of's cache
+  std::set<std::string> root_measured_;        // root keys whose size the master measured
   Priorities priorities_;                      // kept between decisions (scheduler.h)
   InFlight in_flight_;                         // likewise
   int64_t studies_ended_seen_ = 0;             // by abandon_orphan_jobs
