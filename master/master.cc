@@ -558,7 +558,7 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
     throw protocol::ProtocolError("snapshot.state: no such snapshot was ordered");
   const std::string storage = copies_.storage_of(w);
   // Its size counts against the disk budget (retention): refused unless plausible.
-  const bool sized = !order->file.empty() && check_snapshot_bytes(job, m, storage);
+  const bool sized = !order->file.empty() && check_snapshot_bytes(w, job, m, storage);
   const StateKey key = state_key(tree_, job.representative, m.step);
   const std::optional<int64_t> known = states_.state_at(key);
   // A snapshot announced after every study of its job ended (its file is announced once written,
@@ -597,8 +597,8 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
   schedule_changed_ = true;
 }
 
-bool Master::check_snapshot_bytes(const RunningJob& job, const protocol::Snapshot& m,
-                                  const std::string& storage) {
+bool Master::check_snapshot_bytes(const ConnectedWorker& w, const RunningJob& job,
+                                  const protocol::Snapshot& m, const std::string& storage) {
   // In the master's own directory the file can be measured (when it is there: a worker that
   // wrongly names this storage leaves it missing, a lost copy when it is needed).
   std::optional<int64_t> measured;
@@ -611,25 +611,34 @@ bool Master::check_snapshot_bytes(const RunningJob& job, const protocol::Snapsho
     }
   }
   const std::string& root_key = tree_.trial(job.representative).root_key;
-  // A size measured here beats one that a worker said first (and that may have been false).
-  std::optional<int64_t> expected = checkpoint_bytes_of(root_key);
-  if (measured && !root_measured_.count(root_key)) expected.reset();
+  std::optional<RootSize> known = root_size(root_key);
+  // A size measured here beats one that a worker only said (which may have been false).
+  if (measured && known && !known->measured) known.reset();
   const std::string why = implausible_checkpoint_bytes(
-      m.bytes, measured, expected, job.order.run.model.value("type", "") == "external");
-  if (!why.empty())
+      m.bytes, measured, known ? std::optional(known->bytes) : std::nullopt,
+      job.order.run.model.value("type", "") == "external");
+  if (!why.empty()) {
+    // A size that one key said and another key's report disagrees with is believed no more: the
+    // next report sets it again. So a false first claim costs another key one refused snapshot
+    // (its state is made again), never all of them.
+    if (known && !known->measured && !known->key.empty() && known->key != w.identity.key)
+      root_sizes_[root_key] = std::nullopt;
     throw protocol::ProtocolError("snapshot.bytes: " + why + " (state " + std::to_string(m.state) +
                                   " of job " + std::to_string(m.job) + "; not counted)");
-  if (!expected) root_bytes_[root_key] = measured.value_or(m.bytes);
-  if (measured) root_measured_.insert(root_key);
-  return measured || expected;
+  }
+  if (!known || (measured && !known->measured))
+    root_sizes_[root_key] =
+        RootSize{measured.value_or(m.bytes), measured.has_value(), w.identity.key};
+  return measured || known;
 }
 
-std::optional<int64_t> Master::checkpoint_bytes_of(const std::string& root_key) {
-  if (auto it = root_bytes_.find(root_key); it != root_bytes_.end()) return it->second;
-  // Once per root key and start: the states restored from the plan, or none yet.
+std::optional<Master::RootSize> Master::root_size(const std::string& root_key) {
+  if (auto it = root_sizes_.find(root_key); it != root_sizes_.end()) return it->second;
+  // Once per root key and start: the states restored from the plan (sizes an earlier master
+  // accepted), or none yet.
   for (const auto& [id, info] : states_.all())
     if (!info.file.empty() && tree_.stage(info.stage).root_key == root_key)
-      return root_bytes_[root_key] = info.bytes;
+      return root_sizes_[root_key] = RootSize{info.bytes, false, ""};
   return std::nullopt;
 }
 

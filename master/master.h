@@ -206,12 +206,20 @@ class Master {
   void on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m);
   // A snapshot's file size is a claim: ProtocolError naming it when it is implausible
   // (implausible_checkpoint_bytes). True when the size was measured here or agrees with the root
-  // key's earlier states; false for the first claim of a root key, bounded only by
+  // key's size; false for the first size of a root key that nothing measured, bounded only by
   // kMaxCheckpointBytes, which never evicts kept states by itself.
-  bool check_snapshot_bytes(const RunningJob& job, const protocol::Snapshot& m,
-                            const std::string& storage);
-  // The size of the checkpoint files of a root key's states, from the first state that has one.
-  std::optional<int64_t> checkpoint_bytes_of(const std::string& root_key);
+  bool check_snapshot_bytes(const ConnectedWorker& w, const RunningJob& job,
+                            const protocol::Snapshot& m, const std::string& storage);
+  // The size of a root key's checkpoint files: measured by the master in its own directory, or
+  // said by a worker of `key` ("": a state restored from the plan).
+  struct RootSize {
+    int64_t bytes = 0;
+    bool measured = false;
+    std::string key;
+  };
+  // From the cache, else from the first state of the root key that has a file; nullopt when
+  // there is none, or when the size that one key said was contested by another.
+  std::optional<RootSize> root_size(const std::string& root_key);
   void on_done(ConnectedWorker& w, const protocol::Done& m);
   void on_failed(ConnectedWorker& w, const protocol::Failed& m);
   void on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m);
@@ -270,13 +278,13 @@ class Master {
   WorkerPool pool_;
   Copies copies_;
   StepCosts step_costs_;
-  std::map<std::string, int64_t> root_bytes_;  // by root key: checkpoint_bytes_of's cache
-  std::set<std::string> root_measured_;        // root keys whose size the master measured
-  Priorities priorities_;                      // kept between decisions (scheduler.h)
-  InFlight in_flight_;                         // likewise
-  int64_t studies_ended_seen_ = 0;             // by abandon_orphan_jobs
-  int64_t needed_version_seen_ = -1;           // likewise
-  Clock::time_point last_orphan_scan_{};       // likewise
+  // By root key: root_size's cache (nullopt: contested, the next report sets it).
+  std::map<std::string, std::optional<RootSize>> root_sizes_;
+  Priorities priorities_;                                  // kept between decisions (scheduler.h)
+  InFlight in_flight_;                                     // likewise
+  int64_t studies_ended_seen_ = 0;                         // by abandon_orphan_jobs
+  int64_t needed_version_seen_ = -1;                       // likewise
+  Clock::time_point last_orphan_scan_{};                   // likewise
   std::set<std::pair<int64_t, int64_t>> device_warnings_;  // (study, most devices) said
   std::set<int64_t> trainer_warnings_;                     // studies told of no trainer worker
   std::set<std::pair<int64_t, std::string>> environment_warnings_;  // (study, environment) said
