@@ -789,14 +789,14 @@ TEST_F(Trust, SnapshotSizesAreChecked) {
   // reports its snapshot as 9e18 bytes, then as 1000 (a first size for the root key, believed
   // as far as the bound goes), then the same snapshot again as 10^9.
   FakePeer::Keys keys = keys_of("hostile");
-  FakePeer hostile(address, &keys);
-  hostile.send({{"type", "hello"},
-                {"name", "w2"},
-                {"device", "cpu"},
-                {"threads", 1},
-                {"pid", 1},
-                {"storage", std::string(32, 'b')}});
-  json welcome = hostile.next({"welcome"}, 10);
+  auto hostile = std::make_unique<FakePeer>(address, &keys);
+  hostile->send({{"type", "hello"},
+                 {"name", "w2"},
+                 {"device", "cpu"},
+                 {"threads", 1},
+                 {"pid", 1},
+                 {"storage", std::string(32, 'b')}});
+  json welcome = hostile->next({"welcome"}, 10);
   ASSERT_FALSE(welcome.is_null()) << read_file(log_path(master));
   ASSERT_EQ(
       sh(client(address, "client") + "submit " + spec("second", {{"seed", 7}}) + " >/dev/null 2>&1")
@@ -807,10 +807,10 @@ TEST_F(Trust, SnapshotSizesAreChecked) {
   auto last_beat = Clock::now() - 1s;
   for (auto deadline = Clock::now() + 30s; order.is_null() && Clock::now() < deadline;) {
     if (Clock::now() - last_beat > 300ms) {
-      hostile.send({{"type", "heartbeat"}});
+      hostile->send({{"type", "heartbeat"}});
       last_beat = Clock::now();
     }
-    job = hostile.next({"job"}, 0.3);
+    job = hostile->next({"job"}, 0.3);
     if (job.is_null()) continue;
     for (const json& o : job.value("snapshots", json::array()))
       if (!o.value("file", "").empty()) order = o;
@@ -819,14 +819,14 @@ TEST_F(Trust, SnapshotSizesAreChecked) {
                                 << read_file(log_path(master));
   for (int64_t bytes :
        {int64_t{9'000'000'000'000'000'000}, int64_t{1000}, int64_t{1'000'000'000}}) {
-    hostile.send({{"type", "snapshot"},
-                  {"job", job["job"]},
-                  {"step", order["step"]},
-                  {"state", order["state"]},
-                  {"file", order["file"]},
-                  {"bytes", bytes},
-                  {"incarnation", welcome.value("incarnation", "")}});
-    hostile.send({{"type", "heartbeat"}});
+    hostile->send({{"type", "snapshot"},
+                   {"job", job["job"]},
+                   {"step", order["step"]},
+                   {"state", order["state"]},
+                   {"file", order["file"]},
+                   {"bytes", bytes},
+                   {"incarnation", welcome.value("incarnation", "")}});
+    hostile->send({{"type", "heartbeat"}});
     std::this_thread::sleep_for(500ms);
   }
   std::this_thread::sleep_for(1s);
@@ -844,6 +844,30 @@ TEST_F(Trust, SnapshotSizesAreChecked) {
                 .out,
             "0\n")
       << "a claimed size entered the plan";
+
+  // A worker of another key, on a storage of its own, trains the same root key: its first
+  // snapshot disagrees with the size that only the hostile key said, and is refused; that size is
+  // believed no more, and the study ends with every trial trained (no snapshot refused forever).
+  hostile.reset();  // its job goes to the honest worker once it is lost
+  honest = spawn({kHippo, "worker", "--master", address, "--checkpoints", path("w1.ck"), "--name",
+                  "w1", "--master-key", path("master.pub"), "--key", path("honest.key")});
+  std::string status;
+  for (int i = 0; i < 1200 && status != "done\n"; ++i) {
+    std::this_thread::sleep_for(100ms);
+    status =
+        sh("sqlite3 " + path("plan.db") + " \"SELECT status FROM studies WHERE name = 'second'\"")
+            .out;
+  }
+  const std::string after = read_file(log_path(master));
+  EXPECT_EQ(status, "done\n") << after;
+  json trials = json::parse(sh(hippo("plan.db") + "--format json trials second").out);
+  ASSERT_EQ(trials.size(), 4u);
+  for (const json& trial : trials) EXPECT_EQ(trial["status"], "done") << trial;
+  size_t refused = 0;
+  for (size_t at = 0; (at = after.find("of its root key have 1000 ", at)) != std::string::npos;
+       ++at)
+    ++refused;
+  EXPECT_EQ(refused, 2u) << "the hostile's and one of the honest worker's\n" << after;
 }
 
 }  // namespace
