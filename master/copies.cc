@@ -158,6 +158,8 @@ Edit Copies::on_fetched(const ConnectedWorker& w, const RunningJob& job,
   e.add(edit::Count{job.studies, 0, 0, m.bytes, m.seconds});
   const int64_t state = job.order.parent_state;
   if (!states_.has(state) || states_.info(state).file != job.order.parent_file) return e;
+  // A copy counts once verified: for now, once its worker said it kept the parent's byte count
+  // (Master::on_fetched refuses another), on a storage bound to its key (storages.h).
   std::set<std::string> storages = states_.info(state).storages;
   if (storages.insert(storage_of(w)).second) e.add(edit::SetStorages{state, std::move(storages)});
   return e;

@@ -53,6 +53,7 @@ Master::Master(SearchPlan plan, const Options& options, std::unique_ptr<Transpor
               [this](const Change& change) { on_tree_change(change); }),
       copies_(states_, storages_, pool_) {
   tree_ = plan_.load_tree();
+  storages_.restore_owners(plan_);
   restore_checkpoints();
   sweep_checkpoints();
   driver_.restore(options.resume_running);
@@ -466,6 +467,9 @@ void Master::on_hello(const Sender& from, const protocol::Hello& hello) {
     if (peer != from.peer && old.hello.name == hello.name && old.identity.key != from.identity.key)
       throw protocol::ProtocolError("hello.name: worker " + hello.name +
                                     " is connected already, with another key");
+  // So does a storage (storages.h): refused here, before anything changed, when another key owns
+  // it; its first key becomes its owner.
+  storages_.admit(plan_, storages_.of_worker(hello.storage), from.identity);
   // A worker that says hello again while it had a job (it restarted, or reconnected under the
   // same key and name) lost that job.
   Edit e;
@@ -552,6 +556,9 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
                             [&](const auto& o) { return o.state == m.state && o.step == m.step; });
   if (order == job.order.snapshots.end())
     throw protocol::ProtocolError("snapshot.state: no such snapshot was ordered");
+  const std::string storage = copies_.storage_of(w);
+  // Its size counts against the disk budget (retention): refused unless plausible.
+  const bool sized = !order->file.empty() && check_snapshot_bytes(w, job, m, storage);
   const StateKey key = state_key(tree_, job.representative, m.step);
   const std::optional<int64_t> known = states_.state_at(key);
   // A snapshot announced after every study of its job ended (its file is announced once written,
@@ -559,7 +566,6 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
   const bool orphan = std::none_of(job.studies.begin(), job.studies.end(),
                                    [&](int64_t id) { return driver_.running(id); });
   const bool fresh = !known && !orphan;
-  const std::string storage = copies_.storage_of(w);
   Edit e;
   add_progress(e, job, tree_, m.step);
   if (fresh) {
@@ -570,8 +576,9 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
                    .environment = job.environment};
     if (!order->file.empty()) info.storages = {storage};
     e.add(edit::AddState{m.state, info});
-    // Over the disk budget with states kept for later studies: some of those go.
-    if (!order->file.empty() && states_.bytes() + m.bytes > options_.rules.keep_checkpoint_bytes &&
+    // Over the disk budget with states kept for later studies: some of those go (never for a
+    // size that nothing confirmed).
+    if (sized && states_.bytes() + m.bytes > options_.rules.keep_checkpoint_bytes &&
         states_.kept() > 0)
       e.later.push_back(Collect{});
   } else if (!(known && order->file == states_.info(*known).file)) {
@@ -588,6 +595,51 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
       first_stage(tree_, job.representative, job.order.from, job.order.to));
   if (fresh) w.held.insert(m.state);
   schedule_changed_ = true;
+}
+
+bool Master::check_snapshot_bytes(const ConnectedWorker& w, const RunningJob& job,
+                                  const protocol::Snapshot& m, const std::string& storage) {
+  // In the master's own directory the file can be measured (when it is there: a worker that
+  // wrongly names this storage leaves it missing, a lost copy when it is needed).
+  std::optional<int64_t> measured;
+  if (storage == storages_.own()) {
+    const std::filesystem::path file = std::filesystem::path(options_.checkpoints) / m.file;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(std::filesystem::symlink_status(file, ec))) {
+      const uintmax_t size = std::filesystem::file_size(file, ec);
+      if (!ec) measured = static_cast<int64_t>(size);
+    }
+  }
+  const std::string& root_key = tree_.trial(job.representative).root_key;
+  std::optional<RootSize> known = root_size(root_key);
+  // A size measured here beats one that a worker only said (which may have been false).
+  if (measured && known && !known->measured) known.reset();
+  const std::string why = implausible_checkpoint_bytes(
+      m.bytes, measured, known ? std::optional(known->bytes) : std::nullopt,
+      job.order.run.model.value("type", "") == "external");
+  if (!why.empty()) {
+    // A size that one key said and another key's report disagrees with is believed no more: the
+    // next report sets it again. So a false first claim costs another key one refused snapshot
+    // (its state is made again), never all of them.
+    if (known && !known->measured && !known->key.empty() && known->key != w.identity.key)
+      root_sizes_[root_key] = std::nullopt;
+    throw protocol::ProtocolError("snapshot.bytes: " + why + " (state " + std::to_string(m.state) +
+                                  " of job " + std::to_string(m.job) + "; not counted)");
+  }
+  if (!known || (measured && !known->measured))
+    root_sizes_[root_key] =
+        RootSize{measured.value_or(m.bytes), measured.has_value(), w.identity.key};
+  return measured || known;
+}
+
+std::optional<Master::RootSize> Master::root_size(const std::string& root_key) {
+  if (auto it = root_sizes_.find(root_key); it != root_sizes_.end()) return it->second;
+  // Once per root key and start: the states restored from the plan (sizes an earlier master
+  // accepted), or none yet.
+  for (const auto& [id, info] : states_.all())
+    if (!info.file.empty() && tree_.stage(info.stage).root_key == root_key)
+      return root_sizes_[root_key] = RootSize{info.bytes, false, ""};
+  return std::nullopt;
 }
 
 void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {

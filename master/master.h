@@ -204,6 +204,22 @@ class Master {
   void on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m);
   void on_metric(ConnectedWorker& w, const protocol::Metric& m);
   void on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m);
+  // A snapshot's file size is a claim: ProtocolError naming it when it is implausible
+  // (implausible_checkpoint_bytes). True when the size was measured here or agrees with the root
+  // key's size; false for the first size of a root key that nothing measured, bounded only by
+  // kMaxCheckpointBytes, which never evicts kept states by itself.
+  bool check_snapshot_bytes(const ConnectedWorker& w, const RunningJob& job,
+                            const protocol::Snapshot& m, const std::string& storage);
+  // The size of a root key's checkpoint files: measured by the master in its own directory, or
+  // said by a worker of `key` ("": a state restored from the plan).
+  struct RootSize {
+    int64_t bytes = 0;
+    bool measured = false;
+    std::string key;
+  };
+  // From the cache, else from the first state of the root key that has a file; nullopt when
+  // there is none, or when the size that one key said was contested by another.
+  std::optional<RootSize> root_size(const std::string& root_key);
   void on_done(ConnectedWorker& w, const protocol::Done& m);
   void on_failed(ConnectedWorker& w, const protocol::Failed& m);
   void on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m);
@@ -262,6 +278,8 @@ class Master {
   WorkerPool pool_;
   Copies copies_;
   StepCosts step_costs_;
+  // By root key: root_size's cache (nullopt: contested, the next report sets it).
+  std::map<std::string, std::optional<RootSize>> root_sizes_;
   Priorities priorities_;                                  // kept between decisions (scheduler.h)
   InFlight in_flight_;                                     // likewise
   int64_t studies_ended_seen_ = 0;                         // by abandon_orphan_jobs

@@ -1,11 +1,30 @@
 #include "master/state_registry.h"
 
+#include <algorithm>
 #include <climits>
 
 #include "master/checkpoint_files.h"
 
 namespace hippo::master {
 namespace {}  // namespace
+
+std::string implausible_checkpoint_bytes(int64_t reported, std::optional<int64_t> measured,
+                                         std::optional<int64_t> expected, bool external) {
+  const std::string said = std::to_string(reported) + " bytes";
+  if (reported < 0 || reported > kMaxCheckpointBytes)
+    return said + " is beyond the bound of " + std::to_string(kMaxCheckpointBytes) +
+           " bytes (kMaxCheckpointBytes)";
+  if (measured && *measured != reported)
+    return said + ", but the file in the master's directory has " + std::to_string(*measured);
+  if (expected) {
+    const int64_t slack =
+        external ? std::max(kTrainerBytesSlack, *expected / 100 * kTrainerBytesSlackPercent) : 0;
+    if (reported < *expected - slack || reported > *expected + slack)
+      return said + ", but the checkpoints of its root key have " + std::to_string(*expected) +
+             (slack > 0 ? " (+-" + std::to_string(slack) + ")" : "");
+  }
+  return "";
+}
 
 StateInfo state_of(const CheckpointRow& row, const std::string& own_storage) {
   std::set<std::string> storages(row.storages.begin(), row.storages.end());

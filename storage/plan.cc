@@ -52,6 +52,7 @@ constexpr int kStoragesVersion = 6;
 constexpr int kAccountsVersion = 7;
 constexpr int kJobTimesVersion = 8;
 constexpr int kEnvironmentVersion = 9;
+constexpr int kStorageOwnersVersion = 10;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -861,6 +862,26 @@ std::vector<CheckpointRow> SearchPlan::checkpoints() {
     row.environment = q.text(9);
     rows.push_back(std::move(row));
   }
+  return rows;
+}
+
+// ---- storage owners ----
+
+void SearchPlan::set_storage_owner(const StorageOwnerRow& row) {
+  single_write([&] {
+    Query(*this,
+          "INSERT INTO storage_owners (storage, key, key_name, since) VALUES (?, ?, ?, ?) "
+          "ON CONFLICT (storage) DO NOTHING",
+          row.storage, row.key, row.key_name, row.since)
+        .run();
+  });
+}
+
+std::vector<StorageOwnerRow> SearchPlan::storage_owners() {
+  std::vector<StorageOwnerRow> rows;
+  if (schema_version() < kStorageOwnersVersion) return rows;  // an older file (read only): none
+  Query q(*this, "SELECT storage, key, key_name, since FROM storage_owners ORDER BY storage");
+  while (q.next()) rows.push_back({q.text(0), q.text(1), q.text(2), q.real(3)});
   return rows;
 }
 

@@ -122,6 +122,16 @@ struct MetricRow {
   bool operator==(const MetricRow&) const;  // NaN equals NaN
 };
 
+// The key that owns a storage (schema version 10): its Z85 public key ("" for anonymous peers,
+// --insecure), the key's name for people, and since when.
+struct StorageOwnerRow {
+  std::string storage;
+  std::string key;
+  std::string key_name;
+  double since = 0;
+  bool operator==(const StorageOwnerRow&) const = default;
+};
+
 struct CheckpointRow {
   int64_t id = 0;  // assigned by add_checkpoint
   StageId stage = kNoStage;
@@ -280,6 +290,11 @@ class SearchPlan {
   // The storages that hold a checkpoint's file now (a fetch added one, a lost copy went).
   void set_checkpoint_storages(int64_t id, const std::vector<std::string>& storages);
   std::vector<CheckpointRow> checkpoints();  // by (stage, step)
+
+  // Storage owners (schema version 10): the key that first named each storage. Setting the owner
+  // of a storage that has one already changes nothing (the first key keeps it).
+  void set_storage_owner(const StorageOwnerRow& row);
+  std::vector<StorageOwnerRow> storage_owners();  // by storage; none in a file before version 10
 
   // Metrics. Adding the same (trial, step, name) with the same value again is a no-op (a worker
   // resending after a lost acknowledgement); with a different value it throws

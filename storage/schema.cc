@@ -228,10 +228,23 @@ static const char* const kVersion9 = R"sql(
 ALTER TABLE checkpoints ADD COLUMN environment TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 10: which key owns each storage (a worker checkpoint directory, by the identity in its
+// .hippo-storage): the key of the first worker that named it in a hello. A worker of another key
+// that names it is refused (master/storages.h). `key` is the Z85 public key ('' where the master
+// admits anonymous peers: --insecure).
+static const char* const kVersion10 = R"sql(
+CREATE TABLE storage_owners (
+  storage TEXT PRIMARY KEY,
+  key TEXT NOT NULL,
+  key_name TEXT NOT NULL,
+  since REAL NOT NULL
+);
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3,
-                                                      kVersion4, kVersion5, kVersion6,
-                                                      kVersion7, kVersion8, kVersion9};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4,
+                                                      kVersion5, kVersion6, kVersion7, kVersion8,
+                                                      kVersion9, kVersion10};
   return steps;
 }
 

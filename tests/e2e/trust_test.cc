@@ -10,6 +10,8 @@
 //   5 BudgetsKeepTheMasterAnswering       huge but valid specs are refused, or enter in batches
 //   6 AnUnfinishedMessageIsCapped         a message that never ends cannot grow the master
 //   7 WorkersObeyOnlyTheirMaster          a worker refuses a master that cannot prove its key
+//  29 AStorageIsItsKey                    a storage named by one key cannot be claimed by another
+//     SnapshotSizesAreChecked             a snapshot's reported size is bounded and plausible
 //
 // Where a test measures the answer time of the master (a `hippo workers` round trip, and a
 // `hippo studies` read of the plan) during an attack, it prints the largest as "answer_s".
@@ -669,6 +671,203 @@ TEST_F(Trust, WorkersObeyOnlyTheirMaster) {
   // The real master comes back: the worker, which waited for it, joins it again.
   start();
   EXPECT_TRUE(listed()) << read_file(log_path(worker));
+}
+
+// Issue 29, part 2: a storage's identity was a claim. A worker of another key said hello naming an
+// honest worker's storage (its .hippo-storage, which it had read or guessed): the master would ask
+// it for that storage's files and relay its forgeries. The first key that names a storage owns it,
+// in the plan: a restarted master still refuses another key, before the owner is back.
+TEST_F(Trust, AStorageIsItsKey) {
+  keygen("master");
+  keygen("honest", "workers");
+  keygen("hostile", "workers");
+  keygen("client", "clients");
+  const std::vector<std::string> flags = {
+      "--auth",           "--key", path("master.key"), "--authorized", path("authorized"),
+      "--worker-timeout", "30"};
+  pid_t master = 0;
+  std::string address = start_master("plan.db", flags, &master);
+  pid_t honest =
+      spawn({kHippo, "worker", "--master", address, "--checkpoints", path("w1.ck"), "--name", "w1",
+             "--master-key", path("master.pub"), "--key", path("honest.key")});
+  auto listed = [&](const std::string& name) {
+    for (int i = 0; i < 300; ++i) {
+      if (sh(client(address, "client") + "--format json workers 2>/dev/null")
+              .out.find("\"" + name + "\"") != std::string::npos)
+        return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  };
+  ASSERT_TRUE(listed("w1")) << read_file(log_path(honest));
+  const std::string storage = key_text(path("w1.ck/.hippo-storage"));
+  ASSERT_EQ(storage.size(), 32u) << storage;
+
+  FakePeer::Keys hostile = keys_of("hostile");
+  auto hello = [&](FakePeer& peer, const std::string& name, const std::string& named) {
+    peer.send({{"type", "hello"},
+               {"name", name},
+               {"device", "cpu"},
+               {"threads", 1},
+               {"pid", 1},
+               {"storage", named}});
+    return !peer.next({"welcome"}, 3).is_null();
+  };
+  {
+    FakePeer thief(address, &hostile);
+    EXPECT_FALSE(hello(thief, "w2", storage)) << "another key took w1's storage";
+  }
+  {  // The same hello with a storage of its own is welcome: only the storage was refused.
+    FakePeer own(address, &hostile);
+    EXPECT_TRUE(hello(own, "w3", std::string(32, 'a'))) << read_file(log_path(master));
+  }
+  EXPECT_NE(read_file(log_path(master)).find("belongs to the key honest"), std::string::npos)
+      << read_file(log_path(master));
+
+  // After a restart of the master, with the owner not back yet.
+  kill(honest, SIGKILL);
+  waitpid(honest, nullptr, 0);
+  kill(master, SIGKILL);
+  waitpid(master, nullptr, 0);
+  address = start_master("plan.db", flags, &master);
+  {
+    FakePeer thief(address, &hostile);
+    EXPECT_FALSE(hello(thief, "w2", storage)) << "after a restart, another key took w1's storage";
+  }
+  EXPECT_NE(sh("sqlite3 " + path("plan.db") +
+               " \"SELECT count(*) FROM events WHERE kind = 'refused_message' AND detail LIKE "
+               "'%hello.storage%'\"")
+                .out,
+            "0\n")
+      << read_file(log_path(master));
+  // The owner itself comes back and is welcome.
+  honest = spawn({kHippo, "worker", "--master", address, "--checkpoints", path("w1.ck"), "--name",
+                  "w1", "--master-key", path("master.pub"), "--key", path("honest.key")});
+  EXPECT_TRUE(listed("w1")) << read_file(log_path(master));
+}
+
+// Issue 29, part 3: a snapshot's size was believed. A worker said its snapshot was 9e18 bytes, and
+// the master evicted every state kept for later studies as over the disk budget. Now a size is at
+// most kMaxCheckpointBytes, and agrees with the sizes of its root key's other states.
+TEST_F(Trust, SnapshotSizesAreChecked) {
+  keygen("master");
+  keygen("honest", "workers");
+  keygen("hostile", "workers");
+  keygen("client", "clients");
+  pid_t master = 0;
+  const std::string address = start_master("plan.db",
+                                           {"--auth", "--key", path("master.key"), "--authorized",
+                                            path("authorized"), "--worker-timeout", "3"},
+                                           &master);
+  // A first study leaves states kept for later ones.
+  pid_t honest =
+      spawn({kHippo, "worker", "--master", address, "--checkpoints", path("plan.db.ck"), "--name",
+             "w1", "--master-key", path("master.pub"), "--key", path("honest.key")});
+  ASSERT_EQ(sh(client(address, "client") + "submit --wait " + spec("first", json::object()) +
+               " >/dev/null 2>&1")
+                .status,
+            0)
+      << read_file(log_path(master));
+  auto retained = [&] {
+    return sh("sqlite3 " + path("plan.db") +
+              " \"SELECT count(*) FROM checkpoints WHERE retained_at IS NOT NULL\"")
+        .out;
+  };
+  std::string kept;
+  for (int i = 0; i < 100 && (kept = retained()) == "0\n"; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_NE(kept, "0\n") << "nothing was kept: the test proves nothing";
+  kill(honest, SIGKILL);
+  waitpid(honest, nullptr, 0);
+  for (int i = 0;
+       i < 100 &&
+       sh(client(address, "client") + "--format json workers 2>/dev/null").out.find("\"w1\"") !=
+           std::string::npos;
+       ++i)
+    std::this_thread::sleep_for(100ms);
+
+  // A hostile worker takes the second study's first job (another seed: a new root key) and
+  // reports its snapshot as 9e18 bytes, then as 1000 (a first size for the root key, believed
+  // as far as the bound goes), then the same snapshot again as 10^9.
+  FakePeer::Keys keys = keys_of("hostile");
+  auto hostile = std::make_unique<FakePeer>(address, &keys);
+  hostile->send({{"type", "hello"},
+                 {"name", "w2"},
+                 {"device", "cpu"},
+                 {"threads", 1},
+                 {"pid", 1},
+                 {"storage", std::string(32, 'b')}});
+  json welcome = hostile->next({"welcome"}, 10);
+  ASSERT_FALSE(welcome.is_null()) << read_file(log_path(master));
+  ASSERT_EQ(
+      sh(client(address, "client") + "submit " + spec("second", {{"seed", 7}}) + " >/dev/null 2>&1")
+          .status,
+      0)
+      << read_file(log_path(master));
+  json job, order;
+  auto last_beat = Clock::now() - 1s;
+  for (auto deadline = Clock::now() + 30s; order.is_null() && Clock::now() < deadline;) {
+    if (Clock::now() - last_beat > 300ms) {
+      hostile->send({{"type", "heartbeat"}});
+      last_beat = Clock::now();
+    }
+    job = hostile->next({"job"}, 0.3);
+    if (job.is_null()) continue;
+    for (const json& o : job.value("snapshots", json::array()))
+      if (!o.value("file", "").empty()) order = o;
+  }
+  ASSERT_FALSE(order.is_null()) << "no job with a snapshot file came\n"
+                                << read_file(log_path(master));
+  for (int64_t bytes :
+       {int64_t{9'000'000'000'000'000'000}, int64_t{1000}, int64_t{1'000'000'000}}) {
+    hostile->send({{"type", "snapshot"},
+                   {"job", job["job"]},
+                   {"step", order["step"]},
+                   {"state", order["state"]},
+                   {"file", order["file"]},
+                   {"bytes", bytes},
+                   {"incarnation", welcome.value("incarnation", "")}});
+    hostile->send({{"type", "heartbeat"}});
+    std::this_thread::sleep_for(500ms);
+  }
+  std::this_thread::sleep_for(1s);
+  const std::string log = read_file(log_path(master));
+  EXPECT_EQ(retained(), kept) << "states kept for later studies were evicted\n" << log;
+  EXPECT_NE(log.find("snapshot.bytes: 9000000000000000000 bytes is beyond the bound"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("snapshot.bytes: 1000000000 bytes, but the checkpoints of its root key have "
+                     "1000"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(sh("sqlite3 " + path("plan.db") +
+               " \"SELECT count(*) FROM checkpoints WHERE size >= 1000000000\"")
+                .out,
+            "0\n")
+      << "a claimed size entered the plan";
+
+  // A worker of another key, on a storage of its own, trains the same root key: its first
+  // snapshot disagrees with the size that only the hostile key said, and is refused; that size is
+  // believed no more, and the study ends with every trial trained (no snapshot refused forever).
+  hostile.reset();  // its job goes to the honest worker once it is lost
+  honest = spawn({kHippo, "worker", "--master", address, "--checkpoints", path("w1.ck"), "--name",
+                  "w1", "--master-key", path("master.pub"), "--key", path("honest.key")});
+  std::string status;
+  for (int i = 0; i < 1200 && status != "done\n"; ++i) {
+    std::this_thread::sleep_for(100ms);
+    status =
+        sh("sqlite3 " + path("plan.db") + " \"SELECT status FROM studies WHERE name = 'second'\"")
+            .out;
+  }
+  const std::string after = read_file(log_path(master));
+  EXPECT_EQ(status, "done\n") << after;
+  json trials = json::parse(sh(hippo("plan.db") + "--format json trials second").out);
+  ASSERT_EQ(trials.size(), 4u);
+  for (const json& trial : trials) EXPECT_EQ(trial["status"], "done") << trial;
+  size_t refused = 0;
+  for (size_t at = 0; (at = after.find("of its root key have 1000 ", at)) != std::string::npos;
+       ++at)
+    ++refused;
+  EXPECT_EQ(refused, 2u) << "the hostile's and one of the honest worker's\n" << after;
 }
 
 }  // namespace
