@@ -614,9 +614,9 @@ bool Master::check_snapshot_bytes(const ConnectedWorker& w, const RunningJob& jo
   std::optional<RootSize> known = root_size(root_key);
   // A size measured here beats one that a worker only said (which may have been false).
   if (measured && known && !known->measured) known.reset();
+  const bool external = job.order.run.model.value("type", "") == "external";
   const std::string why = implausible_checkpoint_bytes(
-      m.bytes, measured, known ? std::optional(known->bytes) : std::nullopt,
-      job.order.run.model.value("type", "") == "external");
+      m.bytes, measured, known ? std::optional(known->bytes) : std::nullopt, external);
   if (!why.empty()) {
     // A size that one key said and another key's report disagrees with is believed no more: the
     // next report sets it again. So a false first claim costs another key one refused snapshot
@@ -629,7 +629,7 @@ bool Master::check_snapshot_bytes(const ConnectedWorker& w, const RunningJob& jo
   if (!known || (measured && !known->measured))
     root_sizes_[root_key] =
         RootSize{measured.value_or(m.bytes), measured.has_value(), w.identity.key};
-  return measured || known;
+  return measured || (known && !external);
 }
 
 std::optional<Master::RootSize> Master::root_size(const std::string& root_key) {

@@ -206,8 +206,9 @@ class Master {
   void on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m);
   // A snapshot's file size is a claim: ProtocolError naming it when it is implausible
   // (implausible_checkpoint_bytes). True when the size was measured here or agrees with the root
-  // key's size; false for the first size of a root key that nothing measured, bounded only by
-  // kMaxCheckpointBytes, which never evicts kept states by itself.
+  // key's size (the engine's files); false for a size that nothing confirmed (the first of a
+  // root key, an external trainer's), bounded only by kMaxCheckpointBytes, which never evicts
+  // kept states by itself.
   bool check_snapshot_bytes(const ConnectedWorker& w, const RunningJob& job,
                             const protocol::Snapshot& m, const std::string& storage);
   // The size of a root key's checkpoint files: measured by the master in its own directory, or

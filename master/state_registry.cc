@@ -16,13 +16,8 @@ std::string implausible_checkpoint_bytes(int64_t reported, std::optional<int64_t
            " bytes (kMaxCheckpointBytes)";
   if (measured && *measured != reported)
     return said + ", but the file in the master's directory has " + std::to_string(*measured);
-  if (expected) {
-    const int64_t slack =
-        external ? std::max(kTrainerBytesSlack, *expected / 100 * kTrainerBytesSlackPercent) : 0;
-    if (reported < *expected - slack || reported > *expected + slack)
-      return said + ", but the checkpoints of its root key have " + std::to_string(*expected) +
-             (slack > 0 ? " (+-" + std::to_string(slack) + ")" : "");
-  }
+  if (expected && !external && reported != *expected)
+    return said + ", but the checkpoints of its root key have " + std::to_string(*expected);
   return "";
 }
 

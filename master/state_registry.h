@@ -69,17 +69,14 @@ struct StateInfo {
 // parameters and Adam's two moments, 12 bytes a parameter) of a model of 90 billion parameters.
 // A size from a worker is a claim; beyond this it is refused, whatever else the master knows.
 inline constexpr int64_t kMaxCheckpointBytes = int64_t{1} << 40;
-// The checkpoints of one root key (one model, the same shapes) have one size: the engine's are
-// exactly that size (worker/engine/checkpoint.h). An external trainer writes its own format, whose
-// numbers and names may take a few bytes more or less from one state to the next (a pickle's
-// integers): its files may differ by 1%, or by 64 KiB, whichever is more.
-inline constexpr int64_t kTrainerBytesSlack = int64_t{64} << 10;
-inline constexpr int64_t kTrainerBytesSlackPercent = 1;
+// The engine's checkpoints of one root key (one model, the same shapes) have exactly one size
+// (worker/engine/checkpoint.h). An external trainer writes its own format, whose size may change
+// from one state to the next (a growing buffer, compression): its sizes are not compared.
 
 // Why a snapshot's reported size is not to be believed, "" when it may be: over
 // kMaxCheckpointBytes or negative, unlike the file's size that the master `measured` itself (in
-// its own directory), or unlike the size `expected` of the root key's other states (exactly, or
-// within the slack above for an `external` trainer's files).
+// its own directory), or, for the engine's files (not an `external` trainer's), unlike the size
+// `expected` of the root key's other states.
 std::string implausible_checkpoint_bytes(int64_t reported, std::optional<int64_t> measured,
                                          std::optional<int64_t> expected, bool external);
 
