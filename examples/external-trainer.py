@@ -122,7 +122,7 @@ def main():
         # A new file at an unpredictable name (O_EXCL|O_NOFOLLOW: whoever can write in the
         # directory cannot have a symlink followed there), the name the master's sweep knows.
         tmp = f"{path}.tmp.{os.urandom(8).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             np.savez(f, W=W, b=b, vW=vW, vb=vb, step=np.int64(step))
             f.flush()

@@ -407,14 +407,15 @@ def _write_durably(path, data):
     checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random hex digits>"
     created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a symlink or
     file planted there is never followed nor truncated; the master sweeps such a file that a
-    killed trainer leaves), fsync, rename, then the directory fsynced."""
+    killed trainer leaves), private to its owner (0600, as the worker's own), fsync, rename, then
+    the directory fsynced."""
     directory, name = os.path.split(os.path.abspath(path))
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         tmp = f"{name}.tmp.{_random_suffix()}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o644, dir_fd=dir_fd)
+                         0o600, dir_fd=dir_fd)
         except OSError as e:
             raise StageError(f"checkpoint {path}: cannot create {tmp}: {e.strerror}") from None
         try:

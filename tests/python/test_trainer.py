@@ -383,6 +383,7 @@ def test_a_symlink_planted_at_the_temporary_name_is_not_followed(tmp_path):
     assert trainer.returncode == 0, err
     assert victim.read_text() == "precious"
     assert not os.path.islink(tmp_path / "a.ckpt")
+    assert os.stat(tmp_path / "a.ckpt").st_mode & 0o777 == 0o600  # its owner's only
     with open(tmp_path / "a.ckpt", "rb") as f:
         assert pickle.load(f) == {"sum": 1.0}
 
