@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "protocol/checkpoint_storage.h"
+#include "protocol/content_hash.h"
 #include "stagetree/sequence_json.h"
 
 namespace hippo::protocol {
@@ -143,6 +144,10 @@ std::string checkpoint_file(const std::string& s) {
 
 std::string storage_identity(const std::string& s) {
   return is_valid_storage_identity(s) ? "" : "not a storage identity (32 hex digits)";
+}
+
+std::string content_hash_or_empty(const std::string& s) {
+  return s.empty() ? "" : content_hash_error(s);
 }
 
 std::string not_empty(const std::string& s) {

@@ -31,6 +31,7 @@
 #include <variant>
 #include <vector>
 
+#include "protocol/content_hash.h"
 #include "protocol/fields.h"
 #include "protocol/wire.h"
 #include "stagetree/sequence.h"
@@ -63,6 +64,8 @@ std::string file_name(const std::string& s);           // a plain file name (wir
 std::string file_name_or_empty(const std::string& s);  // "" (no file) or a plain file name
 std::string checkpoint_file(const std::string& s);     // a checkpoint's name (checkpoint_storage.h)
 std::string storage_identity(const std::string& s);    // 32 lowercase hex digits
+// "" (unknown) or a state's content hash: 64 lowercase hex digits (content_hash.h).
+std::string content_hash_or_empty(const std::string& s);
 std::string not_empty(const std::string& s);
 bool checkpoint_or_temporary(const std::string& s);  // a checkpoint's name or its temporary file's
 }  // namespace checks
@@ -204,6 +207,9 @@ struct Snapshot {
   std::string file;  // "" for a state kept in memory only
   int64_t bytes = 0;
   std::string incarnation{};
+  // The content hash of its file, computed by its producer as the file was written
+  // (content_hash.h); "" for a state kept in memory only (or a worker before content hashes).
+  std::string checksum{};
   bool operator==(const Snapshot&) const = default;
   static constexpr auto kFields =
       std::tuple{fields::Int{"job", &Snapshot::job},
@@ -211,7 +217,10 @@ struct Snapshot {
                  fields::Int{"state", &Snapshot::state},
                  fields::Text{"file", &Snapshot::file, kMaxFileName, checks::file_name_or_empty},
                  fields::Int{"bytes", &Snapshot::bytes},
-                 fields::Text{"incarnation", &Snapshot::incarnation, kMaxIncarnation}};
+                 fields::Text{"incarnation", &Snapshot::incarnation, kMaxIncarnation},
+                 fields::Text{"checksum", &Snapshot::checksum, kContentHashLength,
+                              checks::content_hash_or_empty}
+                     .omitted()};
   json to_json() const;
   static Snapshot from_json(const json& m);
 };
@@ -445,6 +454,10 @@ struct Job {
   // and keep them as parent_file in this worker's own directory. Absent: false, 0.
   bool fetch_parent = false;
   int64_t parent_bytes = 0;
+  // The content hash its producer reported for parent_file: whoever loads or fetches it compares
+  // before using it (a mismatch is a lost copy). Absent or "": unknown (a state recorded before
+  // content hashes), not compared.
+  std::string parent_checksum{};
   // The master's id of the trial whose path it trains (its representative), for the worker to
   // name in a DroppedJob; absent: -1.
   int64_t trial = -1;
@@ -463,6 +476,9 @@ struct Job {
       fields::NestedList{"snapshots", &Job::snapshots, kMaxJobSteps},
       fields::Bool{"fetch_parent", &Job::fetch_parent}.omitted(),
       fields::Int{"parent_bytes", &Job::parent_bytes, 1}.when(fetches_parent),
+      fields::Text{"parent_checksum", &Job::parent_checksum, kContentHashLength,
+                   checks::content_hash_or_empty}
+          .omitted(),
       fields::Int{"trial", &Job::trial, -1}.omitted()};
   // to >= from; a parent state unless from == 0; eval steps and snapshots increasing, inside
   // [from, to] and (from, to]; a parent file to fetch.

@@ -181,6 +181,39 @@ TEST(Messages, BadStorageAndTransferFieldsAreRefusedByName) {
                  "delete_files.files: not a checkpoint file name");
 }
 
+// Content hashes (issue 29): a snapshot reports its file's, a job names its parent's; each is ""
+// (unknown, omitted on the wire) or 64 lowercase hex digits, nothing else and nothing longer.
+TEST(Messages, ContentHashesAreHexOfFixedLength) {
+  const std::string hash = content_hash("a state");
+  EXPECT_EQ(hash.size(), kContentHashLength);
+  EXPECT_EQ(content_hash_error(hash), "");
+  Snapshot snapshot{.job = 1,
+                    .step = 2,
+                    .state = 3,
+                    .file = "state-0123456789abcdef-3.ckpt",
+                    .bytes = 100,
+                    .incarnation = "abcd",
+                    .checksum = hash};
+  expect_round_trip(snapshot);
+  snapshot.checksum = "";
+  expect_round_trip(snapshot);
+  EXPECT_FALSE(snapshot.to_json().contains("checksum"));  // an older master reads it as before
+  for (const std::string& bad : {hash.substr(1), hash + "0", std::string(64, 'A'),
+                                 std::string(64, 'g'), std::string(100000, 'a')}) {
+    json m = snapshot.to_json();
+    m["checksum"] = bad;
+    expect_refused(m.dump(), "snapshot.checksum");
+  }
+  json job = json::parse(R"({"v":1,"type":"job","job":7,"run":{"model":{"type":"mlp"},
+      "data":"fashion-mnist","train_samples":8,"eval_samples":8,"fixed":{}},
+      "hyperparameters":{},"from":0,"to":4,"parent_state":-1,"parent_file":"",
+      "eval_steps":[],"snapshots":[]})");
+  job["parent_checksum"] = hash;
+  EXPECT_EQ(Job::from_json(job).parent_checksum, hash);
+  job["parent_checksum"] = "zz";
+  expect_refused(job.dump(), "job.parent_checksum");
+}
+
 // A diverging trial's loss is NaN or infinite: on the wire "nan", "inf", "-inf" (JSON has no such
 // numbers, and nlohmann would write null); null, what older workers sent, is NaN.
 TEST(Messages, NonFiniteMetricsCrossTheWire) {
