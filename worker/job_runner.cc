@@ -25,6 +25,10 @@ class Stopwatch {
 
 }  // namespace
 
+std::string JobRunner::on_own_storage(const std::string& what) const {
+  return what + " [storage " + store_.identity() + ", " + options_.checkpoints + "]";
+}
+
 JobRunner::JobRunner(const Options& options, StateCache& cache, SnapshotWriter& snapshots,
                      const CheckpointStore& store)
     : options_(options),
@@ -88,9 +92,10 @@ bool JobRunner::run_on_engine(const JobHost& host) {
     const CheckpointShape shape =
         engine.checkpoint_shape(job_.from, job_.hyperparams, job_.run.fixed);
     try {
-      state = load_checkpoint(snapshots_.path_of(job_.parent_file), shape, engine.backend());
+      state = load_checkpoint(snapshots_.path_of(job_.parent_file), shape, engine.backend(),
+                              job_.parent_checksum);
     } catch (const CheckpointError& e) {
-      throw StorageFailure(e.what(), job_.parent_file);
+      throw StorageFailure(on_own_storage(e.what()), job_.parent_file);
     }
   } else {
     throw std::runtime_error("parent state " + std::to_string(job_.parent_state) +
@@ -156,6 +161,9 @@ std::optional<std::string> JobRunner::fetch_parent(
   std::optional<std::string> bytes = host.fetch_parent();
   if (!bytes) return std::nullopt;
   try {
+    // Neither used nor kept unless they are what the parent's producer wrote.
+    check_content_hash(*bytes, job_.parent_checksum,
+                       job_.parent_file + " (fetched through the master)");
     check(*bytes);
   } catch (const CheckpointError& e) {
     throw StorageFailure(e.what(), job_.parent_file);
@@ -179,10 +187,13 @@ bool JobRunner::run_external(const JobHost& host) {
       throw StorageFailure(
           "the parent checkpoint of state " + std::to_string(job_.parent_state) + " has no file",
           job_.parent_file);
+    // The worker is the trust boundary: the trainer gets the file only once its bytes are the
+    // ones its producer reported (a trainer's own loader checks nothing of the kind).
+    const std::string path = snapshots_.path_of(job_.parent_file);
     try {
-      checked_file_size(snapshots_.path_of(job_.parent_file));
+      check_file_content_hash(path, job_.parent_checksum);
     } catch (const CheckpointError& e) {
-      throw StorageFailure(e.what(), job_.parent_file);
+      throw StorageFailure(on_own_storage(e.what()), job_.parent_file);
     }
   }
   TrainerHooks hooks;
@@ -196,12 +207,18 @@ bool JobRunner::run_external(const JobHost& host) {
       if (order.step != step || order.file.empty()) continue;
       // Durable (fsynced, with its directory) and not empty before the master hears of it: a
       // trainer that only renamed its file, or wrote nothing, fails here, not at the next load.
-      const int64_t bytes = checked_file_size(snapshots_.path_of(order.file), true);
+      const std::string path = snapshots_.path_of(order.file);
+      const int64_t bytes = checked_file_size(path, true);
       if (bytes == 0)
         throw std::runtime_error("the trainer's checkpoint for step " + std::to_string(step) +
                                  " (" + order.file + ") is empty");
-      snapshots_.announce_written(
-          {.job = job_.id, .step = step, .state = order.state, .file = order.file, .bytes = bytes});
+      // The trainer said the file is written: from here on, the worker vouches for its bytes.
+      snapshots_.announce_written({.job = job_.id,
+                                   .step = step,
+                                   .state = order.state,
+                                   .file = order.file,
+                                   .bytes = bytes,
+                                   .checksum = file_content_hash(path)});
     }
   };
   hooks.tick = [&](int64_t step) {

@@ -67,6 +67,10 @@ class JobRunner {
   std::optional<std::string> fetch_parent(const JobHost& host,
                                           const std::function<void(std::string_view)>& check);
 
+  // An error about a file of this worker's storage, naming the storage (its identity and
+  // directory): the log says where a bad copy was.
+  std::string on_own_storage(const std::string& what) const;
+
   const Options& options_;
   StateCache& cache_;
   SnapshotWriter& snapshots_;

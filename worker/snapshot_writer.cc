@@ -24,12 +24,14 @@ void SnapshotWriter::take(int64_t job, const TrainState& s, const protocol::Snap
   if (!order.file.empty()) {
     p.path = path_of(order.file);
     auto bytes = std::make_shared<const std::vector<char>>(encode_checkpoint(s, config_hash));
-    p.file_bytes = std::async(std::launch::async, [path = p.path, bytes] {
-      write_checkpoint_file(path, *bytes);
+    p.written = std::async(std::launch::async, [path = p.path, bytes] {
+      Written w;
+      w.content_hash = write_checkpoint_file(path, *bytes);
       // Already gone (a disk lost): the master finds out when it needs the file, and replays.
       std::error_code ec;
       auto size = std::filesystem::file_size(path, ec);
-      return ec ? int64_t{0} : static_cast<int64_t>(size);
+      w.bytes = ec ? int64_t{0} : static_cast<int64_t>(size);
+      return w;
     });
   }
   pending_.push_back(std::move(p));
@@ -39,11 +41,12 @@ void SnapshotWriter::take(int64_t job, const TrainState& s, const protocol::Snap
 void SnapshotWriter::announce(bool wait) {
   while (!pending_.empty()) {
     Pending& p = pending_.front();
-    if (p.file_bytes.valid()) {
-      if (!wait && p.file_bytes.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
-        return;
+    if (p.written.valid()) {
+      if (!wait && p.written.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
       try {
-        p.message.bytes = p.file_bytes.get();
+        Written w = p.written.get();
+        p.message.bytes = w.bytes;
+        p.message.checksum = std::move(w.content_hash);
       } catch (const CheckpointError& e) {
         pending_.pop_front();
         drop();
@@ -66,9 +69,9 @@ void SnapshotWriter::settle() {
 
 void SnapshotWriter::drop() {
   for (Pending& p : pending_) {
-    if (!p.file_bytes.valid()) continue;
+    if (!p.written.valid()) continue;
     try {
-      p.file_bytes.get();
+      p.written.get();
     } catch (const CheckpointError&) {
       continue;  // nothing was left behind
     }

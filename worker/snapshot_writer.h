@@ -1,5 +1,6 @@
 // Snapshots of the running job. Training waits only for the state's copy to host memory
-// (encode_checkpoint); the file is written, checksummed and fsynced in the background. A snapshot
+// (encode_checkpoint); the file is written, checksummed, hashed (its content hash, reported with
+// the snapshot: protocol/content_hash.h) and fsynced in the background. A snapshot
 // is announced to the master (its Snapshot message) only once its file is durable, and snapshots
 // are announced in the order they were taken. Announcing one also puts it in the state cache:
 // the worker holds only states the master knows of.
@@ -54,11 +55,15 @@ class SnapshotWriter {
   std::string path_of(const std::string& file) const;
 
  private:
+  struct Written {
+    int64_t bytes = 0;
+    std::string content_hash;
+  };
   struct Pending {
     protocol::Snapshot message;
-    TrainState copy;                  // for the cache, once announced
-    std::string path;                 // empty: a state kept in memory only
-    std::future<int64_t> file_bytes;  // valid while a file is being written
+    TrainState copy;               // for the cache, once announced
+    std::string path;              // empty: a state kept in memory only
+    std::future<Written> written;  // valid while a file is being written
   };
 
   std::string checkpoint_dir_;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/content_hash.h"
 #include "protocol/file_modes.h"
 #include "protocol/random_token.h"
 
@@ -147,8 +148,10 @@ void fsync_directory(int dfd, const std::string& path) {
 }
 
 // Writes `parts` one after the other at `path`: a temporary file of an unpredictable name, fsync,
-// a rename that never replaces, and a directory fsync (checkpoint.h).
-void write_durably(const std::string& path, std::initializer_list<std::string_view> parts) {
+// a rename that never replaces, and a directory fsync (checkpoint.h). With `hash`, each part goes
+// through it as it is written.
+void write_durably(const std::string& path, std::initializer_list<std::string_view> parts,
+                   protocol::ContentHash* hash = nullptr) {
   auto [dir, name] = open_parent(path);
   // Refused here already (clearer than after the write); the rename below is what guarantees it.
   struct stat st;
@@ -160,7 +163,10 @@ void write_durably(const std::string& path, std::initializer_list<std::string_vi
                    protocol::file_mode_in(dir.get())));
     if (fd.get() < 0) fail(path, "cannot create " + tmp + ": " + error_text(errno));
     try {
-      for (std::string_view part : parts) write_all(fd.get(), part.data(), part.size(), path);
+      for (std::string_view part : parts) {
+        if (hash) hash->update(part);
+        write_all(fd.get(), part.data(), part.size(), path);
+      }
       if (::fsync(fd.get()) != 0) fail(path, "fsync failed: " + error_text(errno));
     } catch (...) {
       ::unlinkat(dir.get(), tmp.c_str(), 0);
@@ -217,15 +223,57 @@ std::vector<char> encode_checkpoint(const TrainState& s, uint64_t config_hash) {
   return out;  // the checksum is the writer's: it costs as much as the copy
 }
 
-void save_checkpoint(const std::string& path, const TrainState& s, uint64_t config_hash) {
-  write_checkpoint_file(path, encode_checkpoint(s, config_hash));
+std::string save_checkpoint(const std::string& path, const TrainState& s, uint64_t config_hash) {
+  return write_checkpoint_file(path, encode_checkpoint(s, config_hash));
 }
 
-void write_checkpoint_file(const std::string& path, const std::vector<char>& out) {
+std::string write_checkpoint_file(const std::string& path, const std::vector<char>& out) {
   std::vector<char> trailer;
   put(trailer, crc(out.data(), out.size()));
-  write_durably(path, {std::string_view(out.data(), out.size()),
-                       std::string_view(trailer.data(), trailer.size())});
+  protocol::ContentHash hash;
+  write_durably(
+      path,
+      {std::string_view(out.data(), out.size()), std::string_view(trailer.data(), trailer.size())},
+      &hash);
+  return hash.hex();
+}
+
+namespace {
+void compare_content_hash(const std::string& got, const std::string& want,
+                          const std::string& name) {
+  if (got != want)
+    fail(name, "content hash " + got + ", its producer wrote " + want +
+                   " (not the state it wrote: replaced or corrupted)");
+}
+}  // namespace
+
+void check_content_hash(std::string_view bytes, const std::string& content_hash,
+                        const std::string& name) {
+  if (content_hash.empty()) return;  // unknown: a state recorded before content hashes
+  compare_content_hash(protocol::content_hash(bytes), content_hash, name);
+}
+
+void check_file_content_hash(const std::string& path, const std::string& content_hash) {
+  if (content_hash.empty()) {
+    checked_file_size(path);  // still a regular file, opened without following a link
+    return;
+  }
+  compare_content_hash(file_content_hash(path), content_hash, path);
+}
+
+std::string file_content_hash(const std::string& path) {
+  auto [fd, size] = open_regular(path);
+  protocol::ContentHash hash;
+  std::vector<char> piece(size_t{1} << 20);
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd.get(), piece.data(), piece.size(), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path, "read failed: " + error_text(errno));
+    if (n == 0) break;
+    hash.update(std::string_view(piece.data(), static_cast<size_t>(n)));
+    at += n;
+  }
+  return hash.hex();
 }
 
 void write_checkpoint_bytes(const std::string& path, std::string_view bytes) {
@@ -233,7 +281,8 @@ void write_checkpoint_bytes(const std::string& path, std::string_view bytes) {
 }
 
 TrainState load_checkpoint(const std::string& path, const CheckpointShape& expected,
-                           const std::shared_ptr<const kernels::Backend>& backend) {
+                           const std::shared_ptr<const kernels::Backend>& backend,
+                           const std::string& content_hash) {
   const int64_t want = expected.file_bytes();
   if (want < 0) fail(path, "the state it should hold has sizes out of range");
   auto [fd, size] = open_regular(path);
@@ -253,6 +302,8 @@ TrainState load_checkpoint(const std::string& path, const CheckpointShape& expec
     if (n == 0) fail(path, "truncated while it was read");
     got += static_cast<size_t>(n);
   }
+  // Before a field is decoded: bytes its producer did not write are never a state.
+  check_content_hash(std::string_view(in.data(), in.size()), content_hash, path);
   return read_checkpoint(std::string_view(in.data(), in.size()), path, expected, backend);
 }
 

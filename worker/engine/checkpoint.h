@@ -18,6 +18,12 @@
 // anything but a regular file of exactly the size the expected state has (before reading a byte:
 // a FIFO, /dev/zero or a huge file cost nothing), then checks every field of the header against
 // what the run must hold at that step (CheckpointShape): a valid checksum is not enough.
+//
+// Content hashes (protocol/content_hash.h): the writer hashes the file's bytes as it writes them
+// and returns the hash, which the worker reports with the snapshot and the master records; a
+// loader given the recorded hash compares it with the bytes it read before it decodes them. The
+// CRC-32 finds accidents; the hash finds a file that is not the one its producer wrote (zeroed
+// parameters with a recomputed CRC).
 #pragma once
 
 #include <cstdint>
@@ -56,26 +62,40 @@ struct CheckpointShape {
 // GPU state, through pinned staging). This is the part of saving that must happen before training
 // goes on; the write can then run in the background.
 std::vector<char> encode_checkpoint(const TrainState& state, uint64_t config_hash);
-// Writes encode_checkpoint's bytes and their checksum at `path` durably (above). Throws
-// CheckpointError, leaving nothing behind, when it cannot: `path` exists (whatever it is), the
-// directory is missing, the disk is full.
-void write_checkpoint_file(const std::string& path, const std::vector<char>& bytes);
+// Writes encode_checkpoint's bytes and their checksum at `path` durably (above), and returns the
+// file's content hash. Throws CheckpointError, leaving nothing behind, when it cannot: `path`
+// exists (whatever it is), the directory is missing, the disk is full.
+std::string write_checkpoint_file(const std::string& path, const std::vector<char>& bytes);
 // Writes the bytes of a whole checkpoint file (checksum included: one fetched from another
 // storage) at `path` the same way, with the same errors.
 void write_checkpoint_bytes(const std::string& path, std::string_view bytes);
-// Both, one after the other.
-void save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
+// Both, one after the other; the file's content hash.
+std::string save_checkpoint(const std::string& path, const TrainState& state, uint64_t config_hash);
 // Refuses (CheckpointError naming the file and the problem) a missing file, a symlink, anything
 // but a regular file, a size other than expected.file_bytes(), a wrong magic or version, a
 // checksum mismatch, and any field other than `expected` says (config hash, step, data position,
-// RNG counter, optimizer, sizes). The state's buffers are placed in `backend`'s memory.
+// RNG counter, optimizer, sizes), and, when `content_hash` is not "" (unknown), bytes of another
+// content hash (check_content_hash). The state's buffers are placed in `backend`'s memory.
 TrainState load_checkpoint(const std::string& path, const CheckpointShape& expected,
-                           const std::shared_ptr<const kernels::Backend>& backend);
+                           const std::shared_ptr<const kernels::Backend>& backend,
+                           const std::string& content_hash = "");
 // The same from the bytes of a checkpoint file, `name` naming it in errors (load_checkpoint reads
 // the file and calls this; fuzz/ feeds it arbitrary bytes).
 TrainState read_checkpoint(std::string_view bytes, const std::string& name,
                            const CheckpointShape& expected,
                            const std::shared_ptr<const kernels::Backend>& backend);
+
+// Throws CheckpointError naming `name` when `content_hash` is not "" and the bytes have another
+// one: they are not the state their producer wrote.
+void check_content_hash(std::string_view bytes, const std::string& content_hash,
+                        const std::string& name);
+// The content hash of the regular file at `path` (opened as load_checkpoint opens it, read in
+// pieces of 1 MiB); CheckpointError when it cannot be read. An external trainer's file is hashed
+// with it once written, and checked with it before a trainer reads it.
+std::string file_content_hash(const std::string& path);
+// check_content_hash for the file at `path` (a regular file, else CheckpointError; any content
+// when `content_hash` is "").
+void check_file_content_hash(const std::string& path, const std::string& content_hash);
 
 // The size of the regular file at `path`, opened as load_checkpoint opens it (no symlink, no
 // blocking on a FIFO); CheckpointError for anything else. With `sync`, the file and its directory

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "protocol/content_hash.h"
+
 namespace hippo::worker {
 namespace {
 
@@ -54,7 +56,7 @@ class CheckpointTest : public ::testing::Test {
               .optimizer = "adam",
               .param_count = 100,
               .opt_state_count = 200};
-    save_checkpoint(path_, state_, kHash);
+    content_hash_ = save_checkpoint(path_, state_, kHash);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -93,7 +95,40 @@ class CheckpointTest : public ::testing::Test {
   std::string path_;
   TrainState state_;
   CheckpointShape shape_;
+  std::string content_hash_;  // what the writer returned
 };
+
+// Issue 29: the writer's content hash is the file's (BLAKE2b-256 of its bytes), a load given it
+// accepts the file, and a file forged with zeroed parameters and a recomputed CRC, which every
+// field check and the CRC accept, is refused by it, naming the file and both hashes; the hash of
+// the file on disk (an external trainer's) is the same one.
+TEST_F(CheckpointTest, ContentHashFindsWhatTheCrcCannot) {
+  EXPECT_EQ(content_hash_, protocol::content_hash(bytes()));
+  EXPECT_EQ(file_content_hash(path_), content_hash_);
+  EXPECT_TRUE(load_checkpoint(path_, shape_, backend_, content_hash_) == state_);
+  EXPECT_NO_THROW(check_file_content_hash(path_, content_hash_));
+
+  std::string b = bytes();
+  std::memset(b.data() + 64, 0, 4 * 100);  // the parameters
+  const uint32_t c = static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(b.data()), b.size() - 4));
+  std::memcpy(b.data() + b.size() - 4, &c, 4);
+  write(b);
+  EXPECT_EQ(load_error(), "") << "the CRC and every field pass";
+  try {
+    load_checkpoint(path_, shape_, backend_, content_hash_);
+    ADD_FAILURE() << "a forged file loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(path_), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("content hash " + protocol::content_hash(b)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(content_hash_), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_file_content_hash(path_, content_hash_), CheckpointError);
+  EXPECT_THROW(check_content_hash(b, content_hash_, "fetched"), CheckpointError);
+  EXPECT_NO_THROW(check_content_hash(b, "", "fetched"));  // unknown: not compared
+}
 
 TEST_F(CheckpointTest, RoundTripIsExactAndLeavesNoTemporaryFile) {
   EXPECT_TRUE(load_checkpoint(path_, shape_, backend_) == state_);
