@@ -10,6 +10,7 @@
 
 #include "master/checkpoint_files.h"
 #include "protocol/checkpoint_storage.h"
+#include "protocol/content_hash.h"
 #include "protocol/log.h"
 #include "protocol/random_token.h"
 
@@ -158,7 +159,8 @@ Edit Copies::on_fetched(const ConnectedWorker& w, const RunningJob& job,
   e.add(edit::Count{job.studies, 0, 0, m.bytes, m.seconds});
   const int64_t state = job.order.parent_state;
   if (!states_.has(state) || states_.info(state).file != job.order.parent_file) return e;
-  // A copy counts once verified: for now, once its worker said it kept the parent's byte count
+  // A copy counts once verified: its worker kept it only after its bytes matched the state's
+  // content hash (the job's parent_checksum), and said it kept the parent's byte count
   // (Master::on_fetched refuses another), on a storage bound to its key (storages.h).
   std::set<std::string> storages = states_.info(state).storages;
   if (storages.insert(storage_of(w)).second) e.add(edit::SetStorages{state, std::move(storages)});
@@ -279,6 +281,11 @@ Edit Copies::on_handover_bytes(const ConnectedWorker& from, const protocol::File
   if (error.empty()) {
     h.bytes += m.data;
     if (static_cast<int64_t>(h.bytes.size()) < info.bytes) return next_chunk(from.peer, h);
+    // Kept only if it is what its producer wrote: else that copy is lost, as an unreadable one.
+    if (!info.checksum.empty() && protocol::content_hash(h.bytes) != info.checksum)
+      error = "its content hash is not the one its producer reported (replaced or corrupted)";
+  }
+  if (error.empty()) {
     try {
       keep_file(storages_.dir(), info.file, h.bytes);
       std::set<std::string> storages = info.storages;
@@ -294,7 +301,10 @@ Edit Copies::on_handover_bytes(const ConnectedWorker& from, const protocol::File
                    x.what());
     }
   } else {
-    // The worker cannot read its own copy: it is lost there (a replay rebuilds the state).
+    // The worker cannot read its own copy, or it is not the state: it is lost there (a replay
+    // rebuilds the state when it was the last).
+    spdlog::warn("handover of {} from worker {} (storage {}, {}): {}", info.file, from.hello.name,
+                 storage_of(from), from.identity.describe(), error);
     Edit lost = lose(state, storage_of(from), "worker " + from.hello.name + ": " + error);
     e.ops = std::move(lost.ops);
   }

@@ -9,7 +9,8 @@
 //     each (deletions, and the files a worker lists in its hello);
 //   - a draining worker hands over the states whose only copy is on its own storage: the master
 //     reads each file from it and keeps it in its own directory before the worker may exit
-//     (handover), so that a drain loses no work.
+//     (handover), so that a drain loses no work; a file whose bytes are not the state's content
+//     hash (StateInfo::checksum) is a lost copy, never kept.
 //
 // Decisions return Edits (edit.h); the master applies them and sends what they say. The only
 // state kept here is that of the fetches and handovers under way (and the jobs' fetch source).

@@ -26,6 +26,7 @@ RunningJob build_job(const WorkItem& work, const StudySpec& spec, const StageTre
   if (work.parent_state >= 0) {
     const StateInfo& parent = states.info(work.parent_state);
     order.parent_file = parent.file;
+    order.parent_checksum = parent.file.empty() ? "" : parent.checksum;  // its loader compares
     // Neither in the worker's memory nor on its storage: it fetches the file through the master.
     order.fetch_parent =
         !parent.file.empty() && !held.count(work.parent_state) && !parent.storages.count(storage);

@@ -573,6 +573,7 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
                    .step = m.step,
                    .file = order->file,
                    .bytes = order->file.empty() ? 0 : m.bytes,
+                   .checksum = order->file.empty() ? "" : m.checksum,
                    .environment = job.environment};
     if (!order->file.empty()) info.storages = {storage};
     e.add(edit::AddState{m.state, info});
@@ -718,6 +719,11 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
     // it fetched was bad at its source, which goes with every copy. A file that the master sees
     // in its own directory is deleted only on the word of enough keys.
     const std::string storage = copies_.storage_of(w);
+    spdlog::warn(
+        "worker {} ({}) cannot use checkpoint {} {} {}: {}", w.hello.name, w.identity.describe(),
+        m.lost_file,
+        job.order.fetch_parent ? "fetched from another storage for its storage" : "on its storage",
+        storage, error);
     std::error_code ec;
     const bool missing =
         storage == storages_.own() &&

@@ -30,6 +30,7 @@ StateInfo state_of(const CheckpointRow& row, const std::string& own_storage) {
           .storages = std::move(storages),
           .checkpoint_row = row.id,
           .bytes = row.size,
+          .checksum = protocol::content_hash_error(row.checksum).empty() ? row.checksum : "",
           .retained_at = row.retained_at,
           .needed = !row.retained_at,
           .environment = row.environment};

@@ -56,6 +56,11 @@ struct StateInfo {
   std::set<std::string> storages{};
   int64_t checkpoint_row = -1;  // its row in the plan's checkpoints, if it has one
   int64_t bytes = 0;            // its file's
+  // Its file's content hash, as its producer reported it (protocol/content_hash.h), recorded in
+  // the plan (checkpoints.checksum) and named in every job that starts from it: its loader,
+  // fetcher or copier compares. "" when unknown (a row written before content hashes, or a
+  // worker that reports none): such a file is checked as before, field by field and by its CRC.
+  std::string checksum{};
   // When no running study needed it any more and it was kept for later studies (retention.h);
   // unset while running studies have needed it ever since it was made.
   std::optional<double> retained_at{};
@@ -81,7 +86,8 @@ std::string implausible_checkpoint_bytes(int64_t reported, std::optional<int64_t
                                          std::optional<int64_t> expected, bool external);
 
 // A state the plan's checkpoint row names (kept for later studies if the row says so); a row that
-// names no storage (written before storages) is in `own_storage`, the master's directory.
+// names no storage (written before storages) is in `own_storage`, the master's directory. A
+// checksum that is not a content hash (only '' is expected from older rows) is unknown.
 StateInfo state_of(const CheckpointRow& row, const std::string& own_storage);
 
 class StateRegistry {

@@ -834,7 +834,7 @@ void StudyDriver::apply_op(const edit::TrainStage& op) {
 void StudyDriver::apply_op(const edit::AddState& op) {
   StateInfo info = op.info;
   if (!info.file.empty()) {
-    CheckpointRow row{0, info.stage, info.step, info.file, info.bytes, "", 0};
+    CheckpointRow row{0, info.stage, info.step, info.file, info.bytes, info.checksum, 0};
     row.storages.assign(info.storages.begin(), info.storages.end());
     row.environment = info.environment;
     info.checkpoint_row = plan_.add_checkpoint(row);
