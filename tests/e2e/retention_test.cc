@@ -4,6 +4,10 @@
 // its trials: the finer one trains only what no kept state covers, and its metrics equal the
 // finer grid run alone, bit for bit.
 #include <sys/wait.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <fstream>
 
 #include "tests/e2e/e2e_helper.h"
 
@@ -74,6 +78,54 @@ TEST_F(Retention, ARefinedStudyTrainsOnlyWhatNoKeptStateCovers) {
             second["steps_unique"].get<int64_t>() - foreseen);
   EXPECT_LT(second["steps_executed"], alone["steps_executed"]);
   EXPECT_EQ(metrics_by_trial(trials(path("plan.db"), "fine")),
+            metrics_by_trial(trials(path("alone.db"), "fine")));
+}
+
+// Issue 29 (a state is what its producer wrote): whoever can write in the checkpoint directory
+// rewrites every kept state with zeroed parameters, keeping the header and a valid CRC-32
+// (worker/engine/checkpoint.h's layout). Field checks and the CRC pass; the content hash that the
+// producer reported and the plan recorded does not. The finer study loses those copies (events
+// naming the hash), replays them, and its metrics equal the finer grid run alone, bit for bit
+// (before content hashes, it trained on the zeroed states: its metrics differed).
+TEST_F(Retention, AKeptStateWithZeroedParametersIsNeverTrainedOn) {
+  const std::string coarse_file = coarse(), fine_file = fine();
+  const json alone = run("alone.db", fine_file);
+  ASSERT_EQ(run("plan.db", coarse_file)["status"], "done");
+  const std::string db = path("plan.db"), dir = path("plan.db.checkpoints");
+  ASSERT_FALSE(kept_steps("plan.db").empty());
+  // Each kept row records its file's content hash (64 hex digits).
+  EXPECT_EQ(
+      sh("sqlite3 " + db + " \"SELECT count(*) FROM checkpoints WHERE length(checksum) != 64\"")
+          .out,
+      "0\n");
+  int forged = 0;
+  for (const std::string& name : checkpoint_names(dir)) {
+    const std::string file = dir + "/" + name;
+    std::string bytes = read_file(file);
+    ASSERT_GT(bytes.size(), 68u);
+    uint64_t params = 0;
+    std::memcpy(&params, bytes.data() + 48, 8);
+    ASSERT_LE(64 + 4 * params + 4, bytes.size());
+    std::memset(bytes.data() + 64, 0, 4 * params);
+    const uint32_t crc = static_cast<uint32_t>(crc32(
+        crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size() - 4));
+    std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+    std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    forged += out.good();
+  }
+  ASSERT_GT(forged, 0);
+
+  const json second = run("plan.db", fine_file);
+  ASSERT_EQ(second["status"], "done");
+  std::printf("forged %d kept files; alone: %s\nafter them: %s\n", forged, alone.dump().c_str(),
+              second.dump().c_str());
+  EXPECT_GE(std::stoll(sh("sqlite3 " + db +
+                          " \"SELECT count(*) FROM events WHERE kind = 'checkpoint_lost' AND "
+                          "detail LIKE '%content hash%'\"")
+                           .out),
+            1);
+  EXPECT_EQ(metrics_by_trial(trials(db, "fine")),
             metrics_by_trial(trials(path("alone.db"), "fine")));
 }
 
