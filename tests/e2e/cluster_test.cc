@@ -5,8 +5,11 @@
 // on (those tests skip, saying why, where namespaces cannot be made: not root, no `ip`), with links
 // cut, lossy (iptables, or netem where the kernel has it) or slow (netem).
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -414,6 +417,64 @@ TEST_F(Cluster, AMasterRestartedElsewhereFindsItsWorkersStates) {
   Result alone = sh(hippo("alone.db") + "run " + spec("longer", longer) + " --workers 2");
   ASSERT_EQ(alone.status, 0) << alone.out;
   EXPECT_EQ(metrics_by_trial(trials(path("moved.db"), "longer")),
+            metrics_by_trial(trials(path("alone.db"), "longer")));
+}
+
+// Issue 29 on the paths that move a state between storages. A first study keeps its states on
+// w0's storage alone; one of those files is rewritten with zeroed parameters and a valid CRC
+// before w0 drains, so the master's handover refuses it (its content hash is not the one w0
+// reported): that copy is lost. The master keeps the others in its own directory, where they are
+// then rewritten the same way; a later study's worker w1, on a storage of its own, fetches them
+// through the master, and refuses each before using or keeping a byte. Every forged state is
+// replayed, and the later study equals itself run alone, bit for bit.
+TEST_F(Cluster, ForgedCopiesAreNeitherHandedOverNorFetched) {
+  const std::string address = "ipc://" + path("master.sock"), db = path("cluster.db");
+  spawn({kHippo, "--db", db, "master", "--bind", address, "--checkpoints", path("ck-master")});
+  const pid_t w0 = spawn(
+      {kHippo, "worker", "--master", address, "--checkpoints", path("ck-w0"), "--name", "w0"});
+  const std::string client = kHippo + " --master " + address + " ";
+  ASSERT_EQ(sh(client + "submit " + spec("first", json::object()) + " --wait").status, 0);
+  // A file with zeroed parameters and a recomputed CRC: every field and the CRC still pass.
+  auto forge = [](const std::string& file) {
+    std::string bytes = read_file(file);
+    uint64_t params = 0;
+    if (bytes.size() < 68) return false;
+    std::memcpy(&params, bytes.data() + 48, 8);
+    if (64 + 4 * params + 4 > bytes.size()) return false;
+    std::memset(bytes.data() + 64, 0, 4 * params);
+    const uint32_t crc = static_cast<uint32_t>(crc32(
+        crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size() - 4));
+    std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+    std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return out.good();
+  };
+  const std::vector<std::string> kept = checkpoint_names(path("ck-w0"));
+  ASSERT_GE(kept.size(), 2u);
+  ASSERT_TRUE(forge(path("ck-w0/") + kept[0]));
+  Result drained = sh(client + "drain w0");
+  ASSERT_EQ(drained.status, 0) << drained.out;
+  EXPECT_EQ(exit_status_within(w0, 30), 0);
+  const std::vector<std::string> handed = checkpoint_names(path("ck-master"));
+  EXPECT_EQ(handed.size(), kept.size() - 1) << "the forged file is not handed over";
+  for (const std::string& file : handed) EXPECT_TRUE(forge(path("ck-master/") + file));
+
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", path("ck-w1"), "--name", "w1"});
+  const json longer = {{"length", {{"epochs", 5}}}};
+  Result r = sh(client + "--format json submit " + spec("longer", longer) + " --wait");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lost = [&](const std::string& words) {
+    return std::stoll(sh("sqlite3 " + db +
+                         " \"SELECT count(*) FROM events WHERE kind = 'checkpoint_lost' AND "
+                         "detail LIKE '%" +
+                         words + "%'\"")
+                          .out);
+  };
+  EXPECT_EQ(lost("the one its producer reported"), 1) << "the handover's";
+  EXPECT_GE(lost("fetched through the master"), 1);
+  Result alone = sh(hippo("alone.db") + "run " + spec("longer", longer) + " --workers 2");
+  ASSERT_EQ(alone.status, 0) << alone.out;
+  EXPECT_EQ(metrics_by_trial(trials(db, "longer")),
             metrics_by_trial(trials(path("alone.db"), "longer")));
 }
 
