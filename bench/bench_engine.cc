@@ -12,7 +12,9 @@
 // "tokens_per_s"). With
 // --checkpoint-dir, it then saves the trained state there 5 times and adds the median times of
 // the part of a save that stalls training (the copy to host memory, encode_checkpoint) and of the
-// part a worker does in the background (the durable write, write_checkpoint_file), in ms.
+// part a worker does in the background (the durable write, write_checkpoint_file, which includes
+// hashing the bytes), in ms, and of the content hash alone of the same bytes (checkpoint_hash_ms,
+// BLAKE2b-256: what issue 29's content hashes add to a write, and to each load or fetch).
 // bench/engine_vs_pytorch.sh runs it next to the same model in PyTorch on the CPU,
 // bench/gpu_vs_pytorch.sh with --device cuda:0 next to PyTorch on the same GPU.
 #include <CLI/CLI.hpp>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "kernels/cpu_gemm.h"
+#include "protocol/content_hash.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/text_data.h"
 
@@ -156,7 +159,7 @@ int main(int argc, char** argv) {
     }
     if (!checkpoint_dir.empty()) {
       using Ms = std::chrono::duration<double, std::milli>;
-      std::vector<double> copy_ms, write_ms;
+      std::vector<double> copy_ms, write_ms, hash_ms;
       const std::string path = checkpoint_dir + "/bench_engine.ckpt";
       for (int i = 0; i < 5; ++i) {
         std::filesystem::remove(path);  // a checkpoint file is never overwritten
@@ -165,8 +168,13 @@ int main(int argc, char** argv) {
         auto t1 = std::chrono::steady_clock::now();
         hippo::worker::write_checkpoint_file(path, bytes);
         auto t2 = std::chrono::steady_clock::now();
+        const std::string hash =
+            hippo::protocol::content_hash(std::string_view(bytes.data(), bytes.size()));
+        auto t3 = std::chrono::steady_clock::now();
+        if (hash.empty()) throw std::runtime_error("no content hash");  // keeps the call
         copy_ms.push_back(Ms(t1 - t0).count());
         write_ms.push_back(Ms(t2 - t1).count());
+        hash_ms.push_back(Ms(t3 - t2).count());
         line["checkpoint_bytes"] = bytes.size();
       }
       std::filesystem::remove(path);
@@ -176,6 +184,7 @@ int main(int argc, char** argv) {
       };
       line["checkpoint_copy_ms"] = median(copy_ms);
       line["checkpoint_write_ms"] = median(write_ms);
+      line["checkpoint_hash_ms"] = median(hash_ms);
     }
     std::cout << line.dump() << std::endl;
   } catch (const std::invalid_argument& e) {  // a device that is not there, bf16 on the CPU
