@@ -204,10 +204,17 @@ TEST(Messages, ContentHashesAreHexOfFixedLength) {
     m["checksum"] = bad;
     expect_refused(m.dump(), "snapshot.checksum");
   }
-  json job = json::parse(R"({"v":1,"type":"job","job":7,"run":{"model":{"type":"mlp"},
-      "data":"fashion-mnist","train_samples":8,"eval_samples":8,"fixed":{}},
-      "hyperparameters":{},"from":0,"to":4,"parent_state":-1,"parent_file":"",
-      "eval_steps":[],"snapshots":[]})");
+  Job order;
+  order.id = 7;
+  order.run.model = {{"type", "mlp"}};
+  order.run.data = "fashion-mnist";
+  order.run.train_samples = 8;
+  order.run.eval_samples = 8;
+  order.run.fixed = json::object();
+  order.to = 4;
+  order.parent_checksum = hash;
+  expect_round_trip(order);
+  json job = order.to_json();
   job["parent_checksum"] = hash;
   EXPECT_EQ(Job::from_json(job).parent_checksum, hash);
   job["parent_checksum"] = "zz";
