@@ -52,6 +52,44 @@ TEST_F(Reliability, ExternalTrainerSharesStagesExactly) {
             std::vector<std::string>{});
 }
 
+// Issue 29 with an external trainer, whose checkpoint format is its own: the worker hashes each
+// file once the trainer says it is written, and checks the input file's hash before a trainer is
+// given it (the worker is the trust boundary; the trainer's loader checks nothing). Every kept
+// file of a first study is changed in its middle; a longer study from them replays them instead of
+// training on them, and equals itself run alone.
+TEST_F(Reliability, ExternalTrainerInputIsCheckedByItsContentHash) {
+  std::string root = "cd " + kExamples + "/.. && ";
+  json longer = json::parse(std::ifstream(kExamples + "/external-trainer.json"));
+  longer["name"] = "longer";
+  longer["length"]["epochs"] = 4;
+  const std::string longer_file = path("longer.json");
+  std::ofstream(longer_file) << longer.dump();
+  const std::string options = " --workers 2 --allow-exec trainer";
+  Result alone = sh(root + hippo("alone.db") + "--format json run " + longer_file + options);
+  ASSERT_EQ(alone.status, 0) << alone.out;
+  Result first = sh(root + hippo("plan.db") + "--format json run " + kExamples +
+                    "/external-trainer.json" + options);
+  ASSERT_EQ(first.status, 0) << first.out;
+  const std::string dir = path("plan.db.checkpoints");
+  const std::vector<std::string> kept = checkpoint_names(dir);
+  ASSERT_FALSE(kept.empty());
+  for (const std::string& name : kept) {
+    std::fstream f(dir + "/" + name, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(dir + "/" + name) / 2));
+    f.write("\0\0\0\0\0\0\0\0", 8);
+    ASSERT_TRUE(f.good()) << name;
+  }
+  Result second = sh(root + hippo("plan.db") + "--format json run " + longer_file + options);
+  ASSERT_EQ(second.status, 0) << second.out;
+  EXPECT_GE(std::stoll(sh("sqlite3 " + path("plan.db") +
+                          " \"SELECT count(*) FROM events WHERE kind = 'checkpoint_lost' AND "
+                          "detail LIKE '%content hash%'\"")
+                           .out),
+            1);
+  EXPECT_EQ(metrics_by_trial(trials(path("plan.db"), "longer")),
+            metrics_by_trial(trials(path("alone.db"), "longer")));
+}
+
 // No command runs unless the operator allowed it: `hippo run` refuses the spec at once; a trainer
 // that misbehaves fails its trials with a message that says how, and nothing crashes.
 TEST_F(Reliability, ExternalTrainerNeedsAllowExecAndFailsCleanly) {
