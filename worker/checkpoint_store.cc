@@ -10,6 +10,8 @@
 #include <filesystem>
 
 #include "protocol/checkpoint_storage.h"
+#include "protocol/content_hash.h"
+#include "protocol/log.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/snapshot_writer.h"
 
@@ -39,15 +41,25 @@ void CheckpointStore::remove(const std::vector<std::string>& files) const {
   for (const std::string& file : files) ::unlink((dir_ + "/" + file).c_str());
 }
 
-void CheckpointStore::keep(const std::string& file, std::string_view bytes) const {
+bool CheckpointStore::keep(const std::string& file, std::string_view bytes) const {
   const std::string path = dir_ + "/" + file;
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return;  // fetched by a neighbour
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {  // fetched by a neighbour?
+    try {
+      check_file_content_hash(path, protocol::content_hash(bytes));
+      return true;
+    } catch (const CheckpointError& e) {
+      spdlog::warn("storage {} ({}): not keeping the fetched {}: {}", identity_, dir_, file,
+                   e.what());
+      return false;
+    }
+  }
   try {
     write_checkpoint_bytes(path, bytes);
   } catch (const CheckpointError& e) {
     throw StorageFailure(std::string("keeping a fetched checkpoint: ") + e.what(), "");
   }
+  return true;
 }
 
 std::string CheckpointStore::probe() const {

@@ -27,10 +27,12 @@ class CheckpointStore {
   protocol::FileBytes read(const protocol::ReadFile& order) const;
   // Removes these files (a file already gone is fine; never a directory, never a link's target).
   void remove(const std::vector<std::string>& files) const;
-  // Keeps the bytes of a whole checkpoint file, fetched from another storage, as `file` (durably,
-  // as a snapshot's). A file of that name that is there already (another worker on this storage
-  // fetched it first) is that same state: kept. StorageFailure when it cannot be written.
-  void keep(const std::string& file, std::string_view bytes) const;
+  // Keeps the bytes of a whole checkpoint file, fetched from another storage (and checked), as
+  // `file` (durably, as a snapshot's). A file of that name that is there already (another worker
+  // on this storage fetched it first) is kept if it has the same content hash; else (planted, or
+  // corrupted since) it is never replaced, and false says this storage holds no good copy.
+  // StorageFailure when it cannot be written.
+  bool keep(const std::string& file, std::string_view bytes) const;
   // Whether the directory takes a write now: a probe file of 1 MiB written, synced and removed.
   // "" when it does, else why not (a full disk, a read-only one).
   std::string probe() const;

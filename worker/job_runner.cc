@@ -168,8 +168,8 @@ std::optional<std::string> JobRunner::fetch_parent(
   } catch (const CheckpointError& e) {
     throw StorageFailure(e.what(), job_.parent_file);
   }
-  store_.keep(job_.parent_file, *bytes);
-  host.fetched(static_cast<int64_t>(bytes->size()));
+  // Only a copy this storage really holds counts (the master then reads it here, not elsewhere).
+  if (store_.keep(job_.parent_file, *bytes)) host.fetched(static_cast<int64_t>(bytes->size()));
   return bytes;
 }
 
