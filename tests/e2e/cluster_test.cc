@@ -5,7 +5,6 @@
 // on (those tests skip, saying why, where namespaces cannot be made: not root, no `ip`), with links
 // cut, lossy (iptables, or netem where the kernel has it) or slow (netem).
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include <memory>
 
 #include "tests/e2e/e2e_helper.h"
+#include "tests/e2e/forge.h"
 
 namespace hippo::e2e {
 namespace {
@@ -434,30 +434,15 @@ TEST_F(Cluster, ForgedCopiesAreNeitherHandedOverNorFetched) {
       {kHippo, "worker", "--master", address, "--checkpoints", path("ck-w0"), "--name", "w0"});
   const std::string client = kHippo + " --master " + address + " ";
   ASSERT_EQ(sh(client + "submit " + spec("first", json::object()) + " --wait").status, 0);
-  // A file with zeroed parameters and a recomputed CRC: every field and the CRC still pass.
-  auto forge = [](const std::string& file) {
-    std::string bytes = read_file(file);
-    uint64_t params = 0;
-    if (bytes.size() < 68) return false;
-    std::memcpy(&params, bytes.data() + 48, 8);
-    if (64 + 4 * params + 4 > bytes.size()) return false;
-    std::memset(bytes.data() + 64, 0, 4 * params);
-    const uint32_t crc = static_cast<uint32_t>(crc32(
-        crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size() - 4));
-    std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
-    std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return out.good();
-  };
   const std::vector<std::string> kept = checkpoint_names(path("ck-w0"));
   ASSERT_GE(kept.size(), 2u);
-  ASSERT_TRUE(forge(path("ck-w0/") + kept[0]));
+  ASSERT_TRUE(zero_parameters(path("ck-w0/") + kept[0]));
   Result drained = sh(client + "drain w0");
   ASSERT_EQ(drained.status, 0) << drained.out;
   EXPECT_EQ(exit_status_within(w0, 30), 0);
   const std::vector<std::string> handed = checkpoint_names(path("ck-master"));
   EXPECT_EQ(handed.size(), kept.size() - 1) << "the forged file is not handed over";
-  for (const std::string& file : handed) EXPECT_TRUE(forge(path("ck-master/") + file));
+  for (const std::string& file : handed) EXPECT_TRUE(zero_parameters(path("ck-master/") + file));
 
   spawn({kHippo, "worker", "--master", address, "--checkpoints", path("ck-w1"), "--name", "w1"});
   const json longer = {{"length", {{"epochs", 5}}}};

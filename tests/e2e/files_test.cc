@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <atomic>
 #include <cstring>
@@ -20,6 +19,7 @@
 #include <thread>
 
 #include "tests/e2e/e2e_helper.h"
+#include "tests/e2e/forge.h"
 
 namespace {
 
@@ -230,12 +230,7 @@ TEST_F(Files, ForgedDataPositionFailsTheStageNotTheWorker) {
         std::memcpy(&position, bytes.data() + 24, 8);
         position = seen.size() % 2 == 0 ? -1000000 : position + 64;
         std::memcpy(bytes.data() + 24, &position, 8);
-        const uint32_t crc = static_cast<uint32_t>(crc32(
-            crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size() - 4));
-        std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
-        std::fstream out(f, std::ios::in | std::ios::out | std::ios::binary);
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        forged += out.good();
+        forged += rewrite_with_valid_crc(f, std::move(bytes));
       }
       std::this_thread::sleep_for(2ms);
     }

@@ -4,12 +4,12 @@
 // its trials: the finer one trains only what no kept state covers, and its metrics equal the
 // finer grid run alone, bit for bit.
 #include <sys/wait.h>
-#include <zlib.h>
 
 #include <cstring>
 #include <fstream>
 
 #include "tests/e2e/e2e_helper.h"
+#include "tests/e2e/forge.h"
 
 namespace hippo::e2e {
 namespace {
@@ -101,18 +101,7 @@ TEST_F(Retention, AKeptStateWithZeroedParametersIsNeverTrainedOn) {
   int forged = 0;
   for (const std::string& name : checkpoint_names(dir)) {
     const std::string file = dir + "/" + name;
-    std::string bytes = read_file(file);
-    ASSERT_GT(bytes.size(), 68u);
-    uint64_t params = 0;
-    std::memcpy(&params, bytes.data() + 48, 8);
-    ASSERT_LE(64 + 4 * params + 4, bytes.size());
-    std::memset(bytes.data() + 64, 0, 4 * params);
-    const uint32_t crc = static_cast<uint32_t>(crc32(
-        crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size() - 4));
-    std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
-    std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    forged += out.good();
+    forged += zero_parameters(file);
   }
   ASSERT_GT(forged, 0);
 
