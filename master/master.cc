@@ -1026,26 +1026,12 @@ void Master::dispatch() {
   auto spec_of = [&](const WorkItem& item) -> const StudySpec& {
     return driver_.studies().at(*study_for(item)).spec;
   };
-  struct {
-    std::set<std::string> engine, trainer;
-  } environments;  // of the connected workers
-  for (const auto& [peer, w] : pool_.workers()) {
-    environments.engine.insert(w.hello.environment);
-    environments.trainer.insert(w.hello.trainer_environment);
-  }
   for (const WorkItem& item : work) {
     if (!study_for(item)) continue;
     if (const int64_t devices = spec_of(item).pipeline.stages; devices > 1)
       warn_if_no_worker_has(devices, *study_for(item));
     if (spec_of(item).external_model() && !pool_.any_runs_trainers())
       warn_if_no_worker_runs_trainers(*study_for(item));
-    if (item.parent_state >= 0) {
-      const StudySpec& spec = spec_of(item);
-      warn_if_no_worker_continues_in(
-          states_.info(item.parent_state).environment,
-          spec.external_model() ? environments.trainer : environments.engine, spec,
-          *study_for(item));
-    }
   }
   auto usable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
     if (!study_for(item)) return false;
@@ -1069,6 +1055,25 @@ void Master::dispatch() {
   std::vector<Assignment> assignments = assign(work, idle, usable, moved_bytes);
   if (assignments.size() < idle.size() && work.size() >= idle.size())
     assignments = assign(work = ready_work(input), idle, usable, moved_bytes);
+  // Work whose state's environment no connected worker has: said once. Only when some work was
+  // left, or something was said (work that every idle worker took has workers of its own).
+  if (assignments.size() < work.size() || !environment_warnings_.empty()) {
+    struct {
+      std::set<std::string> engine, trainer;
+    } environments;  // of the connected workers
+    for (const auto& [peer, w] : pool_.workers()) {
+      environments.engine.insert(w.hello.environment);
+      environments.trainer.insert(w.hello.trainer_environment);
+    }
+    for (const WorkItem& item : work) {
+      if (item.parent_state < 0 || !study_for(item)) continue;
+      const StudySpec& spec = spec_of(item);
+      warn_if_no_worker_continues_in(
+          states_.info(item.parent_state).environment,
+          spec.external_model() ? environments.trainer : environments.engine, spec,
+          *study_for(item));
+    }
+  }
   for (const Assignment& a : assignments) send_job(*pool_.find(a.peer), a.work, *study_for(a.work));
   prepare_trainers(idle);
   ++costs_.decisions.count;
