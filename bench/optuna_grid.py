@@ -80,13 +80,31 @@ def prepare(spec, storage):
     print(json.dumps({"enqueued": len(points)}))
 
 
+def ask_waiting(study):
+    """study.ask(), past a race of Optuna 3.1's journal storage: when another peer takes and
+    finishes a waiting point between this peer's read of the waiting points and its claim, the
+    claim raises RuntimeError ("Trial#N has already finished and can not be updated") instead
+    of moving on to the next point. The claim is then a no-op in the journal, so asking again is
+    safe; each such error means one more point finished elsewhere, so the retries are bounded by
+    the number of trials. Returns None when the bound is spent."""
+    for _ in range(len(study.get_trials(deepcopy=False)) + 1):
+        try:
+            return study.ask()
+        except RuntimeError as error:
+            if "has already finished" not in str(error):
+                raise
+    return None
+
+
 def run_enqueued(study, objective):
     """Trains the study's enqueued grid points until none waits (other peers take them too, so
     no point is trained twice); returns how many this process completed."""
     waiting = (optuna.trial.TrialState.WAITING,)
     done = 0
     while study.get_trials(deepcopy=False, states=waiting):
-        trial = study.ask()
+        trial = ask_waiting(study)
+        if trial is None:  # every point this peer tried to take was finished by another
+            break
         with warnings.catch_warnings():  # Trial.system_attrs is deprecated, not yet replaced
             warnings.simplefilter("ignore", FutureWarning)
             taken = "fixed_params" not in trial.system_attrs
