@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+
+#include "searchers/pareto.h"
 
 namespace hippo::master {
 
@@ -15,6 +18,48 @@ std::optional<MetricRow> best_metric(const std::vector<MetricRow>& metrics,
     if (!best || better(m.value, best->value, objective.maximize)) best = m;
   }
   return best;
+}
+
+std::vector<TrialResult> trial_results(const std::vector<MetricRow>& metrics, const Goals& goals,
+                                       const std::set<TrialId>& diverged) {
+  const std::vector<std::string> names = goals.metrics();
+  // (trial, step) -> the goal metrics reported there; rows come by trial, then step.
+  std::map<std::pair<TrialId, int64_t>, std::map<std::string, double>> at;
+  for (const MetricRow& m : metrics)
+    if (std::find(names.begin(), names.end(), m.name) != names.end())
+      at[{m.trial, m.step}][m.name] = m.value;
+  std::map<TrialId, TrialResult> last;
+  for (const auto& [where, values] : at) {
+    if (values.size() != names.size()) continue;
+    TrialResult r;
+    r.trial = where.first;
+    r.step = where.second;
+    for (const Objective& o : goals.objectives) r.values.push_back(values.at(o.metric));
+    for (const Constraint& c : goals.constraints) r.violation += c.violation(values.at(c.metric));
+    r.diverged = diverged.count(r.trial) > 0;
+    last[r.trial] = std::move(r);  // later steps come later
+  }
+  std::vector<TrialResult> out;
+  for (auto& [trial, r] : last) out.push_back(std::move(r));
+  return out;
+}
+
+std::vector<TrialResult> pareto_optimal(const std::vector<TrialResult>& results,
+                                        const Goals& goals) {
+  std::vector<ParetoPoint> points;
+  for (const TrialResult& r : results)
+    points.push_back(
+        {r.values, r.diverged ? std::numeric_limits<double>::infinity() : r.violation});
+  std::vector<TrialResult> out;
+  for (size_t i : pareto_front(points, goals.directions())) out.push_back(results[i]);
+  return out;
+}
+
+json values_json(const TrialResult& r, const Goals& goals) {
+  json values = json::object();
+  for (size_t i = 0; i < goals.objectives.size(); ++i)
+    values[goals.objectives[i].metric] = r.values[i];
+  return values;
 }
 
 json StudySummary::to_json() const {
@@ -33,6 +78,7 @@ json StudySummary::to_json() const {
          {"master_ms_per_trial", std::round(master_ms_per_trial * 1000) / 1000},
          {"time", time.to_json()}};
   if (!error.empty()) j["error"] = error;
+  if (front) j["front"] = *front;
   if (has_best)
     j["best"] = {{"trial", best_trial},
                  {"params", best_params},
@@ -101,17 +147,37 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   std::set<TrialId> diverged;
   for (const auto& [req, tid] : s.trials)
     if (driver.trial(tid)->status == TrialStatus::kDiverged) diverged.insert(tid);
-  if (std::optional<MetricRow> best =
-          best_metric(plan.study_metrics(study), {s.spec.searcher.metric, s.spec.searcher.maximize},
-                      diverged)) {
-    const TrackedTrial& t = *driver.trial(best->trial);
-    out.has_best = true;
-    out.best_trial = t.number;
-    out.best_params = t.params;
-    out.best_value = best->value;
-    out.best_step = best->step;
+  const Goals& goals = s.spec.searcher.goals;
+  const std::vector<MetricRow> metrics = plan.study_metrics(study);
+  if (!goals.multi()) {
+    if (std::optional<MetricRow> best = best_metric(metrics, goals.objectives[0], diverged))
+      out.set_best(*driver.trial(best->trial), best->value, best->step);
+    return out;
+  }
+  const std::vector<TrialResult> optimal =
+      pareto_optimal(trial_results(metrics, goals, diverged), goals);
+  if (!goals.several()) {  // one objective under constraints: the first of its best
+    if (!optimal.empty())
+      out.set_best(*driver.trial(optimal[0].trial), optimal[0].values[0], optimal[0].step);
+    return out;
+  }
+  out.front = json::array();
+  for (const TrialResult& r : optimal) {
+    const TrackedTrial& t = *driver.trial(r.trial);
+    out.front->push_back({{"trial", t.number},
+                          {"params", t.params},
+                          {"values", values_json(r, goals)},
+                          {"step", r.step}});
   }
   return out;
+}
+
+void StudySummary::set_best(const TrackedTrial& t, double value, int64_t step) {
+  has_best = true;
+  best_trial = t.number;
+  best_params = t.params;
+  best_value = value;
+  best_step = step;
 }
 
 json workers_json(const WorkerPool& pool, const StudyDriver& driver) {

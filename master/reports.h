@@ -25,6 +25,28 @@ std::optional<MetricRow> best_metric(const std::vector<MetricRow>& metrics,
                                      const Objective& objective,
                                      const std::set<TrialId>& diverged = {});
 
+// A trial's result when its study has several objectives or constraints (INTERFACE.md, "Several
+// objectives"): its last evaluation that reported every metric of the goals.
+struct TrialResult {
+  TrialId trial = 0;
+  int64_t step = 0;
+  std::vector<double> values;  // by objective
+  double violation = 0;        // of the constraints there (pareto.h); 0: they hold
+  bool diverged = false;       // the trial diverged (never feasible, never on the front)
+  bool feasible() const { return violation == 0 && !diverged; }
+};
+
+// Every trial's result among `metrics` (rows by trial, step, name), in trial order; trials
+// without an evaluation that has every metric of the goals have none.
+std::vector<TrialResult> trial_results(const std::vector<MetricRow>& metrics, const Goals& goals,
+                                       const std::set<TrialId>& diverged = {});
+// The feasible results that no other feasible result dominates (pareto.h), in trial order. With
+// one objective: the results of its best value.
+std::vector<TrialResult> pareto_optimal(const std::vector<TrialResult>& results,
+                                        const Goals& goals);
+// {metric: value} of a result, by objective.
+json values_json(const TrialResult& r, const Goals& goals);
+
 struct StudySummary {
   int64_t study = 0;
   std::string name;
@@ -50,6 +72,10 @@ struct StudySummary {
   std::string metric;
   double best_value = 0;
   int64_t best_step = 0;
+  // With several objectives, in place of the best: the Pareto-optimal feasible trials, each
+  // {"trial", "params", "values": {metric: value}, "step"} (`hippo best`'s JSON).
+  std::optional<json> front;
+  void set_best(const TrackedTrial& t, double value, int64_t step);
   double master_ms_per_trial = 0;  // the master's own CPU time (events, bookkeeping) per trial
   TimeSplit time;                  // where each worker's time went over wall_s (time_split.h)
   json to_json() const;

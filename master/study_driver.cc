@@ -26,6 +26,34 @@ double worst_value(bool maximize) {
   return maximize ? -INFINITY : INFINITY;
 }
 
+// The searcher's view of an evaluation whose metrics hold every metric of the goals, finite
+// objectives included: each objective's value, the constraints' violation (pareto.h), and the
+// single value of a searcher of one objective (the worst of its mode when infeasible). A spec of
+// one metric and mode carries the value alone, as before objectives existed.
+SearcherEvent evaluation_event(const Goals& goals, RequestId trial, int64_t step,
+                               const json& metrics) {
+  SearcherEvent event{SearcherEvent::Kind::kValidation, trial, step};
+  double violation = 0;
+  for (const Constraint& c : goals.constraints)
+    violation += c.violation(*metric_value(metrics, c.metric));
+  const Objective& first = goals.objectives[0];
+  event.value = violation == 0 ? *metric_value(metrics, first.metric) : worst_value(first.maximize);
+  if (!goals.multi()) return event;
+  for (const Objective& o : goals.objectives)
+    event.values.push_back(*metric_value(metrics, o.metric));
+  event.violation = violation;
+  return event;
+}
+
+// A diverged trial's: the worst value of every objective's mode.
+SearcherEvent worst_evaluation(const Goals& goals, RequestId trial, int64_t step) {
+  SearcherEvent event{SearcherEvent::Kind::kValidation, trial, step,
+                      worst_value(goals.objectives[0].maximize)};
+  if (!goals.multi()) return event;
+  for (const Objective& o : goals.objectives) event.values.push_back(worst_value(o.maximize));
+  return event;
+}
+
 std::string non_finite_name(double v) {
   return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
 }
@@ -394,8 +422,8 @@ Edit StudyDriver::diverge_through(const StateKey& state, const std::string& why)
     e.add(edit::EndTrial{id, TrialStatus::kDiverged, why, step});
     const TrackedStudy& s = studies_.at(t.study);
     if (auto next = t.pending_evals.lower_bound(step); next != t.pending_evals.end())
-      e.later.push_back(searcher_work(s.id, SearcherEvent::Kind::kValidation, t.request, *next,
-                                      worst_value(s.spec.searcher.maximize)));
+      e.later.push_back(
+          Work{Feed{s.id, worst_evaluation(s.spec.searcher.goals, t.request, *next)}});
     e.later.push_back(searcher_work(s.id, SearcherEvent::Kind::kClosed, t.request));
   }
   return e;
@@ -423,30 +451,32 @@ Edit StudyDriver::decide(const Deliver& w) {
   Edit e;
   if (!w.metrics.empty()) e.add(edit::RecordMetrics{t.id, w.step, w.metrics});
   if (s.status != StudyStatus::kRunning) return e;
-  const std::string& metric = s.spec.searcher.metric;
+  const Goals& goals = s.spec.searcher.goals;
   const std::string at = " at step " + std::to_string(w.step);
-  const std::optional<double> value = metric_value(w.metrics, metric);
-  if (!value) {
-    // The trainer forgot the metric, or the job ended without it: the trial fails, saying so.
-    const std::string reason =
-        w.metrics.empty()
-            ? "no " + metric + at + ": " + (w.absent.empty() ? "no metric came" : w.absent)
-            : "no " + metric + at + " (the trainer reported " + names_in(w.metrics) + ")";
-    e.add(edit::EndTrial{t.id, TrialStatus::kFailed, reason, w.step});
-    e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kFailed, t.request));
-  } else if (!std::isfinite(*value)) {
-    // Diverged: a result, not an error. The searcher sees the worst value, then the trial closed.
-    e.add(edit::EndTrial{t.id, TrialStatus::kDiverged,
-                         metric + " is " + non_finite_name(*value) + at, w.step});
-    e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kValidation, t.request, w.step,
-                                   worst_value(s.spec.searcher.maximize)));
-    e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kClosed, t.request));
-  } else {
-    // The searcher reacts (its operations come first), then the trial may close.
-    e.next.push_back(
-        searcher_work(s.id, SearcherEvent::Kind::kValidation, t.request, w.step, *value));
-    e.next.push_back(Close{t.id});
-  }
+  for (const std::string& metric : goals.metrics())
+    if (!metric_value(w.metrics, metric)) {
+      // The trainer forgot a metric, or the job ended without it: the trial fails, saying so.
+      const std::string reason =
+          w.metrics.empty()
+              ? "no " + metric + at + ": " + (w.absent.empty() ? "no metric came" : w.absent)
+              : "no " + metric + at + " (the trainer reported " + names_in(w.metrics) + ")";
+      e.add(edit::EndTrial{t.id, TrialStatus::kFailed, reason, w.step});
+      e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kFailed, t.request));
+      return e;
+    }
+  for (const Objective& o : goals.objectives)
+    if (const double v = *metric_value(w.metrics, o.metric); !std::isfinite(v)) {
+      // Diverged: a result, not an error. The searcher sees the worst values, then the trial
+      // closed.
+      e.add(edit::EndTrial{t.id, TrialStatus::kDiverged,
+                           o.metric + " is " + non_finite_name(v) + at, w.step});
+      e.next.push_back(Work{Feed{s.id, worst_evaluation(goals, t.request, w.step)}});
+      e.next.push_back(searcher_work(s.id, SearcherEvent::Kind::kClosed, t.request));
+      return e;
+    }
+  // The searcher reacts (its operations come first), then the trial may close.
+  e.next.push_back(Work{Feed{s.id, evaluation_event(goals, t.request, w.step, w.metrics)}});
+  e.next.push_back(Close{t.id});
   return e;
 }
 
@@ -666,7 +696,9 @@ Edit StudyDriver::decide(const Collect&) {
 std::vector<Operation> StudyDriver::feed(Searcher& searcher, const SearcherEvent& e) {
   switch (e.kind) {
     case SearcherEvent::Kind::kValidation:
-      return searcher.on_validation(e.trial, e.step, e.value);
+      return searcher.on_evaluation(
+          e.trial, e.step,
+          {e.values.empty() ? std::vector<double>{e.value} : e.values, e.violation, e.value});
     case SearcherEvent::Kind::kClosed:
       return searcher.on_trial_closed(e.trial);
     case SearcherEvent::Kind::kFailed:

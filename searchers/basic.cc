@@ -84,11 +84,12 @@ class UpFrontSearcher : public Searcher {
 }  // namespace
 
 SearcherKind grid_searcher_kind() {
-  return {{}, [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, true); }};
+  // Values never change what grid and random do: any number of objectives goes.
+  return {{}, [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, true); }, true};
 }
 
 SearcherKind random_searcher_kind() {
-  return {{}, [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, false); }};
+  return {{}, [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, false); }, true};
 }
 
 }  // namespace hippo

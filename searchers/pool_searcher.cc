@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "searchers/basic.h"
+#include "stagetree/json_number.h"
 
 namespace hippo {
 namespace {
@@ -19,16 +20,12 @@ CounterRandom::CounterRandom(uint64_t seed, uint64_t stream) {
 }
 
 nlohmann::json metric_to_json(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  return value;
+  return json_number(value);
 }
 
 double metric_from_json(const Field& field) {
-  if (field.json() == "inf") return INFINITY;
-  if (field.json() == "-inf") return -INFINITY;
-  if (field.json() == "nan") return NAN;
-  return field.number();
+  if (std::optional<double> v = number_of_json(field.json())) return *v;
+  return field.number();  // fails, naming the field
 }
 
 PoolSearcher::PoolSearcher(const StudySpec& spec, uint64_t max_trials)

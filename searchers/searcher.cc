@@ -39,13 +39,20 @@ void register_searcher(const std::string& name, SearcherKind kind) {
     throw std::invalid_argument("searcher \"" + name + "\" is registered twice");
 }
 
-const std::vector<std::string>& searcher_options(const Field& name) {
+const SearcherKind& searcher_kind(const Field& name) {
   const std::string& n = name.text();
   auto it = registry().find(n);
-  if (it != registry().end()) return it->second.options;
+  if (it != registry().end()) return it->second;
   std::string known;
   for (const auto& [k, kind] : registry()) known += (known.empty() ? "" : ", ") + k;
   name.fail("unknown searcher " + brief(name.json()) + " (known: " + known + ")");
+}
+
+std::string searchers_of_several_objectives() {
+  std::string names;
+  for (const auto& [name, kind] : registry())
+    if (kind.several_objectives) names += (names.empty() ? "" : ", ") + name;
+  return names;
 }
 
 std::unique_ptr<Searcher> make_searcher(const StudySpec& spec) {

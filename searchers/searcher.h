@@ -72,12 +72,29 @@ struct Finish {
 };
 using Operation = std::variant<Create, Train, Stop, Finish>;
 
+// One evaluation of a trial as a searcher sees it (INTERFACE.md, "Several objectives").
+struct Evaluation {
+  // Each objective's value, in the spec's order (a diverged trial's: the worst of each mode).
+  std::vector<double> values;
+  // How far the study's constraints are from holding there (pareto.h); 0: feasible.
+  double violation = 0;
+  // What a searcher of one objective sees: the first objective's value, or the worst value of its
+  // mode when a constraint fails (an infeasible trial is never better than a feasible one).
+  double value = 0;
+  bool operator==(const Evaluation&) const = default;
+};
+
 class Searcher {
  public:
   virtual ~Searcher() = default;
 
   virtual std::vector<Operation> on_study_start() = 0;
   virtual std::vector<Operation> on_validation(RequestId trial, int64_t step, double value) = 0;
+  // The master calls this one; a searcher of several objectives overrides it, the others see
+  // on_validation with the evaluation's single value.
+  virtual std::vector<Operation> on_evaluation(RequestId trial, int64_t step, const Evaluation& e) {
+    return on_validation(trial, step, e.value);
+  }
   virtual std::vector<Operation> on_trial_closed(RequestId trial) = 0;
   // The trial failed (its trainer crashed or reported no metric); it will get no more events.
   virtual std::vector<Operation> on_trial_failed(RequestId trial) = 0;
@@ -106,11 +123,14 @@ inline constexpr uint64_t kTrialBatch = 256;
 
 // How to make one kind of searcher.
 struct SearcherKind {
-  // The option names it reads from the spec's `searcher` object, besides name, metric, mode and
-  // max_trials (the spec parser refuses any other).
+  // The option names it reads from the spec's `searcher` object, besides name, metric, mode,
+  // objectives, constraints and max_trials (the spec parser refuses any other).
   std::vector<std::string> options;
   // Makes it for a study; validates the values of its options (throws SpecError).
   std::function<std::unique_ptr<Searcher>(const StudySpec&)> make;
+  // Whether it takes a spec of several objectives (its on_evaluation reads every value); the spec
+  // parser refuses several objectives for the others.
+  bool several_objectives = false;
 };
 
 // Adds a searcher name; throws std::invalid_argument if the name is taken.
@@ -121,9 +141,10 @@ struct SearcherRegistrar {
   }
 };
 
-// The option names of the searcher `name` names; fails at `name` when it is not registered (with a
-// distinct message for the searchers INTERFACE.md lists that are not implemented yet).
-const std::vector<std::string>& searcher_options(const Field& name);
+// The kind of searcher `name` names; fails at `name` when it is not registered.
+const SearcherKind& searcher_kind(const Field& name);
+// The searchers that take several objectives, for messages: "external, grid, ...".
+std::string searchers_of_several_objectives();
 std::unique_ptr<Searcher> make_searcher(const StudySpec& spec);
 
 }  // namespace hippo

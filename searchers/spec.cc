@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "pipeline/shape.h"
@@ -124,13 +126,23 @@ DataSpec parse_data(const Field& f, const Field& model) {
   return d;
 }
 
+// The metrics built-in models report at every evaluation (worker/job_runner.cc).
+constexpr std::string_view kBuiltinMetrics[] = {"accuracy", "loss", "params"};
+
+std::string parse_metric_name(const Field& f, bool builtin_model) {
+  const std::string& name = f.text();
+  if (builtin_model && std::find(std::begin(kBuiltinMetrics), std::end(kBuiltinMetrics), name) ==
+                           std::end(kBuiltinMetrics))
+    f.fail("expected \"accuracy\", \"loss\" or \"params\" for a built-in model, got " +
+           brief(f.json()));
+  if (name.empty()) f.fail("expected a metric name");
+  return name;
+}
+
+// One objective: {"metric", "mode"} (or the searcher object itself, in the form of one metric).
 Objective parse_objective(const Field& f, bool builtin_model) {
   Objective o;
-  o.metric = f["metric"].text();
-  if (builtin_model && o.metric != "accuracy" && o.metric != "loss")
-    f["metric"].fail("expected \"accuracy\" or \"loss\" for a built-in model, got " +
-                     brief(f["metric"].json()));
-  if (!builtin_model && o.metric.empty()) f["metric"].fail("expected a metric name");
+  o.metric = parse_metric_name(f["metric"], builtin_model);
   const std::string& mode = f["mode"].text();
   if (mode != "max" && mode != "min")
     f["mode"].fail("expected \"max\" or \"min\", got " + brief(f["mode"].json()));
@@ -138,18 +150,67 @@ Objective parse_objective(const Field& f, bool builtin_model) {
   return o;
 }
 
+Constraint parse_constraint(const Field& f, bool builtin_model) {
+  f.check_keys({"metric", "min", "max"});
+  Constraint c;
+  c.metric = parse_metric_name(f["metric"], builtin_model);
+  if (!f.has("min") && !f.has("max")) f.fail("expected min and/or max: a constraint needs a bound");
+  if (f.has("min")) c.min = f["min"].number();
+  if (f.has("max")) c.max = f["max"].number();
+  if (c.min && c.max && *c.min > *c.max)
+    f["min"].fail("is more than max (" + brief(f["max"].json()) + "): no value could hold");
+  return c;
+}
+
+Goals parse_goals(const Field& f, bool builtin_model) {
+  Goals g;
+  if (f.has("objectives")) {
+    for (const char* single : {"metric", "mode"})
+      if (f.has(single)) f[single].fail("give either metric and mode or objectives, not both");
+    Field list = f["objectives"];
+    const size_t n = list.items(1);
+    if (n > kMaxObjectives)
+      list.fail("has " + std::to_string(n) + " objectives, more than " +
+                std::to_string(kMaxObjectives));
+    for (size_t i = 0; i < n; ++i) {
+      list[i].check_keys({"metric", "mode"});
+      g.objectives.push_back(parse_objective(list[i], builtin_model));
+      for (size_t j = 0; j < i; ++j)
+        if (g.objectives[j].metric == g.objectives[i].metric)
+          list[i]["metric"].fail("\"" + g.objectives[i].metric + "\" is objective " +
+                                 std::to_string(j) + " already");
+    }
+  } else {
+    g.objectives.push_back(parse_objective(f, builtin_model));
+  }
+  if (f.has("constraints")) {
+    Field list = f["constraints"];
+    const size_t n = list.items(1);
+    if (n > kMaxConstraints)
+      list.fail("has " + std::to_string(n) + " constraints, more than " +
+                std::to_string(kMaxConstraints));
+    for (size_t i = 0; i < n; ++i)
+      g.constraints.push_back(parse_constraint(list[i], builtin_model));
+  }
+  return g;
+}
+
 SearcherSpec parse_searcher(const Field& f, bool builtin_model) {
   SearcherSpec s;
   s.name = f["name"].text();
-  const std::vector<std::string>& own = searcher_options(f["name"]);
-  std::vector<std::string_view> keys = {"name", "metric", "mode", "max_trials"};
-  keys.insert(keys.end(), own.begin(), own.end());
+  const SearcherKind& kind = searcher_kind(f["name"]);
+  std::vector<std::string_view> keys = {"name",       "metric",      "mode",
+                                        "objectives", "constraints", "max_trials"};
+  keys.insert(keys.end(), kind.options.begin(), kind.options.end());
   f.check_keys(keys);
-  Objective objective = parse_objective(f, builtin_model);
-  s.metric = objective.metric;
-  s.maximize = objective.maximize;
+  s.goals = parse_goals(f, builtin_model);
+  if (s.goals.several() && !kind.several_objectives)
+    f["objectives"].fail("searcher " + s.name + " optimizes one objective; with several use " +
+                         searchers_of_several_objectives());
+  s.metric = s.goals.objectives[0].metric;
+  s.maximize = s.goals.objectives[0].maximize;
   if (f.has("max_trials")) s.max_trials = f["max_trials"].integer(1, 1'000'000'000);
-  for (const std::string& key : own)
+  for (const std::string& key : kind.options)
     if (f.has(key)) s.options[key] = f.json()[key];
   return s;
 }
@@ -296,10 +357,31 @@ Hyperparams StudySpec::hyperparams(const Params& params) const {
   return space.instantiate(params, steps_per_epoch(params));
 }
 
-Objective objective_of(const json& spec) {
+Goals goals_of(const json& spec) {
   Field root(spec, "");
   bool builtin = !(root["model"]["type"].json() == "external");
-  return parse_objective(root["searcher"], builtin);
+  return parse_goals(root["searcher"], builtin);
+}
+
+double Constraint::violation(double value) const {
+  if (!std::isfinite(value)) return std::numeric_limits<double>::infinity();
+  return (min && value < *min ? *min - value : 0) + (max && value > *max ? value - *max : 0);
+}
+
+std::vector<bool> Goals::directions() const {
+  std::vector<bool> d;
+  for (const Objective& o : objectives) d.push_back(o.maximize);
+  return d;
+}
+
+std::vector<std::string> Goals::metrics() const {
+  std::vector<std::string> names;
+  auto add = [&](const std::string& m) {
+    if (std::find(names.begin(), names.end(), m) == names.end()) names.push_back(m);
+  };
+  for (const Objective& o : objectives) add(o.metric);
+  for (const Constraint& c : constraints) add(c.metric);
+  return names;
 }
 
 namespace {

@@ -49,9 +49,43 @@ struct PipelineSpec {
   int chunks = 1;                 // model chunks per stage (interleaved)
 };
 
+// A metric a study optimizes and its direction.
+struct Objective {
+  std::string metric;  // for built-in models "accuracy", "loss" or "params"
+  bool maximize = true;
+  bool operator==(const Objective&) const = default;
+};
+
+// A bound a feasible trial's metric keeps at its last evaluation (min and/or max, inclusive).
+struct Constraint {
+  std::string metric;
+  std::optional<double> min, max;
+  // How far `value` is outside the bounds (0 inside; infinite when it is not finite).
+  double violation(double value) const;
+  bool operator==(const Constraint&) const = default;
+};
+
+// What a study optimizes (INTERFACE.md, "Several objectives"): `metric` and `mode`, or
+// `objectives`; and `constraints`.
+struct Goals {
+  std::vector<Objective> objectives;  // at least one, metrics distinct
+  std::vector<Constraint> constraints;
+  bool several() const { return objectives.size() > 1; }
+  // Whether the spec says `objectives` or `constraints`: a searcher event then carries every
+  // value (storage/plan.h); a spec of one metric and mode keeps the single value it had.
+  bool multi() const { return several() || !constraints.empty(); }
+  std::vector<bool> directions() const;  // maximize, by objective
+  // The metrics an evaluation must report: the objectives', then the constraints' (each once).
+  std::vector<std::string> metrics() const;
+};
+
+inline constexpr size_t kMaxObjectives = 8, kMaxConstraints = 16;
+
 struct SearcherSpec {
-  std::string name;    // a registered searcher (searchers/searcher.h)
-  std::string metric;  // for built-in models "accuracy" or "loss"
+  std::string name;  // a registered searcher (searchers/searcher.h)
+  Goals goals;
+  // The first objective's metric and direction: all that a searcher of one objective reads.
+  std::string metric;
   bool maximize = true;
   std::optional<int64_t> max_trials;
   nlohmann::json options = nlohmann::json::object();  // the searcher's own options, as written
@@ -106,14 +140,9 @@ inline bool better(double a, double b, bool maximize) {
   return maximize ? a > b : a < b;
 }
 
-// The metric a study optimizes and its direction, read from a spec's searcher.metric and
-// searcher.mode exactly as parse_spec reads them (a stored spec's, for the history queries);
-// SpecError naming the field.
-struct Objective {
-  std::string metric;
-  bool maximize = true;
-};
-Objective objective_of(const nlohmann::json& spec);
+// What a study optimizes, read from a spec's searcher exactly as parse_spec reads it (a stored
+// spec's, for the history queries); SpecError naming the field.
+Goals goals_of(const nlohmann::json& spec);
 
 // A length: {"steps": N} or {"epochs": E} (the spec's length and evaluation interval, and the
 // length options of searchers).

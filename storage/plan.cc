@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "protocol/file_modes.h"
+#include "stagetree/json_number.h"
 #include "stagetree/sequence_json.h"
 #include "storage/schema.h"
 
@@ -53,6 +54,7 @@ constexpr int kAccountsVersion = 7;
 constexpr int kJobTimesVersion = 8;
 constexpr int kEnvironmentVersion = 9;
 constexpr int kStorageOwnersVersion = 10;
+constexpr int kEvaluationsVersion = 11;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -108,8 +110,10 @@ ExecutionOutcome parse_execution_outcome(const std::string& t) {
 }
 
 bool SearcherEvent::operator==(const SearcherEvent& o) const {
-  bool same_value = value == o.value || (std::isnan(value) && std::isnan(o.value));
-  return kind == o.kind && trial == o.trial && step == o.step && same_value;
+  auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  return kind == o.kind && trial == o.trial && step == o.step && same(value, o.value) &&
+         std::equal(values.begin(), values.end(), o.values.begin(), o.values.end(), same) &&
+         same(violation, o.violation);
 }
 
 bool MetricRow::operator==(const MetricRow& o) const {
@@ -553,14 +557,21 @@ void SearchPlan::add_searcher_event(int64_t study, const SearcherEvent& event) {
   // NaN is bound as NULL (SQLite has no NaN) and read back as NaN.
   std::optional<double> value;
   if (!std::isnan(event.value)) value = event.value;
+  std::optional<std::string> evaluation;
+  if (!event.values.empty()) {
+    nlohmann::json values = nlohmann::json::array();
+    for (double v : event.values) values.push_back(json_number(v));
+    evaluation =
+        nlohmann::json{{"values", values}, {"violation", json_number(event.violation)}}.dump();
+  }
   single_write([&] {
     if (auto refusal =
             Query(*this,
-                  "INSERT INTO searcher_events (study_id, seq, kind, trial, step, value) VALUES "
-                  "(?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM searcher_events WHERE study_id = "
-                  "?1), ?2, ?3, ?4, ?5)",
+                  "INSERT INTO searcher_events (study_id, seq, kind, trial, step, value, "
+                  "evaluation) VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM "
+                  "searcher_events WHERE study_id = ?1), ?2, ?3, ?4, ?5, ?6)",
                   study, kSearcherEventKinds[static_cast<int>(event.kind)], event.trial, event.step,
-                  value)
+                  value, evaluation)
                 .refused()) {
       explain_refusal(*refusal, "searcher event", "studies", study,
                       "no study with id " + std::to_string(study));
@@ -571,8 +582,12 @@ void SearchPlan::add_searcher_event(int64_t study, const SearcherEvent& event) {
 std::vector<SearcherEvent> SearchPlan::searcher_events(int64_t study) {
   std::vector<SearcherEvent> out;
   if (schema_version() < kSearcherEventsVersion) return out;
+  const bool evaluations = schema_version() >= kEvaluationsVersion;
   Query q(*this,
-          "SELECT kind, trial, step, value FROM searcher_events WHERE study_id = ? ORDER BY seq",
+          evaluations ? "SELECT kind, trial, step, value, evaluation FROM searcher_events WHERE "
+                        "study_id = ? ORDER BY seq"
+                      : "SELECT kind, trial, step, value, NULL FROM searcher_events WHERE "
+                        "study_id = ? ORDER BY seq",
           study);
   while (q.next()) {
     SearcherEvent e;
@@ -580,6 +595,16 @@ std::vector<SearcherEvent> SearchPlan::searcher_events(int64_t study) {
     e.trial = q.int64(1);
     e.step = q.int64(2);
     e.value = q.is_null(3) ? NAN : q.real(3);
+    if (!q.is_null(4)) {
+      // Written by add_searcher_event; a row that is not in its form is a damaged plan.
+      const nlohmann::json evaluation = nlohmann::json::parse(q.text(4));
+      auto number = [](const nlohmann::json& j) {
+        if (std::optional<double> v = number_of_json(j)) return *v;
+        throw std::runtime_error("search plan: a searcher event's evaluation holds " + j.dump());
+      };
+      for (const nlohmann::json& v : evaluation.at("values")) e.values.push_back(number(v));
+      e.violation = number(evaluation.at("violation"));
+    }
     out.push_back(e);
   }
   return out;

@@ -178,7 +178,11 @@ struct SearcherEvent {
   Kind kind = Kind::kValidation;
   int64_t trial = 0;  // the searcher's request id
   int64_t step = 0;
-  double value = 0;
+  double value = 0;  // what a searcher of one objective sees (searchers/searcher.h, Evaluation)
+  // With several objectives or constraints: every objective's value and the constraints'
+  // violation; empty for a study of one metric and mode, whose `value` is all there is.
+  std::vector<double> values;
+  double violation = 0;
   bool operator==(const SearcherEvent&) const;  // NaN equals NaN
 };
 

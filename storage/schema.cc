@@ -241,10 +241,17 @@ CREATE TABLE storage_owners (
 );
 )sql";
 
+// Version 11: a searcher event's evaluation when its study has several objectives or constraints:
+// JSON {"values": [each objective's], "violation": V} (a non-finite number as "inf", "-inf" or
+// "nan"); NULL for a study of one metric and mode, whose `value` is all there is.
+static const char* const kVersion11 = R"sql(
+ALTER TABLE searcher_events ADD COLUMN evaluation TEXT;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                                      kVersion5, kVersion6, kVersion7, kVersion8,
-                                                      kVersion9, kVersion10};
+  static const std::vector<std::string_view> steps = {kVersion1, kVersion2,  kVersion3, kVersion4,
+                                                      kVersion5, kVersion6,  kVersion7, kVersion8,
+                                                      kVersion9, kVersion10, kVersion11};
   return steps;
 }
 

@@ -1,6 +1,7 @@
 // Study history: `hippo studies`, `trials`, `best`, `tree`, `export`. They read the search plan
 // file directly (WAL lets them read while a master writes), so they work with or without a
 // master running. A study is named by its name or its id.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -27,38 +28,75 @@ StudyRow find_study(SearchPlan& plan, const std::string& name_or_id) {
 
 struct StudyView {
   StudyRow row;
-  std::string metric;
-  Objective objective;
+  std::string metric;  // the first objective's
+  Goals goals;
   std::vector<TrialRow> trials;
   std::vector<MetricRow> all_metrics;  // by (trial, step, name)
   std::map<TrialId, std::vector<MetricRow>> metrics;
+  std::set<TrialId> diverged;
+  // With several objectives or constraints (goals.multi()): each trial's result, and which are
+  // Pareto-optimal and feasible (master/reports.h).
+  std::map<TrialId, master::TrialResult> results;
+  std::vector<master::TrialResult> front;
 };
 
 StudyView view(SearchPlan& plan, const StudyRow& row) {
   StudyView v;
   v.row = row;
   try {
-    v.objective = objective_of(row.spec);  // the stored spec was checked when it was submitted
+    v.goals = goals_of(row.spec);  // the stored spec was checked when it was submitted
   } catch (const SpecError& e) {
     throw RunFailed("study " + row.name + ": its stored spec is unreadable: " + e.what());
   }
-  v.metric = v.objective.metric;
+  v.metric = v.goals.objectives[0].metric;
   v.trials = plan.trials(row.id);
   v.all_metrics = plan.study_metrics(row.id);
   for (const MetricRow& m : v.all_metrics) v.metrics[m.trial].push_back(m);
+  for (const TrialRow& t : v.trials)
+    if (t.status == TrialStatus::kDiverged) v.diverged.insert(t.id);
+  if (v.goals.multi()) {
+    std::vector<master::TrialResult> results =
+        master::trial_results(v.all_metrics, v.goals, v.diverged);
+    v.front = master::pareto_optimal(results, v.goals);
+    for (master::TrialResult& r : results) v.results[r.trial] = std::move(r);
+  }
   return v;
 }
 
-// The best (trial, metric row) of a study, if any trial has the metric (master/reports.h).
+bool on_front(const StudyView& v, TrialId trial) {
+  return std::any_of(v.front.begin(), v.front.end(),
+                     [&](const master::TrialResult& r) { return r.trial == trial; });
+}
+
+const TrialRow& trial_row(const StudyView& v, TrialId id) {
+  for (const TrialRow& t : v.trials)
+    if (t.id == id) return t;
+  throw RunFailed("study " + v.row.name + ": no trial with id " + std::to_string(id));
+}
+
+// The best (trial, metric row) of a study of one objective, if any trial has the metric: its
+// best value anywhere, or under constraints the first of the best feasible results
+// (master/reports.h).
 std::optional<std::pair<const TrialRow*, MetricRow>> best_of(const StudyView& v) {
-  std::set<TrialId> diverged;
-  for (const TrialRow& t : v.trials)
-    if (t.status == TrialStatus::kDiverged) diverged.insert(t.id);
-  std::optional<MetricRow> best = master::best_metric(v.all_metrics, v.objective, diverged);
+  if (v.goals.multi()) {
+    if (v.front.empty()) return std::nullopt;
+    const master::TrialResult& r = v.front[0];
+    return std::make_pair(&trial_row(v, r.trial),
+                          MetricRow{r.trial, r.step, v.metric, r.values[0]});
+  }
+  std::optional<MetricRow> best =
+      master::best_metric(v.all_metrics, v.goals.objectives[0], v.diverged);
   if (!best) return std::nullopt;
-  for (const TrialRow& t : v.trials)
-    if (t.id == best->trial) return std::make_pair(&t, *best);
-  return std::nullopt;
+  return std::make_pair(&trial_row(v, best->trial), *best);
+}
+
+// "accuracy (max), params (min)" for several objectives; the metric for one.
+std::string objectives_text(const Goals& goals) {
+  if (!goals.several()) return goals.objectives[0].metric;
+  std::string text;
+  for (const Objective& o : goals.objectives)
+    text += (text.empty() ? "" : ", ") + o.metric + (o.maximize ? " (max)" : " (min)");
+  return text;
 }
 
 std::string number_text(double v) {
@@ -82,6 +120,14 @@ json trial_json(const StudyView& v, const TrialRow& t) {
   if (t.status == TrialStatus::kFailed) j["error"] = t.end_reason;
   if (t.status == TrialStatus::kDiverged) j["diverged"] = t.end_reason;
   if (t.end_step) j["end_step"] = *t.end_step;
+  // With several objectives or constraints: its values at its last evaluation, whether the
+  // constraints hold there, and whether it is on the Pareto front.
+  if (auto r = v.results.find(t.id); r != v.results.end()) {
+    j["values"] = master::values_json(r->second, v.goals);
+    j["values_step"] = r->second.step;
+    j["feasible"] = r->second.feasible();
+    j["pareto_optimal"] = on_front(v, t.id);
+  }
   return j;
 }
 
@@ -92,17 +138,25 @@ int studies(const GlobalOptions& global) {
       {"id", "name", "status", "policy", "trials", "metric", "best"}};
   for (const StudyRow& row : plan.studies()) {
     StudyView v = view(plan, row);
-    auto best = best_of(v);
-    out.push_back({{"id", row.id},
-                   {"name", row.name},
-                   {"status", to_string(row.status)},
-                   {"policy", to_string(row.policy)},
-                   {"trials", v.trials.size()},
-                   {"metric", v.metric},
-                   {"best", best ? json(best->second.value) : json(nullptr)}});
+    auto best = v.goals.several() ? std::nullopt : best_of(v);
+    json entry = {{"id", row.id},
+                  {"name", row.name},
+                  {"status", to_string(row.status)},
+                  {"policy", to_string(row.policy)},
+                  {"trials", v.trials.size()},
+                  {"metric", v.metric},
+                  {"best", best ? json(best->second.value) : json(nullptr)}};
+    std::string best_text = best ? number_text(best->second.value) : "-";
+    if (v.goals.several()) {  // the size of the front takes the place of a best value
+      entry["objectives"] = json::array();
+      for (const Objective& o : v.goals.objectives)
+        entry["objectives"].push_back({{"metric", o.metric}, {"mode", o.maximize ? "max" : "min"}});
+      entry["front"] = v.front.size();
+      best_text = std::to_string(v.front.size()) + " on the front";
+    }
+    out.push_back(entry);
     rows.push_back({std::to_string(row.id), row.name, to_string(row.status), to_string(row.policy),
-                    std::to_string(v.trials.size()), v.metric,
-                    best ? number_text(best->second.value) : "-"});
+                    std::to_string(v.trials.size()), objectives_text(v.goals), best_text});
   }
   if (global.format == Format::kJson)
     std::printf("%s\n", out.dump().c_str());
@@ -125,6 +179,10 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
   header.insert(header.end(), params.begin(), params.end());
   if (every_metric) {
     header.insert(header.end(), {"step", "metric", "value"});
+  } else if (v.goals.multi()) {  // the last evaluation's values of the goals, and the verdicts
+    header.push_back("step");
+    for (const Objective& o : v.goals.objectives) header.push_back(o.metric);
+    header.insert(header.end(), {"feasible", "pareto"});
   } else {
     header.insert(header.end(), {"step", v.metric});
   }
@@ -143,6 +201,19 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
         rows.back().insert(rows.back().end(),
                            {std::to_string(m.step), m.name, number_text(m.value)});
       }
+      continue;
+    }
+    if (v.goals.multi()) {
+      auto r = v.results.find(t.id);
+      if (r == v.results.end()) {
+        row.insert(row.end(), v.goals.objectives.size() + 3, "-");
+      } else {
+        row.push_back(std::to_string(r->second.step));
+        for (double value : r->second.values) row.push_back(number_text(value));
+        row.push_back(r->second.feasible() ? "yes" : "no");
+        row.push_back(on_front(v, t.id) ? "*" : "");
+      }
+      rows.push_back(row);
       continue;
     }
     const MetricRow* last = nullptr;
@@ -170,11 +241,43 @@ int trials(const std::string& name, const GlobalOptions& global, bool export_all
   return 0;
 }
 
+// `best` of a study of several objectives: the Pareto-optimal feasible trials.
+int print_front(const StudyView& v, const GlobalOptions& global) {
+  if (v.front.empty())
+    throw RunFailed("study " + v.row.name + " has no feasible trial with every objective (" +
+                    objectives_text(v.goals) + ") yet");
+  json out = json::array();
+  std::vector<std::vector<std::string>> rows = {{"trial", "step"}};
+  for (const Objective& o : v.goals.objectives) rows[0].push_back(o.metric);
+  rows[0].push_back("params");
+  for (const master::TrialResult& r : v.front) {
+    const TrialRow& t = trial_row(v, r.trial);
+    out.push_back({{"trial", t.number},
+                   {"params", t.params},
+                   {"values", master::values_json(r, v.goals)},
+                   {"step", r.step}});
+    rows.push_back({std::to_string(t.number), std::to_string(r.step)});
+    for (double value : r.values) rows.back().push_back(number_text(value));
+    rows.back().push_back(t.params.dump());
+  }
+  if (global.format == Format::kJson)
+    std::printf("%s\n", out.dump().c_str());
+  else if (global.format == Format::kCsv)
+    print_csv(rows);
+  else
+    print_table(rows);
+  return 0;
+}
+
 int best(const std::string& name, const GlobalOptions& global) {
   SearchPlan plan = open_existing_plan(global.db);
   StudyView v = view(plan, find_study(plan, name));
+  if (v.goals.several()) return print_front(v, global);
   auto b = best_of(v);
-  if (!b) throw RunFailed("study " + v.row.name + " has no value of " + v.metric + " yet");
+  if (!b)
+    throw RunFailed("study " + v.row.name + " has no " +
+                    (v.goals.multi() ? "feasible trial with " : "") + "a value of " + v.metric +
+                    " yet");
   json out = {{"study", v.row.name}, {"trial", b->first->number}, {"params", b->first->params},
               {"metric", v.metric},  {"value", b->second.value},  {"step", b->second.step}};
   if (global.format == Format::kJson) {
@@ -300,7 +403,8 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
   const Named commands[] = {
       {"trials", "the trials of a study with their parameters and last metric", kEveryFormat,
        [](const std::string& s, const GlobalOptions& g) { return trials(s, g, false); }},
-      {"best", "the best trial of a study", kEveryFormat, best},
+      {"best", "the best trial of a study (with several objectives, its Pareto front)",
+       kEveryFormat, best},
       {"tree", "the stage tree of a study, with trained progress", kEveryFormat, tree},
       {"export",
        "every trial with parameters and all metrics",
