@@ -34,8 +34,13 @@ nlohmann::json SyntheticCurves::metrics(const StudySpec& spec, const Hyperparams
   const double accuracy = a - (a - 0.1) * std::exp(-static_cast<double>(step) / tau_);
   const double loss = -std::log(accuracy);
   nlohmann::json out = {{"accuracy", accuracy}, {"loss", loss}};
-  const std::string& name = spec.searcher.metric;
-  if (!out.contains(name)) out[name] = spec.searcher.maximize ? accuracy : loss;
+  // An external trainer's metrics, by name: an objective to maximize follows the accuracy, any
+  // other the loss, so that every metric the study's goals read is there.
+  const Goals& goals = spec.searcher.goals;
+  for (const Objective& o : goals.objectives)
+    if (!out.contains(o.metric)) out[o.metric] = o.maximize ? accuracy : loss;
+  for (const Constraint& c : goals.constraints)
+    if (!out.contains(c.metric)) out[c.metric] = loss;
   return out;
 }
 

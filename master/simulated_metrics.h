@@ -33,7 +33,8 @@ class MetricModel {
 //   A    = 0.55 + 0.4 * q                      the accuracy this schedule tends to
 //   acc  = A - (A - 0.1) * exp(-s / tau)       tau = curve_steps / 3
 //   loss = -log(acc)
-// The objective metric, if it is neither accuracy nor loss, gets acc when maximized, else loss.
+// Any other metric the goals read (an external trainer's) gets acc when it is an objective to
+// maximize, else loss.
 class SyntheticCurves : public MetricModel {
  public:
   explicit SyntheticCurves(double curve_steps = 1000) : tau_(curve_steps / 3) {}

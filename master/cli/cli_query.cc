@@ -179,6 +179,8 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
   header.insert(header.end(), params.begin(), params.end());
   if (every_metric) {
     header.insert(header.end(), {"step", "metric", "value"});
+    // Each row carries its trial's verdicts: whether it is feasible and on the Pareto front.
+    if (v.goals.multi()) header.insert(header.end(), {"feasible", "pareto"});
   } else if (v.goals.multi()) {  // the last evaluation's values of the goals, and the verdicts
     header.push_back("step");
     for (const Objective& o : v.goals.objectives) header.push_back(o.metric);
@@ -195,11 +197,24 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
     auto it = v.metrics.find(t.id);
     std::vector<MetricRow> ms = it == v.metrics.end() ? std::vector<MetricRow>{} : it->second;
     if (every_metric) {
-      if (ms.empty()) rows.push_back(row);
-      for (const MetricRow& m : ms) {
+      // A row per metric (a trial without any keeps one row), each with its trial's verdicts
+      // when the study has several objectives or constraints.
+      std::vector<std::string> verdicts;
+      if (v.goals.multi()) {
+        auto r = v.results.find(t.id);
+        verdicts = {r == v.results.end()   ? "-"
+                    : r->second.feasible() ? "yes"
+                                           : "no",
+                    on_front(v, t.id) ? "*" : ""};
+      }
+      std::vector<std::vector<std::string>> cells;  // step, metric, value
+      for (const MetricRow& m : ms)
+        cells.push_back({std::to_string(m.step), m.name, number_text(m.value)});
+      if (cells.empty()) cells.emplace_back(verdicts.empty() ? 0 : 3, "");
+      for (const std::vector<std::string>& c : cells) {
         rows.push_back(row);
-        rows.back().insert(rows.back().end(),
-                           {std::to_string(m.step), m.name, number_text(m.value)});
+        rows.back().insert(rows.back().end(), c.begin(), c.end());
+        rows.back().insert(rows.back().end(), verdicts.begin(), verdicts.end());
       }
       continue;
     }

@@ -76,7 +76,7 @@ const std::map<std::string, std::string> kExpected = {
     {"56-batch-larger-than-data.json",
      "fixed.batch_size: a batch size of 128 is more than data.train_samples (100)"},
     {"57-missing-lr.json", "fixed: missing lr"},
-    {"58-unknown-metric.json", "searcher.metric: expected \"accuracy\" or \"loss\""},
+    {"58-unknown-metric.json", "searcher.metric: expected \"accuracy\", \"loss\" or \"params\""},
     {"59-duplicate-grid-value.json", "hyperparameters.lr.init.grid[1]: duplicate value 0.1"},
     {"60-epochs-without-batch-size.json",
      "length.epochs: epoch units are not possible here: no batch_size"},
@@ -111,6 +111,21 @@ const std::map<std::string, std::string> kExpected = {
     {"81-wsd-unknown-shape.json", "hyperparameters.lr.shape: expected one of \"linear\""},
     {"82-eval-at-end-false.json", "eval.at_end: the end of every trial is always evaluated"},
     {"83-end-of-with-sha.json", "searcher.name: sha ranks trials at common rung lengths"},
+    {"90-objective-without-mode.json", "searcher.objectives[1].mode: missing"},
+    {"91-metric-and-objectives.json",
+     "searcher.metric: give either metric and mode or objectives, not both"},
+    {"92-constraint-without-bounds.json",
+     "searcher.constraints[0]: expected min and/or max: a constraint needs a bound"},
+    {"93-constraint-min-over-max.json", "searcher.constraints[0].min: is more than max (1)"},
+    {"94-objective-repeated.json",
+     "searcher.objectives[2].metric: \"accuracy\" is objective 0 already"},
+    {"95-several-objectives-for-tpe.json",
+     "searcher.objectives: searcher tpe optimizes one objective; with several use "},
+    {"96-objective-unknown-metric.json",
+     "searcher.objectives[1].metric: expected \"accuracy\", \"loss\" or \"params\" for a "
+     "built-in model, got \"latency\""},
+    {"97-objectives-empty.json", "searcher.objectives: expected at least 1 element"},
+    {"98-constraint-unknown-field.json", "searcher.constraints[0].below: unknown field"},
 };
 
 TEST(BadSpecs, EveryFileIsRefusedWithItsPath) {

@@ -290,3 +290,56 @@ TEST(Spec, GptExampleParses) {
 
 }  // namespace
 }  // namespace hippo
+
+namespace hippo {
+namespace {
+
+TEST(Spec, OneMetricAndModeIsOneObjectiveWithoutConstraints) {
+  StudySpec s = parse_spec(testing::example_spec());
+  ASSERT_EQ(s.searcher.goals.objectives.size(), 1u);
+  EXPECT_EQ(s.searcher.goals.objectives[0], (Objective{"accuracy", true}));
+  EXPECT_FALSE(s.searcher.goals.multi());
+  EXPECT_EQ(s.searcher.metric, "accuracy");
+  EXPECT_TRUE(s.searcher.maximize);
+}
+
+TEST(Spec, ObjectivesAndConstraintsAreReadInOrder) {
+  nlohmann::json j = testing::example_spec();
+  j["searcher"].erase("metric");
+  j["searcher"].erase("mode");
+  j["searcher"]["objectives"] = {{{"metric", "loss"}, {"mode", "min"}},
+                                 {{"metric", "params"}, {"mode", "min"}}};
+  j["searcher"]["constraints"] = {{{"metric", "accuracy"}, {"min", 0.5}},
+                                  {{"metric", "loss"}, {"min", 0.1}, {"max", 0.9}}};
+  StudySpec s = parse_spec(j);
+  const Goals& g = s.searcher.goals;
+  EXPECT_TRUE(g.several());
+  EXPECT_EQ(g.directions(), (std::vector<bool>{false, false}));
+  EXPECT_EQ(g.metrics(), (std::vector<std::string>{"loss", "params", "accuracy"}));
+  EXPECT_EQ(s.searcher.metric, "loss");  // the first objective's, for searchers of one
+  EXPECT_FALSE(s.searcher.maximize);
+  ASSERT_EQ(g.constraints.size(), 2u);
+  EXPECT_EQ(g.constraints[0].violation(0.5), 0);  // bounds are inclusive
+  EXPECT_DOUBLE_EQ(g.constraints[0].violation(0.25), 0.25);
+  EXPECT_DOUBLE_EQ(g.constraints[1].violation(1.5), 0.6);
+  EXPECT_TRUE(std::isinf(g.constraints[1].violation(NAN)));
+  // A stored spec reads the same (the history queries).
+  EXPECT_EQ(goals_of(j).objectives, g.objectives);
+  EXPECT_EQ(goals_of(j).constraints, g.constraints);
+  // Objectives change what is searched, never how a trial trains: the root key stays.
+  EXPECT_EQ(s.root_key, parse_spec(testing::example_spec()).root_key);
+}
+
+TEST(Spec, OneObjectiveInTheListFormIsAcceptedByEverySearcher) {
+  nlohmann::json j = testing::example_spec();
+  j["searcher"] = {{"name", "tpe"},
+                   {"objectives", {{{"metric", "loss"}, {"mode", "min"}}}},
+                   {"constraints", {{{"metric", "accuracy"}, {"min", 0.6}}}},
+                   {"max_trials", 4}};
+  StudySpec s = parse_spec(j);
+  EXPECT_FALSE(s.searcher.goals.several());
+  EXPECT_TRUE(s.searcher.goals.multi());
+}
+
+}  // namespace
+}  // namespace hippo

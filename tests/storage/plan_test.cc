@@ -826,3 +826,26 @@ TEST_F(PlanTest, ReadOnlyOpeningRefusesMissingForeignAndNewerFiles) {
 
 }  // namespace
 }  // namespace hippo
+
+namespace hippo {
+namespace {
+
+TEST_F(PlanTest, SearcherEventsKeepEveryObjectiveValueAndTheViolation) {
+  auto plan = SearchPlan::open(file_.string());
+  int64_t study = study_with_trials(plan, "s", 1, 0);
+  const std::vector<SearcherEvent> events = {
+      {SearcherEvent::Kind::kValidation, 0, 5, 0.5},  // one metric and mode: the value alone
+      {SearcherEvent::Kind::kValidation, 0, 10, -INFINITY, {0.7, 1200}, 0.25},
+      {SearcherEvent::Kind::kValidation, 1, 10, -INFINITY, {-INFINITY, INFINITY}, 0},
+      {SearcherEvent::Kind::kValidation, 2, 10, 0.1, {0.1, NAN}, INFINITY},
+      {SearcherEvent::Kind::kClosed, 0},
+  };
+  for (const SearcherEvent& e : events) plan.add_searcher_event(study, e);
+  EXPECT_EQ(plan.searcher_events(study), events);
+  // Read back by a fresh connection too (what a restarted master feeds its searcher).
+  auto again = SearchPlan::open_read_only(file_.string());
+  EXPECT_EQ(again.searcher_events(study), events);
+}
+
+}  // namespace
+}  // namespace hippo
