@@ -1,0 +1,124 @@
+// Several objectives and constraints (INTERFACE.md, "Several objectives") with the real hippo and
+// hippo-worker processes: `best` prints exactly the feasible trials that no feasible trial
+// dominates, computed here by brute force from what `trials` prints; constraints exclude what
+// they must; a run killed mid-study and resumed ends with the front of an undisturbed run.
+#include <signal.h>
+
+#include "tests/e2e/e2e_helper.h"
+
+namespace hippo::e2e {
+namespace {
+
+class Objectives : public E2ETest {
+ protected:
+  // Two objectives that pull apart on this data (a high accuracy comes with a low loss, so
+  // maximizing both gives a front of several trials) and a constraint that some draws miss.
+  std::string study(const std::string& name, const std::string& searcher, int trials) {
+    json searcher_spec = {
+        {"name", searcher},
+        {"metric", nullptr},
+        {"mode", nullptr},
+        {"objectives",
+         {{{"metric", "accuracy"}, {"mode", "max"}}, {{"metric", "loss"}, {"mode", "max"}}}},
+        {"constraints", {{{"metric", "accuracy"}, {"min", 0.55}}}},
+        {"max_trials", trials}};
+    return spec(name, {{"hyperparameters",
+                        {{"lr",
+                          {{"schedule", nullptr},
+                           {"unit", nullptr},
+                           {"init", nullptr},
+                           {"every", nullptr},
+                           {"gamma", nullptr},
+                           {"loguniform", {0.0003, 0.5}}}},
+                         {"momentum", {{"uniform", {0.0, 0.9}}}}}},
+                       {"fixed", {{"momentum", nullptr}}},
+                       {"searcher", searcher_spec},
+                       {"length", {{"epochs", 2}}}});
+  }
+
+  json best(const std::string& db, const std::string& name) {
+    Result r = sh(hippo(db) + "--format json best " + name + " 2>&1");
+    EXPECT_EQ(r.status, 0) << r.out;
+    return json::parse(r.out);
+  }
+};
+
+// a dominates b when both maximize accuracy and loss.
+bool dominates(const json& a, const json& b) {
+  const double aa = a["accuracy"], al = a["loss"], ba = b["accuracy"], bl = b["loss"];
+  return aa >= ba && al >= bl && (aa > ba || al > bl);
+}
+
+// The trial numbers a brute-force filter of `trials --format json` puts on the front.
+std::set<int64_t> brute_force_front(const json& trials) {
+  std::set<int64_t> front;
+  for (const json& t : trials) {
+    if (!t.contains("values") || !t["feasible"].get<bool>()) continue;
+    bool dominated = false;
+    for (const json& u : trials)
+      if (u.contains("values") && u["feasible"].get<bool>() && dominates(u["values"], t["values"]))
+        dominated = true;
+    if (!dominated) front.insert(t["trial"].get<int64_t>());
+  }
+  return front;
+}
+
+std::set<int64_t> trials_in(const json& front) {
+  std::set<int64_t> out;
+  for (const json& t : front) out.insert(t["trial"].get<int64_t>());
+  return out;
+}
+
+TEST_F(Objectives, BestIsTheNonDominatedFeasibleTrialsOfTrials) {
+  const std::string file = study("front", "random", 10);
+  Result r = sh(hippo("plan.db") + "--format json run " + file + " --workers 2 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json summary = last_json(r.out);
+  EXPECT_EQ(summary["status"], "done");
+  const json trials = this->trials(path("plan.db"), "front");
+  ASSERT_EQ(trials.size(), 10u);
+  int infeasible = 0;
+  for (const json& t : trials) {
+    ASSERT_TRUE(t.contains("values")) << t.dump();
+    // Its values are those of its last evaluation, and feasible means the constraint holds there.
+    const int64_t last = t["values_step"];
+    EXPECT_EQ(last, t["length"].get<int64_t>());
+    for (const json& m : t["metrics"])
+      if (m["step"] == last) EXPECT_EQ(t["values"][m["name"].get<std::string>()], m["value"]);
+    const bool feasible = t["values"]["accuracy"].get<double>() >= 0.55;
+    EXPECT_EQ(t["feasible"], feasible) << t.dump();
+    infeasible += !feasible;
+  }
+  EXPECT_GT(infeasible, 0) << "no draw misses the constraint: the test would not see it work";
+  const std::set<int64_t> expected = brute_force_front(trials);
+  ASSERT_GE(expected.size(), 2u) << "a front of one trial would not show the order";
+  const json front = best(path("plan.db"), "front");
+  EXPECT_EQ(trials_in(front), expected);
+  for (const json& t : trials)
+    EXPECT_EQ(t["pareto_optimal"], expected.count(t["trial"].get<int64_t>()) > 0);
+  for (const json& f : front) {
+    EXPECT_TRUE(f.contains("params"));
+    EXPECT_EQ(f["values"].size(), 2u);
+  }
+  EXPECT_EQ(summary["front"], front);  // `run` says what `best` says
+  EXPECT_FALSE(summary.contains("best"));
+}
+
+TEST_F(Objectives, ARunKilledMidStudyAndResumedEndsWithTheSameFront) {
+  const std::string file = study("restart", "random", 8);
+  Result calm = sh(hippo("calm.db") + "run " + file + " --workers 2 2>&1");
+  ASSERT_EQ(calm.status, 0) << calm.out;
+  const json expected = best(path("calm.db"), "restart");
+  const pid_t run =
+      spawn({"/bin/sh", "-c", "exec " + hippo("plan.db") + "run " + file + " --workers 2"});
+  wait_for_a_metric(path("plan.db"), "restart");
+  kill(run, SIGKILL);
+  waitpid(run, nullptr, 0);
+  Result r = sh(hippo("plan.db") + "--format json resume restart --workers 2 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(last_json(r.out)["status"], "done");
+  EXPECT_EQ(best(path("plan.db"), "restart"), expected);
+}
+
+}  // namespace
+}  // namespace hippo::e2e
