@@ -108,9 +108,27 @@ void print_summary(const json& s, Format format) {
   if (s.contains("best")) {
     const json& b = s["best"];
     std::printf("  best                 trial %lld: %s = %.6g at step %lld, params %s\n",
-                b.at("trial").get<long long>(), text(b, "metric").c_str(),
+                b.at("trial").get<long long>(), protocol::printable(text(b, "metric")).c_str(),
                 b.at("value").get<double>(), b.at("step").get<long long>(),
                 b.at("params").dump().c_str());
+  }
+  auto format_number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return std::string(buf);
+  };
+  if (s.contains("front")) {  // several objectives: the Pareto-optimal feasible trials
+    std::printf("  pareto front         %zu trial(s)%s\n", s["front"].size(),
+                s["front"].empty() ? " (no feasible trial with every objective)" : "");
+    for (const json& t : s["front"]) {
+      std::string values;
+      for (const auto& [metric, value] : t.at("values").items())
+        values += (values.empty() ? "" : ", ") + protocol::printable(metric) + " = " +
+                  format_number(value.get<double>());
+      std::printf("                       trial %lld: %s at step %lld, params %s\n",
+                  t.at("trial").get<long long>(), values.c_str(), t.at("step").get<long long>(),
+                  t.at("params").dump().c_str());
+    }
   }
 }
 
