@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "stagetree/json_number.h"
+
 extern char** environ;
 
 namespace hippo {
@@ -286,6 +288,22 @@ json ExternalSearcher::study_event(const char* name) const {
                 {"max_trials", nullptr},
                 {"length", nullptr},
                 {"eval_steps", nullptr}};
+  // The goals in full only when the spec names them: a spec of one metric and mode sends what it
+  // did before objectives existed, so that every searcher written then reads it unchanged.
+  const Goals& goals = spec_.searcher.goals;
+  if (goals.multi()) {
+    json objectives = json::array(), constraints = json::array();
+    for (const Objective& o : goals.objectives)
+      objectives.push_back({{"metric", o.metric}, {"mode", o.maximize ? "max" : "min"}});
+    for (const Constraint& c : goals.constraints) {
+      json bounds = {{"metric", c.metric}};
+      if (c.min) bounds["min"] = *c.min;
+      if (c.max) bounds["max"] = *c.max;
+      constraints.push_back(std::move(bounds));
+    }
+    event["objectives"] = std::move(objectives);
+    event["constraints"] = std::move(constraints);
+  }
   if (spec_.searcher.max_trials) event["max_trials"] = *spec_.searcher.max_trials;
   if (!per_trial_length) {
     event["length"] = spec_.length_steps(Params::object());
@@ -390,11 +408,28 @@ std::vector<Operation> ExternalSearcher::on_study_start() {
   return operations(study_event("start"));
 }
 
-std::vector<Operation> ExternalSearcher::on_validation(RequestId trial, int64_t step,
-                                                       double value) {
+json ExternalSearcher::validation_event(RequestId trial, int64_t step, double value) const {
   json event = trial_event("validation", trial);
   event["step"] = step;
   event["value"] = std::isfinite(value) ? json(value) : json();  // JSON has no NaN or infinity
+  return event;
+}
+
+std::vector<Operation> ExternalSearcher::on_validation(RequestId trial, int64_t step,
+                                                       double value) {
+  return operations(validation_event(trial, step, value));
+}
+
+std::vector<Operation> ExternalSearcher::on_evaluation(RequestId trial, int64_t step,
+                                                       const Evaluation& e) {
+  json event = validation_event(trial, step, e.value);
+  if (spec_.searcher.goals.multi()) {
+    // Non-finite values are kept, as strings: a diverged trial's worst values order it last.
+    json values = json::array();
+    for (double v : e.values) values.push_back(json_number(v));
+    event["values"] = std::move(values);
+    event["violation"] = json_number(e.violation);
+  }
   return operations(event);
 }
 
@@ -452,8 +487,11 @@ void ExternalSearcher::load(const json& saved) {
 }
 
 SearcherKind external_searcher_kind() {
+  // The process reads every value when the spec has several objectives (the validation event's
+  // "values"); whether it can use them is its author's business.
   return {{"command", "timeout_s"},
-          [](const StudySpec& s) { return std::make_unique<ExternalSearcher>(s); }};
+          [](const StudySpec& s) { return std::make_unique<ExternalSearcher>(s); },
+          true};
 }
 
 }  // namespace hippo

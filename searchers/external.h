@@ -39,6 +39,9 @@ class ExternalSearcher : public Searcher {
 
   std::vector<Operation> on_study_start() override;
   std::vector<Operation> on_validation(RequestId trial, int64_t step, double value) override;
+  // With objectives or constraints in the spec, the validation event also carries every
+  // objective's value and the violation.
+  std::vector<Operation> on_evaluation(RequestId trial, int64_t step, const Evaluation& e) override;
   std::vector<Operation> on_trial_closed(RequestId trial) override;
   std::vector<Operation> on_trial_failed(RequestId trial) override;
 
@@ -64,6 +67,7 @@ class ExternalSearcher : public Searcher {
   Operation operation(const Field& op);
   RequestId known_trial(const Field& trial) const;
   nlohmann::json trial_event(const char* name, RequestId trial) const;
+  nlohmann::json validation_event(RequestId trial, int64_t step, double value) const;
 
   StudySpec spec_;
   std::vector<std::string> command_;

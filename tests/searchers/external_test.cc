@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "tests/searchers/spec_helpers.h"
 
@@ -202,6 +203,98 @@ TEST_F(External, SaveAndLoadContinueIdentically) {
   EXPECT_THROW(c.load({{"state", 1}, {"trials", {{{"lr.init", 5}}}}, {"finished", false}}),
                SpecError);
   EXPECT_THROW(c.load({{"state", 1}, {"trials", json::array()}}), SpecError);
+}
+
+// Keeps every line it reads, byte for byte, in "<script>.log"; creates trial 0 at full length.
+constexpr char kLogger[] = R"(import json, sys
+log = open(sys.argv[0] + ".log", "w")
+for line in sys.stdin:
+    log.write(line)
+    log.flush()
+    e = json.loads(line)
+    if e["event"] == "save":
+        print('{"state": null}', flush=True)
+    elif e["event"] == "start":
+        print('{"operations": [{"op": "create", "trial": 0, "params": {"lr.init": 0.1,'
+              ' "lr.milestones[0]": 1, "lr.gamma": 0.1}}, {"op": "train", "trial": 0,'
+              ' "length": "full"}]}', flush=True)
+    else:
+        print('{"operations": []}', flush=True)
+)";
+
+// The lines a logger searcher read for the study `j` when started and fed these evaluations.
+std::vector<std::string> lines_read(const fs::path& dir, json j,
+                                    const std::vector<Evaluation>& evaluations) {
+  std::string script = (dir / "logger.py").string();
+  std::ofstream(script) << kLogger;
+  j["searcher"]["name"] = "external";
+  j["searcher"]["command"] = {"/usr/bin/python3", script};
+  ExternalSearcher searcher(parse_spec(j));
+  searcher.on_study_start();
+  int64_t step = 0;
+  for (const Evaluation& e : evaluations) searcher.on_evaluation(0, step += 468, e);
+  std::vector<std::string> lines;
+  std::ifstream in(script + ".log");
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+constexpr char kSpace[] = R"("space":[{"kind":"grid","name":"lr.init","values":[0.1,0.05,0.02]},)"
+                          R"({"kind":"grid","name":"lr.milestones[0]","values":[1,2,3]},)"
+                          R"({"kind":"grid","name":"lr.gamma","values":[0.1,0.3]}])";
+
+// A spec of one metric and mode sends the bytes it sent before objectives existed: searchers
+// written then read it unchanged.
+TEST_F(External, OneMetricAndModeSendTheEventsOfBefore) {
+  json j = example_spec();
+  j["searcher"] = {{"metric", "accuracy"}, {"mode", "max"}};
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(lines_read(dir_, j, {{{0.7}, 0, 0.7}, {{nan}, 0, nan}}),
+            (std::vector<std::string>{
+                R"({"eval_steps":[468,936,1404,1872],"event":"start","length":1872,)"
+                R"("max_trials":null,"metric":"accuracy","mode":"max","seed":0,)" +
+                    std::string(kSpace) + "}",
+                R"({"event":"validation","step":468,"trial":0,"value":0.7})",
+                R"({"event":"validation","step":936,"trial":0,"value":null})"}));
+}
+
+// Objectives or constraints: start names them all (metric and mode stay, the first objective's),
+// and each validation carries every objective's value and the violation, non-finite ones as the
+// strings of the search plan; value stays what a searcher of one objective reads.
+TEST_F(External, ObjectivesAndConstraintsReachTheProcess) {
+  EXPECT_TRUE(external_searcher_kind().several_objectives);
+  const double inf = std::numeric_limits<double>::infinity();
+  json j = example_spec();
+  j["searcher"] = {
+      {"objectives",
+       {{{"metric", "accuracy"}, {"mode", "max"}}, {{"metric", "loss"}, {"mode", "min"}}}},
+      {"constraints",
+       {{{"metric", "loss"}, {"max", 0.6}}, {{"metric", "accuracy"}, {"min", 0.5}, {"max", 1}}}},
+      {"max_trials", 3}};
+  EXPECT_EQ(
+      lines_read(dir_, j,
+                 {{{0.8, 0.4}, 0, 0.8}, {{0.7, 0.65}, 0.05, -inf}, {{-inf, inf}, inf, -inf}}),
+      (std::vector<std::string>{
+          R"({"constraints":[{"max":0.6,"metric":"loss"},{"max":1.0,"metric":"accuracy","min":0.5}],)"
+          R"("eval_steps":[468,936,1404,1872],"event":"start","length":1872,"max_trials":3,)"
+          R"("metric":"accuracy","mode":"max",)"
+          R"("objectives":[{"metric":"accuracy","mode":"max"},{"metric":"loss","mode":"min"}],)"
+          R"("seed":0,)" +
+              std::string(kSpace) + "}",
+          R"({"event":"validation","step":468,"trial":0,"value":0.8,"values":[0.8,0.4],"violation":0.0})",
+          R"({"event":"validation","step":936,"trial":0,"value":null,"values":[0.7,0.65],"violation":0.05})",
+          R"({"event":"validation","step":1404,"trial":0,"value":null,"values":["-inf","inf"],"violation":"inf"})"}));
+  // Constraints on one objective: every value too (one), and the violation.
+  j["searcher"] = {{"metric", "loss"},
+                   {"mode", "min"},
+                   {"constraints", {{{"metric", "accuracy"}, {"min", 0.5}}}}};
+  std::vector<std::string> lines = lines_read(dir_, j, {{{0.3}, 0, 0.3}});
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(json::parse(lines[0])["objectives"],
+            json::parse(R"([{"metric": "loss", "mode": "min"}])"));
+  EXPECT_EQ(
+      lines[1],
+      R"({"event":"validation","step":468,"trial":0,"value":0.3,"values":[0.3],"violation":0.0})");
 }
 
 TEST_F(External, OptionsAreValidatedAndNothingStartsOnParse) {
