@@ -28,6 +28,7 @@ std::map<std::string, SearcherKind>& registry() {
       {"pbt", pbt_searcher_kind()},
       {"tpe", tpe_searcher_kind()},
       {"gp", gp_searcher_kind()},
+      {"moasha", moasha_searcher_kind()},
   };
   return kinds;
 }
