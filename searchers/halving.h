@@ -1,9 +1,9 @@
 // The halving family: successive halving (`sha`), asynchronous successive halving (`asha`), its
-// multi-objective variant (`moasha`) and Hyperband (`hyperband`). Trials are trained to *rungs*, lengths that grow by a factor eta, and
-// only the best 1/eta of the trials at a rung go on to the next one. A trial's value at a rung is
-// the metric at the rung's last step; a trial that failed, reported no metric at that step or a
-// value that is not finite has no value there and is never promoted from it. Ranks follow the
-// spec's mode, ties going to the lower trial id.
+// multi-objective variant (`moasha`) and Hyperband (`hyperband`). Trials are trained to *rungs*,
+// lengths that grow by a factor eta, and only the best 1/eta of the trials at a rung go on to the
+// next one. A trial's value at a rung is the metric at the rung's last step; a trial that failed,
+// reported no metric at that step or a value that is not finite has no value there and is never
+// promoted from it. Ranks follow the spec's mode, ties going to the lower trial id.
 //
 // Options, besides metric, mode and max_trials:
 //   eta         an integer >= 2, default 3
