@@ -6,19 +6,22 @@
 #include <ext/pb_ds/assoc_container.hpp>
 #include <ext/pb_ds/tree_policy.hpp>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
 #include "searchers/basic.h"
+#include "searchers/pareto.h"
+#include "stagetree/json_number.h"
 
 namespace hippo {
 namespace {
 
 using nlohmann::json;
 
-enum class Kind { kSha, kAsha, kHyperband };
+enum class Kind { kSha, kAsha, kMoAsha, kHyperband };
 
 // A length option, read as spec.cc reads the spec's `length`.
 int64_t at_least(const Field& f, int64_t min) {
@@ -47,9 +50,25 @@ struct TrialState {
   Params params;
   bool running = true;  // being trained to its current rung: neither closed nor failed yet
   // The value at each rung it reached; the last one is at its current rung (none until reported).
-  std::vector<std::optional<double>> values{std::nullopt};
+  // One value and no violation, except for moasha: every objective's value and the violation.
+  std::vector<std::optional<ParetoPoint>> values{std::nullopt};
 
   int rung() const { return static_cast<int>(values.size()) - 1; }
+};
+
+// asha's and moasha's view of one rung: the trials that finished it with a value, promoted since
+// or not (the rung's ranking), and which of them still wait there. The two differ only in how they
+// order a rung.
+class RungRanking {
+ public:
+  virtual ~RungRanking() = default;
+  // The trial finished the rung with value `p` there.
+  virtual void add(RequestId id, const ParetoPoint& p) = 0;
+  // It goes on to the next rung: it stays in the ranking (its value counts for the others), but
+  // waits no more.
+  virtual void promote(RequestId id, const ParetoPoint& p) = 0;
+  // The best waiting trial, when its place in the ranking is below floor(count / eta).
+  virtual std::optional<RequestId> promotable(int64_t eta) const = 0;
 };
 
 // A trial's place in a rung's ranking: its value there (negated when the mode is max) and its id,
@@ -60,13 +79,95 @@ using RankTree =
     __gnu_pbds::tree<RankKey, __gnu_pbds::null_type, std::less<RankKey>, __gnu_pbds::rb_tree_tag,
                      __gnu_pbds::tree_order_statistics_node_update>;
 
-// asha's view of one rung, kept up to date so that an event costs O(rungs log n), not a sort of
-// every trial: with a study of 100,000 trials, re-ranking on each event would be quadratic.
-struct RungIndex {
-  // The trials that finished the rung with a value, promoted since or not: the rung's ranking.
-  RankTree ranked;
-  // Those of them still at the rung (not promoted), in the same order.
-  std::set<RankKey> waiting;
+// asha: by the one value, kept up to date so that an event costs O(log n), not a sort of every
+// trial: with a study of 100,000 trials, re-ranking on each event would be quadratic.
+class ValueRanking : public RungRanking {
+ public:
+  explicit ValueRanking(bool maximize) : maximize_(maximize) {}
+  void add(RequestId id, const ParetoPoint& p) override {
+    ranked_.insert(key(id, p));
+    waiting_.insert(key(id, p));
+  }
+  void promote(RequestId id, const ParetoPoint& p) override { waiting_.erase(key(id, p)); }
+  // Every trial ranked before the first waiting one has been promoted already.
+  std::optional<RequestId> promotable(int64_t eta) const override {
+    if (waiting_.empty()) return std::nullopt;
+    const RankKey& best = *waiting_.begin();
+    if (ranked_.order_of_key(best) < ranked_.size() / static_cast<size_t>(eta)) return best.second;
+    return std::nullopt;
+  }
+
+ private:
+  RankKey key(RequestId id, const ParetoPoint& p) const {
+    return {maximize_ ? -p.values[0] : p.values[0], id};
+  }
+  bool maximize_;
+  RankTree ranked_;
+  std::set<RankKey> waiting_;  // in the same order
+};
+
+// moasha: by (front of constrained non-dominated sorting, larger crowding distance, lower id).
+// A new trial can move others to later fronts and changes crowding distances, so no incremental
+// index keeps this order: the rung is sorted again, O(objectives * n^2), when a trial joins it and
+// a promotion is looked for. That is fine for rungs of up to a few thousand trials.
+class ParetoRanking : public RungRanking {
+ public:
+  explicit ParetoRanking(Directions directions) : directions_(std::move(directions)) {}
+  void add(RequestId id, const ParetoPoint& p) override {
+    members_.emplace(id, p);
+    waiting_.insert(id);
+    order_.clear();
+  }
+  void promote(RequestId id, const ParetoPoint&) override { waiting_.erase(id); }
+  std::optional<RequestId> promotable(int64_t eta) const override {
+    if (waiting_.empty()) return std::nullopt;
+    if (order_.empty()) order_ = ranking();
+    const size_t limit = order_.size() / static_cast<size_t>(eta);
+    for (size_t place = 0; place < limit; ++place)
+      if (waiting_.count(order_[place])) return order_[place];
+    return std::nullopt;
+  }
+
+ private:
+  // The rung's trials, best first. With one objective a front holds equal values, where crowding
+  // says nothing: ties go to the lower id, so that moasha ranks exactly as asha.
+  std::vector<RequestId> ranking() const {
+    // In id order, not the order trials joined (which a reloaded searcher does not know): crowding
+    // gives the ends of a run of equal values to the first and last of them.
+    std::vector<RequestId> ids;
+    std::vector<ParetoPoint> points;
+    for (const auto& [id, p] : members_) {
+      ids.push_back(id);
+      points.push_back(p);
+    }
+    struct Place {
+      size_t front;
+      double crowding;
+      RequestId id;
+    };
+    std::vector<Place> places;
+    const std::vector<std::vector<size_t>> fronts = non_dominated_sort(points, directions_);
+    for (size_t f = 0; f < fronts.size(); ++f) {
+      std::vector<double> crowding = directions_.size() > 1
+                                         ? crowding_distance(points, fronts[f])
+                                         : std::vector<double>(fronts[f].size(), 0.0);
+      for (size_t k = 0; k < fronts[f].size(); ++k)
+        places.push_back({f, crowding[k], ids[fronts[f][k]]});
+    }
+    std::sort(places.begin(), places.end(), [](const Place& a, const Place& b) {
+      if (a.front != b.front) return a.front < b.front;
+      if (a.crowding != b.crowding) return a.crowding > b.crowding;
+      return a.id < b.id;
+    });
+    std::vector<RequestId> order;
+    for (const Place& p : places) order.push_back(p.id);
+    return order;
+  }
+
+  Directions directions_;
+  std::map<RequestId, ParetoPoint> members_;
+  std::set<RequestId> waiting_;
+  mutable std::vector<RequestId> order_;  // ranking(), until a trial joins; empty: not computed
 };
 
 class HalvingSearcher : public Searcher {
@@ -82,7 +183,8 @@ class HalvingSearcher : public Searcher {
       if (options.has("parallel")) parallel_ = at_least(options["parallel"], 1);
       bracket_running_.assign(1, 0);
       // No trial is promoted from the top rung: it needs no index.
-      if (kind == Kind::kAsha) rungs_.resize(top);
+      if (asynchronous())
+        for (int k = 0; k < top; ++k) rungs_.push_back(new_ranking());
       return;
     }
     int count = options.has("brackets") ? options["brackets"].integer(1, top + 1) : top + 1;
@@ -105,7 +207,7 @@ class HalvingSearcher : public Searcher {
   }
 
   std::vector<Operation> on_study_start() override {
-    if (kind_ == Kind::kAsha) return fill();
+    if (asynchronous()) return fill();
     std::vector<Operation> ops;
     for (const Bracket& b : brackets_)
       for (int64_t i = 0; i < b.size; ++i) create(ops);
@@ -113,10 +215,19 @@ class HalvingSearcher : public Searcher {
   }
 
   std::vector<Operation> on_validation(RequestId trial, int64_t step, double value) override {
-    TrialState& t = at(trial);
-    // Earlier evaluations come again when a promoted trial is retrained: only its rung step counts.
-    if (t.running && std::isfinite(value) && step == rung_length(t, t.rung()))
-      t.values.back() = value;
+    record(trial, step, ParetoPoint{{value}, 0});
+    return {};
+  }
+
+  // moasha ranks by every objective and the violation; the others by the one value they see.
+  std::vector<Operation> on_evaluation(RequestId trial, int64_t step,
+                                       const Evaluation& e) override {
+    if (kind_ != Kind::kMoAsha) return on_validation(trial, step, e.value);
+    if (e.values.size() != directions_.size())
+      throw std::invalid_argument(name() + " searcher: " + std::to_string(e.values.size()) +
+                                  " values for " + std::to_string(directions_.size()) +
+                                  " objectives");
+    record(trial, step, ParetoPoint{e.values, e.violation});
     return {};
   }
 
@@ -127,7 +238,7 @@ class HalvingSearcher : public Searcher {
     json trials = json::array();
     for (const TrialState& t : trials_) {
       json values = json::array();
-      for (const std::optional<double>& v : t.values) values.push_back(v ? json(*v) : json());
+      for (const std::optional<ParetoPoint>& v : t.values) values.push_back(rung_value_json(v));
       trials.push_back({{"running", t.running}, {"values", values}});
     }
     return {{"trials", trials}};
@@ -153,9 +264,7 @@ class HalvingSearcher : public Searcher {
       if (rungs > static_cast<size_t>(brackets_[t.bracket].rungs))
         values.fail("more rungs than trial " + std::to_string(id) + "'s bracket has");
       t.values.clear();
-      for (size_t k = 0; k < rungs; ++k)
-        t.values.push_back(values[k].json().is_null() ? std::nullopt
-                                                      : std::optional(values[k].number()));
+      for (size_t k = 0; k < rungs; ++k) t.values.push_back(rung_value_of(values[k]));
       trials.push_back(std::move(t));
     }
     trials_ = std::move(trials);
@@ -164,6 +273,47 @@ class HalvingSearcher : public Searcher {
 
  private:
   const std::string& name() const { return spec_.searcher.name; }
+  // asha and moasha: trials start and are promoted one by one, without waiting for a rung.
+  bool asynchronous() const { return kind_ == Kind::kAsha || kind_ == Kind::kMoAsha; }
+
+  std::unique_ptr<RungRanking> new_ranking() const {
+    if (kind_ == Kind::kMoAsha) return std::make_unique<ParetoRanking>(directions_);
+    return std::make_unique<ValueRanking>(spec_.searcher.maximize);
+  }
+
+  // Earlier evaluations come again when a promoted trial is retrained: only its rung step counts.
+  // A value that is not finite (a diverged trial) is none.
+  void record(RequestId trial, int64_t step, ParetoPoint p) {
+    TrialState& t = at(trial);
+    const bool finite =
+        std::all_of(p.values.begin(), p.values.end(), [](double v) { return std::isfinite(v); }) &&
+        !std::isnan(p.violation);
+    if (t.running && finite && step == rung_length(t, t.rung())) t.values.back() = std::move(p);
+  }
+
+  // A rung's value in the saved state: null when none; the number for asha, sha and hyperband (the
+  // format their plans have always had); {"values", "violation"} for moasha.
+  json rung_value_json(const std::optional<ParetoPoint>& v) const {
+    if (!v) return nullptr;
+    if (kind_ != Kind::kMoAsha) return v->values[0];
+    json values = json::array();
+    for (double x : v->values) values.push_back(json_number(x));
+    return {{"values", values}, {"violation", json_number(v->violation)}};
+  }
+  std::optional<ParetoPoint> rung_value_of(const Field& f) const {
+    if (f.json().is_null()) return std::nullopt;
+    if (kind_ != Kind::kMoAsha) return ParetoPoint{{f.number()}, 0};
+    f.check_keys({"values", "violation"});
+    Field values = f["values"];
+    if (values.items(1) != directions_.size())
+      values.fail("expected " + std::to_string(directions_.size()) + " values, one by objective");
+    ParetoPoint p;
+    for (size_t i = 0; i < directions_.size(); ++i) p.values.push_back(values[i].number());
+    std::optional<double> violation = number_of_json(f["violation"].json());
+    if (!violation || !(*violation >= 0)) f["violation"].fail("expected a number >= 0 or \"inf\"");
+    p.violation = *violation;
+    return p;
+  }
 
   // Validates min_length and max_length and returns the index of the longest rung: the largest k
   // with min_length * eta^k <= max_length. Every trial must have the same rungs, so the two are
@@ -256,9 +406,8 @@ class HalvingSearcher : public Searcher {
 
   void promote(RequestId id, std::vector<Operation>& ops) {
     TrialState& t = trials_[id];
-    // It stays in its rung's ranking (its value there counts for the others), but waits no more.
     if (static_cast<size_t>(t.rung()) < rungs_.size())
-      rungs_[t.rung()].waiting.erase(rank_key(id, t.rung()));
+      rungs_[t.rung()]->promote(id, *t.values.back());
     t.values.emplace_back();
     t.running = true;
     ++running_;
@@ -266,19 +415,12 @@ class HalvingSearcher : public Searcher {
     ops.push_back(train(id));
   }
 
-  RankKey rank_key(RequestId id, int k) const {
-    double v = *trials_[id].values[k];
-    return {spec_.searcher.maximize ? -v : v, id};
-  }
-
-  // asha: the trial stopped running at its rung with a value there: it joins the rung's ranking.
-  // (While it runs, its value may still change; a failure resets it.)
+  // asha, moasha: the trial stopped running at its rung with a value there: it joins the rung's
+  // ranking. (While it runs, its value may still change; a failure resets it.)
   void rank_at_rung(RequestId id) {
     const TrialState& t = trials_[id];
     if (static_cast<size_t>(t.rung()) >= rungs_.size() || !t.values.back()) return;
-    RankKey key = rank_key(id, t.rung());
-    rungs_[t.rung()].ranked.insert(key);
-    rungs_[t.rung()].waiting.insert(key);
+    rungs_[t.rung()]->add(id, *t.values.back());
   }
 
   // Rebuilds the counts and indexes from trials_ (after load), by their definitions: a trial is
@@ -286,7 +428,7 @@ class HalvingSearcher : public Searcher {
   void reindex() {
     running_ = 0;
     bracket_running_.assign(brackets_.size(), 0);
-    for (RungIndex& r : rungs_) r = RungIndex{};
+    for (std::unique_ptr<RungRanking>& r : rungs_) r = new_ranking();
     for (RequestId id = 0; id < static_cast<RequestId>(trials_.size()); ++id) {
       const TrialState& t = trials_[id];
       if (t.running) {
@@ -295,8 +437,8 @@ class HalvingSearcher : public Searcher {
       }
       for (int k = 0; k <= t.rung() && static_cast<size_t>(k) < rungs_.size(); ++k) {
         if (!t.values[k] || (k == t.rung() && t.running)) continue;
-        rungs_[k].ranked.insert(rank_key(id, k));
-        if (k == t.rung()) rungs_[k].waiting.insert(rank_key(id, k));
+        rungs_[k]->add(id, *t.values[k]);
+        if (k < t.rung()) rungs_[k]->promote(id, *t.values[k]);
       }
     }
   }
@@ -318,13 +460,13 @@ class HalvingSearcher : public Searcher {
     --bracket_running_[t.bracket];
     if (failed) t.values.back().reset();
     rank_at_rung(trial);
-    std::vector<Operation> ops = kind_ == Kind::kAsha ? fill() : halve(t.bracket);
+    std::vector<Operation> ops = asynchronous() ? fill() : halve(t.bracket);
     if (running_ == 0) ops.push_back(Finish{});
     return ops;
   }
 
   // The trials among [first, last) that finished rung k with a value, best first (sha and
-  // hyperband, once per rung of a bracket; asha keeps the same order in rungs_).
+  // hyperband, once per rung of a bracket; asha keeps the same order in its RungRanking).
   std::vector<RequestId> ranked(RequestId first, RequestId last, int k) const {
     std::vector<RequestId> ids;
     for (RequestId id = first; id < last; ++id) {
@@ -332,7 +474,7 @@ class HalvingSearcher : public Searcher {
       if (t.rung() >= k && t.values[k] && !(t.rung() == k && t.running)) ids.push_back(id);
     }
     std::sort(ids.begin(), ids.end(), [&](RequestId a, RequestId b) {
-      double va = *trials_[a].values[k], vb = *trials_[b].values[k];
+      double va = trials_[a].values[k]->values[0], vb = trials_[b].values[k]->values[0];
       if (va != vb) return spec_.searcher.maximize ? va > vb : va < vb;
       return a < b;
     });
@@ -360,7 +502,7 @@ class HalvingSearcher : public Searcher {
     return ops;
   }
 
-  // asha: keeps `parallel` trials in flight, promoting where it can, else creating.
+  // asha, moasha: keeps `parallel` trials in flight, promoting where it can, else creating.
   std::vector<Operation> fill() {
     std::vector<Operation> ops;
     for (int64_t running = running_; running < parallel_; ++running) {
@@ -375,37 +517,34 @@ class HalvingSearcher : public Searcher {
   }
 
   // From the highest rung down, the best trial not promoted yet among the first floor(count / eta)
-  // of a rung's count values. That is the first waiting trial of the rung if its rank is below
-  // floor(count / eta): every trial ranked before it has been promoted already.
+  // of a rung's count values.
   std::optional<RequestId> promotable() const {
-    for (size_t k = rungs_.size(); k-- > 0;) {
-      const RungIndex& r = rungs_[k];
-      if (r.waiting.empty()) continue;
-      const RankKey& best = *r.waiting.begin();
-      if (r.ranked.order_of_key(best) < r.ranked.size() / static_cast<size_t>(eta_))
-        return best.second;
-    }
+    for (size_t k = rungs_.size(); k-- > 0;)
+      if (std::optional<RequestId> id = rungs_[k]->promotable(eta_)) return id;
     return std::nullopt;
   }
 
   StudySpec spec_;
   Kind kind_;
+  Directions directions_ = spec_.searcher.goals.directions();
   int64_t eta_ = 3;
   Span min_, max_;
-  int64_t parallel_ = 2;  // asha
+  int64_t parallel_ = 2;  // asha, moasha
   std::vector<Bracket> brackets_;
   std::vector<TrialState> trials_;  // by id
   // Kept with trials_ so that no event counts or sorts every trial.
   int64_t running_ = 0;                   // trials running, in all brackets
   std::vector<int64_t> bracket_running_;  // by bracket
-  std::vector<RungIndex> rungs_;          // asha: rungs 0 .. top - 1; empty for sha, hyperband
+  // asha, moasha: rungs 0 .. top - 1; empty for sha, hyperband.
+  std::vector<std::unique_ptr<RungRanking>> rungs_;
 };
 
 SearcherKind halving_kind(Kind kind, std::vector<std::string> extra) {
   std::vector<std::string> options = {"eta", "min_length", "max_length"};
   options.insert(options.end(), extra.begin(), extra.end());
   return {options,
-          [kind](const StudySpec& s) { return std::make_unique<HalvingSearcher>(s, kind); }};
+          [kind](const StudySpec& s) { return std::make_unique<HalvingSearcher>(s, kind); },
+          kind == Kind::kMoAsha};
 }
 
 }  // namespace
@@ -415,6 +554,9 @@ SearcherKind sha_searcher_kind() {
 }
 SearcherKind asha_searcher_kind() {
   return halving_kind(Kind::kAsha, {"parallel"});
+}
+SearcherKind moasha_searcher_kind() {
+  return halving_kind(Kind::kMoAsha, {"parallel"});
 }
 SearcherKind hyperband_searcher_kind() {
   return halving_kind(Kind::kHyperband, {"brackets"});

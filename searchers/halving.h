@@ -1,15 +1,15 @@
-// The halving family: successive halving (`sha`), asynchronous successive halving (`asha`) and
-// Hyperband (`hyperband`). Trials are trained to *rungs*, lengths that grow by a factor eta, and
-// only the best 1/eta of the trials at a rung go on to the next one. A trial's value at a rung is
-// the metric at the rung's last step; a trial that failed, reported no metric at that step or a
-// value that is not finite has no value there and is never promoted from it. Ranks follow the
-// spec's mode, ties going to the lower trial id.
+// The halving family: successive halving (`sha`), asynchronous successive halving (`asha`), its
+// multi-objective variant (`moasha`) and Hyperband (`hyperband`). Trials are trained to *rungs*,
+// lengths that grow by a factor eta, and only the best 1/eta of the trials at a rung go on to the
+// next one. A trial's value at a rung is the metric at the rung's last step; a trial that failed,
+// reported no metric at that step or a value that is not finite has no value there and is never
+// promoted from it. Ranks follow the spec's mode, ties going to the lower trial id.
 //
 // Options, besides metric, mode and max_trials:
 //   eta         an integer >= 2, default 3
 //   min_length  {"steps": N} or {"epochs": E}, required: the shortest rung
 //   max_length  the same, default the spec's length: no rung is longer
-//   parallel    asha only: how many trials to keep in flight, default 2 (the workers you expect)
+//   parallel    asha, moasha: how many trials to keep in flight, default 2 (the workers you expect)
 //   brackets    hyperband only: how many brackets to run, the most aggressive first; default all
 // Lengths in epochs are converted per trial, as the spec's length is. A trial at a rung of length
 // L is trained to L and evaluated at the spec's evaluation steps below L, and at L.
@@ -25,6 +25,14 @@
 //   searcher promotes a trial (from the highest rung down: at rung k, the best trial not yet
 //   promoted among the first floor(count / eta) of the count values there), else creates a new one
 //   (up to max_trials). It finishes when nothing is in flight and there is nothing left to do.
+// moasha (Schmucker et al. 2021, MO-ASHA): asha, except that a rung is ranked by every objective:
+//   by the front of constrained non-dominated sorting (pareto.h) of the trials' values and
+//   violations there, then by larger crowding distance within the front, then by lower id. A trial
+//   has no value at a rung where an objective's value is not finite. With one objective (and no
+//   constraint) it makes exactly asha's decisions. A rung is sorted again, O(objectives * n^2) for
+//   n trials there, when a trial has joined it and a promotion is looked for (asha keeps an index
+//   instead): fine for rungs of up to a few thousand trials. Its saved state holds, at each rung,
+//   {"values": [...], "violation"} where asha holds the number.
 // hyperband: with s_max the largest s where min_length * eta^s <= max_length, brackets
 //   s = s_max, s_max - 1, ... each run sha on ceil((s_max + 1) / (s + 1) * eta^s) trials whose
 //   rungs are max_length * eta^(k - s) (rounded down to whole steps), k = 0..s. Trial ids go
@@ -40,6 +48,7 @@ namespace hippo {
 
 SearcherKind sha_searcher_kind();
 SearcherKind asha_searcher_kind();
+SearcherKind moasha_searcher_kind();
 SearcherKind hyperband_searcher_kind();
 
 }  // namespace hippo

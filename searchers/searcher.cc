@@ -9,6 +9,7 @@
 #include "searchers/gp.h"
 #include "searchers/halving.h"
 #include "searchers/median_stop.h"
+#include "searchers/nsga2.h"
 #include "searchers/pbt.h"
 #include "searchers/tpe.h"
 
@@ -28,6 +29,8 @@ std::map<std::string, SearcherKind>& registry() {
       {"pbt", pbt_searcher_kind()},
       {"tpe", tpe_searcher_kind()},
       {"gp", gp_searcher_kind()},
+      {"nsga2", nsga2_searcher_kind()},
+      {"moasha", moasha_searcher_kind()},
   };
   return kinds;
 }
