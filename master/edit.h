@@ -70,7 +70,10 @@ inline Work searcher_work(int64_t study, SearcherEvent::Kind kind, RequestId tri
   Work w{std::in_place_type<Feed>};
   Feed& f = std::get<Feed>(w);
   f.study = study;
-  f.event = {kind, trial, step, value};
+  f.event.kind = kind;
+  f.event.trial = trial;
+  f.event.step = step;
+  f.event.value = value;
   return w;
 }
 

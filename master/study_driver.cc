@@ -32,7 +32,9 @@ double worst_value(bool maximize) {
 // one metric and mode carries the value alone, as before objectives existed.
 SearcherEvent evaluation_event(const Goals& goals, RequestId trial, int64_t step,
                                const json& metrics) {
-  SearcherEvent event{SearcherEvent::Kind::kValidation, trial, step};
+  SearcherEvent event;
+  event.trial = trial;
+  event.step = step;
   double violation = 0;
   for (const Constraint& c : goals.constraints)
     violation += c.violation(*metric_value(metrics, c.metric));
@@ -47,8 +49,10 @@ SearcherEvent evaluation_event(const Goals& goals, RequestId trial, int64_t step
 
 // A diverged trial's: the worst value of every objective's mode.
 SearcherEvent worst_evaluation(const Goals& goals, RequestId trial, int64_t step) {
-  SearcherEvent event{SearcherEvent::Kind::kValidation, trial, step,
-                      worst_value(goals.objectives[0].maximize)};
+  SearcherEvent event;
+  event.trial = trial;
+  event.step = step;
+  event.value = worst_value(goals.objectives[0].maximize);
   if (!goals.multi()) return event;
   for (const Objective& o : goals.objectives) event.values.push_back(worst_value(o.maximize));
   return event;

@@ -1,7 +1,8 @@
 // Several objectives and constraints (INTERFACE.md, "Several objectives") with the real hippo and
 // hippo-worker processes: `best` prints exactly the feasible trials that no feasible trial
 // dominates, computed here by brute force from what `trials` prints; constraints exclude what
-// they must; a run killed mid-study and resumed ends with the front of an undisturbed run.
+// they must; an nsga2 run killed mid-study and resumed (its searcher fed its journal of
+// evaluations again) ends with the front of an undisturbed run.
 #include <signal.h>
 
 #include "tests/e2e/e2e_helper.h"
@@ -22,6 +23,7 @@ class Objectives : public E2ETest {
          {{{"metric", "accuracy"}, {"mode", "max"}}, {{"metric", "loss"}, {"mode", "max"}}}},
         {"constraints", {{{"metric", "accuracy"}, {"min", 0.55}}}},
         {"max_trials", trials}};
+    if (searcher == "nsga2") searcher_spec["population"] = 4;
     return spec(name, {{"hyperparameters",
                         {{"lr",
                           {{"schedule", nullptr},
@@ -83,8 +85,11 @@ TEST_F(Objectives, BestIsTheNonDominatedFeasibleTrialsOfTrials) {
     // Its values are those of its last evaluation, and feasible means the constraint holds there.
     const int64_t last = t["values_step"];
     EXPECT_EQ(last, t["length"].get<int64_t>());
-    for (const json& m : t["metrics"])
-      if (m["step"] == last) EXPECT_EQ(t["values"][m["name"].get<std::string>()], m["value"]);
+    for (const json& m : t["metrics"]) {
+      if (m["step"] == last) {
+        EXPECT_EQ(t["values"][m["name"].get<std::string>()], m["value"]);
+      }
+    }
     const bool feasible = t["values"]["accuracy"].get<double>() >= 0.55;
     EXPECT_EQ(t["feasible"], feasible) << t.dump();
     infeasible += !feasible;
@@ -105,7 +110,7 @@ TEST_F(Objectives, BestIsTheNonDominatedFeasibleTrialsOfTrials) {
 }
 
 TEST_F(Objectives, ARunKilledMidStudyAndResumedEndsWithTheSameFront) {
-  const std::string file = study("restart", "random", 8);
+  const std::string file = study("restart", "nsga2", 10);
   Result calm = sh(hippo("calm.db") + "run " + file + " --workers 2 2>&1");
   ASSERT_EQ(calm.status, 0) << calm.out;
   const json expected = best(path("calm.db"), "restart");
