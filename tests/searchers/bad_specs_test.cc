@@ -111,6 +111,23 @@ const std::map<std::string, std::string> kExpected = {
     {"81-wsd-unknown-shape.json", "hyperparameters.lr.shape: expected one of \"linear\""},
     {"82-eval-at-end-false.json", "eval.at_end: the end of every trial is always evaluated"},
     {"83-end-of-with-sha.json", "searcher.name: sha ranks trials at common rung lengths"},
+    {"84-model-leaf-bad-width.json",
+     "model.hidden.grid[1][1]: expected an integer in [1, 1048576], got 0"},
+    {"85-model-leaf-unknown-field.json", "model.width: unknown field"},
+    {"86-model-leaf-uniform.json",
+     "model.hidden: expected a value, or a grid, choice or int over the field's values"},
+    {"87-model-leaf-int-over-list.json", "model.hidden.int[0]: expected a list, got 16"},
+    {"88-model-leaf-duplicate.json", "model.hidden.grid[1]: duplicate value [16]"},
+    {"89-model-leaf-gpt-context.json", "model.context: is one for the whole study"},
+    {"90-model-leaves-heads-do-not-divide-dim.json",
+     "model.heads.grid[1]: 3 heads do not divide dim 32 (with model.dim = 32)"},
+    {"91-model-leaf-vocab-below-data.json",
+     "model.vocab.choice[1]: the fortunes data has 96 tokens, more than a vocabulary of 64"},
+    {"92-model-leaves-too-many-architectures.json", "model: more than 4096 architectures"},
+    {"93-model-leaf-too-few-blocks-for-pipeline.json",
+     "pipeline.stages: 4 pipeline positions (stages x chunks) for a gpt of 3 blocks (the "
+     "embedding, model.layers transformer blocks, the head) (with model.layers = 1)"},
+    {"94-model-leaf-with-gp.json", "model.hidden: gp searches uniform, loguniform and int leaves"},
 };
 
 TEST(BadSpecs, EveryFileIsRefusedWithItsPath) {
