@@ -18,7 +18,8 @@ RunningJob build_job(const WorkItem& work, const StudySpec& spec, const StageTre
              : work.stage == kNoStage ? ExecutionKind::kReplay
                                       : ExecutionKind::kTrain;
   protocol::Job& order = job.order;
-  order.run = run_spec(spec);
+  order.run = run_spec(
+      spec, spec.model_with_root_key(shared_root_key(tree.trial(work.representative).root_key)));
   order.hyperparams = tree.trial(work.representative).hyperparams;
   order.from = work.from;
   order.to = work.to;

@@ -1132,7 +1132,8 @@ void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
     ConnectedWorker& w = *pool_.find(i.peer);
     if (w.job >= 0 || !w.hello.runs_trainers || w.keeps_trainer || w.draining) continue;
     w.keeps_trainer = true;
-    send(w.peer, protocol::Prepare{run_spec(*spec)}.to_json());
+    // A long-lived trainer is external: its model has no leaves, so `model` is every trial's.
+    send(w.peer, protocol::Prepare{run_spec(*spec, spec->model)}.to_json());
   }
 }
 

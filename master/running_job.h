@@ -56,10 +56,11 @@ inline bool may_continue_in(const std::string& state_environment, const std::str
   return state_environment.empty() || environment.empty() || state_environment == environment;
 }
 
-// What a worker must know of a study to build its engine (every field of its root key).
-inline protocol::RunSpec run_spec(const StudySpec& spec) {
+// What a worker must know to build the engine of `spec`'s trials with `model` (one of its
+// architectures, StudySpec::architectures): every field of their root key.
+inline protocol::RunSpec run_spec(const StudySpec& spec, const nlohmann::json& model) {
   protocol::RunSpec run;
-  run.model = spec.model;
+  run.model = model;
   run.data = spec.data.name;
   run.train_samples = spec.data.train_samples;
   run.eval_samples = spec.data.eval_samples;

@@ -26,8 +26,8 @@ double fit(const Hyperparams& hyperparams, int64_t step) {
 
 }  // namespace
 
-nlohmann::json SyntheticCurves::metrics(const StudySpec& spec, const Hyperparams& hyperparams,
-                                        int64_t step) {
+nlohmann::json SyntheticCurves::metrics(const StudySpec& spec, const std::string& /*root_key*/,
+                                        const Hyperparams& hyperparams, int64_t step) {
   double q = 0;
   for (int j = 0; j < 8; ++j) q += fit(hyperparams, j * step / 8) / 8;
   const double a = 0.55 + 0.4 * q;
@@ -48,30 +48,33 @@ ReplayedMetrics::ReplayedMetrics(const std::string& path) : path_(path) {
   SearchPlan plan = SearchPlan::open_read_only(path);
   int64_t count = 0;
   for (const StudyRow& study : plan.studies()) {
-    const std::string root_key = parse_spec(study.spec).root_key;
-    std::map<TrialId, size_t> index;  // trial id -> its place in by_root_key_[root_key]
-    std::vector<Trial>& trials = by_root_key_[root_key];
+    const StudySpec spec = parse_spec(study.spec);
+    // trial id -> its root key's trials in by_root_key_, and its place there
+    std::map<TrialId, std::pair<std::vector<Trial>*, size_t>> index;
     for (const TrialRow& row : plan.trials(study.id)) {
+      const std::string root_key = spec.root_key_of(row.params);
+      std::vector<Trial>& trials = by_root_key_[root_key];
       const std::string key = root_key + to_json(row.hyperparams).dump();
       auto [at, fresh] = exact_.emplace(key, trials.size());
       if (fresh) trials.push_back({row.hyperparams, {}});
-      index[row.id] = at->second;
+      index[row.id] = {&trials, at->second};
     }
     for (const MetricRow& m : plan.study_metrics(study.id)) {
       auto it = index.find(m.trial);
       if (it == index.end()) continue;
-      trials[it->second].metrics[m.step][m.name] = m.value;
+      auto [trials, place] = it->second;
+      (*trials)[place].metrics[m.step][m.name] = m.value;
       ++count;
     }
   }
   if (count == 0) throw std::runtime_error(path + ": the plan holds no metric to replay");
 }
 
-nlohmann::json ReplayedMetrics::metrics(const StudySpec& spec, const Hyperparams& hyperparams,
-                                        int64_t step) {
-  auto trials = by_root_key_.find(spec.root_key);
+nlohmann::json ReplayedMetrics::metrics(const StudySpec& spec, const std::string& root_key,
+                                        const Hyperparams& hyperparams, int64_t step) {
+  auto trials = by_root_key_.find(root_key);
   if (trials != by_root_key_.end()) {
-    auto exact = exact_.find(spec.root_key + to_json(hyperparams).dump());
+    auto exact = exact_.find(root_key + to_json(hyperparams).dump());
     if (exact != exact_.end()) {
       const Trial& t = trials->second[exact->second];
       if (auto m = t.metrics.find(step); m != t.metrics.end()) return m->second;

@@ -18,11 +18,11 @@ namespace hippo::master {
 class MetricModel {
  public:
   virtual ~MetricModel() = default;
-  // The metrics of the state after `step` steps of training a trial of `spec` with
-  // `hyperparams`: at least the spec's objective metric. Throws std::runtime_error when the
-  // model has none for it.
-  virtual nlohmann::json metrics(const StudySpec& spec, const Hyperparams& hyperparams,
-                                 int64_t step) = 0;
+  // The metrics of the state after `step` steps of training a trial of `spec` of the architecture
+  // `root_key` (StudySpec::architectures) with `hyperparams`: at least the spec's objective
+  // metric. Throws std::runtime_error when the model has none for it.
+  virtual nlohmann::json metrics(const StudySpec& spec, const std::string& root_key,
+                                 const Hyperparams& hyperparams, int64_t step) = 0;
 };
 
 // A documented synthetic curve (no randomness, no state). For the state after s steps:
@@ -35,25 +35,27 @@ class MetricModel {
 //   loss = -log(acc)
 // Any other metric the goals read (an external trainer's) gets acc when it is an objective to
 // maximize, else loss.
+// Every architecture of a study has the same curves.
 class SyntheticCurves : public MetricModel {
  public:
   explicit SyntheticCurves(double curve_steps = 1000) : tau_(curve_steps / 3) {}
-  nlohmann::json metrics(const StudySpec& spec, const Hyperparams& hyperparams,
-                         int64_t step) override;
+  nlohmann::json metrics(const StudySpec& spec, const std::string& root_key,
+                         const Hyperparams& hyperparams, int64_t step) override;
 
  private:
   double tau_;
 };
 
-// The metrics that a plan file's studies measured, replayed: a state's metrics are those of a
-// stored trial with the same root key, the same values on [0, step), and a metric at `step`.
+// The metrics that a plan file's studies measured, replayed: a state's metrics (every one its
+// trial recorded: `params` too) are those of a stored trial with the same root key (its
+// architecture's), the same values on [0, step), and a metric at `step`.
 class ReplayedMetrics : public MetricModel {
  public:
   // Reads every study of the plan at `path` (read-only). Throws std::runtime_error for a file
   // that is not a plan or holds no metric.
   explicit ReplayedMetrics(const std::string& path);
-  nlohmann::json metrics(const StudySpec& spec, const Hyperparams& hyperparams,
-                         int64_t step) override;
+  nlohmann::json metrics(const StudySpec& spec, const std::string& root_key,
+                         const Hyperparams& hyperparams, int64_t step) override;
 
  private:
   struct Trial {

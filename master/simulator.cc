@@ -33,11 +33,11 @@ std::map<std::string, JobTimes> times_from_plan(const std::string& path) {
     int64_t bytes = 0, checkpoints = 0;
   };
   std::map<std::string, Fit> fits;
-  std::map<TrialId, std::string> root_of;            // trial -> its study's root key
+  std::map<TrialId, std::string> root_of;            // trial -> its architecture's root key
   std::map<TrialId, std::vector<int64_t>> measured;  // trial -> the steps of its metrics
   for (const StudyRow& study : plan.studies()) {
-    const std::string root_key = parse_spec(study.spec).root_key;
-    for (const TrialRow& t : plan.trials(study.id)) root_of[t.id] = root_key;
+    const StudySpec spec = parse_spec(study.spec);
+    for (const TrialRow& t : plan.trials(study.id)) root_of[t.id] = spec.root_key_of(t.params);
     for (const MetricRow& m : plan.study_metrics(study.id)) {
       std::vector<int64_t>& steps = measured[m.trial];
       if (steps.empty() || steps.back() != m.step) steps.push_back(m.step);  // by (step, name)
@@ -66,9 +66,7 @@ std::map<std::string, JobTimes> times_from_plan(const std::string& path) {
   }
   const StageTree tree = plan.load_tree();
   for (const CheckpointRow& c : plan.checkpoints()) {
-    // A trial-based root key is its study's with the trial appended (study_driver.h).
-    const std::string& key = tree.stage(c.stage).root_key;
-    auto f = fits.find(key.substr(0, key.find("/trial-")));
+    auto f = fits.find(shared_root_key(tree.stage(c.stage).root_key));
     if (f == fits.end()) continue;
     f->second.bytes += c.size;
     ++f->second.checkpoints;
@@ -156,7 +154,9 @@ class Simulation {
   Simulation(const std::vector<SimulatedStudy>& studies, const SimulationOptions& options,
              MetricModel& metrics, double& now)
       : studies_(studies), options_(options), metrics_(metrics), now_(now), random_(options.seed) {
-    for (const SimulatedStudy& s : studies_) runs_.push_back(run_spec(s.spec));
+    for (const SimulatedStudy& s : studies_)
+      for (const auto& [root_key, model] : s.spec.architectures)
+        runs_.push_back({run_spec(s.spec, model), &s, root_key});
   }
 
   SimulatedRun run(const std::string& plan_path, const std::string& checkpoints);
@@ -212,6 +212,7 @@ class Simulation {
     int64_t job = -1;
     protocol::Job order;
     const SimulatedStudy* study = nullptr;
+    std::string root_key;  // the job's architecture's
     JobTimes times;
     double started = 0, train_from = 0;     // virtual times: the job arrived, training began
     std::multimap<int64_t, double> writes;  // the job's snapshots: step -> written at
@@ -311,7 +312,13 @@ class Simulation {
   }
 
   const std::vector<SimulatedStudy>& studies_;
-  std::vector<protocol::RunSpec> runs_;  // of studies_, to find a job's study
+  // What a job of each architecture of each study is sent, to find a job's study and root key.
+  struct Run {
+    protocol::RunSpec spec;
+    const SimulatedStudy* study;
+    std::string root_key;
+  };
+  std::vector<Run> runs_;
   const SimulationOptions& options_;
   MetricModel& metrics_;
   double& now_;
@@ -349,10 +356,12 @@ void Simulation::from_master(const std::string& peer, const std::string& body) {
 }
 
 void Simulation::start_job(Worker& w, protocol::Job order) {
-  auto run = std::find(runs_.begin(), runs_.end(), order.run);
+  auto run =
+      std::find_if(runs_.begin(), runs_.end(), [&](const Run& r) { return r.spec == order.run; });
   if (run == runs_.end()) throw std::logic_error("simulate: a job of no submitted study");
-  w.study = &studies_[static_cast<size_t>(run - runs_.begin())];
-  w.times = options_.times.of(w.study->spec.root_key);
+  w.study = run->study;
+  w.root_key = run->root_key;
+  w.times = options_.times.of(w.root_key);
   w.job = order.id;
   w.order = std::move(order);
   w.started = now_;
@@ -368,10 +377,11 @@ void Simulation::start_job(Worker& w, protocol::Job order) {
   w.writes.clear();
   const size_t index = worker_of(w.peer);
   for (int64_t step : w.order.eval_steps) {
-    protocol::Metric metric{.job = w.job,
-                            .step = step,
-                            .metrics = metrics_.metrics(w.study->spec, w.order.hyperparams, step),
-                            .incarnation = w.incarnation};
+    protocol::Metric metric{
+        .job = w.job,
+        .step = step,
+        .metrics = metrics_.metrics(w.study->spec, w.root_key, w.order.hyperparams, step),
+        .incarnation = w.incarnation};
     schedule_message(time_at(w, step) + w.times.eval_s, index, metric.to_json());
   }
   for (const protocol::SnapshotOrder& o : w.order.snapshots) snapshot(w, o);
@@ -491,9 +501,12 @@ SimulatedRun Simulation::run(const std::string& plan_path, const std::string& ch
     out.steps_executed += s.steps_executed;
     out.steps_unique += s.steps_unique;
     out.steps_trial_based += s.steps_trial_based;
+    // Its longest path may lie in any of its architectures: the slowest one's step time bounds it.
+    double step_s = 0;
+    for (const auto& [root_key, model] : studies_[i].spec.architectures)
+      step_s = std::max(step_s, options_.times.of(root_key).step_s);
     out.critical_path_s =
-        std::max(out.critical_path_s, static_cast<double>(s.critical_path_steps) *
-                                          options_.times.of(studies_[i].spec.root_key).step_s);
+        std::max(out.critical_path_s, static_cast<double>(s.critical_path_steps) * step_s);
     out.studies.push_back(std::move(s));
   }
   for (Worker& w : workers_)

@@ -616,9 +616,16 @@ edit::PlaceTrial StudyDriver::placement(const TrackedStudy& s, const TrackedTria
   TrialRow row;
   row.id = t.id;
   row.study_id = s.id;
+  // Its architecture's root key: trials share stages within their architecture only.
   // Trial-based: a root key of its own, so that no trial shares a stage with another.
-  row.root_key = s.policy == Policy::kTrialBased ? trial_based_root_key(s.spec.root_key, t.id)
-                                                 : s.spec.root_key;
+  const std::string architecture = s.spec.root_key_of(t.params);
+  row.root_key =
+      s.policy == Policy::kTrialBased ? trial_based_root_key(architecture, t.id) : architecture;
+  // A fork goes on from its donor's state, which a model of other fields cannot.
+  if (t.fork && s.spec.root_key_of(trials_.at(s.trials.at(t.fork->donor)).params) != architecture)
+    throw std::runtime_error("searcher forked trial " + std::to_string(t.request) + " from trial " +
+                             std::to_string(t.fork->donor) +
+                             ", whose model differs (a fork keeps its donor's architecture)");
   row.params = t.params;
   row.hyperparams = s.spec.hyperparams(t.params);
   if (t.fork) {

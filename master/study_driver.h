@@ -53,6 +53,10 @@ inline std::string trial_based_root_key(const std::string& root_key, TrialId tri
 inline bool is_trial_based_root_key(const std::string& root_key) {
   return root_key.find("/trial-") != std::string::npos;
 }
+// The root key a trial has under the shared policy: its architecture's (StudySpec::root_key_of).
+inline std::string shared_root_key(const std::string& root_key) {
+  return root_key.substr(0, root_key.find("/trial-"));
+}
 
 // A trial as the master tracks it.
 struct TrackedTrial {

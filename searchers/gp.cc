@@ -208,12 +208,11 @@ class GpSearcher : public PoolSearcher {
  public:
   explicit GpSearcher(const StudySpec& spec) : PoolSearcher(spec, max_trials(spec)) {
     for (const Param& p : spec_.space.params()) {
-      if (p.kind == DistKind::kGrid || p.kind == DistKind::kChoice) {
-        const std::string& name = spec_.space.names()[p.hyperparam];
-        Field(*spec_.space.value_of(name), "hyperparameters." + name)
-            .fail("gp searches uniform, loguniform and int leaves only; " + p.name + " is a " +
-                  (p.kind == DistKind::kGrid ? "grid" : "choice") + " (tpe handles those)");
-      }
+      if (p.kind == DistKind::kGrid || p.kind == DistKind::kChoice)
+        throw SpecError(spec_.space.written_at(p) +
+                        ": gp searches uniform, loguniform and int leaves only; " + p.name +
+                        " is a " + (p.kind == DistKind::kGrid ? "grid" : "choice") +
+                        " (tpe handles those)");
     }
     Field options(spec.searcher.options, "searcher");
     n_startup_ = std::max<uint64_t>(5, spec_.space.params().size() + 1);

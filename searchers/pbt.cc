@@ -214,6 +214,8 @@ class PbtSearcher : public Searcher {
     Params out = donor;
     Params fresh = spec_.space.draw(spec_.seed, id, std::nullopt);
     for (const Param& p : spec_.space.params()) {
+      // A fork goes on from its donor's state, so it keeps the donor's architecture.
+      if (p.in_model()) continue;
       if (random.next() < resample_) {
         out[p.name] = fresh[p.name];
         continue;

@@ -18,7 +18,9 @@ constexpr int64_t kMaxUnits = 1'000'000'000;
 
 // What one leaf accepts.
 struct Rule {
-  enum Type { kNumber, kInteger, kText, kBool, kScalar } type;  // kScalar: number, text or bool
+  // kScalar: number, text or bool; kModelValue: any value (a model field's, which its own rules
+  // check: spec.cc).
+  enum Type { kNumber, kInteger, kText, kBool, kScalar, kModelValue } type;
   double min = -kInf, max = kInf;
   std::vector<std::string_view> choices;  // kText
 };
@@ -60,6 +62,8 @@ std::string noun(const Rule& r) {
       return "true or false";
     case Rule::kScalar:
       return "a number, string or boolean";
+    case Rule::kModelValue:
+      return "a value of the model's field";
   }
   return "";
 }
@@ -85,6 +89,9 @@ void check_scalar(const Field& f, const Rule& r, const std::string& or_else) {
       break;
     case Rule::kScalar:
       ok = v.is_number() || v.is_string() || v.is_boolean();
+      break;
+    case Rule::kModelValue:
+      ok = true;
       break;
   }
   if (!ok) f.fail("expected " + noun(r) + or_else + ", got " + brief(v));
@@ -116,6 +123,12 @@ class Parser {
  public:
   Parser(const SpaceRules& rules, std::vector<Param>* params) : rules_(rules), params_(params) {}
 
+  // A model field written as a distribution.
+  void model_field(const Field& f, const std::string& key) {
+    index_ = Param::kModelLeaf;
+    leaf(f, {Rule::kModelValue, -kInf, kInf, {}}, "model." + key, json::json_pointer("/" + key));
+  }
+
   // A hyper-parameter's whole value.
   void hyperparam(const NamedField& h, size_t index) {
     index_ = index;
@@ -137,6 +150,11 @@ class Parser {
   void leaf(const Field& f, const Rule& r, const std::string& name, const json::json_pointer& where,
             const std::string& or_else = " or a distribution") {
     if (!f.is_object()) return check_scalar(f, r, or_else);
+    // A model field's candidates are whole values (lists of widths): nothing to draw between.
+    if (r.type == Rule::kModelValue &&
+        (f.json().size() != 1 || (!f.has("grid") && !f.has("choice") && !f.has("int"))))
+      f.fail("expected a value, or a grid, choice or int over the field's values, got " +
+             brief(f.json()));
     if (f.json().size() != 1) f.fail("expected " + noun(r) + or_else + ", got " + brief(f.json()));
     Param p;
     p.name = name;
@@ -448,6 +466,20 @@ SearchSpace::SearchSpace(const std::vector<NamedField>& hyperparameters, const S
   }
 }
 
+Param model_leaf(const Field& field, const std::string& key) {
+  std::vector<Param> leaves;
+  Parser(SpaceRules{}, &leaves).model_field(field, key);
+  return std::move(leaves.front());
+}
+
+void SearchSpace::add_model_leaves(std::vector<Param> leaves) {
+  for (Param& p : leaves) params_.push_back(std::move(p));
+}
+
+std::string SearchSpace::written_at(const Param& leaf) const {
+  return leaf.in_model() ? leaf.name : "hyperparameters." + names_[leaf.hyperparam];
+}
+
 const json* SearchSpace::value_of(const std::string& name) const {
   auto it = std::lower_bound(names_.begin(), names_.end(), name);
   if (it == names_.end() || *it != name) return nullptr;
@@ -523,6 +555,17 @@ int64_t SearchSpace::cooldown_end(const std::string& name, const Params& params,
   if (!is_wsd_schedule(value)) throw SpecError(name + ": not a wsd schedule");
   int64_t u = value.value("unit", "step") == "epoch" ? steps_per_epoch : 1;
   return (value.at("decay_start").get<int64_t>() + value.at("decay").get<int64_t>()) * u;
+}
+
+json SearchSpace::model_with(json model, const Params& params) const {
+  for (const Param& p : params_) {
+    if (!p.in_model()) continue;
+    auto it = params.find(p.name);
+    if (it == params.end()) throw SpecError(p.name + ": missing parameter");
+    if (!p.admits(*it)) throw SpecError(p.name + ": value " + brief(*it) + " is not in its range");
+    model[p.where] = *it;
+  }
+  return model;
 }
 
 Hyperparams SearchSpace::instantiate(const Params& params, int64_t steps_per_epoch) const {

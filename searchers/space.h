@@ -5,8 +5,10 @@
 // instantiate() turns them into the trial's sequences.
 //
 // Leaves are ordered by hyper-parameter name, then by the schedule's field order as INTERFACE.md
-// lists it (multistep: init, milestones, gamma), then by list position. Grid points are numbered
-// with the first grid leaf varying fastest. Sampling is a pure function of (seed, counter, leaf),
+// lists it (multistep: init, milestones, gamma), then by list position; the model's leaves
+// ("model.hidden": a field of a built-in model given as a distribution, an architecture) come
+// last, by field name. Grid points are numbered with the first grid leaf varying fastest, so
+// architectures vary slowest. Sampling is a pure function of (seed, counter, leaf),
 // so the same seed always gives the same trials and a searcher only has to remember its counter.
 #pragma once
 
@@ -48,7 +50,8 @@ const std::vector<ScheduleShape>& schedule_shapes();
 // Whether a hyper-parameter's value, as written, is a `wsd` schedule.
 bool is_wsd_schedule(const nlohmann::json& value);
 
-// A trial's values: an object, flat leaf name -> number or string.
+// A trial's values: an object, flat leaf name -> number or string (a model leaf's value is any
+// value its field takes: a list of widths, say).
 using Params = nlohmann::json;
 
 enum class DistKind { kGrid, kChoice, kUniform, kLogUniform, kInt };
@@ -59,12 +62,21 @@ struct Param {
   DistKind kind = DistKind::kGrid;
   std::vector<nlohmann::json> values;  // grid, choice: the candidates, in spec order
   double lo = 0, hi = 0;               // uniform, loguniform: [lo, hi); int: [lo, hi] inclusive
-  size_t hyperparam = 0;               // index into SearchSpace::names()
-  nlohmann::json::json_pointer where;  // the leaf's place inside its hyper-parameter's value
+  size_t hyperparam = 0;               // index into SearchSpace::names(); kModelLeaf for a model's
+  nlohmann::json::json_pointer where;  // the leaf's place inside its hyper-parameter's value (or
+                                       // inside the model)
 
+  static constexpr size_t kModelLeaf = SIZE_MAX;
+  // A field of the model ("model.hidden"): the trial's architecture, not a sequence.
+  bool in_model() const { return hyperparam == kModelLeaf; }
   // Whether `value` is one this leaf can take (used to refuse params from outside).
   bool admits(const nlohmann::json& value) const;
 };
+
+// A field of a built-in model written as a distribution (`"hidden": {"grid": [[64], [256, 128]]}`):
+// a leaf named "model.<key>", grid or choice over any values, or int. Only the distribution's
+// form is checked here; each candidate is checked by the model's own rules (spec.cc).
+Param model_leaf(const Field& field, const std::string& key);
 
 // How to read the settings of a study.
 struct SpaceRules {
@@ -100,6 +112,12 @@ class SearchSpace {
   // schedule); nullptr when there is no such name.
   const nlohmann::json* value_of(const std::string& name) const;
 
+  // Adds the model's leaves (model_leaf) after the hyper-parameters' leaves, so that the draws of
+  // those stay what they are without them.
+  void add_model_leaves(std::vector<Param> leaves);
+  // Where a leaf is written: "hyperparameters.<its hyper-parameter>", or its model field.
+  std::string written_at(const Param& leaf) const;
+
   // Whether the hyper-parameter `name` is drawn (has a distribution leaf of that name).
   bool draws(const std::string& name) const;
   // The number of grid points: the product of the sizes of the grid leaves (1 without any),
@@ -110,9 +128,13 @@ class SearchSpace {
   // depend only on (seed, counter, leaf).
   Params draw(uint64_t seed, uint64_t counter, std::optional<uint64_t> grid_index) const;
 
-  // The trial's sequences, every length in steps (`unit: epoch` uses steps_per_epoch). Throws
-  // SpecError naming the leaf when params miss a leaf, have an unknown one, or one out of range.
+  // The trial's sequences, every length in steps (`unit: epoch` uses steps_per_epoch); model
+  // leaves are no sequence. Throws SpecError naming the leaf when params miss a leaf, have an
+  // unknown one, or one out of range.
   Hyperparams instantiate(const Params& params, int64_t steps_per_epoch) const;
+  // `model` (as written) with the trial's values of the model leaves in place; SpecError naming
+  // the leaf when params miss one or have one out of range.
+  nlohmann::json model_with(nlohmann::json model, const Params& params) const;
   // The step at which the `wsd` schedule of hyper-parameter `name` ends its cooldown
   // (decay_start + decay, in steps) for these params (a trial's length with length.end_of).
   int64_t cooldown_end(const std::string& name, const Params& params,

@@ -6,7 +6,10 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 
 #include "pipeline/shape.h"
 #include "searchers/searcher.h"
@@ -27,9 +30,18 @@ void check_sizes(const Field& list, size_t min_size) {
   for (size_t i = 0, n = list.items(min_size); i < n; ++i) list[i].integer(1, kMaxWidth);
 }
 
+// The fields a model of this type takes; fails on an unknown type.
+std::vector<std::string_view> model_keys(const Field& type) {
+  const std::string& t = type.text();
+  if (t == "mlp") return {"type", "hidden"};
+  if (t == "cnn") return {"type", "channels", "fc"};
+  if (t == "gpt") return {"type", "layers", "heads", "dim", "context", "vocab", "tied"};
+  if (t == "external") return {"type", "command", "long_lived"};
+  type.fail("unknown model type " + brief(type.json()) + " (known: mlp, cnn, gpt, external)");
+}
+
 // A gpt model with every field, "tied" included (default true), as integers: one model, one JSON.
 json parse_gpt(const Field& f) {
-  f.check_keys({"type", "layers", "heads", "dim", "context", "vocab", "tied"});
   json out = {{"type", "gpt"},
               {"layers", f["layers"].integer(1, 1024)},
               {"heads", f["heads"].integer(1, 1024)},
@@ -42,28 +54,42 @@ json parse_gpt(const Field& f) {
   return out;
 }
 
+// A model without leaves, as the study keeps it (gpt: with every field).
 json parse_model(const Field& f) {
-  Field type = f["type"];
-  const std::string& t = type.text();
+  f.check_keys(model_keys(f["type"]));
+  const std::string& t = f["type"].text();
   if (t == "mlp") {
-    f.check_keys({"type", "hidden"});
     check_sizes(f["hidden"], 1);
   } else if (t == "cnn") {
-    f.check_keys({"type", "channels", "fc"});
     check_sizes(f["channels"], 1);
     check_sizes(f["fc"], 0);
   } else if (t == "external") {
-    f.check_keys({"type", "command", "long_lived"});
     Field command = f["command"];
     for (size_t i = 0, n = command.items(1); i < n; ++i)
       if (command[i].text().empty()) command[i].fail("expected a non-empty string");
     if (f.has("long_lived")) f["long_lived"].boolean();
-  } else if (t == "gpt") {
-    return parse_gpt(f);
   } else {
-    type.fail("unknown model type " + brief(type.json()) + " (known: mlp, cnn, gpt, external)");
+    return parse_gpt(f);
   }
   return f.json();
+}
+
+// The fields of a built-in model written as distributions (no field of one is an object
+// otherwise), by name. An external model's fields are its trainer's command: it has none.
+std::vector<Param> parse_model_leaves(const Field& model) {
+  model.check_keys(model_keys(model["type"]));  // a distribution over no field is refused as such
+  std::vector<Param> leaves;
+  if (model["type"].text() == "external") return leaves;
+  for (const auto& [key, value] : model.json().items()) {
+    if (key == "type" || !value.is_object()) continue;
+    if (key == "context")
+      model[key].fail(
+          "is one for the whole study (the data's samples are windows of context tokens); "
+          "expected an integer, got " +
+          brief(value));
+    leaves.push_back(model_leaf(model[key], key));
+  }
+  return leaves;
 }
 
 // The sample counts of each data set's splits: Fashion-MNIST's images; for fortunes the windows
@@ -293,6 +319,114 @@ std::string hex64(uint64_t x) {
   return buf;
 }
 
+// The root key of the trials of `s` whose model is `model`.
+std::string root_key_for(const StudySpec& s, json model) {
+  // Whether a trainer serves one stage or many changes no result.
+  model.erase("long_lived");
+  json data = {{"name", s.data.name},
+               {"train_samples", s.data.train_samples},
+               {"eval_samples", s.data.eval_samples}};
+  if (!s.data.fields.empty()) data["fields"] = s.data.fields;
+  json identity = {{"model", model},
+                   {"data", data},
+                   {"seed", s.seed},
+                   {"fixed", s.fixed},
+                   {"hyperparameters", s.space.names()}};
+  // Micro-batches change the sums; 1 is left out so that the root keys of older studies stay.
+  if (s.pipeline.microbatches != 1) identity["microbatches"] = s.pipeline.microbatches;
+  return hex64(fnv1a("hippo-root-v1 " + identity.dump()));
+}
+
+// A model leaf's values, numbered from 0.
+uint64_t value_count(const Param& leaf) {
+  return leaf.kind == DistKind::kInt ? static_cast<uint64_t>(leaf.hi - leaf.lo) + 1
+                                     : leaf.values.size();
+}
+json value_at(const Param& leaf, uint64_t i) {
+  return leaf.kind == DistKind::kInt ? json(static_cast<int64_t>(leaf.lo) + static_cast<int64_t>(i))
+                                     : leaf.values[i];
+}
+// Where value i of a model leaf is written: "model.hidden.grid[1]"; an int's bounds are
+// "model.layers.int[0]" and "[1]", the values between them just "model.layers.int".
+std::string value_path(const Param& leaf, uint64_t i) {
+  if (leaf.kind != DistKind::kInt)
+    return leaf.name + (leaf.kind == DistKind::kGrid ? ".grid[" : ".choice[") + std::to_string(i) +
+           "]";
+  if (i == 0) return leaf.name + ".int[0]";
+  if (i + 1 == value_count(leaf)) return leaf.name + ".int[1]";
+  return leaf.name + ".int";
+}
+
+// Every architecture of a model with leaves (a value of each leaf), checked as the same model
+// written with those values would be: by the model's rules, the data's (gpt: its vocabulary) and
+// the pipeline's (gpt: its blocks). Returns their models as parse_model makes them, in grid order
+// (the first leaf varies fastest). An error names the value ("model.hidden.grid[1][0]: ..."): each
+// value is first tried with the other leaves at their first values, so that an error of its own
+// is told alone; one that depends on several leaves says their values.
+std::vector<json> check_architectures(const Field& root, const std::vector<Param>& leaves) {
+  uint64_t count = 1;
+  for (const Param& leaf : leaves)
+    count =
+        std::min(count * std::min(value_count(leaf), kMaxArchitectures + 1), kMaxArchitectures + 1);
+  if (count > kMaxArchitectures)
+    root["model"].fail("more than " + std::to_string(kMaxArchitectures) +
+                       " architectures (the product of the numbers of values of the model's "
+                       "distributions): each is a stage tree root of its own");
+  const json& written = root["model"].json();
+  // The architecture with leaf k at its value at[k]. With name_all, an error lists the values of
+  // all leaves but the one its path names; without, only when its path names none.
+  auto check = [&](const std::vector<uint64_t>& at, bool name_all) {
+    json model = written;
+    for (size_t k = 0; k < leaves.size(); ++k) model[leaves[k].where] = value_at(leaves[k], at[k]);
+    try {
+      json parsed = parse_model(Field(model, root["model"].path()));
+      parse_data(root["data"], Field(parsed, root["model"].path()));
+      if (root.has("pipeline")) parse_pipeline(root["pipeline"], parsed);
+      return parsed;
+    } catch (const SpecError& e) {
+      std::string message = e.what();
+      std::optional<size_t> named;
+      for (size_t k = 0; k < leaves.size() && !named; ++k) {
+        const std::string& name = leaves[k].name;
+        if (message.compare(0, name.size(), name) == 0 &&
+            std::string_view(".[:").find(message[name.size()]) != std::string_view::npos) {
+          message = value_path(leaves[k], at[k]) + message.substr(name.size());
+          named = k;
+        }
+      }
+      std::string values;
+      for (size_t k = 0; k < leaves.size(); ++k) {
+        const bool told = named == k && value_path(leaves[k], at[k]) != leaves[k].name + ".int";
+        if (told || (named && !name_all)) continue;
+        values += (values.empty() ? "" : ", ") + leaves[k].name + " = " +
+                  value_at(leaves[k], at[k]).dump();
+      }
+      throw SpecError(values.empty() ? message : message + " (with " + values + ")");
+    }
+  };
+  const std::vector<uint64_t> first(leaves.size(), 0);
+  for (size_t k = 0; k < leaves.size(); ++k) {
+    const uint64_t n = value_count(leaves[k]);
+    std::vector<uint64_t> values;  // a grid's or choice's every value, an int's bounds
+    if (leaves[k].kind == DistKind::kInt)
+      values = {0, n - 1};
+    else
+      for (uint64_t i = 0; i < n; ++i) values.push_back(i);
+    for (uint64_t i : values) {
+      std::vector<uint64_t> at = first;
+      at[k] = i;
+      check(at, false);
+    }
+  }
+  std::vector<json> models;
+  for (std::vector<uint64_t> at = first;;) {
+    models.push_back(check(at, true));
+    size_t k = 0;
+    while (k < leaves.size() && ++at[k] == value_count(leaves[k])) at[k++] = 0;
+    if (k == leaves.size()) return models;
+  }
+}
+
 }  // namespace
 
 Span parse_span(const Field& f) {
@@ -355,6 +489,21 @@ std::vector<int64_t> StudySpec::eval_steps(const Params& params) const {
 
 Hyperparams StudySpec::hyperparams(const Params& params) const {
   return space.instantiate(params, steps_per_epoch(params));
+}
+
+json StudySpec::model_of(const Params& params) const {
+  return parse_model(Field(space.model_with(model, params), "model"));
+}
+
+std::string StudySpec::root_key_of(const Params& params) const {
+  return root_key_for(*this, model_of(params));
+}
+
+const json& StudySpec::model_with_root_key(const std::string& key) const {
+  auto it = architectures.find(key);
+  if (it == architectures.end())
+    throw std::invalid_argument("study " + name + " has no architecture of root key " + key);
+  return it->second;
 }
 
 Goals goals_of(const json& spec) {
@@ -427,8 +576,18 @@ StudySpec parse_spec(const json& spec) {
   StudySpec s;
   s.name = root["name"].text();
   if (s.name.empty()) root["name"].fail("expected a non-empty name");
-  s.model = parse_model(root["model"]);
-  s.data = parse_data(root["data"], Field(s.model, root["model"].path()));
+  Field model = root["model"];
+  std::vector<Param> model_leaves = parse_model_leaves(model);
+  std::vector<json> architectures;  // their models, in grid order
+  if (model_leaves.empty()) {
+    s.model = parse_model(model);
+    architectures = {s.model};
+  } else {
+    s.model = model.json();
+    architectures = check_architectures(root, model_leaves);
+  }
+  // The data is the same for every architecture (gpt's context, which shapes it, is not drawn).
+  s.data = parse_data(root["data"], Field(architectures.front(), model.path()));
   if (root.has("seed")) s.seed = root["seed"].integer(0, INT64_MAX);
 
   static const json kEmpty = json::object();
@@ -448,6 +607,7 @@ StudySpec parse_spec(const json& spec) {
                         : epoch_problem(s.fixed, hyperparameters);
   s.no_epochs = rules.no_epochs;
   s.space = SearchSpace(hp_fields, rules);
+  s.space.add_model_leaves(std::move(model_leaves));
   if (rules.builtin) {
     for (const SettingInfo& info : builtin_settings()) {
       std::string name(info.name);
@@ -491,26 +651,16 @@ StudySpec parse_spec(const json& spec) {
 
   if (root.has("pipeline")) {
     if (s.external_model()) root["pipeline"].fail("an external trainer cannot be pipelined");
-    s.pipeline = parse_pipeline(root["pipeline"], s.model);
+    s.pipeline = parse_pipeline(root["pipeline"], architectures.front());
     if (root["pipeline"].has("microbatches"))
       check_microbatches(s, root["pipeline"]["microbatches"]);
   }
 
-  // Whether a trainer serves one stage or many changes no result.
-  json model = s.model;
-  model.erase("long_lived");
-  json data = {{"name", s.data.name},
-               {"train_samples", s.data.train_samples},
-               {"eval_samples", s.data.eval_samples}};
-  if (!s.data.fields.empty()) data["fields"] = s.data.fields;
-  json identity = {{"model", model},
-                   {"data", data},
-                   {"seed", s.seed},
-                   {"fixed", s.fixed},
-                   {"hyperparameters", s.space.names()}};
-  // Micro-batches change the sums; 1 is left out so that the root keys of older studies stay.
-  if (s.pipeline.microbatches != 1) identity["microbatches"] = s.pipeline.microbatches;
-  s.root_key = hex64(fnv1a("hippo-root-v1 " + identity.dump()));
+  s.root_key = root_key_for(s, s.model);
+  for (json& m : architectures) {
+    std::string key = root_key_for(s, m);
+    s.architectures.emplace(std::move(key), std::move(m));
+  }
   make_searcher(s);  // validates the searcher's own options
   return s;
 }

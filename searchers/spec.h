@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -94,7 +95,9 @@ struct SearcherSpec {
 struct StudySpec {
   std::string name;
   // As written (gpt: with every field); type mlp, cnn, gpt or external (command, and long_lived:
-  // the trainer serves many stages, worker/README.md).
+  // the trainer serves many stages, worker/README.md). A built-in model's fields may be
+  // distributions (model leaves of `space`): then it is as written, distributions in place, and
+  // model_of gives a trial's.
   nlohmann::json model;
   DataSpec data;
   uint64_t seed = 0;
@@ -112,8 +115,12 @@ struct StudySpec {
   // data set without train_samples); empty when they are possible.
   std::string no_epochs;
   // A stable hash (16 hex digits) of model, data, seed, fixed and the hyper-parameter names: trials
-  // of studies with the same root key can share stages.
+  // of studies with the same root key can share stages. With model leaves, the model is hashed
+  // as written, so no trial has this key: each architecture has its own (root_key_of).
   std::string root_key;
+  // Root key -> the model of the trials that have it: one entry per architecture (the product of
+  // the model leaves' values; at most kMaxArchitectures), one without model leaves.
+  std::map<std::string, nlohmann::json> architectures;
 
   bool external_model() const { return model.at("type") == "external"; }
   // An external model whose trainer serves many stages (model.long_lived).
@@ -131,9 +138,23 @@ struct StudySpec {
   Span longest_length() const;
   // The steps to evaluate at, increasing: every eval_every up to the length, and the length.
   std::vector<int64_t> eval_steps(const Params& params) const;
-  // The trial's sequences (SearchSpace::instantiate with the trial's U).
+  // The trial's sequences (SearchSpace::instantiate with the trial's U); model leaves are none.
   Hyperparams hyperparams(const Params& params) const;
+  // The trial's model: `model` with its values of the model leaves, as parse_spec would make a
+  // model written with them (gpt: with every field). SpecError naming the leaf for params that
+  // miss one or have one out of range.
+  nlohmann::json model_of(const Params& params) const;
+  // The trial's root key: root_key's hash over model_of(params), so that trials share stages
+  // within their architecture only. Equal to root_key without model leaves.
+  std::string root_key_of(const Params& params) const;
+  // The model of the architecture whose root key this is; std::invalid_argument when the spec has
+  // none with it.
+  const nlohmann::json& model_with_root_key(const std::string& key) const;
 };
+
+// The most architectures a spec may have: each is checked when the spec is parsed, and each is
+// a stage tree root of its own.
+inline constexpr uint64_t kMaxArchitectures = 4096;
 
 // Whether metric value a is better than b for a study that maximizes (or minimizes) it.
 inline bool better(double a, double b, bool maximize) {

@@ -112,9 +112,12 @@ bool JobRunner::run_on_engine(const JobHost& host) {
     while (next_eval < job_.eval_steps.size() && job_.eval_steps[next_eval] == s.step) {
       Stopwatch eval(times_.eval);
       Metrics m = engine.evaluate(s);
+      // `params`: the trainable parameters, counted in the state's own parameter buffer.
       host.metric({.job = job_.id,
                    .step = s.step,
-                   .metrics = {{"accuracy", m.accuracy}, {"loss", m.loss}}});
+                   .metrics = {{"accuracy", m.accuracy},
+                               {"loss", m.loss},
+                               {"params", static_cast<double>(s.params.size())}}});
       ++next_eval;
       if (!std::isfinite(m.loss)) diverged_at_ = s.step;
     }

@@ -53,8 +53,8 @@ Preview build_preview(const std::string& path, const Budget& budget) {
         if (p.tree.has_trial(t->trial))
           p.tree.extend_trial(t->trial, t->length);
         else
-          p.tree.add_trial(t->trial, p.spec.root_key, p.spec.hyperparams(p.params.at(t->trial)),
-                           t->length);
+          p.tree.add_trial(t->trial, p.spec.root_key_of(p.params.at(t->trial)),
+                           p.spec.hyperparams(p.params.at(t->trial)), t->length);
       }
     }
   } catch (const SpecError& e) {
@@ -81,7 +81,7 @@ int64_t steps_reused(const Preview& p, const std::string& db) {
     TrialId next = plan.next_trial_id();
     for (const auto& [id, trial] : p.tree.trials()) {
       for (const Split& split :
-           tree.add_trial(next, p.spec.root_key, trial.hyperparams, trial.length).splits)
+           tree.add_trial(next, trial.root_key, trial.hyperparams, trial.length).splits)
         states.on_split(split);
       history[next] = states.deepest_retained(tree, next, trial.length);
       ++next;
@@ -113,8 +113,12 @@ std::vector<std::vector<std::string>> trial_rows(const Preview& p) {
 
 void print_preview(const Preview& p) {
   const TreeCounts counts = p.tree.counts();
-  std::printf("study %s: searcher %s, root key %s\n\n", p.spec.name.c_str(),
-              p.spec.searcher.name.c_str(), p.spec.root_key.c_str());
+  if (p.spec.architectures.size() == 1)
+    std::printf("study %s: searcher %s, root key %s\n\n", p.spec.name.c_str(),
+                p.spec.searcher.name.c_str(), p.spec.architectures.begin()->first.c_str());
+  else
+    std::printf("study %s: searcher %s, %zu architectures (a root key each)\n\n",
+                p.spec.name.c_str(), p.spec.searcher.name.c_str(), p.spec.architectures.size());
   if (runs_a_command(p.spec))
     std::printf(
         "the external searcher decides the trials, and preview runs no command: none shown\n\n");

@@ -191,9 +191,11 @@ int simulate(const Args& a, const GlobalOptions& global) {
       throw BadInput("--times-from: " + std::string(e.what()));
     }
     for (const master::SimulatedStudy& s : studies)
-      if (!options.times.by_root_key.count(s.spec.root_key) && a.step_s < 0)
-        throw BadInput("--times-from " + a.times_from + ": no finished jobs of study " +
-                       s.spec.name + "'s model and data there; give --step-time for it");
+      for (const auto& [root_key, model] : s.spec.architectures)
+        if (!options.times.by_root_key.count(root_key) && a.step_s < 0)
+          throw BadInput("--times-from " + a.times_from + ": no finished jobs of study " +
+                         s.spec.name + "'s model " + model.dump() +
+                         " and data there; give --step-time for it");
   } else if (a.step_s < 0) {
     throw BadInput("--step-time or --times-from: the simulation needs a time per step");
   }

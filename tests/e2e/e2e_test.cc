@@ -9,7 +9,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <zmq.hpp>
@@ -67,8 +69,74 @@ TEST_F(E2E, SharedAndTrialBasedRunsGiveIdenticalMetrics) {
   EXPECT_EQ(ma, mb);
   for (const json& trial : json::parse(a.out)) {
     EXPECT_EQ(trial["status"], "done");
-    EXPECT_EQ(trial["metrics"].size(), 3u * 2u);  // accuracy and loss after epochs 1, 2, 3
+    EXPECT_EQ(trial["metrics"].size(), 3u * 3u);  // accuracy, loss, params after epochs 1, 2, 3
   }
+}
+
+// Two architectures in the space (`model.hidden`) under the CI example's grid: each is a root
+// key of its own, trials share stages within their architecture only, every trial reports its
+// model's trainable parameters, and each trial equals, bit for bit, the same trial trained alone.
+TEST_F(E2E, ArchitecturesAreRootsOfTheirOwn) {
+  const std::string file =
+      spec("arch", {{"model", {{"hidden", {{"grid", {{16}, {32, 16}}}}}}},
+                    {"data", {{"train_samples", 512}, {"eval_samples", 128}}}});
+  auto [s, t] = run_both_policies(file);
+  ASSERT_FALSE(s.is_null());
+  // 8 steps an epoch, 3 epochs. Per architecture and init the two trials share epoch 0.
+  EXPECT_EQ(s["trials"], 8);
+  EXPECT_EQ(s["steps_trial_based"], 8 * 24);
+  EXPECT_EQ(s["steps_unique"], 2 * 2 * (8 + 16 + 16));
+  EXPECT_EQ(s["steps_executed"], s["steps_unique"]);
+  EXPECT_EQ(t["steps_executed"], t["steps_trial_based"]);
+  EXPECT_EQ(s["best"], t["best"]);
+
+  json shared = json::parse(sh(hippo("shared.db") + "--format json trials arch").out);
+  json alone = json::parse(sh(hippo("trial.db") + "--format json trials arch").out);
+  ASSERT_EQ(shared.size(), 8u);
+  EXPECT_EQ(metrics_by_trial(shared), metrics_by_trial(alone));
+  // Weights and biases of 784 -> 16 -> 10 and of 784 -> 32 -> 16 -> 10.
+  const std::map<json, double> kParams = {
+      {json{16}, 784 * 16 + 16 + 16 * 10 + 10},
+      {json{32, 16}, 784 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10}};
+  for (const json& trial : shared) {
+    ASSERT_TRUE(kParams.count(trial["params"]["model.hidden"])) << trial.dump();
+    EXPECT_EQ(trial["status"], "done");
+    int reported = 0;
+    for (const json& m : trial["metrics"])
+      if (m["name"] == "params") {
+        EXPECT_EQ(m["value"], kParams.at(trial["params"]["model.hidden"])) << trial.dump();
+        ++reported;
+      }
+    EXPECT_EQ(reported, 3) << "at each evaluation";
+  }
+  // Grid numbering: the first leaf varies fastest, the model's leaves come last.
+  EXPECT_EQ(shared[0]["params"]["model.hidden"], json{16});
+  EXPECT_EQ(shared[7]["params"]["model.hidden"], (json{32, 16}));
+
+  // One root key per architecture (the tree's two roots), the same in both runs less the
+  // trial-based suffix, and the model's own.
+  std::map<std::string, std::set<std::string>> shared_roots, alone_roots;  // key -> hidden
+  auto trial_rows = [&](const std::string& db) {
+    SearchPlan plan = SearchPlan::open_read_only(path(db));
+    return plan.trials(plan.studies().at(0).id);
+  };
+  for (const hippo::TrialRow& row : trial_rows("shared.db"))
+    shared_roots[row.root_key].insert(row.params["model.hidden"].dump());
+  for (const hippo::TrialRow& row : trial_rows("trial.db"))
+    alone_roots[row.root_key.substr(0, row.root_key.find("/trial-"))].insert(
+        row.params["model.hidden"].dump());
+  EXPECT_EQ(shared_roots.size(), 2u);
+  EXPECT_EQ(shared_roots, alone_roots);
+  for (const auto& [key, hidden] : shared_roots) EXPECT_EQ(hidden.size(), 1u) << key;
+  // Within an architecture the two trials of an init share its first epoch; across, nothing.
+  Result tree = sh(hippo("shared.db") + "tree arch");
+  ASSERT_EQ(tree.status, 0);
+  size_t roots = 0;
+  for (size_t at = 0; (at = tree.out.find("\n  [0, 8) lr=0.1 ", at)) != std::string::npos; ++at)
+    ++roots;
+  EXPECT_EQ(roots, 2u) << tree.out;
+  Result csv = sh(hippo("shared.db") + "export arch");
+  EXPECT_NE(csv.out.find(",\"[32,16]\","), std::string::npos) << csv.out;
 }
 
 // A warmup-stable-decay cooldown sweep (starts x lengths x shapes) on the built-in gpt: every

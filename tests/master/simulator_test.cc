@@ -152,6 +152,34 @@ TEST(Simulator, ReplayedMetricsRepeatAnAdaptiveStudy) {
   std::filesystem::remove_all(dir);
 }
 
+// Two architectures (model.hidden): each is a tree root of its own, trained once under the shared
+// policy, and replayed metrics are found by the architecture's root key.
+TEST(Simulator, ArchitecturesAreRootsOfTheirOwn) {
+  SimulatedStudy one = grid();
+  SimulatedStudy two = grid("architectures");
+  two.spec_json["model"]["hidden"] = {{"grid", {{16}, {32, 16}}}};
+  two.spec = parse_spec(two.spec_json);
+  SyntheticCurves curves;
+  const SimulatedRun single = simulate({one}, options(3), curves);
+  const std::string dir = testing::TempDir() + "simulator_architectures";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  SimulationOptions o = options(3);
+  o.plan_path = dir + "/first.db";
+  const SimulatedRun shared = simulate({two}, o, curves);
+  const SimulatedRun alone = simulate({two}, options(3, Policy::kTrialBased), curves);
+  ASSERT_EQ(shared.studies[0].status, "done");
+  EXPECT_EQ(shared.studies[0].trials, 2 * single.studies[0].trials);
+  EXPECT_EQ(shared.steps_unique, 2 * single.steps_unique);
+  EXPECT_EQ(shared.steps_executed, shared.steps_unique);
+  EXPECT_EQ(alone.steps_executed, alone.steps_trial_based);
+  EXPECT_EQ(alone.steps_trial_based, 2 * single.steps_trial_based);
+  ReplayedMetrics replayed(o.plan_path);
+  const SimulatedRun again = simulate({two}, options(3), replayed);
+  EXPECT_EQ(again.studies[0].best_value, shared.studies[0].best_value);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Simulator, SeveralStudiesAndTheFifoOrderRunToTheEnd) {
   SyntheticCurves curves;
   SimulatedStudy late = grid("late");

@@ -359,6 +359,24 @@ TEST(Pbt, ResamplesWithProbabilityOne) {
   EXPECT_EQ(last.at(1), Operation(Create{4, spec.space.draw(7, 4, std::nullopt), Fork{1, 10}}));
 }
 
+// A fork goes on from its donor's state, so it keeps the donor's architecture even where every
+// other leaf is drawn anew.
+TEST(Pbt, AForkKeepsItsDonorsArchitecture) {
+  json j = pbt_study({{"resample", 1}});
+  j["model"]["hidden"] = {{"choice", {{8}, {16}, {32}, {8, 8}}}};
+  StudySpec spec = parse_spec(j);
+  std::unique_ptr<Searcher> s = make_searcher(spec);
+  s->on_study_start();
+  Ops last;
+  for (size_t i = 0; i < 8; ++i) last = feed(*s, kPbtEvents[i]);
+  Params expected = spec.space.draw(7, 4, std::nullopt);
+  expected["model.hidden"] = spec.space.draw(7, 1, std::nullopt)["model.hidden"];  // trial 1's
+  const Create* fork = std::get_if<Create>(&last.at(1));
+  ASSERT_NE(fork, nullptr);
+  EXPECT_EQ(fork->params, expected);
+  EXPECT_EQ(fork->fork, (Fork{1, 10}));
+}
+
 TEST(Pbt, EvaluatesTheSpecStepsWithinAGenerationAndReplacesAFailedMember) {
   json j = pbt_study({{"interval", {{"epochs", 2}}}});
   j["hyperparameters"]["batch_size"] = 128;
