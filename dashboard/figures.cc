@@ -8,6 +8,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "searchers/pareto.h"
+
 namespace hippo::dashboard {
 namespace {
 
@@ -182,6 +184,55 @@ void dots(std::string& out, std::vector<std::pair<double, double>> points,
   out += "\"/>";
 }
 
+// One mark that stands for a row of the plan: a circle with its data-* attributes and a <title>
+// (already escaped).
+void mark(std::string& out, double cx, double cy, double r, const std::string& attributes,
+          const std::string& title) {
+  out += "<circle " + attributes + " cx=\"";
+  coord(out, cx);
+  out += "\" cy=\"";
+  coord(out, cy);
+  out += "\" r=\"" + number(r) + "\"><title>" + title + "</title></circle>";
+}
+
+// A best-so-far line through points (pixels, by x): across to each next point, then up or down
+// to its value.
+std::string step_line(const std::vector<std::pair<double, double>>& points) {
+  std::string d;
+  for (size_t i = 0; i < points.size(); ++i) {
+    d += i == 0 ? "M" : "H";
+    coord(d, points[i].first);
+    d += i == 0 ? " " : "V";
+    coord(d, points[i].second);
+  }
+  return d;
+}
+
+// The edge of what a front of two objectives dominates, through its points (pixels, from the one
+// worst in x to the one best in x, so each next one is worse in y): from the worse x edge of the
+// plot across to the first point, down to each next point's y and across to it, then on to the
+// worse y edge.
+std::string dominated_edge(const std::vector<std::pair<double, double>>& front, double worse_x,
+                           double worse_y) {
+  std::string d = "M";
+  coord(d, worse_x);
+  d += " ";
+  coord(d, front.front().second);
+  for (const auto& [px, py] : front) {
+    d += "V";
+    coord(d, py);
+    d += "H";
+    coord(d, px);
+  }
+  d += "V";
+  coord(d, worse_y);
+  return d;
+}
+
+std::string objective_label(const Objective& o) {
+  return o.metric + (o.maximize ? " (max)" : " (min)");
+}
+
 // The range of the trials' values of the metric (each trial's best, or every point).
 std::pair<double, double> value_range(const StudyView& study, bool every_point) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
@@ -329,27 +380,17 @@ std::string history_svg(const StudyView& study) {
   Scale y = fit(lo, hi, kHeight - kBottom - 6, kTop + 6);
   std::string out = open_svg("history", kWidth, kHeight);
   axes(out, x, y, "trial", study.metric + " (each trial's best)");
-  std::vector<std::pair<double, double>> points;
-  std::string line;
+  std::vector<std::pair<double, double>> points, best_so_far;
   std::optional<double> best;
   for (const TrialView& t : study.trials) {
     if (!t.best) continue;
     double px = x(static_cast<double>(t.row.number));
     points.emplace_back(px, y(*t.best));
-    bool first = !best;
     if (!best || (study.maximize ? *t.best > *best : *t.best < *best)) best = t.best;
-    line += first ? "M" : "H";
-    coord(line, px);
-    if (first) {
-      line += " ";
-      coord(line, y(*best));
-    } else {
-      line += "V";
-      coord(line, y(*best));
-    }
+    best_so_far.emplace_back(px, y(*best));
   }
   dots(out, points, "stroke=\"#4878d0\"");
-  out += "<path class=\"best-line\" d=\"" + line + "\"/>";
+  out += "<path class=\"best-line\" d=\"" + step_line(best_so_far) + "\"/>";
   out +=
       "<title>" + escape(study.metric) + ": each trial's best (dots), best so far (line)</title>";
   return out + "</svg>";
@@ -657,6 +698,114 @@ std::string timeline_svg(const StudyView& study) {
   return out + "</svg>";
 }
 
+std::string pareto_svg(const StudyView& study, size_t x_objective, size_t y_objective) {
+  const std::vector<Objective>& objectives = study.goals.objectives;
+  if (std::max(x_objective, y_objective) >= objectives.size() || x_objective == y_objective)
+    return empty_svg("pareto", "the front needs two objectives");
+  const Objective &ox = objectives[x_objective], &oy = objectives[y_objective];
+  std::vector<const TrialView*> drawn;
+  double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo, y_lo = x_lo, y_hi = x_hi;
+  for (const TrialView& t : study.trials) {
+    if (!t.result || t.row.status == TrialStatus::kDiverged) continue;
+    const double vx = t.result->values[x_objective], vy = t.result->values[y_objective];
+    if (!std::isfinite(vx) || !std::isfinite(vy)) continue;
+    drawn.push_back(&t);
+    x_lo = std::min(x_lo, vx);
+    x_hi = std::max(x_hi, vx);
+    y_lo = std::min(y_lo, vy);
+    y_hi = std::max(y_hi, vy);
+  }
+  if (drawn.empty()) return empty_svg("pareto", "no trial has reported every goal metric yet");
+  Scale x = fit(x_lo, x_hi, kLeft + 6, kWidth - kRight - 6);
+  Scale y = fit(y_lo, y_hi, kHeight - kBottom - 6, kTop + 6);
+  std::string out = open_svg("pareto", kWidth, kHeight,
+                             "data-x=\"" + escape(ox.metric) + "\" data-y=\"" + escape(oy.metric) +
+                                 "\" data-front=\"" + std::to_string(study.front.size()) + "\"");
+  axes(out, x, y, objective_label(ox), objective_label(oy));
+
+  // The front of this pair among the feasible results, ordered from the worst in x to the best.
+  // It lies among the trials optimal in every objective (one better in x or y would be better
+  // in the pair too), so only they are compared: the cost is the front's, not the study's.
+  std::vector<ParetoPoint> pair;
+  for (const TrialView* t : drawn)
+    if (t->result->pareto_optimal)
+      pair.push_back({{t->result->values[x_objective], t->result->values[y_objective]}, 0});
+  std::vector<size_t> front = pareto_front(pair, {ox.maximize, oy.maximize});
+  if (!front.empty()) {
+    std::sort(front.begin(), front.end(), [&](size_t a, size_t b) {
+      return better(pair[b].values[0], pair[a].values[0], ox.maximize);
+    });
+    std::vector<std::pair<double, double>> edge;
+    for (size_t k : front) edge.emplace_back(x(pair[k].values[0]), y(pair[k].values[1]));
+    out += "<path class=\"front-line\" d=\"" +
+           dominated_edge(edge, ox.maximize ? kLeft : kWidth - kRight,
+                          oy.maximize ? kHeight - kBottom : kTop) +
+           "\"/>";
+  }
+
+  // Infeasible trials below, the optimal ones on top.
+  auto layer = [](const GoalResult& r) { return r.pareto_optimal ? 2 : r.feasible ? 1 : 0; };
+  for (int drawing : {0, 1, 2})
+    for (const TrialView* t : drawn) {
+      const GoalResult& r = *t->result;
+      if (layer(r) != drawing) continue;
+      const std::string number_text = std::to_string(t->row.number);
+      std::string title = "trial " + number_text + ", step " + std::to_string(r.step) + ": ";
+      for (size_t i = 0; i < objectives.size(); ++i)
+        title += (i ? ", " : "") + escape(objectives[i].metric) + " " + number(r.values[i]);
+      title += r.pareto_optimal ? "; feasible, on the front"
+               : r.feasible     ? "; feasible, dominated"
+                                : "; infeasible (violation " + number(r.violation) + ")";
+      if (t->row.status == TrialStatus::kFailed) title += "; failed";
+      const char* cls = r.pareto_optimal ? "front" : r.feasible ? "feasible" : "infeasible";
+      mark(out, x(r.values[x_objective]), y(r.values[y_objective]), r.pareto_optimal ? 5.5 : 3.5,
+           "class=\"trial " + std::string(cls) +
+               (t->row.status == TrialStatus::kFailed ? " failed" : "") + "\" data-trial=\"" +
+               number_text + "\" data-feasible=\"" + (r.feasible ? "1" : "0") +
+               "\" data-pareto=\"" + (r.pareto_optimal ? "1" : "0") + "\"",
+           title);
+    }
+  return out + "</svg>";
+}
+
+std::string hypervolume_svg(const StudyView& study) {
+  const size_t objectives = study.goals.objectives.size();
+  if (objectives > kMaxHypervolumeObjectives)
+    return empty_svg("hypervolume", "the hypervolume is drawn for 2 or " +
+                                        std::to_string(kMaxHypervolumeObjectives) +
+                                        " objectives; this study has " +
+                                        std::to_string(objectives));
+  const HypervolumeHistory history = hypervolume_history(study);
+  if (history.points.empty()) return empty_svg("hypervolume", "no feasible trial yet");
+  std::string reference;
+  for (size_t i = 0; i < objectives; ++i)
+    reference += (i ? ", " : "") + escape(study.goals.objectives[i].metric) + " " +
+                 number(history.reference[i]);
+  Scale x = fit(1, std::max<double>(1, static_cast<double>(study.trials.size())), kLeft + 6,
+                kWidth - kRight - 6);
+  // Never decreasing: from the first point's value to the last's.
+  Scale y = fit(history.points.front().second, history.points.back().second, kHeight - kBottom - 6,
+                kTop + 6);
+  std::string out =
+      open_svg("hypervolume", kWidth, kHeight, "data-reference=\"" + reference + "\"");
+  axes(out, x, y, "trial", "hypervolume of the front so far");
+  std::vector<std::pair<double, double>> line;
+  for (const auto& [trial, volume] : history.points)
+    line.emplace_back(x(static_cast<double>(trial)), y(volume));
+  out += "<path class=\"hv-line\" d=\"" + step_line(line) + "\"/>";
+  char exact[32];
+  for (size_t i = 0; i < line.size(); ++i) {
+    const auto& [trial, volume] = history.points[i];
+    std::snprintf(exact, sizeof exact, "%.17g", volume);  // the tests compare it
+    mark(out, line[i].first, line[i].second, 2.5,
+         "class=\"hv\" data-trial=\"" + std::to_string(trial) + "\" data-hypervolume=\"" + exact +
+             "\"",
+         "trials 1 to " + std::to_string(trial) + ": hypervolume " + number(volume));
+  }
+  out += "<title>hypervolume of the feasible front, reference point " + reference + "</title>";
+  return out + "</svg>";
+}
+
 std::string compare_svg(const std::vector<const StudyView*>& studies) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   size_t most = 1;
@@ -675,20 +824,16 @@ std::string compare_svg(const std::vector<const StudyView*>& studies) {
                                         "#956cb4", "#8c613c", "#dc7ec0", "#797979"};
   size_t i = 0;
   for (const StudyView* s : studies) {
-    std::string d;
+    std::vector<std::pair<double, double>> best_so_far;
     std::optional<double> best;
     for (const TrialView& t : s->trials) {
       if (!t.best) continue;
-      bool first = !best;
       if (!best || (s->maximize ? *t.best > *best : *t.best < *best)) best = t.best;
-      d += first ? "M" : "H";
-      coord(d, x(static_cast<double>(t.row.number)));
-      d += first ? " " : "V";
-      coord(d, y(*best));
+      best_so_far.emplace_back(x(static_cast<double>(t.row.number)), y(*best));
     }
     out += "<path class=\"study-line\" data-study=\"" + std::to_string(s->row.id) + "\" stroke=\"" +
-           colours[i++ % 8] + "\" d=\"" + d + "\"><title>" + escape(s->row.name) +
-           "</title></path>";
+           colours[i++ % 8] + "\" d=\"" + step_line(best_so_far) + "\"><title>" +
+           escape(s->row.name) + "</title></path>";
   }
   return out + "</svg>";
 }

@@ -38,6 +38,16 @@ std::string tree_svg(const StudyView& study);
 // The timeline: a lane per worker, a bar per execution (class "execution"), idle time blank;
 // each lane says how busy its worker was, bars on the critical path are outlined.
 std::string timeline_svg(const StudyView& study);
+// The Pareto front of a study of several objectives: objective y_objective against x_objective,
+// a circle per trial at its result (class "trial" and front, feasible or infeasible, data-trial,
+// a <title> with its values): the Pareto-optimal ones filled and larger, the front of this pair
+// as a step line along the edge of what it dominates, infeasible ones grey, failed ones outlined
+// red; diverged trials (never feasible, their values often not finite) are left out.
+std::string pareto_svg(const StudyView& study, size_t x_objective = 0, size_t y_objective = 1);
+// The hypervolume of the front over trials (hypervolume_history): a step line and a point per
+// sample (class "hv", data-trial, data-hypervolume, a <title>); for more objectives than
+// kMaxHypervolumeObjectives, a line that says so.
+std::string hypervolume_svg(const StudyView& study);
 // Several studies' best so far by trial number, one line each (the comparison page).
 std::string compare_svg(const std::vector<const StudyView*>& studies);
 

@@ -5,12 +5,11 @@
 #include <set>
 #include <unordered_map>
 
+#include "master/reports.h"
+#include "searchers/pareto.h"
+
 namespace hippo::dashboard {
 namespace {
-
-bool better(double a, double b, bool maximize) {
-  return maximize ? a > b : a < b;
-}
 
 // The stages on the study's trials' paths, each parent before its children (pre-order from the
 // top stages, children in creation order).
@@ -31,25 +30,66 @@ std::vector<StageId> study_stages(const StageTree& tree, const std::set<StageId>
   return order;
 }
 
+// What the stored spec optimizes; a spec that goals_of refuses (written by hand, before
+// objectives existed) keeps what the dashboard always read: searcher.metric and mode.
+Goals goals_in(const nlohmann::json& spec) {
+  try {
+    return goals_of(spec);
+  } catch (const std::exception&) {
+    const nlohmann::json searcher = spec.value("searcher", nlohmann::json::object());
+    Objective objective{"accuracy", true};
+    if (searcher.is_object()) {
+      objective.metric = searcher.value("metric", objective.metric);
+      objective.maximize = searcher.value("mode", std::string("max")) != "min";
+    }
+    return Goals{{objective}, {}};
+  }
+}
+
+// Each trial's result and the Pareto front as `hippo best` finds them (master::trial_results,
+// pareto_optimal); the best of one objective under constraints is its first optimal result.
+void read_results(StudyView& v, const std::vector<MetricRow>& metrics,
+                  const std::unordered_map<TrialId, size_t>& index) {
+  std::set<TrialId> diverged;
+  for (const TrialView& t : v.trials)
+    if (t.row.status == TrialStatus::kDiverged) diverged.insert(t.row.id);
+  const std::vector<master::TrialResult> results =
+      master::trial_results(metrics, v.goals, diverged);
+  for (const master::TrialResult& r : results) {
+    auto it = index.find(r.trial);
+    if (it != index.end())
+      v.trials[it->second].result = GoalResult{r.step, r.values, r.violation, r.feasible(), false};
+  }
+  v.best.reset();
+  for (const master::TrialResult& r : master::pareto_optimal(results, v.goals)) {
+    auto it = index.find(r.trial);
+    if (it == index.end()) continue;
+    TrialView& t = v.trials[it->second];
+    t.result->pareto_optimal = true;
+    v.front.push_back(t.row.number);
+    if (!v.goals.several() && !v.best) v.best = StudyView::Best{t.row.number, r.values[0], r.step};
+  }
+  std::sort(v.front.begin(), v.front.end());
+}
+
 StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tree,
                      const std::map<StageId, std::vector<int64_t>>& checkpoints,
                      std::vector<ExecutionRow> executions, double now) {
   StudyView v;
   v.row = row;
-  const nlohmann::json searcher = row.spec.value("searcher", nlohmann::json::object());
-  if (searcher.is_object()) {
-    v.metric = searcher.value("metric", std::string("accuracy"));
-    v.maximize = searcher.value("mode", std::string("max")) != "min";
-  }
+  v.goals = goals_in(row.spec);
+  v.metric = v.goals.objectives[0].metric;
+  v.maximize = v.goals.objectives[0].maximize;
   v.executions = std::move(executions);
   const bool running = row.status == StudyStatus::kRunning;
 
   std::unordered_map<TrialId, size_t> index;
   for (TrialRow& t : plan.trials(row.id)) {
     index[t.id] = v.trials.size();
-    v.trials.push_back({std::move(t), {}, {}, std::nullopt, 0, 0});
+    v.trials.push_back({std::move(t), {}, {}, std::nullopt, 0, 0, std::nullopt});
   }
-  for (const MetricRow& m : plan.study_metrics(row.id)) {
+  const std::vector<MetricRow> metrics = plan.study_metrics(row.id);
+  for (const MetricRow& m : metrics) {
     auto it = index.find(m.trial);
     if (it == index.end()) continue;
     TrialView& t = v.trials[it->second];
@@ -62,6 +102,7 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
     if (!v.best || better(m.value, v.best->value, v.maximize))
       v.best = StudyView::Best{t.row.number, m.value, m.step};
   }
+  if (v.goals.multi()) read_results(v, metrics, index);
 
   // Steps as the master counts them (Master::summary): a stopped trial needs what it had been
   // trained to, a diverged one the step it diverged at, every other its length.
@@ -163,6 +204,39 @@ std::shared_ptr<const StudyView> PlanView::find(const std::string& name_or_id) c
     for (const auto& s : studies)
       if (s->row.id == *id) return s;
   return nullptr;
+}
+
+HypervolumeHistory hypervolume_history(const StudyView& study, size_t max_points) {
+  HypervolumeHistory history;
+  const size_t objectives = study.goals.objectives.size();
+  if (objectives < 2 || objectives > kMaxHypervolumeObjectives || study.trials.empty())
+    return history;
+  const Directions directions = study.goals.directions();
+  std::vector<std::vector<double>> feasible;
+  for (const TrialView& t : study.trials)
+    if (t.result && t.result->feasible) feasible.push_back(t.result->values);
+  std::optional<std::vector<double>> reference = hypervolume_reference(feasible, directions);
+  if (!reference) return history;
+  history.reference = std::move(*reference);
+  const size_t n = study.trials.size();
+  const size_t every = (n + std::max<size_t>(1, max_points) - 1) / std::max<size_t>(1, max_points);
+  // A result that earlier trials dominate stays dominated: the front so far and the results
+  // since are all the next front needs, which keeps each step to the front's size.
+  std::vector<ParetoPoint> front;
+  for (size_t i = 0; i < n; ++i) {
+    const TrialView& t = study.trials[i];
+    if (t.result && t.result->feasible) front.push_back({t.result->values, 0});
+    if ((i + 1) % every != 0 && i + 1 != n) continue;
+    std::vector<ParetoPoint> kept;
+    std::vector<std::vector<double>> values;
+    for (size_t k : pareto_front(front, directions)) {
+      values.push_back(front[k].values);
+      kept.push_back(std::move(front[k]));
+    }
+    front = std::move(kept);
+    history.points.emplace_back(t.row.number, hypervolume(values, history.reference, directions));
+  }
+  return history;
 }
 
 PlanView read_plan(SearchPlan& plan, double now) {

@@ -10,9 +10,20 @@
 #include <string>
 #include <vector>
 
+#include "searchers/spec.h"
 #include "storage/plan.h"
 
 namespace hippo::dashboard {
+
+// A trial's result in a study of several objectives or constraints: its last evaluation that
+// reported every goal metric (master::trial_results, the rule of `hippo best`).
+struct GoalResult {
+  int64_t step = 0;
+  std::vector<double> values;   // by objective
+  double violation = 0;         // how far the constraints are from holding there (0: they hold)
+  bool feasible = false;        // the constraints hold and the trial did not diverge
+  bool pareto_optimal = false;  // feasible, and no feasible result dominates it
+};
 
 struct TrialView {
   TrialRow row;
@@ -21,6 +32,7 @@ struct TrialView {
   std::optional<double> best;                     // the trial's best value of the study's metric
   int64_t needed = 0;   // steps it needs: its length, or how far it got when it was stopped
   int64_t trained = 0;  // how far its path is trained from step 0
+  std::optional<GoalResult> result;  // only when the study's goals are multi()
 };
 
 // How a stage looks on the tree: trained to its end, training (partly trained, still needed),
@@ -40,6 +52,7 @@ struct StageView {
 
 struct StudyView {
   StudyRow row;
+  Goals goals;  // of the stored spec (goals_of); metric and maximize are its first objective's
   std::string metric = "accuracy";
   bool maximize = true;
   std::vector<TrialView> trials;  // by number
@@ -49,13 +62,15 @@ struct StudyView {
   int64_t steps_trial_based = 0, steps_unique = 0, steps_trained = 0, steps_executed = 0;
   int64_t critical_path_steps = 0;
   double wall_s = 0;
-  // The best (trial number, value, step) over every value of the metric, if any.
+  // The best (trial number, value, step) over every value of the metric, if any; under
+  // constraints the first Pareto-optimal result's (`hippo best`); none with several objectives.
   struct Best {
     int64_t trial = 0;
     double value = 0;
     int64_t step = 0;
   };
   std::optional<Best> best;
+  std::vector<int64_t> front;  // numbers of the trials whose result is Pareto-optimal
   // steps_trial_based / steps_unique: what sharing saved (1 = nothing), 0 before any work.
   double saving() const;
   const TrialView* trial(int64_t number) const;  // nullptr if none
@@ -68,6 +83,16 @@ struct PlanView {
   // A study named by its name or id (study_id_in); nullptr if none.
   std::shared_ptr<const StudyView> find(const std::string& name_or_id) const;
 };
+
+// The hypervolume of the Pareto front of the trials so far, by trial number, for a study of
+// 2 to kMaxHypervolumeObjectives objectives (searchers/pareto.h): one reference point for the
+// whole study (hypervolume_reference over every feasible result), a point every ceil(n /
+// max_points) trials and at the last one. Empty without a feasible result, or for other studies.
+struct HypervolumeHistory {
+  std::vector<double> reference;                   // by objective
+  std::vector<std::pair<int64_t, double>> points;  // (trial number, hypervolume of trials 1..it)
+};
+HypervolumeHistory hypervolume_history(const StudyView& study, size_t max_points = 200);
 
 // Reads every study in one snapshot of the plan. `now` (unix seconds) is the end of the wall
 // time of running studies.

@@ -1,5 +1,6 @@
 #include "dashboard/pages.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +71,11 @@ std::string script_json(const nlohmann::json& j) {
   return out;
 }
 
+// "5 on the front", for a study of several objectives.
+std::string front_size(const StudyView& s) {
+  return std::to_string(s.front.size()) + " on the front";
+}
+
 // The numbers a study is judged by, as definition-list items with data-* for the tests.
 std::string summary(const StudyView& s) {
   std::string best = "-";
@@ -94,7 +100,20 @@ std::string summary(const StudyView& s) {
        "status-item");
   item("trials", std::to_string(s.trials_closed) + " closed of " + std::to_string(s.trials.size()),
        "trials");
-  item("best " + escape(s.metric) + (s.maximize ? " (max)" : " (min)"), best, "best");
+  if (s.goals.several()) {
+    std::string objectives, trials;
+    for (const Objective& o : s.goals.objectives)
+      objectives +=
+          (objectives.empty() ? "" : ", ") + escape(o.metric) + (o.maximize ? " (max)" : " (min)");
+    // The first few by number; the table's pareto column has them all.
+    constexpr size_t kNamed = 20;
+    for (size_t i = 0; i < std::min(kNamed, s.front.size()); ++i)
+      trials += (i == 0 ? ": trials " : ", ") + std::to_string(s.front[i]);
+    if (s.front.size() > kNamed) trials += ", …";
+    item("Pareto front of " + objectives, front_size(s) + trials, "best");
+  } else {
+    item("best " + escape(s.metric) + (s.maximize ? " (max)" : " (min)"), best, "best");
+  }
   item("steps trial-based / unique / executed",
        std::to_string(s.steps_trial_based) + " / " + std::to_string(s.steps_unique) + " / " +
            std::to_string(s.steps_executed),
@@ -145,6 +164,14 @@ std::string trial_table(const StudyView& s) {
   nlohmann::json columns = {"trial", "status", "end reason", "steps"};
   for (const std::string& p : param_names) columns.push_back(p);
   columns.push_back("best " + s.metric);
+  // With several objectives or constraints: each objective at the trial's result, and where the
+  // result stands.
+  const bool results = s.goals.multi();
+  if (results) {
+    for (const Objective& o : s.goals.objectives) columns.push_back(o.metric);
+    columns.push_back("feasible");
+    columns.push_back("pareto");
+  }
   for (const std::string& m : metric_names) columns.push_back("last " + m);
   nlohmann::json rows = nlohmann::json::array();
   for (const TrialView& t : s.trials) {
@@ -154,6 +181,14 @@ std::string trial_table(const StudyView& s) {
                         ? cell_value(t.row.params[p])
                         : nlohmann::json());
     row.push_back(t.best ? cell_value(*t.best) : nlohmann::json());
+    if (results) {
+      for (size_t i = 0; i < s.goals.objectives.size(); ++i)
+        row.push_back(t.result ? cell_value(t.result->values[i]) : nlohmann::json());
+      row.push_back(t.result ? nlohmann::json(t.result->feasible ? "yes" : "no")
+                             : nlohmann::json());
+      row.push_back(t.result ? nlohmann::json(t.result->pareto_optimal ? "yes" : "no")
+                             : nlohmann::json());
+    }
     for (const std::string& m : metric_names) {
       auto it = t.last.find(m);
       row.push_back(it == t.last.end() ? nlohmann::json() : cell_value(it->second));
@@ -172,22 +207,49 @@ std::string figure(const std::string& title, const std::string& svg, const std::
          (note.empty() ? "" : "<p class=\"note\">" + note + "</p>") + "</figure>";
 }
 
+std::string legend(const std::vector<std::pair<std::string, std::string>>& items) {
+  std::string out = "<ul class=\"legend\">";
+  for (const auto& [cls, text] : items)
+    out += "<li><span class=\"swatch " + cls + "\"></span>" + text + "</li>";
+  return out + "</ul>";
+}
+
+// In place of the optimization history of one objective: the front of the first two objectives,
+// and how its hypervolume grew.
+std::string front_figures(const StudyView& s) {
+  const size_t objectives = s.goals.objectives.size();
+  size_t diverged = 0;
+  for (const TrialView& t : s.trials) diverged += t.row.status == TrialStatus::kDiverged;
+  std::string note =
+      "a dot per trial at its last evaluation that has every goal metric; on the front: "
+      "feasible, and no feasible trial is as good in every objective and better in one; the "
+      "line is the edge of what the front of these two objectives dominates";
+  if (objectives > 2)
+    note += "; these are the first two of " + std::to_string(objectives) +
+            " objectives: filled dots are optimal in all of them";
+  if (diverged > 0) note += "; " + std::to_string(diverged) + " diverged trials are not drawn";
+  return figure("Pareto front",
+                legend({{"front", "on the front"},
+                        {"feasible", "feasible, dominated"},
+                        {"infeasible", "infeasible (a constraint fails)"},
+                        {"failed", "failed"}}) +
+                    pareto_svg(s),
+                note) +
+         figure("Hypervolume", hypervolume_svg(s),
+                "of the front of trials 1 to N, by trial number; the reference point, the same "
+                "for every N, is each objective's worst feasible value moved a tenth of its "
+                "range further");
+}
+
 std::string study_figures(const StudyView& s) {
   std::string out = "<div class=\"figures\">";
-  out += figure("Optimization history", history_svg(s));
+  out += s.goals.several() ? front_figures(s) : figure("Optimization history", history_svg(s));
   out += figure("Learning curves (" + escape(s.metric) + ")", curves_svg(s),
                 "one line per trial; trials that share stages coincide up to their divergence");
   out += figure("Parallel coordinates", parallel_svg(s));
   out += "</div><h2>Slices</h2><div class=\"slices\">";
   for (const auto& [name, svg] : slice_svgs(s)) out += figure(escape(name), svg);
   return out + "</div>";
-}
-
-std::string legend(const std::vector<std::pair<std::string, std::string>>& items) {
-  std::string out = "<ul class=\"legend\">";
-  for (const auto& [cls, text] : items)
-    out += "<li><span class=\"swatch " + cls + "\"></span>" + text + "</li>";
-  return out + "</ul>";
 }
 
 std::string tree_section(const StudyView& s) {
@@ -283,12 +345,14 @@ Page studies_page(const PlanView& plan) {
            to_string(s.row.status) + "\">" + to_string(s.row.status) + "</span></td><td>" +
            to_string(s.row.policy) + "</td><td>" + std::to_string(s.trials_closed) + "/" +
            std::to_string(s.trials.size()) + "</td><td>" +
-           (s.best ? escape(s.metric) + " " + number(s.best->value) : "-") + "</td><td>" +
-           std::to_string(s.steps_trial_based) + "</td><td>" + std::to_string(s.steps_unique) +
-           "</td><td>" + std::to_string(s.steps_executed) + "</td><td class=\"saving\">" +
-           (s.steps_unique > 0 ? fixed(s.saving(), 2) + "×" : "-") + "</td><td>" +
-           duration(s.wall_s) + "</td><td><progress max=\"1\" value=\"" + fixed(progress, 4) +
-           "\"></progress></td></tr>";
+           (s.goals.several() ? front_size(s)
+            : s.best          ? escape(s.metric) + " " + number(s.best->value)
+                              : "-") +
+           "</td><td>" + std::to_string(s.steps_trial_based) + "</td><td>" +
+           std::to_string(s.steps_unique) + "</td><td>" + std::to_string(s.steps_executed) +
+           "</td><td class=\"saving\">" + (s.steps_unique > 0 ? fixed(s.saving(), 2) + "×" : "-") +
+           "</td><td>" + duration(s.wall_s) + "</td><td><progress max=\"1\" value=\"" +
+           fixed(progress, 4) + "\"></progress></td></tr>";
   }
   out += "</tbody></table><button type=\"submit\">Compare selected studies</button></form>";
   return p;

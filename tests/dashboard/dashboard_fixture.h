@@ -113,8 +113,11 @@ struct RealPlan {
     json s = json::parse(in);
     s.merge_patch(changes);
     s["name"] = name;
+    return write(file_name, s);
+  }
+  std::string write(const std::string& file_name, const json& spec) const {
     std::string file = (dir / file_name).string();
-    std::ofstream(file) << s.dump(2);
+    std::ofstream(file) << spec.dump(2);
     return file;
   }
   void run(const std::string& spec_file, const std::string& name, const std::string& flags = "") {
@@ -143,6 +146,19 @@ struct RealPlan {
         "lr-decay");
     const std::string markup = "<img src=x onerror=alert(1)>&\"'";
     run(spec("markup.json", markup, json::object()), markup);
+    // Two objectives under a constraint that some learning rates break.
+    run(write("mo-smoke.json",
+              json::parse(R"({"name": "mo-smoke", "model": {"type": "mlp", "hidden": [32]},
+        "data": {"name": "fashion-mnist", "train_samples": 2048, "eval_samples": 512}, "seed": 1,
+        "fixed": {"batch_size": 128, "optimizer": "sgd"},
+        "hyperparameters": {"lr": {"loguniform": [0.001, 1.0]},
+                            "momentum": {"uniform": [0.0, 0.95]}},
+        "searcher": {"name": "random",
+                     "objectives": [{"metric": "accuracy", "mode": "max"},
+                                    {"metric": "loss", "mode": "min"}],
+                     "constraints": [{"metric": "loss", "max": 1.2}], "max_trials": 8},
+        "length": {"epochs": 3}, "eval": {"every": {"epochs": 1}}})")),
+        "mo-smoke");
   }
 };
 

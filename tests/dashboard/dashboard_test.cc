@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "searchers/pareto.h"
 #include "storage/plan.h"
 #include "tests/dashboard/browser.h"
 #include "tests/dashboard/dashboard_fixture.h"
@@ -143,6 +144,96 @@ TEST_F(DashboardBrowser, StudyPageDrawsACurvePerTrialAndTheTrialTable) {
     EXPECT_TRUE(browser_->errors(tab).empty());
     browser_->close(tab);
   }
+}
+
+TEST_F(DashboardBrowser, StudyOfTwoObjectivesDrawsItsFrontAndHowItsHypervolumeGrew) {
+  const std::string name = "mo-smoke";
+  Browser::Tab tab = load("/study/" + study_id(name), "study-" + name);
+  // From the plan's rows alone: each trial's last evaluation that has accuracy and loss, feasible
+  // when its loss is at most 1.2, on the front when no feasible trial is at least as good in
+  // both and better in one; diverged trials are never feasible, and not drawn.
+  struct Result {
+    double accuracy, loss;
+    bool feasible;
+  };
+  std::map<int64_t, Result> results;
+  for (const json& t : cli("trials " + name)) {
+    if (t["status"] == "diverged") continue;
+    std::map<int64_t, std::map<std::string, double>> at;
+    for (const json& m : t["metrics"])
+      if (m["value"].is_number()) at[m["step"]][m["name"]] = m["value"];
+    for (auto it = at.rbegin(); it != at.rend(); ++it)
+      if (it->second.count("accuracy") && it->second.count("loss")) {
+        const double loss = it->second["loss"];
+        results[t["trial"]] = {it->second["accuracy"], loss, loss <= 1.2};
+        break;
+      }
+  }
+  std::set<int64_t> front, infeasible;
+  std::vector<std::vector<double>> feasible_values, front_values;
+  for (const auto& [number, r] : results) {
+    if (!r.feasible) {
+      infeasible.insert(number);
+      continue;
+    }
+    feasible_values.push_back({r.accuracy, r.loss});
+    bool dominated = false;
+    for (const auto& [other, o] : results)
+      dominated = dominated || (o.feasible && o.accuracy >= r.accuracy && o.loss <= r.loss &&
+                                (o.accuracy > r.accuracy || o.loss < r.loss));
+    if (!dominated) {
+      front.insert(number);
+      front_values.push_back({r.accuracy, r.loss});
+    }
+  }
+  ASSERT_FALSE(front.empty());
+  std::set<int64_t> best;  // `hippo best` prints the same front
+  for (const json& t : cli("best " + name)) best.insert(t["trial"].get<int64_t>());
+  EXPECT_EQ(best, front);
+
+  auto marked = [&](const std::string& selector) {
+    std::set<int64_t> numbers;
+    for (const json& n : browser_->evaluate(tab, "[...document.querySelectorAll('" + selector +
+                                                     "')].map(c => Number(c.dataset.trial))"))
+      numbers.insert(n.get<int64_t>());
+    return numbers;
+  };
+  EXPECT_EQ(marked("svg.pareto circle.trial.front"), front);
+  EXPECT_EQ(marked("svg.pareto circle.trial.infeasible"), infeasible);
+  EXPECT_EQ(count(tab, "svg.pareto circle.trial"),
+            static_cast<int64_t>(front.size() + infeasible.size() +
+                                 marked("svg.pareto circle.trial.feasible").size()));
+  EXPECT_EQ(count(tab, "svg.pareto circle.trial title"), count(tab, "svg.pareto circle.trial"));
+  EXPECT_EQ(count(tab, "svg.history"), 0);  // the two figures replace it
+
+  // The hypervolume: never falling, at the end pareto.h's of the front above, measured from the
+  // reference point of every feasible result.
+  json volumes = browser_->evaluate(tab,
+                                    "[...document.querySelectorAll('svg.hypervolume circle.hv')]"
+                                    ".map(c => Number(c.dataset.hypervolume))");
+  ASSERT_FALSE(volumes.empty());
+  for (size_t i = 1; i < volumes.size(); ++i)
+    EXPECT_GE(volumes[i].get<double>(), volumes[i - 1].get<double>());
+  const Directions directions = {true, false};
+  EXPECT_DOUBLE_EQ(
+      volumes.back().get<double>(),
+      hypervolume(front_values, *hypervolume_reference(feasible_values, directions), directions));
+
+  // The table: each objective at the result, feasibility and the front.
+  json columns = browser_->evaluate(
+      tab, "[...document.querySelectorAll('table.trials th')].map(t => t.textContent)");
+  for (const char* column : {"accuracy", "loss", "feasible", "pareto"})
+    EXPECT_NE(std::find(columns.begin(), columns.end(), column), columns.end()) << column;
+  // The studies list counts the front.
+  Browser::Tab studies = browser_->open();
+  browser_->navigate(studies, dashboard_->url("/"));
+  EXPECT_NE(browser_->evaluate(studies, "document.querySelector('table.studies').innerText")
+                .get<std::string>()
+                .find(std::to_string(front.size()) + " on the front"),
+            std::string::npos);
+  EXPECT_TRUE(browser_->errors(tab).empty());
+  browser_->close(studies);
+  browser_->close(tab);
 }
 
 TEST_F(DashboardBrowser, TreePageDrawsABoxPerStageWithItsDetails) {

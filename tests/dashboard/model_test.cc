@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <regex>
 #include <set>
 
 #include "dashboard/figures.h"
 #include "dashboard/pages.h"
+#include "searchers/pareto.h"
 
 namespace hippo::dashboard {
 namespace {
@@ -108,6 +111,110 @@ class ModelTest : public ::testing::Test {
   std::string file_;
 };
 
+// A study of `objectives` (metrics o0, o1, ...: o0 maximized, the others minimized; an external
+// model, so no name is special) under the constraint "limit <= 0.5", and its trials' values as
+// the test wrote them, to find the front without the code under test.
+class GoalsTest : public ModelTest {
+ protected:
+  struct Written {
+    std::optional<std::vector<double>> values;  // at the last evaluation that has every metric
+    double limit = 0;                           // the constraint's metric there
+    bool diverged = false;
+    bool feasible() const { return values && !diverged && limit <= 0.5; }
+  };
+
+  // n trials evaluated at steps 10 and 20 on a coarse grid of values (ties and duplicates), some
+  // trials' last evaluation missing a metric (their result is at step 10), some never reporting
+  // every metric, some diverged, some failed.
+  std::vector<Written> write_goal_study(SearchPlan& plan, const std::string& name,
+                                        size_t objectives, int64_t n) {
+    nlohmann::json list = nlohmann::json::array();
+    for (size_t i = 0; i < objectives; ++i)
+      list.push_back({{"metric", "o" + std::to_string(i)}, {"mode", i == 0 ? "max" : "min"}});
+    const nlohmann::json spec = {{"model", {{"type", "external"}, {"command", {"train"}}}},
+                                 {"searcher",
+                                  {{"name", "random"},
+                                   {"objectives", list},
+                                   {"constraints", {{{"metric", "limit"}, {"max", 0.5}}}}}}};
+    const int64_t study = plan.create_study(name, spec, Policy::kShared);
+    StageTree tree;
+    std::vector<Written> written;
+    uint64_t state = 12345;
+    auto draw = [&] {  // a value on a grid of 21, for ties
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<double>((state >> 33) % 21) / 20;
+    };
+    plan.transaction([&] {
+      for (int64_t number = 1; number <= n; ++number) {
+        TrialRow row;
+        row.id = 1000 + number;
+        row.study_id = study;
+        row.root_key = "r";
+        row.params = {{"x", static_cast<double>(number)}};
+        row.hyperparams = {{"x", Sequence::constant(static_cast<double>(number))}};
+        row.length = 20;
+        row.status = number % 13 == 0   ? TrialStatus::kDiverged
+                     : number % 17 == 0 ? TrialStatus::kFailed
+                                        : TrialStatus::kDone;
+        plan.add_trial(row);
+        plan.save_change(tree, tree.add_trial(row.id, "r", row.hyperparams, row.length));
+        Written w;
+        w.diverged = row.status == TrialStatus::kDiverged;
+        for (int64_t step : {10, 20}) {
+          std::vector<double> values;
+          for (size_t i = 0; i < objectives; ++i) values.push_back(draw());
+          const double limit = draw();
+          const bool partial = number % 11 == 0 || (step == 20 && number % 7 == 0);
+          for (size_t i = 0; i < objectives; ++i)
+            if (!partial || i != 1)
+              plan.add_metric({row.id, step, "o" + std::to_string(i), values[i]});
+          plan.add_metric({row.id, step, "limit", limit});
+          if (!partial) {
+            w.values = values;
+            w.limit = limit;
+          }
+        }
+        written.push_back(w);
+      }
+    });
+    return written;
+  }
+
+  // The trials (numbers) no feasible trial dominates, by comparing every pair.
+  static std::set<int64_t> brute_force_front(const std::vector<Written>& written) {
+    std::set<int64_t> front;
+    for (size_t i = 0; i < written.size(); ++i) {
+      if (!written[i].feasible()) continue;
+      bool dominated = false;
+      for (size_t j = 0; j < written.size() && !dominated; ++j) {
+        if (j == i || !written[j].feasible()) continue;
+        bool no_worse = true, better = false;
+        for (size_t k = 0; k < written[i].values->size(); ++k) {
+          double a = (*written[j].values)[k], b = (*written[i].values)[k];
+          if (k != 0) std::swap(a, b);  // minimized: smaller is better
+          no_worse = no_worse && a >= b;
+          better = better || a > b;
+        }
+        dominated = no_worse && better;
+      }
+      if (!dominated) front.insert(static_cast<int64_t>(i + 1));
+    }
+    return front;
+  }
+
+  // data-trial of the scatter's circles whose class list has `cls`.
+  static std::set<int64_t> circles(const std::string& svg, const std::string& cls) {
+    std::set<int64_t> out;
+    static const std::regex circle("<circle class=\"(trial [a-z ]+)\" data-trial=\"([0-9]+)\"");
+    for (auto it = std::sregex_iterator(svg.begin(), svg.end(), circle);
+         it != std::sregex_iterator(); ++it) {
+      std::string classes = " " + (*it)[1].str() + " ";
+      if (classes.find(" " + cls + " ") != std::string::npos) out.insert(std::stoll((*it)[2]));
+    }
+    return out;
+  }
+};
+
 TEST_F(ModelTest, StepsStatesAndBestAsTheMasterCountsThem) {
   {
     SearchPlan plan = SearchPlan::open(file_);
@@ -180,6 +287,135 @@ TEST_F(ModelTest, FiguresDrawWhatThePlanHoldsAndEscapeItsText) {
     EXPECT_EQ(html.find(outside), std::string::npos) << outside;
   EXPECT_NE(html.find("connect-src 'none'"), std::string::npos);
   EXPECT_EQ(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+}
+
+TEST_F(GoalsTest, TheScatterMarksTheTrialsThatABruteForceFilterFinds) {
+  std::vector<Written> written;
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    written = write_goal_study(plan, "two", 2, 120);
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  PlanView view = read_plan(reader, 100);
+  const StudyView& s = *view.studies[0];
+  ASSERT_TRUE(s.goals.several());
+  EXPECT_FALSE(s.best);  // several objectives: a front, no best
+  const std::set<int64_t> front = brute_force_front(written);
+  ASSERT_GE(front.size(), 2u);
+  EXPECT_EQ(std::set<int64_t>(s.front.begin(), s.front.end()), front);
+
+  const std::string svg = pareto_svg(s);
+  EXPECT_EQ(circles(svg, "front"), front);
+  std::set<int64_t> infeasible, drawn;
+  for (size_t i = 0; i < written.size(); ++i) {
+    const int64_t number = static_cast<int64_t>(i + 1);
+    if (!written[i].values || written[i].diverged) continue;  // nothing to draw
+    drawn.insert(number);
+    if (!written[i].feasible()) infeasible.insert(number);
+    // The result is the last evaluation that has every metric: step 10 when step 20 lacks one.
+    ASSERT_TRUE(s.trial(number)->result) << number;
+    EXPECT_EQ(s.trial(number)->result->values, *written[i].values) << number;
+  }
+  ASSERT_FALSE(infeasible.empty());
+  EXPECT_EQ(circles(svg, "infeasible"), infeasible);
+  EXPECT_EQ(circles(svg, "trial"), drawn);  // diverged and incomplete trials are not drawn
+  EXPECT_EQ(occurrences(svg, "<title>"), drawn.size());
+  std::set<int64_t> failed;  // write_goal_study fails every 17th trial
+  for (int64_t number : drawn)
+    if (number % 17 == 0) failed.insert(number);
+  EXPECT_EQ(circles(svg, "failed"), failed);
+  EXPECT_EQ(occurrences(svg, "class=\"front-line\""), 1u);
+
+  // The hypervolume never falls, and ends at pareto.h's hypervolume of the final front.
+  const HypervolumeHistory history = hypervolume_history(s);
+  ASSERT_EQ(history.points.size(), s.trials.size());
+  for (size_t i = 1; i < history.points.size(); ++i)
+    EXPECT_GE(history.points[i].second, history.points[i - 1].second);
+  std::vector<std::vector<double>> feasible, final_front;
+  for (size_t i = 0; i < written.size(); ++i)
+    if (written[i].feasible()) feasible.push_back(*written[i].values);
+  for (int64_t number : front) final_front.push_back(*written[number - 1].values);
+  const std::vector<double> reference = *hypervolume_reference(feasible, {true, false});
+  EXPECT_EQ(history.reference, reference);
+  const double final_volume = hypervolume(final_front, reference, {true, false});
+  EXPECT_GT(final_volume, 0);
+  EXPECT_DOUBLE_EQ(history.points.back().second, final_volume);
+  // Midway, the volume of every feasible result so far (hypervolume weighs dominated points at
+  // nothing): the front kept from sample to sample loses nothing.
+  std::vector<std::vector<double>> so_far;
+  for (size_t i = 0; i < 60; ++i)
+    if (written[i].feasible()) so_far.push_back(*written[i].values);
+  EXPECT_DOUBLE_EQ(history.points[59].second, hypervolume(so_far, reference, {true, false}));
+  const std::string hv = hypervolume_svg(s);
+  EXPECT_EQ(occurrences(hv, "class=\"hv\""), history.points.size());
+  std::smatch last;
+  ASSERT_TRUE(std::regex_search(
+      hv, last, std::regex("data-hypervolume=\"([^\"]+)\"[^<]*<title>trials 1 to 120:")));
+  EXPECT_DOUBLE_EQ(std::stod(last[1]), final_volume);
+
+  // The page: the two figures in place of the history, a column per objective, feasible and
+  // pareto in the table; the studies list counts the front.
+  const std::string page = study_page(s).content;
+  EXPECT_NE(page.find("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"pareto\""),
+            std::string::npos);
+  EXPECT_NE(page.find("class=\"hypervolume\""), std::string::npos);
+  EXPECT_EQ(page.find("class=\"history\""), std::string::npos);
+  EXPECT_NE(page.find("\"o0\",\"o1\",\"feasible\",\"pareto\""), std::string::npos);
+  EXPECT_NE(studies_page(view).content.find(std::to_string(front.size()) + " on the front"),
+            std::string::npos);
+  EXPECT_NE(report(s).find("class=\"pareto\""), std::string::npos);
+}
+
+TEST_F(GoalsTest, HypervolumeIsSampledForManyTrialsAndSaidToBeMissingForFourObjectives) {
+  std::vector<Written> three;
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    three = write_goal_study(plan, "three", 3, 450);
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  PlanView view = read_plan(reader, 100);
+  const StudyView& s = *view.find("three");
+  const HypervolumeHistory history = hypervolume_history(s);
+  ASSERT_LE(history.points.size(), 200u);
+  ASSERT_FALSE(history.points.empty());
+  EXPECT_EQ(history.points.back().first, 450);
+  for (size_t i = 1; i < history.points.size(); ++i)
+    EXPECT_GE(history.points[i].second, history.points[i - 1].second);
+  std::vector<std::vector<double>> final_front;
+  for (int64_t number : brute_force_front(three)) final_front.push_back(*three[number - 1].values);
+  EXPECT_DOUBLE_EQ(history.points.back().second,
+                   hypervolume(final_front, history.reference, {true, false, false}));
+  // Objectives past the second are in the titles, not on the axes.
+  EXPECT_NE(pareto_svg(s).find(", o2 "), std::string::npos);
+}
+
+TEST_F(GoalsTest, FourObjectivesHaveAFrontButNoHypervolume) {
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    write_goal_study(plan, "four", 4, 30);
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  PlanView view = read_plan(reader, 100);
+  const StudyView& s = *view.studies[0];
+  EXPECT_TRUE(hypervolume_history(s).points.empty());
+  EXPECT_NE(hypervolume_svg(s).find("this study has 4"), std::string::npos);
+  EXPECT_FALSE(circles(pareto_svg(s), "front").empty());
+}
+
+TEST_F(ModelTest, AStudyOfOneObjectiveKeepsItsHistoryAndTable) {
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    write_study(plan, "s");
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  PlanView view = read_plan(reader, 100);
+  const StudyView& s = *view.studies[0];
+  EXPECT_FALSE(s.goals.multi());
+  const std::string page = study_page(s).content;
+  EXPECT_NE(page.find("class=\"history\""), std::string::npos);
+  EXPECT_EQ(page.find("class=\"pareto"), std::string::npos);
+  EXPECT_EQ(page.find("\"feasible\""), std::string::npos);
+  EXPECT_NE(studies_page(view).content.find("loss 0.5"), std::string::npos);
 }
 
 }  // namespace
