@@ -48,7 +48,7 @@ TEST_F(PipelinedStudy, HasTheMetricsOfTheUnpipelinedStudyBitForBit) {
   json tb = json::parse(sh(hippo("b.db") + "--format json trials piped").out);
   ASSERT_EQ(ta.size(), 2u);
   EXPECT_EQ(metrics_by_trial(ta), metrics_by_trial(tb));
-  EXPECT_EQ(ta[0]["metrics"].size(), 4u);  // loss and accuracy at steps 10 and 20
+  EXPECT_EQ(ta[0]["metrics"].size(), 6u);  // loss, accuracy and params at steps 10 and 20
 }
 
 TEST_F(PipelinedStudy, GoesOnlyToAWorkerWithEnoughDevices) {
