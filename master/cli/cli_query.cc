@@ -131,6 +131,17 @@ json trial_json(const StudyView& v, const TrialRow& t) {
   return j;
 }
 
+// What a query prints: `json` as one line, or `rows` as CSV or a table.
+void print_as(Format format, const json& json_form,
+              const std::vector<std::vector<std::string>>& rows) {
+  if (format == Format::kJson)
+    std::printf("%s\n", json_form.dump().c_str());
+  else if (format == Format::kCsv)
+    print_csv(rows);
+  else
+    print_table(rows);
+}
+
 int studies(const GlobalOptions& global) {
   SearchPlan plan = open_existing_plan(global.db);
   json out = json::array();
@@ -158,12 +169,7 @@ int studies(const GlobalOptions& global) {
     rows.push_back({std::to_string(row.id), row.name, to_string(row.status), to_string(row.policy),
                     std::to_string(v.trials.size()), objectives_text(v.goals), best_text});
   }
-  if (global.format == Format::kJson)
-    std::printf("%s\n", out.dump().c_str());
-  else if (global.format == Format::kCsv)
-    print_csv(rows);
-  else
-    print_table(rows);
+  print_as(global.format, out, rows);
   return 0;
 }
 
@@ -275,12 +281,7 @@ int print_front(const StudyView& v, const GlobalOptions& global) {
     for (double value : r.values) rows.back().push_back(number_text(value));
     rows.back().push_back(t.params.dump());
   }
-  if (global.format == Format::kJson)
-    std::printf("%s\n", out.dump().c_str());
-  else if (global.format == Format::kCsv)
-    print_csv(rows);
-  else
-    print_table(rows);
+  print_as(global.format, out, rows);
   return 0;
 }
 
@@ -295,17 +296,10 @@ int best(const std::string& name, const GlobalOptions& global) {
                     " yet");
   json out = {{"study", v.row.name}, {"trial", b->first->number}, {"params", b->first->params},
               {"metric", v.metric},  {"value", b->second.value},  {"step", b->second.step}};
-  if (global.format == Format::kJson) {
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::vector<std::vector<std::string>> rows = {{"trial", "metric", "value", "step", "params"}};
-    rows.push_back({std::to_string(b->first->number), v.metric, number_text(b->second.value),
-                    std::to_string(b->second.step), b->first->params.dump()});
-    if (global.format == Format::kCsv)
-      print_csv(rows);
-    else
-      print_table(rows);
-  }
+  print_as(global.format, out,
+           {{"trial", "metric", "value", "step", "params"},
+            {std::to_string(b->first->number), v.metric, number_text(b->second.value),
+             std::to_string(b->second.step), b->first->params.dump()}});
   return 0;
 }
 
