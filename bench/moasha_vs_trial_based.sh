@@ -21,18 +21,11 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$spec, 2 workers"
-now() { date +%s.%N; }
+. bench/policy_run.sh
 # Runs the study under a policy on a fresh plan; prints its wall time (seconds), checks its work.
 run() {
-  local policy=$1 plan="$tmp/$1-$2.db" start end
-  start=$(now)
-  if ! "$hippo" --db "$plan" --format json run "$spec" --workers 2 --policy "$policy" \
-    >"$tmp/$policy-summary.json" 2>"$tmp/log"; then
-    echo "error: the $policy run failed:" >&2
-    tail -5 "$tmp/log" >&2
-    exit 1
-  fi
-  end=$(now)
+  local policy=$1 plan="$tmp/$1-$2.db" wall
+  wall=$(timed_policy_run "$hippo" "$spec" "$policy" "$plan" "$tmp/$policy-summary.json")
   "$hippo" --db "$plan" --format json trials "$name" >"$tmp/$policy-trials.json"
   "$hippo" --db "$plan" --format json best "$name" >"$tmp/$policy-front.json"
   python3 - "$tmp/$policy-summary.json" "$tmp/$policy-trials.json" "$policy" <<'PY'
@@ -43,7 +36,7 @@ open_ = [t["trial"] for t in trials if t["status"] in ("pending", "running")]
 if summary["status"] != "done" or open_ or not trials:
     sys.exit(f"error: the {sys.argv[3]} run ended {summary['status']} with trials {open_} open")
 PY
-  python3 -c "print($end - $start)"
+  echo "$wall"
 }
 shared_total=0 trial_total=0
 printf '%-6s %12s %12s\n' round shared_s trial_based_s

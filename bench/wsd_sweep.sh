@@ -24,18 +24,11 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "1. $spec, 2 workers, measured"
-now() { date +%s.%N; }
+. bench/policy_run.sh
 # Runs the study under a policy on a fresh plan; prints its wall time (seconds), checks its work.
 run() {
-  local policy=$1 plan="$tmp/$1-$2.db" start end
-  start=$(now)
-  if ! "$hippo" --db "$plan" --format json run "$spec" --workers 2 --policy "$policy" \
-    >"$tmp/$policy-summary.json" 2>"$tmp/log"; then
-    echo "error: the $policy run failed:" >&2
-    tail -5 "$tmp/log" >&2
-    exit 1
-  fi
-  end=$(now)
+  local policy=$1 plan="$tmp/$1-$2.db" wall
+  wall=$(timed_policy_run "$hippo" "$spec" "$policy" "$plan" "$tmp/$policy-summary.json")
   "$hippo" --db "$plan" --format json trials gpt-fortunes-wsd >"$tmp/$policy-trials.json"
   python3 - "$tmp/$policy-summary.json" "$tmp/$policy-trials.json" "$policy" <<'PY'
 import json, sys
@@ -45,7 +38,7 @@ done = sum(t["status"] == "done" for t in trials)
 if summary["status"] != "done" or done != 12:
     sys.exit(f"error: the {sys.argv[3]} run ended {summary['status']} with {done} of 12 trials done")
 PY
-  python3 -c "print($end - $start)"
+  echo "$wall"
 }
 shared_total=0 trial_total=0
 printf '%-6s %12s %12s\n' round shared_s trial_based_s
