@@ -25,7 +25,7 @@ echo "$spec, 2 workers"
 # Runs the study under a policy on a fresh plan; prints its wall time (seconds), checks its work.
 run() {
   local policy=$1 plan="$tmp/$1-$2.db" wall
-  wall=$(timed_policy_run "$hippo" "$spec" "$policy" "$plan" "$tmp/$policy-summary.json")
+  wall=$(timed_policy_run "$hippo" "$spec" "$policy" "$plan" "$tmp/$policy-summary.json") || exit 1
   "$hippo" --db "$plan" --format json trials "$name" >"$tmp/$policy-trials.json"
   "$hippo" --db "$plan" --format json best "$name" >"$tmp/$policy-front.json"
   python3 - "$tmp/$policy-summary.json" "$tmp/$policy-trials.json" "$policy" <<'PY'

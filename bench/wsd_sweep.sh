@@ -28,7 +28,7 @@ echo "1. $spec, 2 workers, measured"
 # Runs the study under a policy on a fresh plan; prints its wall time (seconds), checks its work.
 run() {
   local policy=$1 plan="$tmp/$1-$2.db" wall
-  wall=$(timed_policy_run "$hippo" "$spec" "$policy" "$plan" "$tmp/$policy-summary.json")
+  wall=$(timed_policy_run "$hippo" "$spec" "$policy" "$plan" "$tmp/$policy-summary.json") || exit 1
   "$hippo" --db "$plan" --format json trials gpt-fortunes-wsd >"$tmp/$policy-trials.json"
   python3 - "$tmp/$policy-summary.json" "$tmp/$policy-trials.json" "$policy" <<'PY'
 import json, sys
