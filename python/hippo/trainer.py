@@ -537,6 +537,17 @@ def _path_text(path):
     return "the state" + "".join(f"[{key!r}]" for key in path)
 
 
+def torch_libraries():
+    """The libraries whose versions a PyTorch trainer's bits depend on, as torch_state records
+    them with each state: "torch 2.11.0+cu130, CUDA 13.0, cuDNN 91900" ("CUDA none" on a CPU
+    build). The device and the threads are the worker's to say (its environment)."""
+    import torch
+
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return (f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}, "
+            f"cuDNN {cudnn or 'none'}")
+
+
 class _TorchState:
     def __init__(self, objects):
         self._objects = objects
@@ -549,7 +560,8 @@ class _TorchState:
                  "rng": rng_state()}
         floats = []
         tree = _floats_apart(state, (), floats)
-        torch.save({"format": _TORCH_STATE, "tree": tree, "floats": floats}, f)
+        torch.save({"format": _TORCH_STATE, "libraries": torch_libraries(), "tree": tree,
+                    "floats": floats}, f)
 
     def load(self, f):
         import torch
@@ -570,6 +582,15 @@ class _TorchState:
                 or not isinstance(saved.get("floats"), list):
             raise StageError(f"torch_state.load: not a checkpoint of {_TORCH_STATE} (one that "
                              "hippo.torch_state().save wrote)")
+        # A state goes on only under the libraries that computed it: other versions compute
+        # other bits, and a trial must be trained in one environment (states saved before this
+        # record carry none and load as before).
+        libraries = saved.get("libraries")
+        if libraries is not None and libraries != torch_libraries():
+            raise StageError(f"torch_state.load: the checkpoint was computed under {libraries}, "
+                             f"this trainer runs {torch_libraries()}: a trial's states never mix "
+                             "library versions (they compute other bits); give the study's "
+                             "trainer workers one PyTorch build")
         try:
             floats = {tuple(path): struct.unpack("<d", struct.pack("<q", bits))[0]
                       for path, bits in saved["floats"]}
@@ -592,5 +613,5 @@ def torch_state(**objects):
     given objects (model=..., optimizer=..., scheduler=...) and the generators' states:
     state = torch_state(model=model, optimizer=opt); stage.restore(state.load). load reads data
     only (torch.load with weights_only=True): a checkpoint that would run code is refused with a
-    StageError."""
+    StageError, as is one computed under other library versions (torch_libraries())."""
     return _TorchState(objects)

@@ -49,3 +49,37 @@ def test_seed_all_and_rng_state():
     assert random.random() == y
     hippo.seed_all(3, step=11)
     assert random.random() != x[0]
+
+
+def test_deterministic_sets_what_it_says_and_says_it_once():
+    torch = pytest.importorskip("torch")
+    del torch  # imported in the child, whose global state deterministic() changes
+    child = r"""
+import json, os, torch, hippo
+first = hippo.deterministic()
+second = hippo.deterministic(threads=3)
+seen = {
+    "use_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+    "num_threads": torch.get_num_threads(),
+    "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"],
+    "cudnn.deterministic": torch.backends.cudnn.deterministic,
+    "cudnn.benchmark": torch.backends.cudnn.benchmark,
+    "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+    "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+}
+print(json.dumps({"first": first, "second": second, "seen": seen}))
+"""
+    import json
+    env = {"PYTHONPATH": ":".join(sys.path), "OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
+                         env=env)
+    result = json.loads(out.stdout)
+    # The threads come from the worker's OMP_NUM_THREADS unless given; torch holds what it returned.
+    assert result["first"]["num_threads"] == 2
+    assert result["second"] == result["seen"]
+    assert result["seen"] == {
+        "use_deterministic_algorithms": True, "num_threads": 3,
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "cudnn.deterministic": True,
+        "cudnn.benchmark": False, "cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False}
+    said = [line for line in out.stderr.splitlines() if line.startswith("hippo.deterministic: ")]
+    assert len(said) == 1 and "num_threads=2" in said[0], out.stderr

@@ -159,3 +159,19 @@ def test_data_of_another_kind_is_refused_naming_what_is_missing():
         hippo.torch_state(net=torch.nn.Linear(1, 1)).load(io.BytesIO(f.getvalue()))
     assert "torch_state.load: the checkpoint holds no state of net (it holds model)" \
         in str(e.value)
+
+
+def test_a_state_of_other_library_versions_is_refused_naming_both(monkeypatch):
+    f = io.BytesIO()
+    hippo.torch_state(model=torch.nn.Linear(1, 1)).save(f)
+    f.seek(0)
+    assert torch.load(f, weights_only=True)["libraries"] == hippo.torch_libraries()
+    assert hippo.torch_libraries().startswith(f"torch {torch.__version__}, CUDA ")
+    hippo.torch_state(model=torch.nn.Linear(1, 1)).load(io.BytesIO(f.getvalue()))  # the same
+
+    monkeypatch.setattr("hippo.trainer.torch_libraries",
+                        lambda: "torch 9.9.9, CUDA 99.0, cuDNN 99999")
+    with pytest.raises(StageError) as e:
+        hippo.torch_state(model=torch.nn.Linear(1, 1)).load(io.BytesIO(f.getvalue()))
+    assert (f"the checkpoint was computed under torch {torch.__version__}" in str(e.value)
+            and "this trainer runs torch 9.9.9, CUDA 99.0, cuDNN 99999" in str(e.value)), e.value
