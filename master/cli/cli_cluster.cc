@@ -10,6 +10,7 @@
 #include "master/cli/report.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
+#include "protocol/text.h"
 
 namespace hippo::cli {
 namespace {
@@ -23,7 +24,7 @@ int cancel(const std::string& study, const GlobalOptions& global) {
     std::printf("%s\n", summary.dump().c_str());
   else
     std::printf("study %s cancelled: %lld trials, %lld steps executed\n",
-                summary.value("study", study).c_str(),
+                protocol::printable(summary.value("study", study)).c_str(),
                 static_cast<long long>(summary.value("trials", int64_t{0})),
                 static_cast<long long>(summary.value("steps_executed", int64_t{0})));
   return 0;
@@ -66,9 +67,10 @@ int drain(const std::string& worker, const GlobalOptions& global) {
   if (global.format == Format::kJson)
     std::printf("%s\n", reply.dump().c_str());
   else if (reply.value("busy", false))
-    std::printf("worker %s gets no more work: it exits once its job ends\n", worker.c_str());
+    std::printf("worker %s gets no more work: it exits once its job ends\n",
+                protocol::printable(worker).c_str());
   else
-    std::printf("worker %s was idle: it exits now\n", worker.c_str());
+    std::printf("worker %s was idle: it exits now\n", protocol::printable(worker).c_str());
   return 0;
 }
 

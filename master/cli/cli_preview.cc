@@ -16,6 +16,7 @@
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
 #include "master/state_registry.h"
+#include "protocol/text.h"
 #include "searchers/budget.h"
 #include "searchers/searcher.h"
 #include "searchers/spec.h"
@@ -114,11 +115,12 @@ std::vector<std::vector<std::string>> trial_rows(const Preview& p) {
 void print_preview(const Preview& p) {
   const TreeCounts counts = p.tree.counts();
   if (p.spec.architectures.size() == 1)
-    std::printf("study %s: searcher %s, root key %s\n\n", p.spec.name.c_str(),
+    std::printf("study %s: searcher %s, root key %s\n\n", protocol::printable(p.spec.name).c_str(),
                 p.spec.searcher.name.c_str(), p.spec.architectures.begin()->first.c_str());
   else
     std::printf("study %s: searcher %s, %zu architectures (a root key each)\n\n",
-                p.spec.name.c_str(), p.spec.searcher.name.c_str(), p.spec.architectures.size());
+                protocol::printable(p.spec.name).c_str(), p.spec.searcher.name.c_str(),
+                p.spec.architectures.size());
   if (runs_a_command(p.spec))
     std::printf(
         "the external searcher decides the trials, and preview runs no command: none shown\n\n");

@@ -11,6 +11,7 @@
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
 #include "master/reports.h"
+#include "protocol/text.h"
 #include "searchers/spec.h"
 #include "storage/plan.h"
 
@@ -351,7 +352,7 @@ int tree(const std::string& name, const GlobalOptions& global) {
     print_csv(rows);
     return 0;
   }
-  std::printf("study %s: %zu stages\n", row.name.c_str(), on_paths.size());
+  std::printf("study %s: %zu stages\n", protocol::printable(row.name).c_str(), on_paths.size());
   print_tree(
       t, [&](StageId id) { return on_paths.count(id) != 0; },
       [&](TrialId id) {
@@ -378,7 +379,8 @@ int delete_study(const std::string& name, const GlobalOptions& global) {
                     .dump()
                     .c_str());
   else
-    std::printf("deleted study %s (%s, %zu trials)\n", row.name.c_str(), to_string(row.status),
+    std::printf("deleted study %s (%s, %zu trials)\n", protocol::printable(row.name).c_str(),
+                to_string(row.status),
                 plan.trials(row.id).size());
   return 0;
 }

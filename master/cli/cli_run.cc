@@ -57,7 +57,8 @@ void print_time_split(const json& split) {
   for (const char* part : kTimeParts) std::printf(" %*s", width(part), part);
   std::printf("\n");
   auto row = [&](const json& w) {
-    std::printf("                       %-12s %4lld", w.at("worker").get<std::string>().c_str(),
+    std::printf("                       %-12s %4lld",
+                protocol::printable(w.at("worker").get<std::string>()).c_str(),
                 w.at("jobs").get<long long>());
     for (const char* part : kTimeParts)
       std::printf(" %*.2f", width(part), w.at(std::string(part) + "_s").get<double>());
@@ -110,7 +111,7 @@ void print_summary(const json& s, Format format) {
     std::printf("  best                 trial %lld: %s = %.6g at step %lld, params %s\n",
                 b.at("trial").get<long long>(), protocol::printable(text(b, "metric")).c_str(),
                 b.at("value").get<double>(), b.at("step").get<long long>(),
-                b.at("params").dump().c_str());
+                protocol::printable(b.at("params").dump()).c_str());
   }
   auto format_number = [](double v) {
     char buf[32];
@@ -127,7 +128,7 @@ void print_summary(const json& s, Format format) {
                   format_number(value.get<double>());
       std::printf("                       trial %lld: %s at step %lld, params %s\n",
                   t.at("trial").get<long long>(), values.c_str(), t.at("step").get<long long>(),
-                  t.at("params").dump().c_str());
+                  protocol::printable(t.at("params").dump()).c_str());
     }
   }
 }
@@ -312,7 +313,7 @@ int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pip
 
 std::string resume_hint(const std::string& spec_path, const std::string& name) {
   return "the study can be resumed where it stopped: hippo run " + spec_path +
-         " --resume, or hippo resume " + name;
+         " --resume, or hippo resume " + protocol::printable(name);
 }
 
 int run(const std::string& path, const std::string& policy_text, bool resume, const LocalRun& local,
@@ -358,7 +359,8 @@ int resume_study(const std::string& name, const LocalRun& local, const GlobalOpt
     if (global.format == Format::kJson)
       std::printf("%s\n", r.dump().c_str());
     else
-      std::printf("study %s resumed on its master\n", r.value("name", name).c_str());
+      std::printf("study %s resumed on its master\n",
+                  protocol::printable(r.value("name", name)).c_str());
     return 0;
   }
   require_plan(global.db);  // a study to resume is in one
@@ -475,7 +477,7 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
     if (global.format == Format::kJson)
       std::printf("%s\n", json{{"study", l.spec.name}, {"id", study}}.dump().c_str());
     else
-      std::printf("submitted study %s (id %lld)\n", l.spec.name.c_str(),
+      std::printf("submitted study %s (id %lld)\n", protocol::printable(l.spec.name).c_str(),
                   static_cast<long long>(study));
     return 0;
   }
@@ -486,8 +488,9 @@ int submit(const std::string& path, const std::string& policy_text, bool wait,
       print_summary(s, global.format);
       if (s["status"] == "interrupted")
         std::fprintf(stderr, "study %s was interrupted (%s): resume it with `hippo resume %s`\n",
-                     l.spec.name.c_str(), s.value("error", std::string()).c_str(),
-                     l.spec.name.c_str());
+                     protocol::printable(l.spec.name).c_str(),
+                     protocol::printable(s.value("error", std::string())).c_str(),
+                     protocol::printable(l.spec.name).c_str());
       return s["status"] == "done" ? 0 : 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

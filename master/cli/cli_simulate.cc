@@ -10,6 +10,7 @@
 #include "master/retention.h"
 #include "master/simulator.h"
 #include "protocol/log.h"
+#include "protocol/text.h"
 
 namespace hippo::cli {
 namespace {
@@ -152,8 +153,9 @@ void print_simulation(const std::vector<Column>& cols, const master::SimulationO
   for (const Column& c : cols)
     for (const master::StudySummary& s : c.run.studies)
       if (s.status != "done")
-        std::printf("%s: study %s ended %s%s%s\n", c.name.c_str(), s.name.c_str(), s.status.c_str(),
-                    s.error.empty() ? "" : ": ", s.error.c_str());
+        std::printf("%s: study %s ended %s%s%s\n", c.name.c_str(), protocol::printable(s.name).c_str(),
+                    s.status.c_str(), s.error.empty() ? "" : ": ",
+                    protocol::printable(s.error).c_str());
 }
 
 int simulate(const Args& a, const GlobalOptions& global) {

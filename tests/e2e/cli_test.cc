@@ -300,7 +300,8 @@ TEST_F(Cli, RunWithoutHippoWorkerBesideItRefusesAndMakesNoPlan) {
 }
 
 // A study named with terminal control characters (a clear screen, a line that forges another):
-// tables, the summary and the log show them escaped, never raw; JSON carries the name as it is.
+// tables, trees, the preview, errors, the summary and the log show them escaped, never raw; JSON
+// carries the name as it is.
 TEST_F(Cli, ControlCharactersInNamesAreEscapedOnTheTerminal) {
   const std::string name = "evil\x1b[2J\x1b[1;31mred\nforged line\x7f\xc2\x9b";
   const std::string file = spec("evil", json::object());
@@ -311,16 +312,26 @@ TEST_F(Cli, ControlCharactersInNamesAreEscapedOnTheTerminal) {
   ASSERT_EQ(run.status, 0) << run.out;
   const std::string escaped = "evil\\x1b[2J\\x1b[1;31mred\\x0aforged line\\x7f\\u009b";
   const std::string log = read_file(path("log"));
-  Result studies = sh(hippo("m.db") + "studies");
-  for (const std::string& out : {run.out, studies.out, log}) {
-    EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
-    EXPECT_EQ(out.find("\xc2\x9b"), std::string::npos) << out;
-    EXPECT_EQ(out.find("\nforged line"), std::string::npos) << out;
+  // Every table, tree and message that names the study (by its id here: the shell would need
+  // the control characters), and an error that quotes it (the same spec again).
+  std::vector<Result> outputs = {run, sh(hippo("m.db") + "studies")};
+  for (const char* command : {"tree 1", "trials 1", "best 1", "preview "})
+    outputs.push_back(sh(hippo("m.db") + command + (command[0] == 'p' ? file : "") + " 2>&1"));
+  Result again = sh(hippo("m.db") + "run " + file + " --workers 1 2>&1");
+  EXPECT_NE(again.status, 0) << again.out;
+  outputs.push_back(again);
+  Result as_json = sh(hippo("m.db") + "--format json studies");  // JSON carries the name as it is
+  EXPECT_EQ(json::parse(as_json.out)[0]["name"], name) << as_json.out;
+  outputs.push_back(sh(hippo("m.db") + "delete 1 2>&1"));
+  outputs.push_back(Result{0, log});
+  for (const Result& out : outputs) {
+    EXPECT_EQ(out.out.find('\x1b'), std::string::npos) << out.out;
+    EXPECT_EQ(out.out.find("\xc2\x9b"), std::string::npos) << out.out;
+    EXPECT_EQ(out.out.find("\nforged line"), std::string::npos) << out.out;
   }
   EXPECT_NE(run.out.find("study " + escaped + ": done"), std::string::npos) << run.out;
-  EXPECT_NE(studies.out.find(escaped), std::string::npos) << studies.out;
-  Result as_json = sh(hippo("m.db") + "--format json studies");
-  EXPECT_EQ(json::parse(as_json.out)[0]["name"], name);
+  for (size_t i : {1, 2, 5, 6, 7})  // studies, tree, preview, the error, delete
+    EXPECT_NE(outputs[i].out.find(escaped), std::string::npos) << outputs[i].out;
 }
 
 }  // namespace
