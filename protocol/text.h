@@ -34,19 +34,6 @@ inline std::string printable(std::string_view text) {
   return out;
 }
 
-// `text` printable line by line: its line breaks kept, every other control character escaped as by
-// printable(). For messages (errors) that may span lines and may quote names from outside.
-inline std::string printable_lines(std::string_view text) {
-  std::string out;
-  for (size_t start = 0;;) {
-    const size_t end = text.find('\n', start);
-    out += printable(text.substr(start, end == std::string_view::npos ? end : end - start));
-    if (end == std::string_view::npos) return out;
-    out += '\n';
-    start = end + 1;
-  }
-}
-
 // The items of a comma-separated list, empty ones kept: "a,,b" -> {"a", "", "b"}, "" -> {""}.
 // The views point into `text`.
 inline std::vector<std::string_view> comma_separated(std::string_view text) {

@@ -139,7 +139,10 @@ int pipeline_plan(const PlanOptions& o, Format format) {
   const pipeline::PipelineShape shape = checked_shape(o);
   const pipeline::Program program = pipeline::generate(shape);
   const pipeline::SimulationReport report = pipeline::simulate(program, costs_of(o, shape.chunks));
-  if (!report.ok()) throw RunFailed("the generated program is broken:\n" + report.error_text());
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s\n", report.error_text().c_str());  // one line per broken instruction
+    throw RunFailed("the generated program is broken (above)");
+  }
   if (format == Format::kJson) {
     nlohmann::json out = {
         {"schedule", program.schedule},         {"stages", program.stages},

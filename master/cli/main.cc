@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "error: %s\n", protocol::printable_lines(e.what()).c_str());
+    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
     return 2;
   }
   if (!version && app.get_subcommands().empty()) {
@@ -156,13 +156,13 @@ int main(int argc, char** argv) {
     }
     return action.run();
   } catch (const BadInput& e) {
-    std::fprintf(stderr, "error: %s\n", protocol::printable_lines(e.what()).c_str());
+    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
     return 2;
   } catch (const RunFailed& e) {
-    std::fprintf(stderr, "error: %s\n", protocol::printable_lines(e.what()).c_str());
+    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", protocol::printable_lines(e.what()).c_str());
+    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
     return 1;
   }
 }
