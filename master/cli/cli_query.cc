@@ -380,8 +380,7 @@ int delete_study(const std::string& name, const GlobalOptions& global) {
                     .c_str());
   else
     std::printf("deleted study %s (%s, %zu trials)\n", protocol::printable(row.name).c_str(),
-                to_string(row.status),
-                plan.trials(row.id).size());
+                to_string(row.status), plan.trials(row.id).size());
   return 0;
 }
 

@@ -153,9 +153,9 @@ void print_simulation(const std::vector<Column>& cols, const master::SimulationO
   for (const Column& c : cols)
     for (const master::StudySummary& s : c.run.studies)
       if (s.status != "done")
-        std::printf("%s: study %s ended %s%s%s\n", c.name.c_str(), protocol::printable(s.name).c_str(),
-                    s.status.c_str(), s.error.empty() ? "" : ": ",
-                    protocol::printable(s.error).c_str());
+        std::printf("%s: study %s ended %s%s%s\n", c.name.c_str(),
+                    protocol::printable(s.name).c_str(), s.status.c_str(),
+                    s.error.empty() ? "" : ": ", protocol::printable(s.error).c_str());
 }
 
 int simulate(const Args& a, const GlobalOptions& global) {

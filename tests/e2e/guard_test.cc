@@ -128,8 +128,7 @@ TEST_F(Guard, OwnerIsAnsweredDuringAConnectionFlood) {
 
   std::vector<int> flood;
   for (int i = 0; i < kFloodConnections; ++i)
-    if (int fd = connect_without_waiting(port, 2 + i % kFloodSources); fd >= 0)
-      flood.push_back(fd);
+    if (int fd = connect_without_waiting(port, 2 + i % kFloodSources); fd >= 0) flood.push_back(fd);
   ASSERT_EQ(static_cast<int>(flood.size()), kFloodConnections);
   std::this_thread::sleep_for(500ms);  // the master meets the flood
 
