@@ -108,8 +108,8 @@ class ValueRanking : public RungRanking {
 
 // moasha: by (front of constrained non-dominated sorting, larger crowding distance, lower id).
 // A new trial can move others to later fronts and changes crowding distances, so no incremental
-// index keeps this order: the rung is sorted again, O(objectives * n^2), when a trial joins it and
-// a promotion is looked for. That is fine for rungs of up to a few thousand trials.
+// index keeps this order: the rung is sorted again when a trial joins it and a promotion is looked
+// for, O(n log n) with up to two objectives (pareto.h's sweep), O(objectives * n^2) with more.
 class ParetoRanking : public RungRanking {
  public:
   explicit ParetoRanking(Directions directions) : directions_(std::move(directions)) {}

@@ -29,9 +29,9 @@
 //   by the front of constrained non-dominated sorting (pareto.h) of the trials' values and
 //   violations there, then by larger crowding distance within the front, then by lower id. A trial
 //   has no value at a rung where an objective's value is not finite. With one objective (and no
-//   constraint) it makes exactly asha's decisions. A rung is sorted again, O(objectives * n^2) for
-//   n trials there, when a trial has joined it and a promotion is looked for (asha keeps an index
-//   instead): fine for rungs of up to a few thousand trials. Its saved state holds, at each rung,
+//   constraint) it makes exactly asha's decisions. A rung is sorted again when a trial has joined
+//   it and a promotion is looked for (asha keeps an index instead): O(n log n) for n trials there
+//   with up to two objectives, O(objectives * n^2) with more. Its saved state holds, at each rung,
 //   {"values": [...], "violation"} where asha holds the number.
 // hyperband: with s_max the largest s where min_length * eta^s <= max_length, brackets
 //   s = s_max, s_max - 1, ... each run sha on ceil((s_max + 1) / (s + 1) * eta^s) trials whose

@@ -13,7 +13,8 @@ namespace {
 
 using nlohmann::json;
 
-// Selection sorts twice the population in O(n^2): a bound that keeps one generation's turn short.
+// Selection sorts twice the population, in O(n^2) with three objectives or more: a bound that
+// keeps one generation's turn short.
 constexpr int64_t kMaxPopulation = 10'000;
 
 const char* const kStatusNames[] = {"running", "closed", "failed"};

@@ -28,8 +28,9 @@
 // of its saved state and the events after it. The saved state is
 //   {"trials": [{"params", "status": "running"|"closed"|"failed",
 //                "last": null | {"step", "values": [...], "violation"}}], "parents": [ids]}
-// with infinities as "inf"/"-inf". A generation's selection costs O(m (2 population)^2) for m
-// objectives (non-dominated sorting); each event else costs O(population).
+// with infinities as "inf"/"-inf". A generation's selection sorts twice the population
+// (non-dominated sorting, pareto.h): O(p log p) with up to two objectives, O(m p^2) for m more;
+// each event else costs O(population).
 #pragma once
 
 #include "searchers/searcher.h"

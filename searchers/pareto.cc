@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 
@@ -45,27 +46,50 @@ double covered_volume(std::vector<std::vector<double>> q, const std::vector<doub
   return volume;
 }
 
-}  // namespace
-
-bool dominates(const std::vector<double>& a, const std::vector<double>& b, const Directions& d) {
-  bool better_somewhere = false;
-  for (size_t i = 0; i < d.size(); ++i) {
-    const bool a_better = d[i] ? a[i] > b[i] : a[i] < b[i];
-    const bool b_better = d[i] ? b[i] > a[i] : b[i] < a[i];
-    if (b_better) return false;
-    better_somewhere = better_somewhere || a_better;
+// The fronts of points that are all feasible, with one or two objectives and no NaN, by a sweep
+// (Jensen 2003) in O(n log n). In the order best first by the first objective, then by the second,
+// whatever dominates a point comes before it; it joins the first front none of whose members
+// dominates it. Along that order a front's members get strictly better in the second objective
+// (or repeat a point exactly, which dominates nothing), so its last member is the only one to
+// compare with; and a point dominated by front k is dominated by every front before it (through
+// the member of front k - 1 that dominates that of front k), so the first front that does not
+// dominate it is found by binary search.
+std::vector<std::vector<size_t>> sweep_fronts(const std::vector<ParetoPoint>& points,
+                                              const std::vector<size_t>& ids, const Directions& d) {
+  struct Point {
+    double x, y;  // the objectives, each turned into one to minimize; y 0 with one objective
+    size_t id;
+  };
+  std::vector<Point> order;
+  for (size_t id : ids) {
+    const std::vector<double>& v = points[id].values;
+    order.push_back({d[0] ? -v[0] : v[0], d.size() > 1 ? (d[1] ? -v[1] : v[1]) : 0.0, id});
   }
-  return better_somewhere;
+  std::sort(order.begin(), order.end(),
+            [](const Point& a, const Point& b) { return a.x != b.x ? a.x < b.x : a.y < b.y; });
+  std::vector<std::vector<size_t>> fronts;
+  std::vector<Point> last;  // by front: its member latest in the order
+  for (const Point& p : order) {
+    // `last` member q of a front comes before p (q.x <= p.x): it dominates p when it is no worse
+    // in the second objective and is not the same point.
+    const auto front = std::partition_point(last.begin(), last.end(), [&p](const Point& q) {
+      return q.y < p.y || (q.y == p.y && q.x < p.x);
+    });
+    const size_t k = static_cast<size_t>(front - last.begin());
+    if (k == fronts.size()) {
+      fronts.emplace_back();
+      last.push_back(p);
+    }
+    fronts[k].push_back(p.id);
+    last[k] = p;
+  }
+  for (std::vector<size_t>& f : fronts) std::sort(f.begin(), f.end());
+  return fronts;
 }
 
-bool constrained_dominates(const ParetoPoint& a, const ParetoPoint& b, const Directions& d) {
-  if (a.feasible() != b.feasible()) return a.feasible();
-  if (!a.feasible()) return a.violation < b.violation;
-  return dominates(a.values, b.values, d);
-}
-
-std::vector<std::vector<size_t>> non_dominated_sort(const std::vector<ParetoPoint>& points,
-                                                    const Directions& d) {
+// Deb's original sort, for any number of objectives: each pair of points compared once.
+std::vector<std::vector<size_t>> pairwise_fronts(const std::vector<ParetoPoint>& points,
+                                                 const Directions& d) {
   const size_t n = points.size();
   std::vector<std::vector<size_t>> dominated(n);  // by i: the points i dominates
   std::vector<size_t> dominators(n, 0);           // by i: how many points dominate i
@@ -92,6 +116,46 @@ std::vector<std::vector<size_t>> non_dominated_sort(const std::vector<ParetoPoin
     fronts.push_back(std::move(current));
     current = std::move(next);
   }
+  return fronts;
+}
+
+}  // namespace
+
+bool dominates(const std::vector<double>& a, const std::vector<double>& b, const Directions& d) {
+  bool better_somewhere = false;
+  for (size_t i = 0; i < d.size(); ++i) {
+    const bool a_better = d[i] ? a[i] > b[i] : a[i] < b[i];
+    const bool b_better = d[i] ? b[i] > a[i] : b[i] < a[i];
+    if (b_better) return false;
+    better_somewhere = better_somewhere || a_better;
+  }
+  return better_somewhere;
+}
+
+bool constrained_dominates(const ParetoPoint& a, const ParetoPoint& b, const Directions& d) {
+  if (a.feasible() != b.feasible()) return a.feasible();
+  if (!a.feasible()) return a.violation < b.violation;
+  return dominates(a.values, b.values, d);
+}
+
+std::vector<std::vector<size_t>> non_dominated_sort(const std::vector<ParetoPoint>& points,
+                                                    const Directions& d) {
+  const bool has_nan = std::any_of(points.begin(), points.end(), [](const ParetoPoint& p) {
+    return std::isnan(p.violation) ||
+           std::any_of(p.values.begin(), p.values.end(), [](double v) { return std::isnan(v); });
+  });
+  if (d.empty() || d.size() > 2 || has_nan) return pairwise_fronts(points, d);
+  // Every feasible point dominates every infeasible one, and infeasible ones are ranked by their
+  // violation alone: the feasible fronts, then one front per violation, smallest first.
+  std::vector<size_t> feasible;
+  std::map<double, std::vector<size_t>> by_violation;  // each in increasing index order
+  for (size_t i = 0; i < points.size(); ++i)
+    if (points[i].feasible())
+      feasible.push_back(i);
+    else
+      by_violation[points[i].violation].push_back(i);
+  std::vector<std::vector<size_t>> fronts = sweep_fronts(points, feasible, d);
+  for (auto& [violation, ids] : by_violation) fronts.push_back(std::move(ids));
   return fronts;
 }
 

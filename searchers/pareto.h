@@ -30,7 +30,8 @@ bool constrained_dominates(const ParetoPoint& a, const ParetoPoint& b, const Dir
 
 // Fast non-dominated sorting (Deb et al. 2002) under constrained domination: fronts[0] holds the
 // indices of the points no point dominates, fronts[1] those only fronts[0] dominates, and so on;
-// each front in increasing index order. O(objectives * n^2).
+// each front in increasing index order. With one or two objectives (and no NaN) a sweep,
+// O(n log n); with more, O(objectives * n^2).
 std::vector<std::vector<size_t>> non_dominated_sort(const std::vector<ParetoPoint>& points,
                                                     const Directions& d);
 
