@@ -311,7 +311,7 @@ TEST_F(PlanTest, RefusesBadInputWithoutChangingAnything) {
   EXPECT_THROW(plan.set_trial_status(99, TrialStatus::kDone), std::invalid_argument);
   EXPECT_THROW(plan.add_eval_requests(99, {1}), std::invalid_argument);
   EXPECT_THROW(plan.add_eval_requests(99, {}), std::invalid_argument);
-  EXPECT_THROW(plan.add_searcher_event(99, {SearcherEvent::Kind::kClosed, 0, 0, NAN}),
+  EXPECT_THROW(plan.add_searcher_event(99, {SearcherEvent::Kind::kClosed, 0, 0, NAN, {}, 0}),
                std::invalid_argument);
   EXPECT_THROW(plan.add_eval_requests(0, {3, -1}), std::invalid_argument);
   EXPECT_THROW(plan.add_metric({99, 1, "loss", 1.0}), std::invalid_argument);
@@ -834,11 +834,11 @@ TEST_F(PlanTest, SearcherEventsKeepEveryObjectiveValueAndTheViolation) {
   auto plan = SearchPlan::open(file_.string());
   int64_t study = study_with_trials(plan, "s", 1, 0);
   const std::vector<SearcherEvent> events = {
-      {SearcherEvent::Kind::kValidation, 0, 5, 0.5},  // one metric and mode: the value alone
+      {SearcherEvent::Kind::kValidation, 0, 5, 0.5, {}, 0},  // one metric and mode: the value alone
       {SearcherEvent::Kind::kValidation, 0, 10, -INFINITY, {0.7, 1200}, 0.25},
       {SearcherEvent::Kind::kValidation, 1, 10, -INFINITY, {-INFINITY, INFINITY}, 0},
       {SearcherEvent::Kind::kValidation, 2, 10, 0.1, {0.1, NAN}, INFINITY},
-      {SearcherEvent::Kind::kClosed, 0},
+      {SearcherEvent::Kind::kClosed, 0, 0, 0, {}, 0},
   };
   for (const SearcherEvent& e : events) plan.add_searcher_event(study, e);
   EXPECT_EQ(plan.searcher_events(study), events);
