@@ -430,10 +430,13 @@ TEST(Pbt, ThePopulationKeepsItsSizeAfterFailures) {
   EXPECT_EQ(std::count_if(next.begin(), next.end(),
                           [](const Operation& op) { return std::holds_alternative<Train>(op); }),
             6);
-  // Everyone fails in the last generation: the study ends.
+  // Everyone fails in the last generation: the study ends (the operations of the last failure).
+  std::vector<RequestId> last_generation;
   for (const Operation& op : next)
-    if (const Train* t = std::get_if<Train>(&op)) next = s->on_trial_failed(t->trial);
-  EXPECT_EQ(next, Ops{Finish{}});
+    if (const Train* t = std::get_if<Train>(&op)) last_generation.push_back(t->trial);
+  Ops end;
+  for (RequestId t : last_generation) end = s->on_trial_failed(t);
+  EXPECT_EQ(end, Ops{Finish{}});
 }
 
 TEST(Pbt, SaveAndLoadContinueIdentically) {
