@@ -10,6 +10,11 @@
 namespace hippo {
 namespace {
 
+// An objective's value turned into one to minimize.
+double minimized(double value, bool maximize) {
+  return maximize ? -value : value;
+}
+
 bool finite(const std::vector<double>& values) {
   return std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); });
 }
@@ -63,7 +68,7 @@ std::vector<std::vector<size_t>> sweep_fronts(const std::vector<ParetoPoint>& po
   std::vector<Point> order;
   for (size_t id : ids) {
     const std::vector<double>& v = points[id].values;
-    order.push_back({d[0] ? -v[0] : v[0], d.size() > 1 ? (d[1] ? -v[1] : v[1]) : 0.0, id});
+    order.push_back({minimized(v[0], d[0]), d.size() > 1 ? minimized(v[1], d[1]) : 0.0, id});
   }
   std::sort(order.begin(), order.end(),
             [](const Point& a, const Point& b) { return a.x != b.x ? a.x < b.x : a.y < b.y; });
@@ -202,7 +207,7 @@ double hypervolume(const std::vector<std::vector<double>>& points,
   // Every objective turned into one to minimize; only points better than the reference count.
   auto turned = [&](const std::vector<double>& x) {
     std::vector<double> q(d.size());
-    for (size_t i = 0; i < d.size(); ++i) q[i] = d[i] ? -x[i] : x[i];
+    for (size_t i = 0; i < d.size(); ++i) q[i] = minimized(x[i], d[i]);
     return q;
   };
   const std::vector<double> r = turned(reference);

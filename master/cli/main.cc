@@ -48,6 +48,11 @@ int print_version(Format format) {
   return 0;
 }
 
+// An error, escaped: its text may quote names from outside (protocol/text.h).
+void print_error(const std::exception& e) {
+  std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,7 +141,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
+    print_error(e);
     return 2;
   }
   if (!version && app.get_subcommands().empty()) {
@@ -156,13 +161,13 @@ int main(int argc, char** argv) {
     }
     return action.run();
   } catch (const BadInput& e) {
-    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
+    print_error(e);
     return 2;
   } catch (const RunFailed& e) {
-    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
+    print_error(e);
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", hippo::protocol::printable(e.what()).c_str());
+    print_error(e);
     return 1;
   }
 }
