@@ -112,6 +112,25 @@ void Job::check() const {
 void DroppedJob::check() const {
   if (!(from <= reported && reported <= reached && reached <= to))
     throw ProtocolError("hello.dropped: from <= reported <= reached <= to does not hold");
+  for (size_t i = 0; i < snapshots.size(); ++i)
+    if (snapshots[i].step <= from || snapshots[i].step > reached ||
+        (i > 0 && snapshots[i].step <= snapshots[i - 1].step))
+      throw ProtocolError("hello.dropped.snapshots.step: steps must increase inside (from, reached]");
+  for (size_t i = 0; i < metrics.size(); ++i)
+    if (metrics[i].step < from || metrics[i].step > reached ||
+        (i > 0 && metrics[i].step <= metrics[i - 1].step))
+      throw ProtocolError("hello.dropped.metrics.step: steps must increase inside [from, reached]");
+  if (diverged && !done) throw ProtocolError("hello.dropped.diverged: only a job that ended");
+}
+
+json DroppedJob::to_json() const {
+  json m = json::object();
+  fields::write(*this, m);
+  return m;
+}
+
+DroppedJob DroppedJob::from_json(const json& m) {
+  return fields::read<DroppedJob>(m);
 }
 
 void SnapshotAt::check() const {

@@ -99,24 +99,67 @@ json read_flat(const json& m, const char* name);
 // ---------------------------------------------------------------------------------------------
 // Worker -> master.
 
-// A job a worker dropped because its master restarted or went silent (it said Reset, or nothing
-// for long): how far it got, so that the next master counts the steps it trained. `trial` is the
-// job's (Job::trial), `reported` the last step whose snapshot it announced, `reached` the step it
-// got to; `incarnation` the master's that gave it.
+// The record of a worker's latest job, kept in its storage until a master has heard it: what it
+// trained, wrote and measured. A worker whose master restarted or went silent (it said Reset, or
+// nothing for long) finishes its job all the same, and says in its next hello how it ended, so
+// that the next master adopts what is still needed instead of training it again, and counts the
+// steps: `job` and `incarnation` name the job as its master numbered it (-1: a worker that
+// predates the record), `trial`, `from`, `to` are the job's (Job::trial), `reported` the last step
+// whose snapshot it announced, `reached` the step it got to, `done` whether it ran to its end
+// (`to`, or where its model diverged: `diverged`, at `reached`), `snapshots` the states whose files
+// it wrote (durable, hashed) and `metrics` the evaluations it measured.
+struct DroppedSnapshot {
+  int64_t step = 0, state = 0;
+  std::string file;
+  int64_t bytes = 0;
+  std::string checksum;
+  bool operator==(const DroppedSnapshot&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"step", &DroppedSnapshot::step, 1},
+      fields::Int{"state", &DroppedSnapshot::state},
+      fields::Text{"file", &DroppedSnapshot::file, kMaxFileName, checks::file_name},
+      fields::Int{"bytes", &DroppedSnapshot::bytes},
+      fields::Text{"checksum", &DroppedSnapshot::checksum, kContentHashLength,
+                   content_hash_error}};
+};
+struct DroppedMetric {
+  int64_t step = 0;
+  json metrics = json::object();
+  bool operator==(const DroppedMetric&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"step", &DroppedMetric::step},
+      fields::Custom{"metrics", &DroppedMetric::metrics, codecs::write_metrics,
+                     codecs::read_metrics}};
+};
+// Snapshots and evaluations a record names, at most (a job's are bounded by the message anyway).
+inline constexpr size_t kMaxRecordedReports = 4096;
 struct DroppedJob {
+  int64_t job = -1;
   int64_t trial = -1;
   int64_t from = 0, to = 0, reported = 0, reached = 0;
   std::string incarnation{};
+  bool done = false, diverged = false;
+  std::vector<DroppedSnapshot> snapshots{};
+  std::vector<DroppedMetric> metrics{};
+  double busy_s = 0;
   bool operator==(const DroppedJob&) const = default;
-  static constexpr auto kFields =
-      std::tuple{fields::Int{"trial", &DroppedJob::trial},
-                 fields::Int{"from", &DroppedJob::from},
-                 fields::Int{"to", &DroppedJob::to},
-                 fields::Int{"reported", &DroppedJob::reported},
-                 fields::Int{"reached", &DroppedJob::reached},
-                 fields::Text{"incarnation", &DroppedJob::incarnation, kMaxIncarnation}};
-  // from <= reported <= reached <= to
+  static constexpr auto kFields = std::tuple{
+      fields::Int{"job", &DroppedJob::job, -1}.omitted(),
+      fields::Int{"trial", &DroppedJob::trial},
+      fields::Int{"from", &DroppedJob::from},
+      fields::Int{"to", &DroppedJob::to},
+      fields::Int{"reported", &DroppedJob::reported},
+      fields::Int{"reached", &DroppedJob::reached},
+      fields::Text{"incarnation", &DroppedJob::incarnation, kMaxIncarnation},
+      fields::Bool{"done", &DroppedJob::done}.omitted(),
+      fields::Bool{"diverged", &DroppedJob::diverged}.omitted(),
+      fields::NestedList{"snapshots", &DroppedJob::snapshots, kMaxRecordedReports}.omitted(),
+      fields::NestedList{"metrics", &DroppedJob::metrics, kMaxRecordedReports}.omitted(),
+      fields::Real{"busy_s", &DroppedJob::busy_s, 0, 1e9}.omitted()};
+  // from <= reported <= reached <= to; snapshots and metrics inside [from, reached], increasing.
   void check() const;
+  json to_json() const;  // the record as the worker keeps it in its storage
+  static DroppedJob from_json(const json& m);
 };
 
 // A worker introduces itself (at start, and again when the master says reset).
@@ -135,7 +178,7 @@ struct Hello {
   // The checkpoint files (and temporary files of them) in its directory, at most kMaxListedFiles:
   // the master deletes those of its plan that no state needs any more.
   std::vector<std::string> files{};
-  // The job it dropped when its master restarted (at most one), if any: DroppedJob.
+  // The record of its latest job, until a master heard it (at most one): DroppedJob.
   std::vector<DroppedJob> dropped{};
   // What the bits of the states it computes depend on (worker/environment.h): for built-in models
   // and for external trainers. Absent: "", unknown (a worker that predates them), which the
