@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -26,7 +27,9 @@
 #include <variant>
 #include <vector>
 
+#include "master/running_job.h"
 #include "master/state_registry.h"
+#include "protocol/trust.h"
 #include "searchers/searcher.h"
 #include "stagetree/tree.h"
 #include "storage/plan.h"
@@ -34,6 +37,9 @@
 namespace hippo::master {
 
 using nlohmann::json;
+
+struct TrackedStudy;  // study_driver.h
+struct LoadedStudy;
 
 // ---------------------------------------------------------------------------------------------
 // The study driver's work: what it decides on next.
@@ -185,13 +191,132 @@ struct RemoveFile {
   std::string file;
 };
 
+// --- Studies (StudyDriver::apply_op) ---
+
+// A study is submitted: its row, its searcher's state and its "submitted" event; then it runs
+// here, its searcher's first operations (`first`) queued.
+struct CreateStudy {
+  std::shared_ptr<TrackedStudy> study;
+  json spec;
+  std::vector<Operation> first;
+};
+// A study of the plan runs here (a restart takes it up; `resumed`: it was interrupted, and its
+// status is checked and changed in one statement), its searcher and trials as loaded.
+struct TakeUpStudy {
+  std::shared_ptr<LoadedStudy> loaded;
+  bool resumed = false;
+};
+// A running study of the plan that this master does not run is interrupted, saying why.
+struct InterruptStoredStudy {
+  int64_t study = 0;
+  std::string name, why;
+};
+
+// --- Workers and their jobs: the master's part (Master::apply) ---
+
+// A worker said hello on `peer`: it joins the pool (a job it had before is lost: its end is in
+// the same edit, before this).
+struct JoinWorker {
+  std::string peer;
+  protocol::PeerIdentity identity;
+  protocol::Hello hello;
+};
+// A worker leaves the pool (lost, drained): its job's end is in the same edit, before this.
+struct LeaveWorker {
+  std::string peer;
+};
+// A storage's first key becomes its owner (storages.h).
+struct AdmitStorage {
+  std::string storage;
+  protocol::PeerIdentity identity;
+};
+// A job is sent to the worker on `peer` (its order is among the edit's messages): its row in
+// running_jobs, then the pool's. `keeps_trainer`: its worker keeps a long-lived trainer after it.
+struct StartJob {
+  std::string peer;
+  RunningJob job;
+  bool keeps_trainer = false;
+};
+// A running job got further: its states are announced up to `reported` (its steps counted up to
+// there, with a Count in the same edit: the row's `counted`), it trained up to `progress`, it
+// reported the metrics of `evaluated`, its worker holds `held` in memory.
+struct JobProgress {
+  int64_t job = 0;
+  int64_t reported = 0, progress = 0;
+  std::optional<int64_t> evaluated{}, held{};
+};
+// A running job's worker is told to also snapshot at a split point: its row names the file (a
+// restarted master keeps it), and the order goes to the worker.
+struct SnapshotAt {
+  int64_t job = 0;
+  protocol::SnapshotOrder order;
+};
+// No running study needs the job: its worker is told to stop (the order is among the messages).
+struct AbandonJob {
+  int64_t job = 0;
+};
+// A running job ended (its execution is in the same edit): its row goes, its worker is idle and
+// holds `held` (nullopt: what it held). `done`: it trained its steps in `busy_s` (the root key's
+// step cost learns from it), so its stage's failed attempts and claims are forgotten and its
+// worker's run of failures ends.
+struct EndJob {
+  int64_t job = 0;
+  std::optional<std::vector<int64_t>> held{};
+  bool done = false;
+  double busy_s = 0;
+};
+// A job of an earlier master (running_jobs of another incarnation) is settled: adopted from its
+// worker's record, or given up.
+struct SettleEarlierJob {
+  std::string incarnation;
+  int64_t job = 0;
+};
+// An attempt at a stage failed on the worker on `peer`: its job was lost (`lost`) or the worker
+// could not write or its trainer died; the next attempt waits (stage_retry_delay).
+struct Attempt {
+  StageId stage = kNoStage;
+  std::string peer;
+  bool lost = false;
+};
+// A stage made progress: its failed attempts (and, `claims`, the claims about it) are forgotten.
+struct ClearFailures {
+  StageId stage = kNoStage;
+  bool claims = false;
+};
+// A worker of `key` claims that the stage fails, or that its parent is unreadable (Claims).
+struct Claim {
+  StageId stage = kNoStage;
+  std::string key;
+};
+// A worker says why it cannot work ("": it recovered).
+struct WorkerFault {
+  std::string peer, fault;
+};
+// A worker failed a job for a reason of its own (set aside after kWorkerFailuresInARow).
+struct WorkerFailed {
+  std::string peer, error;
+};
+// An operator drains the worker: no more work; it exits once idle and handed over.
+struct DrainWorker {
+  std::string peer;
+};
+// An idle worker is told to start a long-lived trainer ahead of its stages (Prepare).
+struct KeepTrainer {
+  std::string peer;
+};
+
 }  // namespace edit
 
 using EditOp =
     std::variant<edit::TrackTrial, edit::PlaceTrial, edit::EndTrial, edit::RecordMetrics,
                  edit::CacheMetrics, edit::Journal, edit::EndStudy, edit::FailStage,
                  edit::TrainStage, edit::AddState, edit::DropState, edit::SetStorages, edit::Retain,
-                 edit::AddExecution, edit::AddEvent, edit::Count, edit::RemoveFile>;
+                 edit::AddExecution, edit::AddEvent, edit::Count, edit::RemoveFile,
+                 edit::JoinWorker, edit::LeaveWorker, edit::AdmitStorage, edit::StartJob,
+                 edit::JobProgress, edit::SnapshotAt, edit::AbandonJob, edit::EndJob,
+                 edit::SettleEarlierJob, edit::Attempt, edit::ClearFailures, edit::Claim,
+                 edit::WorkerFault, edit::WorkerFailed, edit::DrainWorker, edit::KeepTrainer,
+                 edit::CreateStudy, edit::TakeUpStudy, edit::InterruptStoredStudy>;
 
 struct Edit {
   std::vector<EditOp> ops;

@@ -72,6 +72,24 @@ bool trains_needed(const RunningJob& job, const StageTree& tree,
   return false;
 }
 
+RunningJobRow running_job_row(const RunningJob& job, const std::string& incarnation,
+                              const std::string& worker) {
+  RunningJobRow row;
+  row.incarnation = incarnation;
+  row.job = job.order.id;
+  row.worker = worker;
+  row.trial = job.representative;
+  row.kind = job.kind;
+  row.from = job.order.from;
+  row.to = job.order.to;
+  row.counted = std::clamp(job.reported_step, job.order.from, job.order.to);
+  row.studies.assign(job.studies.begin(), job.studies.end());
+  for (const protocol::SnapshotOrder& s : job.order.snapshots)
+    if (!s.file.empty()) row.files.push_back(s.file);
+  row.started_at = job.started_at;
+  return row;
+}
+
 edit::AddExecution execution(const RunningJob& job, const StageTree& tree,
                              const std::string& worker, ExecutionOutcome outcome, int64_t reached,
                              const std::string& error) {

@@ -44,6 +44,11 @@ bool trains_needed(const RunningJob& job, const StageTree& tree,
 
 // The job's row in the plan's executions (the dashboard's timeline) as it ends, reaching `reached`
 // (clamped to its steps).
+// A running job's row in the plan (running_jobs): counted up to its reported step, naming the
+// files it was ordered to write.
+RunningJobRow running_job_row(const RunningJob& job, const std::string& incarnation,
+                              const std::string& worker);
+
 edit::AddExecution execution(const RunningJob& job, const StageTree& tree,
                              const std::string& worker, ExecutionOutcome outcome, int64_t reached,
                              const std::string& error = "");

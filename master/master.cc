@@ -49,14 +49,20 @@ Master::Master(SearchPlan plan, const Options& options, std::unique_ptr<Transpor
       transport_(std::move(transport)),
       states_(protocol::random_hex(16)),
       storages_(options.checkpoints),
-      driver_(plan_, tree_, states_, storages_, options.rules,
-              [this](const Change& change) { on_tree_change(change); }),
+      driver_(plan_, tree_, states_, storages_, options.rules),
       copies_(states_, storages_, pool_) {
   tree_ = plan_.load_tree();
   storages_.restore_owners(plan_);
   restore_checkpoints();
+  // The jobs earlier masters sent and never saw end: their workers' hellos say what became of
+  // them (adopt), and their files stay until then.
+  for (RunningJobRow& row : plan_.running_jobs())
+    earlier_jobs_[{row.incarnation, row.job}] = std::move(row);
   sweep_checkpoints();
-  driver_.restore(options.resume_running);
+  in_process([&] {
+    apply(driver_.restore(options.resume_running));
+    drain();
+  });
 }
 
 Master::~Master() = default;
@@ -92,6 +98,7 @@ void Master::sweep_checkpoints() {
     incarnations_.insert(event.detail.value("incarnation", ""));
   for (const auto& [id, info] : states_.all())
     if (info.storages.count(storages_.own())) named.insert(info.file);
+  for (const auto& [key, row] : earlier_jobs_) named.insert(row.files.begin(), row.files.end());
   const int64_t removed = sweep_checkpoint_files(options_.checkpoints, incarnations_, named);
   incarnations_.insert(states_.incarnation());
   spdlog::info("removed {} checkpoint file(s) in {} that no row of the search plan names", removed,
@@ -121,7 +128,8 @@ int64_t Master::submit(const StudySpec& spec, const json& spec_json, Policy poli
   const double started = thread_cpu_seconds();
   int64_t id = 0;
   in_process([&] {
-    id = driver_.submit(spec, spec_json, policy);
+    apply(driver_.submit(spec, spec_json, policy));
+    id = driver_.created();
     drain();
   });
   driver_.charge_master_time(thread_cpu_seconds() - started);
@@ -131,7 +139,7 @@ int64_t Master::submit(const StudySpec& spec, const json& spec_json, Policy poli
 
 void Master::resume(int64_t study) {
   in_process([&] {
-    driver_.resume(study);
+    apply(driver_.resume(study));
     drain();
   });
   schedule_changed_ = true;
@@ -165,14 +173,30 @@ Progress Master::progress(int64_t study) const {
   return master::progress(driver_, tree_, study);
 }
 
-void Master::shutdown_workers() {
+void Master::finish_jobs(double patience_s) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(patience_s));
+  while (!pool_.jobs().empty() && Clock::now() < deadline) poll(10);
+}
+
+void Master::shutdown_workers(double patience_s) {
+  // Each worker stops its job at the next step and says how far it got (Abandoned) before it
+  // exits: the steps it trained are counted, not guessed from its last heartbeat.
   in_process([&] {
     Edit e;
-    for (const auto& [peer, w] : pool_.workers()) {
-      if (w.job >= 0)
-        add_unfinished(e, pool_.jobs().at(w.job), tree_, w.hello.name,
-                       ExecutionOutcome::kAbandoned);
+    for (const auto& [id, job] : pool_.jobs())
+      if (!job.abandoned) e.add(edit::AbandonJob{id});
+    for (const auto& [peer, w] : pool_.workers())
       e.sends.emplace_back(peer, protocol::Shutdown{}.to_json());
+    apply(e);
+  });
+  finish_jobs(patience_s);
+  // Those that did not say (a worker that died meanwhile): as far as their heartbeats said.
+  in_process([&] {
+    Edit e;
+    for (const auto& [id, job] : pool_.jobs()) {
+      add_unfinished(e, job, tree_, worker_name(job.worker), ExecutionOutcome::kAbandoned);
+      e.add(edit::EndJob{.job = id});
     }
     apply(e);
     driver_.save_accounts(0);
@@ -300,20 +324,6 @@ void Master::send(const std::string& peer, const json& message) {
     transport_->send(peer, protocol::serialize(message));
 }
 
-void Master::apply(const Edit& edit) {
-  try {
-    driver_.apply(edit);
-  } catch (const std::exception& e) {
-    throw PlanFailure(std::string("applying an edit: ") + e.what());
-  }
-  // A lost state is forgotten by the workers that hold it in memory too (an evicted one is the
-  // same state there: nothing asks for it any more).
-  for (const EditOp& op : edit.ops)
-    if (const edit::DropState* d = std::get_if<edit::DropState>(&op); d && !d->lost.empty())
-      pool_.forget_state(d->id);
-  for (const auto& [peer, message] : edit.sends) send(peer, message);
-}
-
 void Master::drain() {
   while (driver_.has_work()) apply(driver_.next());
 }
@@ -352,7 +362,17 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
         throw protocol::ProtocolError("message.type: " + from.identity.describe() +
                                       " is not a worker (its key is not in workers/)");
       ConnectedWorker* w = master.pool_.find(from.peer);
-      if (!w) return master.send(from.peer, protocol::Reset{}.to_json());
+      if (!w) {
+        // A worker that trains on for an earlier master (it says hello once its job ends) keeps
+        // that job waiting for its word (adopt) rather than given up.
+        if (m.value("type", "") == protocol::Heartbeat::kType) {
+          const protocol::Heartbeat h = protocol::Heartbeat::from_json(m);
+          if (auto it = master.earlier_jobs_.find({h.incarnation, h.job});
+              it != master.earlier_jobs_.end())
+            master.earlier_heard_[it->first] = Clock::now();
+        }
+        return master.send(from.peer, protocol::Reset{}.to_json());
+      }
       if (w->identity.key != from.identity.key)  // a connection proves one key: never
         throw protocol::ProtocolError("message: not from the key of worker " + w->hello.name);
       (master.*handler)(*w, decode(m));
@@ -469,61 +489,162 @@ void Master::on_hello(const Sender& from, const protocol::Hello& hello) {
                                     " is connected already, with another key");
   // So does a storage (storages.h): refused here, before anything changed, when another key owns
   // it; its first key becomes its owner.
-  storages_.admit(plan_, storages_.of_worker(hello.storage), from.identity);
-  // A worker that says hello again while it had a job (it restarted, or reconnected under the
-  // same key and name) lost that job.
+  const std::string storage = storages_.of_worker(hello.storage);
   Edit e;
+  if (storages_.unowned(storage, from.identity)) e.add(edit::AdmitStorage{storage, from.identity});
+  // A worker that says hello again while it had a job (it restarted, or reconnected under the
+  // same key and name) lost that job, unless its record says what became of it.
+  std::set<int64_t> recorded;
+  for (const protocol::DroppedJob& d : hello.dropped)
+    if (d.incarnation == states_.incarnation()) recorded.insert(d.job);
   for (const auto& [peer, old] : pool_.workers())
     if (peer == from.peer ||
         (old.hello.name == hello.name && old.identity.key == from.identity.key)) {
-      if (old.job >= 0) add_lost_job(e, pool_.jobs().at(old.job), old.hello.name);
+      if (old.job >= 0 && !recorded.count(old.job))
+        add_lost_job(e, pool_.jobs().at(old.job), old.hello.name);
       copies_.drop_handover(peer);
     }
-  // A job it dropped when its master (the one before this one) restarted: the steps it trained
-  // past its last snapshot count as executed, for the studies its stage serves now.
+  // Its record of its latest job: what it trained, wrote and measured while we did not hear it.
+  const std::set<std::string> files(hello.files.begin(), hello.files.end());
   for (const protocol::DroppedJob& d : hello.dropped)
-    if (d.incarnation != states_.incarnation() && d.reached > d.reported &&
-        tree_.has_trial(d.trial) && d.to <= tree_.trial(d.trial).length) {
-      const StageId stage = first_stage(tree_, d.trial, d.from, d.to);
-      e.add(edit::Count{driver_.studies_through(stage), d.reached - d.reported});
-      e.add(edit::AddEvent{std::nullopt,
-                           "job_dropped",
-                           {{"worker", hello.name},
-                            {"trial", d.trial},
-                            {"from", d.from},
-                            {"to", d.to},
-                            {"reported", d.reported},
-                            {"reached", d.reached}}});
-    }
-  protocol::Hello m = hello;
-  const std::vector<std::string> files = std::exchange(m.files, {});
-  ConnectedWorker& w = pool_.join(from.peer, from.identity, m);
+    adopt(e, d, hello.name, storage, hello.environment, files);
+  e.add(edit::JoinWorker{from.peer, from.identity, hello});
   e.add(edit::AddEvent{
       std::nullopt,
       "worker_joined",
-      {{"name", w.hello.name}, {"device", w.hello.device}, {"key", from.identity.name}}});
+      {{"name", hello.name}, {"device", hello.device}, {"key", from.identity.name}}});
   // Five heartbeats fit in the timeout, so one late heartbeat never loses a worker.
   protocol::Welcome welcome;
   welcome.incarnation = states_.incarnation();
   welcome.heartbeat_ms =
       std::clamp<int64_t>(static_cast<int64_t>(options_.worker_timeout_s * 200), 10, 60000);
   e.sends.emplace_back(from.peer, welcome.to_json());
-  // On another storage, the files of this plan's earlier masters that no state has there go.
-  merge(e, copies_.on_hello(w, files, incarnations_, states_.incarnation()));
   apply(e);
+  // On another storage, the files of this plan's earlier masters that no state has there go.
+  apply(
+      copies_.on_hello(*pool_.find(from.peer), hello.files, incarnations_, states_.incarnation()));
   schedule_changed_ = true;
 }
 
+void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& worker,
+                   const std::string& storage, const std::string& environment,
+                   const std::set<std::string>& files) {
+  // The job as its master recorded it: this master's own (a worker that reconnected), or an
+  // earlier master's (running_jobs). A record of neither (settled already, or a worker before
+  // records) only counts the steps it says were not reported.
+  const RunningJob* mine = nullptr;
+  const RunningJobRow* earlier = nullptr;
+  if (d.incarnation == states_.incarnation()) {
+    auto it = pool_.jobs().find(d.job);
+    if (it == pool_.jobs().end() || it->second.order.trial != d.trial ||
+        it->second.order.from != d.from || it->second.order.to != d.to)
+      return;  // ended here already: nothing to adopt
+    mine = &it->second;
+  } else if (auto it = earlier_jobs_.find({d.incarnation, d.job}); it != earlier_jobs_.end()) {
+    earlier = &it->second;
+    if (earlier->trial != d.trial || earlier->from != d.from || earlier->to != d.to)
+      throw protocol::ProtocolError("hello.dropped: not the job " + std::to_string(d.job) +
+                                    " its master sent");
+  }
+  if (!tree_.has_trial(d.trial) || d.to > tree_.trial(d.trial).length) return;
+  const StageId stage = first_stage(tree_, d.trial, d.from, d.to);
+  const std::set<int64_t> studies =
+      mine      ? mine->studies
+      : earlier ? std::set<int64_t>(earlier->studies.begin(), earlier->studies.end())
+                : driver_.studies_through(stage);
+  const int64_t counted = mine ? mine->reported_step : earlier ? earlier->counted : d.reported;
+  // The steps it trained past what was counted: once.
+  if (d.reached > counted) e.add(edit::Count{studies, d.reached - counted, d.busy_s});
+  // The states it wrote, hashed, on its storage: those nobody has are this master's now.
+  int64_t adopted = 0, adopted_to = 0;
+  for (const protocol::DroppedSnapshot& snap : d.snapshots) {
+    if (!files.count(snap.file) || !incarnation_of(snap.file)) continue;
+    const StateKey key = state_key(tree_, d.trial, snap.step);
+    if (states_.state_at(key)) continue;
+    StateInfo info{.stage = key.first,
+                   .step = snap.step,
+                   .file = snap.file,
+                   .bytes = snap.bytes,
+                   .checksum = snap.checksum,
+                   .environment = environment};
+    info.storages = {storage};
+    e.add(edit::AddState{states_.new_state_id(), info});
+    adopted_to = snap.step;
+    ++adopted;
+  }
+  // The evaluations it measured: delivered to the trials that wait for them.
+  for (const protocol::DroppedMetric& metric : d.metrics)
+    merge(e, driver_.deliver_metrics(state_key(tree_, d.trial, metric.step), metric.metrics));
+  // Its execution: done when it ran to its end, else abandoned where it got.
+  RunningJob job;
+  job.order.trial = d.trial;
+  job.order.from = d.from;
+  job.order.to = d.to;
+  job.representative = d.trial;
+  job.studies = studies;
+  job.started_at = earlier ? earlier->started_at : mine ? mine->started_at : unix_seconds();
+  job.kind = earlier ? earlier->kind : mine ? mine->kind : ExecutionKind::kTrain;
+  edit::AddExecution row =
+      execution(job, tree_, worker, d.done ? ExecutionOutcome::kDone : ExecutionOutcome::kLost,
+                d.reached, d.done ? "" : "its master restarted or went silent");
+  if (d.done) row.row.busy_s = d.busy_s;
+  job.reported_step = d.reached;  // counted above
+  if (adopted > 0) add_progress(e, job, tree_, adopted_to);
+  if (mine || earlier) e.add(row);
+  if (mine) e.add(edit::EndJob{.job = d.job, .done = d.done, .busy_s = d.busy_s});
+  if (earlier) e.add(edit::SettleEarlierJob{d.incarnation, d.job});
+  merge(e, driver_.close_trials_ending(d.trial, d.from, d.reached));
+  e.add(edit::AddEvent{std::nullopt,
+                       "job_adopted",
+                       {{"worker", worker},
+                        {"trial", d.trial},
+                        {"from", d.from},
+                        {"to", d.to},
+                        {"counted", counted},
+                        {"reached", d.reached},
+                        {"done", d.done},
+                        {"states", adopted},
+                        {"evaluations", d.metrics.size()}}});
+  trials_to_close_ = true;
+}
+
+void Master::give_up_earlier_jobs() {
+  // A worker says hello within seconds of a master's start (it reconnects at once, or after its
+  // job): past a worker timeout, a job that nobody spoke for is lost at what was counted.
+  if (earlier_jobs_.empty() || seconds_since(started_) < 3 * options_.worker_timeout_s) return;
+  Edit e;
+  for (const auto& [key, row] : earlier_jobs_) {
+    if (auto heard = earlier_heard_.find(key);
+        heard != earlier_heard_.end() &&
+        seconds_since(heard->second) < 3 * options_.worker_timeout_s)
+      continue;  // its worker still trains it
+    if (tree_.has_trial(row.trial) && row.to <= tree_.trial(row.trial).length) {
+      RunningJob job;
+      job.order.from = row.from;
+      job.order.to = row.to;
+      job.representative = row.trial;
+      job.studies = {row.studies.begin(), row.studies.end()};
+      job.started_at = row.started_at;
+      job.kind = row.kind;
+      e.add(execution(job, tree_, row.worker, ExecutionOutcome::kLost, row.counted,
+                      "its master restarted and its worker never said how it ended"));
+    }
+    e.add(edit::SettleEarlierJob{row.incarnation, row.job});
+  }
+  apply(e);
+}
+
 void Master::on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m) {
+  require_writable();
+  Edit e;
   if (m.job >= 0 && w.job >= 0 && m.job == w.job && m.incarnation == states_.incarnation())
-    pool_.jobs().at(w.job).progress_step = m.step;
+    e.add(edit::JobProgress{.job = w.job, .progress = m.step});
   if (m.fault != w.fault) {
     const bool recovered = m.fault.empty();
-    pool_.set_fault(w, m.fault);
-    if (outbox_)
-      apply(Edit{}.add(edit::AddEvent{std::nullopt,
-                                      recovered ? "worker_recovered" : "worker_fault",
-                                      {{"name", w.hello.name}, {"fault", m.fault}}}));
+    e.add(edit::WorkerFault{w.peer, m.fault});
+    e.add(edit::AddEvent{std::nullopt,
+                         recovered ? "worker_recovered" : "worker_fault",
+                         {{"name", w.hello.name}, {"fault", m.fault}}});
     if (recovered)
       spdlog::info("worker {} says it recovered: it gets work again", w.hello.name);
     else
@@ -532,22 +653,23 @@ void Master::on_heartbeat(ConnectedWorker& w, const protocol::Heartbeat& m) {
   }
   // Answered, so that a worker hears of us even when we have nothing to say: one that hears
   // nothing for long connects anew (worker.h).
-  send(w.peer, protocol::Heartbeat{}.to_json());
+  e.sends.emplace_back(w.peer, protocol::Heartbeat{}.to_json());
+  apply(e);
 }
 
 void Master::on_metric(ConnectedWorker& w, const protocol::Metric& m) {
-  RunningJob& job = reported_job(w, m.job, m.incarnation, "metric");
+  const RunningJob& job = reported_job(w, m.job, m.incarnation, "metric");
   if (m.step < job.order.from || m.step > job.order.to)
     throw protocol::ProtocolError("metric.step: " + std::to_string(m.step) + " is outside [" +
                                   std::to_string(job.order.from) + ", " +
                                   std::to_string(job.order.to) + "]");
-  apply(driver_.deliver_metrics(state_key(tree_, job.representative, m.step), m.metrics));
-  job.evaluated.insert(m.step);
-  job.progress_step = std::max(job.progress_step, m.step);  // it got there
+  Edit e = driver_.deliver_metrics(state_key(tree_, job.representative, m.step), m.metrics);
+  e.add(edit::JobProgress{.job = job.order.id, .progress = m.step, .evaluated = m.step});
+  apply(e);
 }
 
 void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
-  RunningJob& job = reported_job(w, m.job, m.incarnation, "snapshot");
+  const RunningJob& job = reported_job(w, m.job, m.incarnation, "snapshot");
   if (m.step <= job.order.from || m.step > job.order.to)
     throw protocol::ProtocolError("snapshot.step: " + std::to_string(m.step) + " is outside [" +
                                   std::to_string(job.order.from + 1) + ", " +
@@ -589,12 +711,11 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
   // Trials that end here are trained: they close now (their searchers decide on them), not when
   // the job, which may go on far beyond them, is done.
   if (!orphan) merge(e, driver_.close_trials_ending(job.representative, job.order.from, m.step));
+  edit::JobProgress progress{.job = job.order.id, .reported = m.step, .progress = m.step};
+  if (fresh) progress.held = m.state;
+  e.add(progress);
+  e.add(edit::ClearFailures{first_stage(tree_, job.representative, job.order.from, job.order.to)});
   apply(e);
-  job.reported_step = std::max(job.reported_step, m.step);
-  job.progress_step = std::max(job.progress_step, m.step);
-  pool_.clear_storage_failures(
-      first_stage(tree_, job.representative, job.order.from, job.order.to));
-  if (fresh) w.held.insert(m.state);
   schedule_changed_ = true;
 }
 
@@ -644,7 +765,7 @@ std::optional<Master::RootSize> Master::root_size(const std::string& root_key) {
 }
 
 void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
-  RunningJob& job = reported_job(w, m.job, m.incarnation, "done");
+  const RunningJob& job = reported_job(w, m.job, m.incarnation, "done");
   if (!m.diverged && m.step != job.order.to)
     throw protocol::ProtocolError("done.step: " + std::to_string(m.step) +
                                   " is not the job's end " + std::to_string(job.order.to));
@@ -684,15 +805,10 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   if (orphan) e.later.push_back(Collect{});
   // Trials whose last step this job trained (and that need no more evaluations) close now.
   merge(e, driver_.close_trials_ending(job.representative, job.order.from, m.step));
+  e.add(edit::ClearFailures{first_stage(tree_, job.representative, job.order.from, job.order.to),
+                            true});
+  e.add(edit::EndJob{.job = job.order.id, .held = m.held, .done = true, .busy_s = m.busy_s});
   apply(e);
-  const int64_t steps = job.order.to - job.order.from;
-  if (steps > 0 && m.busy_s > 0)
-    step_costs_.add(tree_.trial(job.representative).root_key, m.busy_s, steps);
-  const StageId stage = first_stage(tree_, job.representative, job.order.from, job.order.to);
-  pool_.clear_storage_failures(stage);
-  pool_.claims().clear(stage);
-  pool_.done_on_worker(w);
-  pool_.end_job(w, m.held);
   schedule_changed_ = true;
 }
 
@@ -705,7 +821,9 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
   Edit e;
   // A claim that would destroy others' work counts once enough keys made it (Claims).
   auto believed = [&](const std::string& what) {
-    if (pool_.claims().add(stage, w.identity.key, pool_.keys())) return true;
+    const bool believe = pool_.claims().would_believe(stage, w.identity.key, pool_.keys());
+    e.add(edit::Claim{stage, w.identity.key});
+    if (believe) return true;
     spdlog::warn("worker {} says {}: a worker of another key tries the stage before it is believed",
                  w.hello.name, what);
     e.add(edit::AddEvent{std::nullopt,
@@ -741,20 +859,15 @@ void Master::on_failed(ConnectedWorker& w, const protocol::Failed& m) {
   } else if (m.retry || believed("the stage fails")) {
     if (m.retry) error += " (the stage failed " + std::to_string(kStorageAttempts) + " times)";
     merge(e, driver_.fail_stage(stage, error));
-    pool_.claims().clear(stage);
+    e.add(edit::ClearFailures{stage, true});
   }
   if (m.retry && m.lost_file.empty()) {
-    pool_.add_storage_failure(stage, w.peer);
-    next_retry_ = std::min(next_retry_, pool_.next_retry());
-    if (pool_.failed_on_worker(w, m.error)) {
-      e.add(edit::AddEvent{
-          std::nullopt, "worker_set_aside", {{"name", w.hello.name}, {"why", w.set_aside}}});
-      spdlog::warn("worker {} gets no work for a while: it {}", w.hello.name, w.set_aside);
-    }
+    e.add(edit::Attempt{stage, w.peer});
+    e.add(edit::WorkerFailed{w.peer, m.error});
   }
   add_unfinished(e, job, tree_, w.hello.name, ExecutionOutcome::kFailed, m.step, error);
+  e.add(edit::EndJob{.job = job.order.id, .held = m.held});
   apply(e);
-  pool_.end_job(w, m.held);
   schedule_changed_ = true;
 }
 
@@ -764,8 +877,8 @@ void Master::on_abandoned(ConnectedWorker& w, const protocol::Abandoned& m) {
     throw protocol::ProtocolError("abandoned.job: not a job this worker was told to abandon");
   Edit e;
   add_unfinished(e, job, tree_, w.hello.name, ExecutionOutcome::kAbandoned, m.step);
+  e.add(edit::EndJob{.job = job.order.id, .held = m.held});
   apply(e);
-  pool_.end_job(w, m.held);
   schedule_changed_ = true;
 }
 
@@ -799,7 +912,8 @@ json Master::on_submit(const Sender& from, const protocol::Submit& m) {
   require_writable();
   Policy policy = parse_policy(m.policy);
   StudySpec spec = parse_spec(m.spec);
-  int64_t id = driver_.submit(spec, m.spec, policy, from.identity.key);
+  apply(driver_.submit(spec, m.spec, policy, from.identity.key));
+  const int64_t id = driver_.created();
   schedule_changed_ = true;
   return {{"study", id}, {"name", spec.name}};
 }
@@ -815,7 +929,9 @@ json Master::on_status(const Sender&, const protocol::Status& m) {
   json summary = {{"study", row->name},
                   {"status", to_string(row->status)},
                   {"steps_executed", row->account.steps_executed},
-                  {"wall_s", row->account.run_s}};
+                  {"wall_s", std::max(0.0, row->ended_at.value_or(unix_seconds()) -
+                                               row->created_at - row->account.paused_s)},
+                  {"active_s", row->account.run_s}};
   if (!row->error.empty()) summary["error"] = row->error;
   return {{"summary", summary}, {"running", false}};
 }
@@ -852,7 +968,7 @@ json Master::on_resume(const Sender& from, const protocol::Resume& m) {
     throw std::invalid_argument("study " + row->name +
                                 " was submitted by another key: only its owner or an admin may "
                                 "resume it");
-  driver_.resume(row->id);
+  apply(driver_.resume(row->id));
   schedule_changed_ = true;
   return {{"study", row->id}, {"name", row->name}};
 }
@@ -869,9 +985,11 @@ json Master::on_drain(const Sender& from, const protocol::Drain& m) {
         "admins/ of the master's --authorized) may");
   ConnectedWorker* w = pool_.find_named(m.worker);
   if (!w) throw std::invalid_argument("no connected worker is named " + m.worker);
-  w->draining = true;
-  apply(Edit{}.add(edit::AddEvent{
-      std::nullopt, "worker_draining", {{"name", w->hello.name}, {"busy", w->job >= 0}}}));
+  apply(
+      Edit{}
+          .add(edit::DrainWorker{w->peer})
+          .add(edit::AddEvent{
+              std::nullopt, "worker_draining", {{"name", w->hello.name}, {"busy", w->job >= 0}}}));
   spdlog::info("draining worker {}: no more work{}", w->hello.name,
                w->job >= 0 ? "; it exits once its job ends" : "; it exits now");
   schedule_changed_ = true;
@@ -883,35 +1001,33 @@ json Master::on_drain(const Sender& from, const protocol::Drain& m) {
 
 void Master::add_lost_job(Edit& e, const RunningJob& job, const std::string& worker_name) {
   add_unfinished(e, job, tree_, worker_name, ExecutionOutcome::kLost);
+  e.add(edit::EndJob{.job = job.order.id});
   const StageId stage = first_stage(tree_, job.representative, job.order.from, job.order.to);
-  pool_.add_lost_attempt(stage, job.worker);
-  next_retry_ = std::min(next_retry_, pool_.next_retry());
-  if (pool_.lost_attempts(stage) >= kLostAttempts) {
+  if (pool_.lost_attempts(stage) + 1 >= kLostAttempts) {
     merge(e, driver_.fail_stage(stage, "its job was lost " + std::to_string(kLostAttempts) +
                                            " times without progress (its workers went silent "
                                            "or restarted mid-job; the last: " +
                                            worker_name + ")"));
-    pool_.clear_storage_failures(stage);
+    e.add(edit::ClearFailures{stage});
+  } else {
+    e.add(edit::Attempt{stage, job.worker, true});
   }
   trials_to_close_ = true;
 }
 
 void Master::check_workers() {
+  give_up_earlier_jobs();
+  const std::vector<std::string> peers = pool_.silent(options_.worker_timeout_s);
+  if (peers.empty()) return;
   Edit e;
-  std::vector<std::string> peers;
-  const std::vector<std::string> lost =
-      pool_.expire(options_.worker_timeout_s, [&](const ConnectedWorker& w) {
-        if (w.job >= 0) add_lost_job(e, pool_.jobs().at(w.job), w.hello.name);
-        peers.push_back(w.peer);
-      });
-  if (lost.empty()) return;
-  for (const std::string& name : lost) {
-    // Lost: its job goes back to the queue from the newest state it reported.
-    e.add(edit::AddEvent{std::nullopt, "worker_lost", {{"name", name}}});
-    spdlog::warn("lost worker {}", name);
-  }
-  // What a lost worker was asked to read (a chunk of a parent) is read elsewhere now.
   for (const std::string& peer : peers) {
+    // Lost: its job goes back to the queue from the newest state it reported.
+    const ConnectedWorker& w = *pool_.find(peer);
+    if (w.job >= 0) add_lost_job(e, pool_.jobs().at(w.job), w.hello.name);
+    e.add(edit::LeaveWorker{peer});
+    e.add(edit::AddEvent{std::nullopt, "worker_lost", {{"name", w.hello.name}}});
+    spdlog::warn("lost worker {}", w.hello.name);
+    // What a lost worker was asked to read (a chunk of a parent) is read elsewhere now.
     copies_.drop_handover(peer);
     merge(e, copies_.holder_lost(peer));
   }
@@ -941,6 +1057,9 @@ void Master::abandon_orphan_jobs() {
                      [&](int64_t study) { return driver_.running(study); }))
       return false;
     const protocol::Job& o = job.order;
+    // A job that trained its last step is ending: its Done (or its last evaluation) is on the
+    // way, and stopping it now would only turn a clean end into an abandoned one.
+    if (job.progress_step >= o.to && o.to > o.from) return true;
     if (o.from == o.to)  // an evaluation only
       return !driver_.pending_evaluations()
                   .waiting(state_key(tree_, job.representative, o.from))
@@ -950,25 +1069,10 @@ void Master::abandon_orphan_jobs() {
   Edit e;
   for (int64_t id : pool_.orphans(is_needed)) {
     e.sends.emplace_back(pool_.jobs().at(id).worker, protocol::Abandon{.job = id}.to_json());
+    e.add(edit::AbandonJob{id});
     e.add(edit::AddEvent{std::nullopt, "job_abandoned", {{"job", id}}});
   }
   if (!e.empty()) apply(e);
-}
-
-void Master::on_tree_change(const Change& change) {
-  for (const Split& split : change.splits) {
-    states_.on_split(split);
-    for (int64_t id : jobs_to_snapshot_at_split(split, tree_, states_, pool_.jobs())) {
-      RunningJob& job = pool_.jobs().at(id);
-      protocol::SnapshotOrder order = states_.new_snapshot_order(split.at);
-      auto& snapshots = job.order.snapshots;
-      snapshots.insert(
-          std::lower_bound(snapshots.begin(), snapshots.end(), order,
-                           [](const auto& a, const auto& b) { return a.step < b.step; }),
-          order);
-      send(job.worker, protocol::SnapshotAt{.job = id, .order = order}.to_json());
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -987,9 +1091,11 @@ void Master::retire_drained_workers() {
       apply(copies_.start_handover(w));
       if (copies_.handing_over(peer)) continue;
     }
-    apply(Edit{}.add(edit::AddEvent{std::nullopt, "worker_drained", {{"name", w.hello.name}}}));
-    send(peer, protocol::Shutdown{}.to_json());
-    pool_.remove(peer);
+    Edit e;
+    e.add(edit::AddEvent{std::nullopt, "worker_drained", {{"name", w.hello.name}}});
+    e.add(edit::LeaveWorker{peer});
+    e.sends.emplace_back(peer, protocol::Shutdown{}.to_json());
+    apply(e);
   }
 }
 
@@ -1033,8 +1139,17 @@ void Master::dispatch() {
     if (spec_of(item).external_model() && !pool_.any_runs_trainers())
       warn_if_no_worker_runs_trainers(*study_for(item));
   }
+  // Work that a job of an earlier master may still be training (its worker has not said what
+  // became of it: adopt) waits for that word, or until it is given up (give_up_earlier_jobs).
+  std::set<StageId> earlier_stages;
+  for (const auto& [key, row] : earlier_jobs_)
+    if (tree_.has_trial(row.trial) && row.to <= tree_.trial(row.trial).length)
+      earlier_stages.insert(first_stage(tree_, row.trial, row.from, row.to));
   auto usable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
     if (!study_for(item)) return false;
+    if (!earlier_stages.empty() &&
+        earlier_stages.count(first_stage(tree_, item.representative, item.from, item.to)))
+      return false;
     const ConnectedWorker& w = *pool_.find(idle_worker.peer);
     const StudySpec& spec = spec_of(item);
     const StageId stage = first_stage(tree_, item.representative, item.from, item.to);
@@ -1131,17 +1246,20 @@ void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
   for (const IdleWorker& i : idle) {
     ConnectedWorker& w = *pool_.find(i.peer);
     if (w.job >= 0 || !w.hello.runs_trainers || w.keeps_trainer || w.draining) continue;
-    w.keeps_trainer = true;
     // A long-lived trainer is external: its model has no leaves, so `model` is every trial's.
-    send(w.peer, protocol::Prepare{run_spec(*spec, spec->model)}.to_json());
+    Edit e;
+    e.add(edit::KeepTrainer{w.peer});
+    e.sends.emplace_back(w.peer, protocol::Prepare{run_spec(*spec, spec->model)}.to_json());
+    apply(e);
   }
 }
 
 void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
   const StudySpec& spec = driver_.studies().at(study).spec;
-  if (spec.long_lived_trainer()) w.keeps_trainer = true;
   RunningJob job =
       build_job(work, spec, tree_, states_, w.held, copies_.storage_of(w), options_.snapshot_every);
+  job.order.id = pool_.next_job_id();
+  job.worker = w.peer;
   job.studies =
       driver_.studies_through(first_stage(tree_, work.representative, work.from, work.to));
   // Its states are computed in its worker's environment; one that does not say continues its
@@ -1149,30 +1267,29 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
   job.environment = worker_environment(w.hello, spec);
   if (job.environment.empty() && work.parent_state >= 0)
     job.environment = states_.info(work.parent_state).environment;
-  const RunningJob& started = pool_.start(w, std::move(job));
-  ++costs_.jobs;
-  spdlog::debug("job {} to {}: trial {} steps [{}, {}) from state {}, {} evals", started.order.id,
-                w.hello.name, work.representative, work.from, work.to, work.parent_state,
-                work.evals.size());
-  const std::string body = protocol::serialize(started.order.to_json());
-  if (static_cast<int64_t>(body.size()) > protocol::kMaxMessageBytes) {
+  json order = job.order.to_json();
+  const size_t bytes = protocol::serialize(order).size();
+  if (static_cast<int64_t>(bytes) > protocol::kMaxMessageBytes) {
     // No worker could take it (ZeroMQ refuses a frame over the limit): its studies fail now.
     const std::string error =
-        "a job of " + std::to_string(body.size()) + " bytes (steps " + std::to_string(work.from) +
+        "a job of " + std::to_string(bytes) + " bytes (steps " + std::to_string(work.from) +
         " to " + std::to_string(work.to) + ", " + std::to_string(work.evals.size()) +
         " evaluations) is over the message limit of " + std::to_string(protocol::kMaxMessageBytes) +
         " bytes: evaluate less often (eval.every)";
-    const std::set<int64_t> studies = started.studies;
-    pool_.end_job(w, std::vector<int64_t>(w.held.begin(), w.held.end()));
-    for (int64_t id : studies)
-      if (driver_.running(id)) apply(driver_.fail(id, error));
+    Edit e;
+    for (int64_t id : job.studies)
+      if (driver_.running(id)) merge(e, driver_.fail(id, error));
+    apply(e);
     schedule_changed_ = true;
     return;
   }
-  if (outbox_)
-    outbox_->emplace_back(w.peer, body);
-  else
-    transport_->send(w.peer, body);
+  spdlog::debug("job {} to {}: trial {} steps [{}, {}) from state {}, {} evals", job.order.id,
+                w.hello.name, work.representative, work.from, work.to, work.parent_state,
+                work.evals.size());
+  Edit e;
+  e.sends.emplace_back(w.peer, std::move(order));
+  e.add(edit::StartJob{w.peer, std::move(job), spec.long_lived_trainer()});
+  apply(e);
 }
 
 }  // namespace hippo::master

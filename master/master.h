@@ -143,9 +143,13 @@ class Master {
   void save_plan_copy(const std::string& path) { plan_.save_copy(path); }
   StudySummary summary(int64_t study);
   Progress progress(int64_t study) const;
-  // Tells every worker to exit; the jobs still running are recorded as abandoned (their studies
-  // ended, or the run was interrupted). The master handles no message after this.
-  void shutdown_workers();
+  // Handles messages until no job runs any more, for at most patience_s: the jobs of a study that
+  // ended finish (their Done is on the way) instead of being cut off.
+  void finish_jobs(double patience_s);
+  // Tells every worker to stop its job at the next step and exit; each says how far it got
+  // (Abandoned), within patience_s, and the steps are counted. Those that do not say are recorded
+  // abandoned where their heartbeats said. The master handles no message after this.
+  void shutdown_workers(double patience_s = 3);
   // Deletes the checkpoint files this master ordered whose report never came (a job still under
   // way when a study ended). Call once none of its workers runs any more.
   void remove_unreported_checkpoints();
@@ -184,9 +188,30 @@ class Master {
   // Refused messages: logged and recorded as events, at most kRefusalsLogged per sender and
   // minute (then once a minute, how many more).
   void refuse(const std::string& peer, const std::string& error);
-  // Applies an edit (StudyDriver::apply) and the pool's part of it; what it sends goes out after
-  // the commit. PlanFailure when the plan fails.
+  // The one applier (apply.cc): carries out an edit's operations in order, each writing its rows
+  // to the plan and then changing memory (the driver's through StudyDriver::apply_op, the
+  // workers' and jobs' below), the splits they make as more operations; then queues its work and
+  // its messages, which go out after the commit. PlanFailure when the plan fails, or when no
+  // transaction is open.
   void apply(const Edit& edit);
+  void apply_op(const EditOp& op);
+  void apply_worker_op(const edit::JoinWorker& op);
+  void apply_worker_op(const edit::LeaveWorker& op);
+  void apply_worker_op(const edit::AdmitStorage& op);
+  void apply_worker_op(const edit::StartJob& op);
+  void apply_worker_op(const edit::JobProgress& op);
+  void apply_worker_op(const edit::SnapshotAt& op);
+  void apply_worker_op(const edit::AbandonJob& op);
+  void apply_worker_op(const edit::EndJob& op);
+  void apply_worker_op(const edit::SettleEarlierJob& op);
+  void apply_worker_op(const edit::Attempt& op);
+  void apply_worker_op(const edit::ClearFailures& op);
+  void apply_worker_op(const edit::Claim& op);
+  void apply_worker_op(const edit::WorkerFault& op);
+  void apply_worker_op(const edit::WorkerFailed& op);
+  void apply_worker_op(const edit::DrainWorker& op);
+  void apply_worker_op(const edit::KeepTrainer& op);
+  std::string worker_name(const std::string& peer);
   // The driver's queue of work, item after item, each applied before the next is decided.
   void drain();
   // Sends now, or after the commit of the transaction that is open.
@@ -239,13 +264,21 @@ class Master {
 
   // Workers that went silent are lost, with their jobs (from the newest state they reported).
   void check_workers();
-  // A job ends without its end (lost, failed, abandoned): its row, its lost steps, and, lost,
-  // one more attempt at its stage (whose trials fail after kLostAttempts).
+  // A job ends without its end (lost): its row, its lost steps, and one more attempt at its stage
+  // (whose trials fail after kLostAttempts).
   void add_lost_job(Edit& e, const RunningJob& job, const std::string& worker_name);
+  // A worker's record of a job of an earlier master (protocol::DroppedJob, in its hello): what
+  // it trained, wrote and measured while no master heard it. The states still needed are adopted
+  // (its storage holds their files, hashed), the evaluations delivered, and the steps past what
+  // the earlier master counted (its running_jobs row) counted once.
+  void adopt(Edit& e, const protocol::DroppedJob& record, const std::string& worker,
+             const std::string& storage, const std::string& environment,
+             const std::set<std::string>& files);
+  // Jobs of earlier masters whose workers never said what became of them (running_jobs rows of
+  // other incarnations) are given up once every worker has had time to say hello: recorded
+  // `lost` at the step their master counted.
+  void give_up_earlier_jobs();
   void abandon_orphan_jobs();
-  // The tree changed: states above split points move, and a running job that will pass a split
-  // point is told to snapshot there.
-  void on_tree_change(const Change& change);
 
   // Scheduling.
   // Draining workers that are idle hand over what only they hold, then are told to exit.
@@ -267,6 +300,12 @@ class Master {
                                       int64_t study);
 
   double cpu_mark_ = 0;  // this thread's CPU time at the last read (poll)
+  // Jobs that earlier masters of this plan sent and never saw end (running_jobs), by
+  // (incarnation, job): settled when their worker's hello says what became of them.
+  std::map<std::pair<std::string, int64_t>, RunningJobRow> earlier_jobs_;
+  // When a worker last said (in a heartbeat) that it still trains one of them.
+  std::map<std::pair<std::string, int64_t>, Clock::time_point> earlier_heard_;
+  Clock::time_point started_ = Clock::now();
   SearchPlan plan_;
   PlanLock lock_;  // one master per plan (plan_lock.h)
   Options options_;

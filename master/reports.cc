@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <unordered_map>
 
 #include "searchers/pareto.h"
 
@@ -70,10 +71,13 @@ json StudySummary::to_json() const {
          {"steps_unique", steps_unique},
          {"steps_executed", steps_executed},
          {"steps_reused", steps_reused},
+         {"steps_earlier_runs", steps_earlier_runs},
+         {"steps_redone", steps_redone},
          {"critical_path_steps", critical_path_steps},
          {"bytes_moved", bytes_moved},
          {"transfer_s", std::round(transfer_s * 1000) / 1000},
          {"wall_s", std::round(wall_s * 1000) / 1000},
+         {"active_s", std::round(active_s * 1000) / 1000},
          {"makespan_ratio", std::round(makespan_ratio * 1000) / 1000},
          {"master_ms_per_trial", std::round(master_ms_per_trial * 1000) / 1000},
          {"time", time.to_json()}};
@@ -105,6 +109,57 @@ Progress progress(const StudyDriver& driver, const StageTree& tree, int64_t stud
   return p;
 }
 
+namespace {
+
+// The steps of the study's needed paths that its own jobs trained (each once), and those that
+// its jobs that ended before `since` (unix seconds) trained: executions mapped onto the tree's
+// stages, as unions of step ranges clipped to what the study needs.
+struct OwnSteps {
+  int64_t trained = 0, before = 0;
+};
+OwnSteps own_steps(const StageTree& tree, const std::map<TrialId, int64_t>& needed,
+                   const std::vector<ExecutionRow>& executions, double since) {
+  std::unordered_map<StageId, int64_t> needed_end;  // the study needs [start, end) of a stage
+  for (const auto& [trial, length] : needed)
+    for (StageId id : tree.path(trial)) {
+      const Stage& x = tree.stage(id);
+      if (x.start >= length) break;
+      int64_t& end = needed_end[id];
+      end = std::max(end, std::min(x.end, length));
+    }
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  std::unordered_map<StageId, Ranges> all, early;
+  for (const ExecutionRow& e : executions) {
+    if (e.reached <= e.from || !tree.has_trial(e.trial)) continue;
+    for (StageId id : tree.path(e.trial)) {
+      const Stage& x = tree.stage(id);
+      if (x.start >= e.reached) break;
+      auto it = needed_end.find(id);
+      if (it == needed_end.end()) continue;
+      const int64_t from = std::max(x.start, e.from), to = std::min(it->second, e.reached);
+      if (from >= to) continue;
+      all[id].push_back({from, to});
+      if (e.ended_at < since) early[id].push_back({from, to});
+    }
+  }
+  auto union_length = [](std::unordered_map<StageId, Ranges>& by_stage) {
+    int64_t total = 0;
+    for (auto& [id, ranges] : by_stage) {
+      std::sort(ranges.begin(), ranges.end());
+      int64_t reach = INT64_MIN;
+      for (const auto& [from, to] : ranges) {
+        const int64_t start = std::max(from, reach);
+        if (to > start) total += to - start;
+        reach = std::max(reach, to);
+      }
+    }
+    return total;
+  };
+  return {union_length(all), union_length(early)};
+}
+
+}  // namespace
+
 StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchPlan& plan,
                        int64_t study, int64_t workers) {
   const TrackedStudy& s = driver.studies().at(study);
@@ -122,18 +177,23 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   out.steps_executed = s.account.steps_executed;
   out.bytes_moved = s.account.bytes_moved;
   out.transfer_s = s.account.transfer_s;
-  std::map<TrialId, int64_t> history;  // trial -> the prefix of it that history covered
-  int64_t longest_left = 0;            // the critical path of what history did not cover
+  std::map<TrialId, int64_t> needed;  // trial -> the steps of its path the study needs
+  int64_t longest_left = 0;           // the critical path of what history did not cover
   for (const auto& [req, tid] : s.trials) {
     const TrackedTrial& t = *driver.trial(tid);
-    const int64_t needed = t.needed_length(), covered = std::min(t.history_steps, needed);
-    out.steps_trial_based += needed;
-    out.critical_path_steps = std::max(out.critical_path_steps, needed);
-    longest_left = std::max(longest_left, needed - covered);
-    if (t.in_tree && covered > 0) history[tid] = covered;
+    const int64_t length = t.needed_length(), covered = std::min(t.history_steps, length);
+    out.steps_trial_based += length;
+    out.critical_path_steps = std::max(out.critical_path_steps, length);
+    longest_left = std::max(longest_left, length - covered);
+    if (t.in_tree && length > 0) needed[tid] = length;
   }
-  out.steps_reused = tree.needed_steps(history).unique;
-  out.wall_s = s.run_s();
+  const std::vector<ExecutionRow> executions = plan.executions(study);
+  const OwnSteps own = own_steps(tree, needed, executions, s.resumed_at);
+  out.steps_reused = std::max<int64_t>(0, out.steps_unique - own.trained);
+  out.steps_earlier_runs = own.before;
+  out.steps_redone = std::max<int64_t>(0, out.steps_executed - own.trained);
+  out.wall_s = s.wall_s();
+  out.active_s = s.run_s();
   // Lower bounds of the makespan, in seconds: the critical path, and the work spread over all
   // workers (both without what history covered), at the measured time per step of this study.
   const StudyAccount& a = s.account;
@@ -143,7 +203,7 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
                                              (out.steps_unique - out.steps_reused) / spread);
   out.makespan_ratio = bound > 0 ? out.wall_s / bound : 0;
   out.master_ms_per_trial = p.trials > 0 ? 1000 * a.master_s / p.trials : 0;
-  out.time = split_time(plan.executions(study), out.wall_s);
+  out.time = split_time(executions, out.wall_s);
   std::set<TrialId> diverged;
   for (const auto& [req, tid] : s.trials)
     if (driver.trial(tid)->status == TrialStatus::kDiverged) diverged.insert(tid);

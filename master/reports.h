@@ -56,15 +56,21 @@ struct StudySummary {
   int64_t steps_trial_based = 0;
   int64_t steps_unique = 0;
   int64_t steps_executed = 0;
-  // Of steps_unique, those covered by states that earlier studies left behind (retention.h):
-  // trained before this study, not again for it.
+  // Of steps_unique, those that no job of this study trained: earlier (or concurrent) studies
+  // did, and their states or evaluations served it (retention.h). Of those it trained, the ones
+  // its earlier runs trained (before it was resumed, or before its master restarted), and the
+  // steps trained again (a replay after a lost state or job): so that steps_executed +
+  // steps_reused = steps_unique + steps_redone.
   int64_t steps_reused = 0;
+  int64_t steps_earlier_runs = 0;
+  int64_t steps_redone = 0;
   int64_t critical_path_steps = 0;
   // Checkpoint bytes fetched from other storages for its jobs (no shared disk), and the seconds
   // those fetches took.
   int64_t bytes_moved = 0;
   double transfer_s = 0;
-  double wall_s = 0;
+  double wall_s = 0;          // from submit to end (or now), outages included, pauses left out
+  double active_s = 0;        // of which some master ran it
   double makespan_ratio = 0;  // makespan / max(critical path, work / workers), in time
   bool has_best = false;
   int64_t best_trial = 0;  // number within the study

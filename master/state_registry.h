@@ -97,6 +97,8 @@ class StateRegistry {
   // A new state id, and the order that makes a worker snapshot it after `step` steps (with a
   // file named by checkpoint_files.h).
   protocol::SnapshotOrder new_snapshot_order(int64_t step);
+  // An id for a state made elsewhere (a worker's record of a job of an earlier master).
+  int64_t new_state_id() { return next_state_++; }
   // A state made outside this master start (a checkpoint restored from the plan): a new id.
   int64_t add_restored(const StateInfo& info);
   // A state a worker reported under the id of its order.

@@ -29,15 +29,19 @@ const protocol::PeerIdentity* Storages::owner(const std::string& storage) const 
   return it == owners_.end() ? nullptr : &it->second;
 }
 
-void Storages::admit(SearchPlan& plan, const std::string& storage,
-                     const protocol::PeerIdentity& identity) {
-  if (storage == own_) return;  // read by the master itself (above)
+bool Storages::unowned(const std::string& storage, const protocol::PeerIdentity& identity) const {
+  if (storage == own_) return false;  // read by the master itself (above)
   if (const protocol::PeerIdentity* known = owner(storage)) {
-    if (known->key == identity.key) return;
+    if (known->key == identity.key) return false;
     throw protocol::ProtocolError("hello.storage: storage " + storage + " belongs to the key " +
                                   known->describe() + ", not to " + identity.describe() +
                                   " (a storage is bound to the key that first named it)");
   }
+  return true;
+}
+
+void Storages::admit(SearchPlan& plan, const std::string& storage,
+                     const protocol::PeerIdentity& identity) {
   plan.set_storage_owner({.storage = storage,
                           .key = identity.key,
                           .key_name = identity.name,

@@ -48,9 +48,12 @@ class Storages {
 
   // The owners the plan recorded (at the master's start).
   void restore_owners(SearchPlan& plan);
-  // A worker of `identity` names `storage` (as of_worker says) in its hello:
-  // protocol::ProtocolError naming the storage and its owner when another key owns it; the first
-  // key to name a storage becomes its owner, written to the plan (in the transaction that is open).
+  // A worker of `identity` names `storage` (as of_worker says) in its hello: true when nobody
+  // owns it yet (the hello's edit admits it: edit::AdmitStorage); protocol::ProtocolError naming
+  // the storage and its owner when another key owns it.
+  bool unowned(const std::string& storage, const protocol::PeerIdentity& identity) const;
+  // The first key to name a storage becomes its owner: written to the plan (in the transaction
+  // that is open), then kept.
   void admit(SearchPlan& plan, const std::string& storage, const protocol::PeerIdentity& identity);
   // The key that owns `storage`, if any.
   const protocol::PeerIdentity* owner(const std::string& storage) const;

@@ -79,61 +79,61 @@ double TrackedStudy::run_s() const {
   return status == StudyStatus::kRunning ? account.run_s + seconds_since(resumed) : account.run_s;
 }
 
+double TrackedStudy::wall_s() const {
+  return std::max(0.0, ended_at.value_or(unix_seconds()) - created_at - account.paused_s);
+}
+
 StudyDriver::StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states,
-                         Storages& storages, StudyRules rules,
-                         std::function<void(const Change&)> on_tree_change)
-    : plan_(plan),
-      tree_(tree),
-      states_(states),
-      storages_(storages),
-      rules_(rules),
-      on_tree_change_(std::move(on_tree_change)) {}
+                         Storages& storages, StudyRules rules)
+    : plan_(plan), tree_(tree), states_(states), storages_(storages), rules_(rules) {}
 
 // ---------------------------------------------------------------------------------------------
 // Restoring.
 
-void StudyDriver::restore(bool resume_running) {
+Edit StudyDriver::restore(bool resume_running) {
   next_trial_ = plan_.next_trial_id();
+  // Metrics of every trial in the tree (a deleted study's too: its trials stay in the shared
+  // tree) feed the cache, so a new study reuses evaluations of shared states.
+  std::map<std::pair<TrialId, int64_t>, json> by_state;
+  for (const MetricRow& m : plan_.every_metric()) by_state[{m.trial, m.step}][m.name] = m.value;
+  for (const auto& [ts, metrics] : by_state)
+    if (tree_.has_trial(ts.first) && tree_.trial(ts.first).length >= ts.second)
+      states_.cache_metrics(state_key(tree_, ts.first, ts.second), metrics);
+  Edit e;
   for (const StudyRow& row : plan_.studies()) {
-    // Metrics of every study feed the cache, so a new study reuses evaluations of shared states.
-    std::map<std::pair<TrialId, int64_t>, json> by_state;
-    for (const MetricRow& m : plan_.study_metrics(row.id))
-      by_state[{m.trial, m.step}][m.name] = m.value;
-    for (const auto& [ts, metrics] : by_state)
-      if (tree_.has_trial(ts.first) && tree_.trial(ts.first).length >= ts.second)
-        states_.cache_metrics(state_key(tree_, ts.first, ts.second), metrics);
     if (row.status != StudyStatus::kRunning) continue;
     try {
       if (!resume_running)
         throw std::runtime_error("the run that had it ended without ending it (a crash)");
-      restore_study(row);
-    } catch (const std::exception& e) {
+      e.add(edit::TakeUpStudy{std::make_shared<LoadedStudy>(load_study(row)), false});
+    } catch (const std::exception& err) {
       // Not this master's to run (another master, or this one with --allow-exec, may resume it).
       const std::string why = resume_running
-                                  ? std::string("this master cannot resume it: ") + e.what()
-                                  : std::string(e.what());
-      plan_.transaction([&] {
-        plan_.set_study_status(row.id, StudyStatus::kInterrupted, why);
-        plan_.add_event(row.id, "interrupted", {{"error", why}});
-      });
-      spdlog::warn("study {} is interrupted: {}", row.name, why);
+                                  ? std::string("this master cannot resume it: ") + err.what()
+                                  : std::string(err.what());
+      e.add(edit::InterruptStoredStudy{row.id, row.name, why});
     }
   }
   // States whose studies ended while no master ran are kept or evicted now, under this master's
-  // budget; what running trials reuse from history is measured again on what is left.
-  plan_.transaction([&] { apply(decide(Collect{})); });
-  for (auto& [id, t] : trials_)
-    if (t.in_tree) t.history_steps = states_.deepest_retained(tree_, id, t.length);
-  close_trained_trials();
+  // budget (what running trials reuse from history is measured again on what is left).
+  e.later.push_back(Collect{});
+  return e;
 }
 
-void StudyDriver::restore_study(const StudyRow& row) {
-  TrackedStudy s;
+LoadedStudy StudyDriver::load_study(const StudyRow& row) const {
+  LoadedStudy loaded;
+  TrackedStudy& s = loaded.study;
   s.id = row.id;
   s.policy = row.policy;
   s.resumed = Clock::now();
   s.owner = owner_of(row.id);
   s.account = row.account;
+  s.created_at = row.created_at;
+  s.resumed_at = unix_seconds();
+  // Interrupted since its row's end: a pause, not a part of its wall time.
+  if (row.status == StudyStatus::kInterrupted && row.ended_at)
+    s.account.paused_s += std::max(0.0, unix_seconds() - *row.ended_at);
+  s.account_changed = true;
   s.spec = parse_spec(row.spec);
   // Its command runs only if this master's operator allows it, whoever allowed it before.
   check_commands(s.spec, rules_.exec);
@@ -144,16 +144,6 @@ void StudyDriver::restore_study(const StudyRow& row) {
     feed(*s.searcher, e);
     ++s.journaled;
   }
-  // Nothing in memory changes before here: a study that cannot be restored leaves no trace.
-  for (auto it = trials_.begin(); it != trials_.end();) {  // of an earlier run of this master
-    if (it->second.study == row.id) {
-      forget_pending(it->second);
-      open_.erase(it->first);
-      it = trials_.erase(it);
-    } else {
-      ++it;
-    }
-  }
   for (const TrialRow& tr : plan_.trials(row.id)) {
     TrackedTrial t;
     t.id = tr.id;
@@ -163,7 +153,7 @@ void StudyDriver::restore_study(const StudyRow& row) {
     t.params = tr.params;
     t.length = tr.length;
     t.in_tree = tree_.has_trial(tr.id);
-    t.status = tr.status;  // set_status below, once the study is running here
+    t.status = tr.status;  // set_status once the study is running here (take_up)
     const std::vector<int64_t> requested = plan_.eval_requests(tr.id);
     s.requested_steps += t.length;
     s.requested_evaluations += static_cast<int64_t>(requested.size());
@@ -175,60 +165,90 @@ void StudyDriver::restore_study(const StudyRow& row) {
       for (const MetricRow& m : plan_.metrics(tr.id))
         if (m.name == s.spec.searcher.metric) have.insert(m.step);
       for (int64_t step : requested)
-        if (!have.count(step)) {
-          t.pending_evals.insert(step);
-          pending_.add(tree_, t.id, step);
-        }
+        if (!have.count(step)) t.pending_evals.insert(step);
     }
+    s.trials[t.request] = t.id;
+    loaded.trials.push_back(std::move(t));
+  }
+  return loaded;
+}
+
+void StudyDriver::apply_op(const edit::TakeUpStudy& op) {
+  TrackedStudy& s = op.loaded->study;
+  if (op.resumed) plan_.resume_study(s.id);  // checks the status again, in the same statement
+  plan_.set_study_account(s.id, s.account);
+  plan_.add_event(s.id, "resumed", json::object());
+  s.account_changed = false;
+  for (auto it = trials_.begin(); it != trials_.end();) {  // of an earlier run of this master
+    if (it->second.study == s.id) {
+      forget_pending(it->second);
+      open_.erase(it->first);
+      it = trials_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (TrackedTrial& t : op.loaded->trials) {
+    for (int64_t step : t.pending_evals) pending_.add(tree_, t.id, step);
     // What it reuses from states that other studies left behind (those that trained while it
     // waited included).
     if (t.in_tree) t.history_steps = states_.deepest_retained(tree_, t.id, t.length);
-    s.trials[t.request] = t.id;
-    trials_[t.id] = std::move(t);
+    const TrialId id = t.id;
+    trials_[id] = std::move(t);
   }
-  plan_.add_event(row.id, "resumed", json::object());
-  TrackedStudy& study = studies_[row.id] = std::move(s);
-  for (const auto& [request, id] : study.trials) set_status(trials_.at(id), trials_.at(id).status);
+  op.loaded->trials.clear();
+  TrackedStudy& study = studies_[s.id] = std::move(s);
+  for (const auto& [request, id] : study.trials) {
+    set_status(trials_.at(id), trials_.at(id).status);
+    // A running trial may have been trained meanwhile (or before the master that had it
+    // stopped): it closes if it was.
+    if (trials_.at(id).status == TrialStatus::kRunning) queue_.push_back(Close{id});
+  }
   needed_.valid = false;
   expanding_ = true;
   schedule_changed_ = true;
+  if (op.resumed) spdlog::info("study {} resumed", study.spec.name);
 }
 
-std::string StudyDriver::owner_of(int64_t study) {
+void StudyDriver::apply_op(const edit::InterruptStoredStudy& op) {
+  plan_.set_study_status(op.study, StudyStatus::kInterrupted, op.why);
+  plan_.add_event(op.study, "interrupted", {{"error", op.why}});
+  spdlog::warn("study {} is interrupted: {}", op.name, op.why);
+}
+
+std::string StudyDriver::owner_of(int64_t study) const {
   for (const EventRow& e : plan_.events(study, INT64_MAX))
     if (e.kind == "submitted") return e.detail.value("owner", "");
   return "";
 }
 
-void StudyDriver::resume(int64_t study) {
+Edit StudyDriver::resume(int64_t study) const {
   std::optional<StudyRow> row = plan_.study(study);
   if (!row || row->deleted_at) throw std::invalid_argument("no study " + std::to_string(study));
   if (row->status != StudyStatus::kInterrupted)
     throw std::invalid_argument("study " + row->name + " is " + to_string(row->status) +
                                 ": only an interrupted study can be resumed");
-  restore_study(*row);
-  plan_.set_study_status(study, StudyStatus::kRunning);
-  spdlog::info("study {} resumed", row->name);
-  for (const auto& [request, id] : studies_.at(study).trials)
-    if (trials_.at(id).status == TrialStatus::kRunning) queue_.push_back(Close{id});
+  return Edit{}.add(edit::TakeUpStudy{std::make_shared<LoadedStudy>(load_study(*row)), true});
 }
 
 // ---------------------------------------------------------------------------------------------
 // Studies.
 
-int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy policy,
-                            const std::string& owner) {
+Edit StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy policy,
+                         const std::string& owner) const {
   check_commands(spec, rules_.exec);
   check_budget(spec, rules_.budget);
   if (std::optional<StudyRow> old = plan_.study_by_name(spec.name))
     throw std::invalid_argument(
         fmt::format("a study named {} exists already ({}); ", spec.name, to_string(old->status)) +
         fmt::format(fmt::runtime(kCommandsHint), spec.name, spec.name));
-  TrackedStudy s;
+  auto created = std::make_shared<TrackedStudy>();
+  TrackedStudy& s = *created;
   s.spec = spec;
   s.searcher = make_searcher(spec);
   s.policy = policy;
   s.resumed = Clock::now();
+  s.created_at = s.resumed_at = unix_seconds();
   s.owner = owner;
   std::vector<Operation> ops = s.searcher->on_study_start();
   // Its first operations are checked before anything is written: a study whose searcher asks
@@ -262,19 +282,21 @@ int64_t StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy
     throw SpecError("eval.every: the searcher asked for " + std::to_string(evaluations) +
                     " evaluations in all, more than this master's limit of " +
                     std::to_string(rules_.budget.evaluations) + " (--max-evaluations)");
-  int64_t id = 0;
-  plan_.transaction([&] {
-    id = plan_.create_study(spec.name, spec_json, policy);
-    plan_.save_searcher_state(id, s.searcher->save());
-    plan_.add_event(id, "submitted", {{"policy", to_string(policy)}, {"owner", owner}});
-  });
+  return Edit{}.add(edit::CreateStudy{created, spec_json, std::move(ops)});
+}
+
+void StudyDriver::apply_op(const edit::CreateStudy& op) {
+  TrackedStudy& s = *op.study;
+  const int64_t id = plan_.create_study(s.spec.name, op.spec, s.policy);
+  plan_.save_searcher_state(id, s.searcher->save());
+  plan_.add_event(id, "submitted", {{"policy", to_string(s.policy)}, {"owner", s.owner}});
   s.id = id;
   studies_[id] = std::move(s);
-  for (Operation& op : ops) queue_.push_back(Operate{id, std::move(op)});
+  for (const Operation& first : op.first) queue_.push_back(Operate{id, first});
   touched(id);  // the caller's measurement of this goes to the new study
+  created_ = id;
   schedule_changed_ = true;
   expanding_ = true;
-  return id;
 }
 
 bool StudyDriver::expand() {
@@ -724,7 +746,15 @@ std::vector<Operation> StudyDriver::feed(Searcher& searcher, const SearcherEvent
 // Applying.
 
 void StudyDriver::apply(const Edit& edit) {
-  for (const EditOp& op : edit.ops) std::visit([&](const auto& o) { apply_op(o); }, op);
+  for (const EditOp& op : edit.ops) apply_op(op);
+  queue(edit);
+}
+
+void StudyDriver::apply_op(const EditOp& op) {
+  std::visit([&](const auto& o) { apply_op(o); }, op);
+}
+
+void StudyDriver::queue(const Edit& edit) {
   for (auto it = edit.next.rbegin(); it != edit.next.rend(); ++it) queue_.push_front(*it);
   for (const Work& w : edit.later) queue_.push_back(w);
 }
@@ -764,7 +794,7 @@ void StudyDriver::apply_op(const edit::PlaceTrial& op) {
     for (const Split& split : change.splits) pending_.on_split(tree_, split);
     tree_shape_ += static_cast<int64_t>(change.splits.size());
     raise_needed_ends(t, change);
-    on_tree_change_(change);
+    splits_.insert(splits_.end(), change.splits.begin(), change.splits.end());
     t.history_steps = std::max(t.history_steps, states_.deepest_retained(tree_, t.id, op.length));
   }
   plan_.add_eval_requests(t.id, op.evals);
@@ -804,14 +834,11 @@ void StudyDriver::apply_op(const edit::EndTrial& op) {
 
 void StudyDriver::apply_op(const edit::RecordMetrics& op) {
   TrackedTrial& t = trials_.at(op.trial);
-  for (const auto& [name, value] : op.metrics.items()) {
-    try {
-      plan_.add_metric({t.id, op.step, name, value.get<double>()});
-    } catch (const std::invalid_argument& e) {
-      // Measured again with another value (a trainer that is not deterministic): the first stays.
-      spdlog::warn("trial {}: {}", t.number, e.what());
-    }
-  }
+  for (const auto& [name, value] : op.metrics.items())
+    // Measured again with another value (a trainer that is not deterministic): the first stays.
+    if (std::optional<std::string> kept =
+            plan_.add_metric({t.id, op.step, name, value.get<double>()}))
+      spdlog::warn("trial {}: {}", t.number, *kept);
   t.pending_evals.erase(op.step);
   pending_.remove(tree_, t.id, op.step);
   touched(t.study);
@@ -837,6 +864,7 @@ void StudyDriver::apply_op(const edit::EndStudy& op) {
   TrackedStudy& s = studies_.at(op.study);
   if (s.status != StudyStatus::kRunning) return;
   s.account.run_s = s.run_s();
+  s.ended_at = unix_seconds();
   s.status = op.status;
   s.error = op.error;
   s.ended = Clock::now();
@@ -920,19 +948,11 @@ void StudyDriver::apply_op(const edit::Retain& op) {
 }
 
 void StudyDriver::apply_op(const edit::AddExecution& op) {
-  try {
-    plan_.add_execution(op.row);
-  } catch (const std::exception& e) {  // a log: a row that cannot be written is reported
-    spdlog::warn("an execution of trial {} was not recorded: {}", op.row.trial, e.what());
-  }
+  plan_.add_execution(op.row);
 }
 
 void StudyDriver::apply_op(const edit::AddEvent& op) {
-  try {
-    plan_.add_event(op.study, op.kind, op.detail);
-  } catch (const std::exception& e) {  // a log, likewise
-    spdlog::warn("event {} not logged: {}", op.kind, e.what());
-  }
+  plan_.add_event(op.study, op.kind, op.detail);
 }
 
 void StudyDriver::apply_op(const edit::Count& op) {

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 
@@ -103,8 +104,22 @@ struct TrackedStudy {
   // Events fed to the searcher since its state was last saved whole (the plan's journal).
   int64_t journaled = 0;
 
-  // The wall time it ran, this master's part included.
+  // The time some master ran it, this master's part included ("active").
   double run_s() const;
+  // Unix seconds: when it was submitted, when this master took it up (submitted, resumed or
+  // restored at a restart: what jobs ended before was its earlier runs'), when it ended (nullopt:
+  // running or interrupted).
+  double created_at = 0, resumed_at = 0;
+  std::optional<double> ended_at{};
+  // Its elapsed time from submit to end (or now), a master's outage included, the time it sat
+  // interrupted (paused, until resumed) left out.
+  double wall_s() const;
+};
+
+// A study as it is read from the plan, to be taken up (edit::TakeUpStudy).
+struct LoadedStudy {
+  TrackedStudy study;
+  std::vector<TrackedTrial> trials;
 };
 
 // Events journaled at least, before a searcher's state is saved whole again (a study's whole
@@ -122,30 +137,30 @@ struct StudyRules {
 
 class StudyDriver {
  public:
-  // on_tree_change sees every change of the tree as it is applied (splits move states; a running
-  // job may have to snapshot at a split point). `storages` is where the files of states that go
-  // are removed.
+  // `storages` is where the files of states that go are removed.
   StudyDriver(SearchPlan& plan, StageTree& tree, StateRegistry& states, Storages& storages,
-              StudyRules rules, std::function<void(const Change&)> on_tree_change);
+              StudyRules rules);
 
-  // Restores from the plan (after the tree and the states): metrics of every study feed the metric
-  // cache, running studies get their searchers and trials back and the trials that may have been
-  // trained meanwhile are queued to close. A running study whose command this master may not run
-  // (its --allow-exec) is interrupted instead, saying why: a master that may run it resumes it.
-  // Without `resume_running` (`hippo run`), every running study is interrupted: its run ended
-  // without ending it.
-  void restore(bool resume_running);
+  // Restores from the plan (after the tree and the states): metrics of every trial feed the metric
+  // cache; the edit it returns takes up the running studies (their searchers and trials back; the
+  // trials that may have been trained meanwhile are closed), collects the states no study needs,
+  // and interrupts, saying why, a running study whose command this master may not run (its
+  // --allow-exec: a master that may run it resumes it). Without `resume_running` (`hippo run`),
+  // every running study is interrupted: its run ended without ending it.
+  Edit restore(bool resume_running);
 
-  // Starts a study for `owner` (its key: access.h), in the caller's transaction: its row, its
-  // searcher's first operations checked and queued. Throws SpecError (a command this master may
-  // not run, a spec or first operations over the budget) or std::invalid_argument (a name that
-  // exists: the message says how to resume, rename or delete), and then changes nothing.
-  int64_t submit(const StudySpec& spec, const json& spec_json, Policy policy,
-                 const std::string& owner = "");
-  // Takes up an interrupted study again (the plan's row, its searcher and trials), in the caller's
-  // transaction. std::invalid_argument for one that is not interrupted, or SpecError for one this
-  // master may not run.
-  void resume(int64_t study);
+  // Starts a study for `owner` (its key: access.h): its row, its searcher's first operations
+  // checked and queued (edit::CreateStudy; created() is its id once applied). Throws SpecError
+  // (a command this master may not run, a spec or first operations over the budget) or
+  // std::invalid_argument (a name that exists: the message says how to resume, rename or
+  // delete), and then changes nothing.
+  Edit submit(const StudySpec& spec, const json& spec_json, Policy policy,
+              const std::string& owner = "") const;
+  int64_t created() const { return created_; }
+  // Takes up an interrupted study again (edit::TakeUpStudy: its row, searcher and trials).
+  // std::invalid_argument for one that is not interrupted (checked again when it is applied, in
+  // the statement that changes its status), or SpecError for one this master may not run.
+  Edit resume(int64_t study) const;
 
   // Decisions the master asks for (throw std::invalid_argument, having changed nothing, for a
   // study that has ended).
@@ -183,9 +198,16 @@ class StudyDriver {
   bool expand();
   bool expanding() const { return expanding_; }
 
-  // Carries out an edit: rows into the plan (in the caller's transaction), then memory, then its
-  // work into the queue. Throws only when the plan fails (the master must stop then).
+  // Carries out an edit of the driver's own operations: rows into the plan (in the caller's
+  // transaction), then memory, then its work into the queue. Throws only when the plan fails (the
+  // master must stop then). The master's applier (Master::apply) carries out one operation at a
+  // time instead (apply_op: a worker's or job's operation is its own), then the work (queue).
   void apply(const Edit& edit);
+  void apply_op(const EditOp& op);
+  void queue(const Edit& edit);
+  // The splits of the tree since the last call (a trial placed or extended): their effects on
+  // states and running jobs are the master's next operations.
+  std::vector<Split> take_splits() { return std::exchange(splits_, {}); }
 
   // Writes the accounts of the studies that changed (their row in the plan), and every running
   // study's at least every `every_s` seconds (its run time grows).
@@ -252,9 +274,9 @@ class StudyDriver {
   // for a resume), then its row; its states are collected next.
   Edit end_study(const TrackedStudy& s, StudyStatus status, const std::string& error,
                  const std::string& why) const;
-  // Loads a study's row into memory: searcher, trials, pending evaluations. SpecError when this
-  // master cannot run it (a command it may not run, a state it cannot load).
-  void restore_study(const StudyRow& row);
+  // A study's row as memory will hold it: searcher, trials, pending evaluations. SpecError when
+  // this master cannot run it (a command it may not run, a state it cannot load).
+  LoadedStudy load_study(const StudyRow& row) const;
 
   // Applying each kind of operation.
   void apply_op(const edit::TrackTrial& op);
@@ -274,6 +296,13 @@ class StudyDriver {
   void apply_op(const edit::AddEvent& op);
   void apply_op(const edit::Count& op);
   void apply_op(const edit::RemoveFile& op);
+  void apply_op(const edit::CreateStudy& op);
+  void apply_op(const edit::TakeUpStudy& op);
+  void apply_op(const edit::InterruptStoredStudy& op);
+  template <typename MasterOp>
+  void apply_op(const MasterOp&) {
+    throw std::logic_error("a worker's or job's operation is the master's to apply");
+  }
 
   // The searcher's state: each event fed to it is journaled in the plan (Journal), and its whole
   // state saved now and then; a restarted master loads the saved state and feeds the journal
@@ -288,7 +317,7 @@ class StudyDriver {
   void set_status(TrackedTrial& t, TrialStatus status);
   void forget_pending(TrackedTrial& t);
   // The owner recorded in the study's "submitted" event.
-  std::string owner_of(int64_t study);
+  std::string owner_of(int64_t study) const;
   void touched(int64_t study) { charged_.insert(study); }
 
   SearchPlan& plan_;
@@ -296,7 +325,7 @@ class StudyDriver {
   StateRegistry& states_;
   Storages& storages_;  // where checkpoint files are removed
   StudyRules rules_;
-  std::function<void(const Change&)> on_tree_change_;
+  std::vector<Split> splits_;  // since take_splits
   std::map<int64_t, TrackedStudy> studies_;
   std::map<TrialId, TrackedTrial> trials_;
   PendingEvaluations pending_;
@@ -312,6 +341,7 @@ class StudyDriver {
   std::set<int64_t> charged_;            // studies whose edits were applied since the last charge
   Clock::time_point accounts_saved_{};
   TrialId next_trial_ = 0;
+  int64_t created_ = 0;  // the study the last CreateStudy made
   bool schedule_changed_ = true;
   bool expanding_ = true;  // a searcher may hold operations back
 };

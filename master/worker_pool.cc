@@ -14,6 +14,13 @@ bool Claims::add(StageId stage, const std::string& key, size_t keys_connected) {
   return true;
 }
 
+bool Claims::would_believe(StageId stage, const std::string& key, size_t keys_connected) const {
+  std::set<std::string> keys;
+  if (auto it = keys_.find(stage); it != keys_.end()) keys = it->second;
+  keys.insert(key);
+  return keys.size() >= std::min<size_t>(2, std::max<size_t>(1, keys_connected));
+}
+
 bool Claims::made_by(StageId stage, const std::string& key) const {
   auto it = keys_.find(stage);
   return it != keys_.end() && it->second.count(key);
@@ -77,8 +84,16 @@ int64_t WorkerPool::most_devices() const {
   return most;
 }
 
+void WorkerPool::remove(const std::string& peer) {
+  auto it = workers_.find(peer);
+  if (it == workers_.end()) return;
+  if (it->second.job >= 0) drop_job(it->second.job);
+  idle_.erase(peer);
+  workers_.erase(it);
+}
+
 RunningJob& WorkerPool::start(ConnectedWorker& worker, RunningJob job) {
-  job.order.id = next_job_++;
+  next_job_ = std::max(next_job_, job.order.id + 1);
   job.worker = worker.peer;
   worker.job = job.order.id;
   idle_.erase(worker.peer);
@@ -92,40 +107,35 @@ RunningJob& WorkerPool::job_of(const ConnectedWorker& worker, int64_t job, const
   return jobs_.at(job);
 }
 
-void WorkerPool::end_job(ConnectedWorker& worker, const std::vector<int64_t>& held) {
-  drop_job(worker.job);
-  worker.job = -1;
-  worker.held = {held.begin(), held.end()};
-  idle_.insert(worker.peer);
+void WorkerPool::end_job(int64_t job, const std::optional<std::vector<int64_t>>& held) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  if (ConnectedWorker* worker = find(it->second.worker); worker && worker->job == job) {
+    worker->job = -1;
+    if (held) worker->held = {held->begin(), held->end()};
+    idle_.insert(worker->peer);
+  }
+  drop_job(job);
 }
 
-std::vector<std::string> WorkerPool::expire(
-    double timeout_s, const std::function<void(const ConnectedWorker&)>& on_lost) {
+std::vector<std::string> WorkerPool::silent(double timeout_s) {
   std::vector<std::string> lost;
   if (seconds_since(oldest_seen_) < timeout_s) return lost;  // nobody can have expired yet
   oldest_seen_ = Clock::now();
-  for (auto it = workers_.begin(); it != workers_.end();) {
-    if (seconds_since(it->second.last_seen) < timeout_s) {
-      oldest_seen_ = std::min(oldest_seen_, it->second.last_seen);
-      ++it;
-      continue;
-    }
-    lost.push_back(it->second.hello.name);
-    on_lost(it->second);
-    if (it->second.job >= 0) drop_job(it->second.job);
-    idle_.erase(it->first);
-    it = workers_.erase(it);
+  for (const auto& [peer, w] : workers_) {
+    if (seconds_since(w.last_seen) < timeout_s)
+      oldest_seen_ = std::min(oldest_seen_, w.last_seen);
+    else
+      lost.push_back(peer);
   }
   return lost;
 }
 
-std::vector<int64_t> WorkerPool::orphans(const std::function<bool(const RunningJob&)>& needed) {
+std::vector<int64_t> WorkerPool::orphans(
+    const std::function<bool(const RunningJob&)>& needed) const {
   std::vector<int64_t> out;
-  for (auto& [id, job] : jobs_) {
-    if (job.abandoned || needed(job)) continue;
-    job.abandoned = true;
-    out.push_back(id);
-  }
+  for (const auto& [id, job] : jobs_)
+    if (!job.abandoned && !needed(job)) out.push_back(id);
   return out;
 }
 

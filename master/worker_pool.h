@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -69,6 +70,8 @@ class Claims {
  public:
   // A worker of `key` made a claim about `stage`; true when the claim is now believed.
   bool add(StageId stage, const std::string& key, size_t keys_connected);
+  // Whether add() would believe it (a decision's question; add() is the edit's).
+  bool would_believe(StageId stage, const std::string& key, size_t keys_connected) const;
   // Whether a worker of `key` made a claim about the stage that is not yet believed.
   bool made_by(StageId stage, const std::string& key) const;
   // The stage trained, or its claim was acted on.
@@ -88,11 +91,9 @@ class WorkerPool {
   ConnectedWorker* find(const std::string& peer);
   // The connected worker of that name, if any.
   ConnectedWorker* find_named(const std::string& name);
-  // A worker that leaves (drained, told to exit): idle, it holds no job.
-  void remove(const std::string& peer) {
-    idle_.erase(peer);
-    workers_.erase(peer);
-  }
+  // A worker that leaves (drained, told to exit, lost): its job, if it still has one, goes too
+  // (its end is recorded in the same edit).
+  void remove(const std::string& peer);
   const std::map<std::string, ConnectedWorker>& workers() const { return workers_; }
   // The workers without a job (draining ones too), by peer: what a decision looks at, without
   // stepping over the busy ones.
@@ -103,27 +104,29 @@ class WorkerPool {
   size_t keys() const;
   bool any_runs_trainers() const;
 
-  // Starts a job on an idle worker; its id is given here.
+  // The id the next job gets (a decision names it before the job starts).
+  int64_t next_job_id() const { return next_job_; }
+  // Starts a job on an idle worker; its id is job.order.id, next_job_id().
   RunningJob& start(ConnectedWorker& worker, RunningJob job);
   const std::map<int64_t, RunningJob>& jobs() const { return jobs_; }
   std::map<int64_t, RunningJob>& jobs() { return jobs_; }
   // The job the worker runs, which must be `job` (ProtocolError naming `what` otherwise).
   RunningJob& job_of(const ConnectedWorker& worker, int64_t job, const char* what);
-  // The job ended (done, failed, abandoned): the worker is idle and holds `held`.
-  void end_job(ConnectedWorker& worker, const std::vector<int64_t>& held);
+  // The job ended (done, failed, abandoned, lost): its worker, if it is still connected and
+  // runs it, is idle and holds `held` (nullopt: what it held).
+  void end_job(int64_t job, const std::optional<std::vector<int64_t>>& held);
   // The ids of the jobs that started or ended since the last call (InFlight::update).
   std::vector<int64_t> take_job_changes() { return std::exchange(job_changes_, {}); }
 
-  // Workers silent for longer than timeout_s leave the pool; each one is handed to on_lost
-  // before it goes (with its job, if any). Cheap until the oldest last_seen of the last look can
-  // have expired (last_seen only moves forward): expiry_due says when.
-  std::vector<std::string> expire(double timeout_s,
-                                  const std::function<void(const ConnectedWorker&)>& on_lost);
+  // The workers silent for longer than timeout_s (they are lost: the caller's edit removes
+  // them). Cheap until the oldest last_seen of the last look can have expired (last_seen only
+  // moves forward): expiry_due says when.
+  std::vector<std::string> silent(double timeout_s);
   bool expiry_due(double timeout_s) const {
     return !workers_.empty() && seconds_since(oldest_seen_) >= timeout_s;
   }
-  // Marks (abandoned) and returns the running jobs for which `needed` says false.
-  std::vector<int64_t> orphans(const std::function<bool(const RunningJob&)>& needed);
+  // The running jobs not yet abandoned for which `needed` says false.
+  std::vector<int64_t> orphans(const std::function<bool(const RunningJob&)>& needed) const;
   // Every worker forgets the state (its checkpoint was lost).
   void forget_state(int64_t state);
 

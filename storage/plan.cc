@@ -55,6 +55,7 @@ constexpr int kJobTimesVersion = 8;
 constexpr int kEnvironmentVersion = 9;
 constexpr int kStorageOwnersVersion = 10;
 constexpr int kEvaluationsVersion = 11;
+constexpr int kRunningJobsVersion = 12;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -521,9 +522,10 @@ void SearchPlan::set_study_account(int64_t study, const StudyAccount& a) {
     if (auto refusal =
             Query(*this,
                   "INSERT OR REPLACE INTO study_accounts (study_id, steps_executed, busy_s, "
-                  "bytes_moved, transfer_s, master_s, run_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  "bytes_moved, transfer_s, master_s, run_s, paused_s) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                   study, a.steps_executed, a.busy_s, a.bytes_moved, a.transfer_s, a.master_s,
-                  a.run_s)
+                  a.run_s, a.paused_s)
                 .refused())
       explain_refusal(*refusal, "study account", "studies", study,
                       "no study with id " + std::to_string(study));
@@ -541,6 +543,24 @@ void SearchPlan::set_study_status(int64_t study, StudyStatus status, const std::
         .run();
     if (sqlite3_changes(db_) == 0)
       throw std::invalid_argument("no study with id " + std::to_string(study));
+  });
+}
+
+void SearchPlan::resume_study(int64_t study) {
+  single_write([&] {
+    // Checked and changed in one statement: a study deleted or resumed by another process
+    // meanwhile is not taken up twice.
+    Query(*this,
+          "UPDATE studies SET status = 'running', ended_at = NULL, error = NULL WHERE id = ? AND "
+          "status = 'interrupted' AND deleted_at IS NULL",
+          study)
+        .run();
+    if (sqlite3_changes(db_) == 0) {
+      std::optional<StudyRow> row = this->study(study);
+      if (!row || row->deleted_at) throw std::invalid_argument("no study " + std::to_string(study));
+      throw std::invalid_argument("study " + row->name + " is " + to_string(row->status) +
+                                  ": only an interrupted study can be resumed");
+    }
   });
 }
 
@@ -612,12 +632,18 @@ std::vector<SearcherEvent> SearchPlan::searcher_events(int64_t study) {
 
 void SearchPlan::delete_study(int64_t study) {
   transaction([&] {
+    // The status is checked by the statement that changes it: a master that resumes the study
+    // meanwhile makes it running, and then it is not deleted.
     Query(*this,
           "UPDATE studies SET deleted_at = ?, searcher_state = NULL WHERE id = ? AND deleted_at "
-          "IS NULL",
+          "IS NULL AND status != 'running'",
           now(), study)
         .run();
     if (sqlite3_changes(db_) == 0) {
+      std::optional<StudyRow> row = this->study(study);
+      if (row && !row->deleted_at)
+        throw std::invalid_argument("study " + row->name +
+                                    " is running: cancel it first, or stop the run that has it");
       throw std::invalid_argument("no study with id " + std::to_string(study) + " to delete");
     }
     // What only this study needed goes; its trials, their metrics and stages stay: the tree is
@@ -642,8 +668,10 @@ std::string SearchPlan::study_columns() {
          (version_ >= kAccountsVersion
               ? "COALESCE(a.steps_executed, 0), COALESCE(a.busy_s, 0), "
                 "COALESCE(a.bytes_moved, 0), COALESCE(a.transfer_s, 0), COALESCE(a.master_s, 0), "
-                "COALESCE(a.run_s, 0) FROM studies LEFT JOIN study_accounts a ON a.study_id = id"
-              : "0, 0, 0, 0, 0, COALESCE(ended_at - created_at, 0) FROM studies");
+                "COALESCE(a.run_s, 0), " +
+                    std::string(version_ >= kRunningJobsVersion ? "COALESCE(a.paused_s, 0)" : "0") +
+                    " FROM studies LEFT JOIN study_accounts a ON a.study_id = id"
+              : "0, 0, 0, 0, 0, COALESCE(ended_at - created_at, 0), 0 FROM studies");
 }
 
 StudyRow SearchPlan::read_study(Query& q) {
@@ -658,7 +686,8 @@ StudyRow SearchPlan::read_study(Query& q) {
   r.searcher_state = q.json(7);
   r.error = q.text(8);
   r.deleted_at = q.optional_real(9);
-  r.account = {q.int64(10), q.real(11), q.int64(12), q.real(13), q.real(14), q.real(15)};
+  r.account = {q.int64(10), q.real(11), q.int64(12), q.real(13),
+               q.real(14),  q.real(15), q.real(16)};
   return r;
 }
 
@@ -912,10 +941,11 @@ std::vector<StorageOwnerRow> SearchPlan::storage_owners() {
 
 // ---- metrics ----
 
-void SearchPlan::add_metric(const MetricRow& row) {
+std::optional<std::string> SearchPlan::add_metric(const MetricRow& row) {
   // NaN is bound as NULL (SQLite has no NaN) and read back as NaN.
   std::optional<double> value;
   if (!std::isnan(row.value)) value = row.value;
+  std::optional<std::string> kept;
   single_write([&] {
     auto refusal =
         Query(*this, "INSERT INTO metrics (trial_id, step, name, value) VALUES (?, ?, ?, ?)",
@@ -928,14 +958,15 @@ void SearchPlan::add_metric(const MetricRow& row) {
       MetricRow stored = row;
       stored.value = old.is_null(0) ? NAN : old.real(0);
       if (stored == row) return;
-      throw std::invalid_argument(
-          "trial " + std::to_string(row.trial) + " step " + std::to_string(row.step) + ": metric " +
-          row.name + " is already " + nlohmann::json(stored.value).dump() +
-          ", refusing a different value " + nlohmann::json(row.value).dump());
+      kept = "trial " + std::to_string(row.trial) + " step " + std::to_string(row.step) +
+             ": metric " + row.name + " is already " + nlohmann::json(stored.value).dump() +
+             ", refusing a different value " + nlohmann::json(row.value).dump();
+      return;
     }
     explain_refusal(*refusal, "metric " + row.name, "trials", row.trial,
                     "metric " + row.name + ": no trial with id " + std::to_string(row.trial));
   });
+  return kept;
 }
 
 std::vector<MetricRow> SearchPlan::read_metrics(Query& q) {
@@ -953,6 +984,11 @@ std::vector<MetricRow> SearchPlan::metrics(TrialId trial) {
   return read_metrics(q);
 }
 
+std::vector<MetricRow> SearchPlan::every_metric() {
+  Query q(*this, "SELECT trial_id, step, name, value FROM metrics ORDER BY trial_id, step, name");
+  return read_metrics(q);
+}
+
 std::vector<MetricRow> SearchPlan::study_metrics(int64_t study) {
   Query q(*this,
           "SELECT m.trial_id, m.step, m.name, m.value FROM metrics m "
@@ -963,6 +999,71 @@ std::vector<MetricRow> SearchPlan::study_metrics(int64_t study) {
 }
 
 // ---- executions ----
+
+void SearchPlan::add_running_job(const RunningJobRow& row) {
+  if (row.from < 0 || row.to < row.from || row.counted < row.from || row.counted > row.to)
+    throw std::invalid_argument("running job " + std::to_string(row.job) + ": counted step " +
+                                std::to_string(row.counted) + " is not within its steps");
+  single_write([&] {
+    Query(*this,
+          "INSERT INTO running_jobs (incarnation, job, worker, trial_id, kind, from_step, "
+          "to_step, counted, studies, files, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          row.incarnation, row.job, row.worker, row.trial, to_string(row.kind), row.from, row.to,
+          row.counted, nlohmann::json(row.studies), nlohmann::json(row.files), row.started_at)
+        .run();
+  });
+}
+
+void SearchPlan::set_running_job_counted(const std::string& incarnation, int64_t job,
+                                         int64_t counted) {
+  single_write([&] {
+    Query(*this, "UPDATE running_jobs SET counted = ? WHERE incarnation = ? AND job = ?", counted,
+          incarnation, job)
+        .run();
+  });
+}
+
+void SearchPlan::add_running_job_file(const std::string& incarnation, int64_t job,
+                                      const std::string& file) {
+  single_write([&] {
+    Query(*this,
+          "UPDATE running_jobs SET files = json_insert(files, '$[#]', ?) "
+          "WHERE incarnation = ? AND job = ?",
+          file, incarnation, job)
+        .run();
+  });
+}
+
+void SearchPlan::delete_running_job(const std::string& incarnation, int64_t job) {
+  single_write([&] {
+    Query(*this, "DELETE FROM running_jobs WHERE incarnation = ? AND job = ?", incarnation, job)
+        .run();
+  });
+}
+
+std::vector<RunningJobRow> SearchPlan::running_jobs() {
+  std::vector<RunningJobRow> rows;
+  if (schema_version() < kRunningJobsVersion) return rows;
+  Query q(*this,
+          "SELECT incarnation, job, worker, trial_id, kind, from_step, to_step, counted, studies, "
+          "files, started_at FROM running_jobs ORDER BY started_at, incarnation, job");
+  while (q.next()) {
+    RunningJobRow r;
+    r.incarnation = q.text(0);
+    r.job = q.int64(1);
+    r.worker = q.text(2);
+    r.trial = q.int64(3);
+    r.kind = parse_execution_kind(q.text(4));
+    r.from = q.int64(5);
+    r.to = q.int64(6);
+    r.counted = q.int64(7);
+    r.studies = q.json(8).get<std::vector<int64_t>>();
+    r.files = q.json(9).get<std::vector<std::string>>();
+    r.started_at = q.real(10);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
 
 int64_t SearchPlan::add_execution(const ExecutionRow& row) {
   auto what = [&] {

@@ -82,7 +82,8 @@ struct StudyAccount {
   int64_t bytes_moved = 0;
   double transfer_s = 0;
   double master_s = 0;
-  double run_s = 0;
+  double run_s = 0;     // the seconds some master ran it ("active")
+  double paused_s = 0;  // the seconds it was interrupted, until resumed (schema 12)
   bool operator==(const StudyAccount&) const = default;
 };
 
@@ -168,6 +169,21 @@ struct ExecutionRow {
   // the worker reported them ({"train": s, ...}: protocol::JobTimes; time_split.h).
   std::optional<double> busy_s{};
   nlohmann::json times = nlohmann::json::object();
+};
+
+// A job running now (schema version 12): from the commit that sends it to the one that records
+// its end. `counted`: its steps are in its studies' accounts up to this step.
+struct RunningJobRow {
+  std::string incarnation;  // of the master that gave it
+  int64_t job = 0;          // that master's number for it
+  std::string worker;       // the worker's name
+  TrialId trial = -1;
+  ExecutionKind kind = ExecutionKind::kTrain;
+  int64_t from = 0, to = 0, counted = 0;
+  std::vector<int64_t> studies;
+  std::vector<std::string> files;  // the checkpoint files it was ordered to write
+  double started_at = 0;
+  bool operator==(const RunningJobRow&) const = default;
 };
 
 // An event the master fed a study's searcher since its state was last saved (schema version 5):
@@ -266,6 +282,9 @@ class SearchPlan {
   // evaluation requests, searcher state and events, and its log of events. Its trials, their
   // metrics and the stages stay: the tree is shared, and later studies reuse their evaluations.
   void delete_study(int64_t study);
+  // An interrupted study runs again: std::invalid_argument (and nothing written) for one that is
+  // not interrupted, or deleted, when the statement runs.
+  void resume_study(int64_t study);
 
   std::vector<StudyRow> studies();                                 // not deleted, by id
   std::optional<StudyRow> study(int64_t id);                       // deleted ones too
@@ -303,7 +322,11 @@ class SearchPlan {
   // Metrics. Adding the same (trial, step, name) with the same value again is a no-op (a worker
   // resending after a lost acknowledgement); with a different value it throws
   // std::invalid_argument and stores nothing.
-  void add_metric(const MetricRow& row);
+  // A metric measured again with another value keeps the first: the returned text says so
+  // (nullopt when the row was written, or was there with the same value).
+  std::optional<std::string> add_metric(const MetricRow& row);
+  // Every metric of every trial, a deleted study's too (its trials stay in the tree), by trial.
+  std::vector<MetricRow> every_metric();
   std::vector<MetricRow> metrics(TrialId trial);        // by (step, name)
   std::vector<MetricRow> study_metrics(int64_t study);  // by (trial, step, name)
 
@@ -312,6 +335,14 @@ class SearchPlan {
   int64_t add_execution(const ExecutionRow& row);
   // Those that served `study` (every one for nullopt), by start time.
   std::vector<ExecutionRow> executions(std::optional<int64_t> study);
+
+  // Running jobs (RunningJobRow): added when a job is sent, updated as its steps are counted or
+  // its worker is told to write one more file, deleted when its end is recorded.
+  void add_running_job(const RunningJobRow& row);
+  void set_running_job_counted(const std::string& incarnation, int64_t job, int64_t counted);
+  void add_running_job_file(const std::string& incarnation, int64_t job, const std::string& file);
+  void delete_running_job(const std::string& incarnation, int64_t job);
+  std::vector<RunningJobRow> running_jobs();  // none in a file before version 12
 
   // Events: an append-only log of what happened.
   void add_event(std::optional<int64_t> study, const std::string& kind,

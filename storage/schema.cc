@@ -248,10 +248,37 @@ static const char* const kVersion11 = R"sql(
 ALTER TABLE searcher_events ADD COLUMN evaluation TEXT;
 )sql";
 
+// Version 12: the jobs running now, one row each from the commit that sends a job to the one
+// that records its end (an execution): its master's incarnation and job id, its worker, the
+// trial's path [from_step, to_step) it trains, the studies it serves (JSON list), the step up to
+// which its steps are counted in their accounts (`counted`), and the checkpoint files it was
+// ordered to write (JSON list: a restarted master keeps them until the worker says what became of
+// them). A master that restarts finds here the jobs of the one before: the worker's record of
+// each (protocol::DroppedJob) is adopted, and the steps past `counted` are counted once.
+// study_accounts.paused_s: the seconds a study spent interrupted before it was resumed, so that
+// its wall time (from submit to end) counts a master's outage and leaves out a pause.
+static const char* const kVersion12 = R"sql(
+CREATE TABLE running_jobs (
+  incarnation TEXT NOT NULL,
+  job INTEGER NOT NULL,
+  worker TEXT NOT NULL,
+  trial_id INTEGER NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('train', 'replay', 'evaluate')),
+  from_step INTEGER NOT NULL CHECK (from_step >= 0),
+  to_step INTEGER NOT NULL CHECK (to_step >= from_step),
+  counted INTEGER NOT NULL CHECK (counted >= from_step AND counted <= to_step),
+  studies TEXT NOT NULL,
+  files TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  PRIMARY KEY (incarnation, job)
+);
+ALTER TABLE study_accounts ADD COLUMN paused_s REAL NOT NULL DEFAULT 0;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
-  static const std::vector<std::string_view> steps = {kVersion1, kVersion2,  kVersion3, kVersion4,
-                                                      kVersion5, kVersion6,  kVersion7, kVersion8,
-                                                      kVersion9, kVersion10, kVersion11};
+  static const std::vector<std::string_view> steps = {
+      kVersion1, kVersion2, kVersion3, kVersion4,  kVersion5,  kVersion6,
+      kVersion7, kVersion8, kVersion9, kVersion10, kVersion11, kVersion12};
   return steps;
 }
 

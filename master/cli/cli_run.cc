@@ -83,7 +83,7 @@ void print_summary(const json& s, Format format) {
     std::printf("%s\n", s.dump().c_str());
     return;
   }
-  auto count = [&](const char* field) { return s.at(field).get<long long>(); };
+  auto count = [&](const char* field) { return s.value(field, json(0)).get<long long>(); };
   auto text = [](const json& object, const char* field) {
     return object.at(field).get<std::string>();
   };
@@ -98,12 +98,32 @@ void print_summary(const json& s, Format format) {
                   ? double(count("steps_trial_based")) / double(count("steps_unique"))
                   : 0.0);
   std::printf("  steps executed       %lld\n", count("steps_executed"));
+  // executed + reused = unique + redone: each part says where its steps came from.
   if (count("steps_reused") > 0)
-    std::printf("  steps reused         %lld (trained by earlier studies)\n",
+    std::printf("  steps reused         %lld (trained for other studies, not again for this one)\n",
                 count("steps_reused"));
+  if (count("steps_earlier_runs") > 0)
+    std::printf(
+        "  steps of earlier runs %lld (of those executed: this study's runs before this one)\n",
+        count("steps_earlier_runs"));
+  if (count("steps_redone") > 0)
+    std::printf(
+        "  steps redone         %lld (of those executed: trained again after a lost state "
+        "or job)\n",
+        count("steps_redone"));
   std::printf("  critical path steps  %lld\n", count("critical_path_steps"));
-  std::printf("  wall time            %.2f s (makespan / lower bound %.2f)\n",
-              s.at("wall_s").get<double>(), s.at("makespan_ratio").get<double>());
+  // Wall time from submit to end; when a master was down meanwhile, the part some master ran it.
+  const double wall = s.at("wall_s").get<double>(), active = s.value("active_s", wall);
+  if (wall - active > 0.05)
+    std::printf(
+        "  wall time            %.2f s, %.2f s of it with a master (makespan / lower "
+        "bound %.2f)\n",
+        wall, active, s.at("makespan_ratio").get<double>());
+  else if (s.at("makespan_ratio").get<double>() > 0)
+    std::printf("  wall time            %.2f s (makespan / lower bound %.2f)\n", wall,
+                s.at("makespan_ratio").get<double>());
+  else  // nothing was left to train: no bound to compare with
+    std::printf("  wall time            %.2f s\n", wall);
   std::printf("  master per trial     %.3f ms\n", s.at("master_ms_per_trial").get<double>());
   if (s.contains("time")) print_time_split(s["time"]);
   if (s.contains("best")) {
@@ -188,6 +208,9 @@ pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int 
   const pid_t pid = fork();
   if (pid < 0) throw RunFailed("cannot start " + binary + ": fork failed");
   if (pid == 0) {
+    // A process group of its own: a Ctrl-C at the terminal reaches the run alone, which tells
+    // its workers to stop (Shutdown) and hears from each how far its job got before it exits.
+    setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);  // the run died before the line above: nobody to serve
     execve(binary.c_str(), argv.data(), environ);
@@ -281,6 +304,9 @@ int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pip
       draw_progress(m.progress(study));
       std::fprintf(stderr, "\n");
     }
+    // A study that ended lets its last jobs finish (their Done is on the way); then each worker
+    // stops and says how far its job got.
+    if (!g_interrupted && why.empty()) m.finish_jobs(5);
     m.shutdown_workers();
   } catch (const master::PlanFailure& e) {
     // The plan cannot be written (a full disk): the study stays as the plan last had it, and

@@ -44,8 +44,8 @@ int64_t submit(SearchPlan& plan, StudyDriver& driver, const StudySpec& spec,
                const nlohmann::json& spec_json) {
   int64_t id = 0;
   plan.transaction([&] {
-    id = driver.submit(spec, spec_json, Policy::kShared);
-    apply_all(driver, {});
+    apply_all(driver, driver.submit(spec, spec_json, Policy::kShared));
+    id = driver.created();
   });
   return id;
 }
@@ -126,7 +126,7 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
     StageTree tree = plan.load_tree();
     StateRegistry states(kIncarnation);
     Storages storages(ck());
-    StudyDriver driver(plan, tree, states, storages, keep_none(), [](const Change&) {});
+    StudyDriver driver(plan, tree, states, storages, keep_none());
     const int64_t study = submit(plan, driver, spec, spec_json);
     // A state at step 8 of each trial, with its file and its row, as a worker would report it.
     for (TrialId trial : {0, 1}) {
@@ -156,8 +156,8 @@ TEST_F(CheckpointFilesTest, FilesGoOnlyOnceTheirRowsAreGoneForGood) {
   Storages storages(ck());
   for (const CheckpointRow& row : plan.checkpoints())
     states.add_restored(state_of(row, storages.own()));
-  StudyDriver driver(plan, tree, states, storages, keep_none(), [](const Change&) {});
-  driver.restore(true);
+  StudyDriver driver(plan, tree, states, storages, keep_none());
+  plan.transaction([&] { apply_all(driver, driver.restore(true)); });
   ASSERT_TRUE(driver.running(1));
   plan.transaction([&] { apply_all(driver, driver.cancel(1)); });
   EXPECT_TRUE(plan.checkpoints().empty());
@@ -173,7 +173,7 @@ TEST_F(CheckpointFilesTest, ABudgetKeepsWhatFitsForLaterStudies) {
   StudyRules rules;
   rules.keep_checkpoint_bytes = 7;
   Storages storages(ck());
-  StudyDriver driver(plan, tree, states, storages, rules, [](const Change&) {});
+  StudyDriver driver(plan, tree, states, storages, rules);
   const int64_t study = submit(plan, driver, two_trial_spec(), two_trial_spec_json());
   std::vector<std::string> files;
   for (TrialId trial : {0, 1}) {  // equal values: the older state (trial 0's) wins the tie

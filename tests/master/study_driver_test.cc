@@ -57,10 +57,8 @@ class StudyDriverTest : public ::testing::Test {
     fs::create_directories(dir_ / "checkpoints");
     plan_.emplace(SearchPlan::open((dir_ / "plan.db").string()));
     storages_.emplace((dir_ / "checkpoints").string());
-    driver_.emplace(*plan_, tree_, states_, *storages_, rules_, [&](const Change& c) {
-      for (const Split& split : c.splits) states_.on_split(split);
-    });
-    driver_->restore(true);
+    driver_.emplace(*plan_, tree_, states_, *storages_, rules_);
+    plan_->transaction([&] { apply(driver_->restore(true)); });
   }
   void TearDown() override {
     driver_.reset();
@@ -70,15 +68,23 @@ class StudyDriverTest : public ::testing::Test {
 
   // Applies an edit, then the driver's queue, item after item (the master's loop).
   void apply(const Edit& e) {
-    driver_->apply(e);
-    while (driver_->has_work()) driver_->apply(driver_->next());
+    apply_one(e);
+    while (driver_->has_work()) apply_one(driver_->next());
+  }
+  // One edit as the master's applier carries it out: op after op, a split's states moved next.
+  void apply_one(const Edit& e) {
+    for (const EditOp& op : e.ops) {
+      driver_->apply_op(op);
+      for (const Split& split : driver_->take_splits()) states_.on_split(split);
+    }
+    driver_->queue(e);
   }
 
   int64_t submit(const json& spec) {
     int64_t id = 0;
     plan_->transaction([&] {
-      id = driver_->submit(parse_spec(spec), spec, Policy::kShared);
-      apply({});
+      apply(driver_->submit(parse_spec(spec), spec, Policy::kShared));
+      id = driver_->created();
     });
     return id;
   }
@@ -212,9 +218,7 @@ TEST_F(StudyDriverTest, AHundredThousandTrialsOverASmallSpaceNeedConstantStack) 
   const int64_t n = 100000;
 #endif
   rules_.budget.trials = n;
-  driver_.emplace(*plan_, tree_, states_, *storages_, rules_, [&](const Change& c) {
-    for (const Split& split : c.splits) states_.on_split(split);
-  });
+  driver_.emplace(*plan_, tree_, states_, *storages_, rules_);
   const json space = {{"lr",
                        {{"schedule", "multistep"},
                         {"unit", "epoch"},
@@ -335,10 +339,7 @@ TEST_F(StudyDriverTest, AnInterruptedStudyResumesWhereItStopped) {
   // Its trials stay as they were, for the resume.
   for (const TrialRow& t : trials(study)) EXPECT_NE(t.status, TrialStatus::kStopped);
   EXPECT_THROW(driver_->resume(study + 7), std::invalid_argument);
-  plan_->transaction([&] {
-    driver_->resume(study);
-    apply({});
-  });
+  plan_->transaction([&] { apply(driver_->resume(study)); });
   // What remains is trained (from step 20 on) and evaluated (at 30 and 40) once.
   for (const auto& [stage, end] : driver_->needed_ends().ends)
     EXPECT_GE(tree_.stage(stage).trained_until, std::min<int64_t>(end, 20));

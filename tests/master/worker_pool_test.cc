@@ -101,30 +101,33 @@ TEST(WorkerPool, SilentWorkersAreLostWithTheirJobs) {
   pool.join("b", kKey, hello("b"));
   RunningJob job;
   job.representative = 3;
+  job.order.id = pool.next_job_id();
   pool.start(a, job);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   pool.find("b")->last_seen = Clock::now();
   EXPECT_TRUE(pool.expiry_due(0.02));
-  std::vector<std::string> jobs_of_lost;
-  const std::vector<std::string> lost = pool.expire(0.02, [&](const ConnectedWorker& w) {
-    jobs_of_lost.push_back(w.hello.name + ":" + std::to_string(w.job));
-  });
+  // Found silent: the master's edit removes it (its job's end first).
+  const std::vector<std::string> lost = pool.silent(0.02);
   EXPECT_EQ(lost, std::vector<std::string>{"a"});
-  EXPECT_EQ(jobs_of_lost, std::vector<std::string>{"a:1"});
+  EXPECT_EQ(pool.find("a")->job, 1);
+  pool.end_job(1, std::nullopt);
+  pool.remove("a");
   EXPECT_TRUE(pool.jobs().empty());
   EXPECT_EQ(pool.size(), 1);
 }
 
-TEST(WorkerPool, JobsThatNothingNeedsAreAbandonedOnce) {
+TEST(WorkerPool, JobsThatNothingNeedsAreFoundUntilMarked) {
   WorkerPool pool;
   RunningJob needed, unneeded;
   needed.representative = 1;
   unneeded.representative = 2;
+  needed.order.id = 1;
+  unneeded.order.id = 2;
   pool.start(pool.join("a", kKey, hello("a")), needed);
   pool.start(pool.join("b", kKey, hello("b")), unneeded);
   auto is_needed = [](const RunningJob& job) { return job.representative == 1; };
   EXPECT_EQ(pool.orphans(is_needed), std::vector<int64_t>{2});
-  EXPECT_TRUE(pool.jobs().at(2).abandoned);
+  pool.jobs().at(2).abandoned = true;            // the master's edit (AbandonJob)
   EXPECT_TRUE(pool.orphans(is_needed).empty());  // told once
 }
 

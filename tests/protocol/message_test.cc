@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -270,6 +271,39 @@ TEST(Messages, MetricsAreNumbersAndBounded) {
 template <typename... M>
 std::map<std::string, std::vector<std::string>> declared_names(std::variant<M...>*) {
   return {{M::kType, fields::names<M>()}...};
+}
+
+// protocol/README.md's table of messages is written by hand, with what each field means: every
+// field of every type's kFields must be named in its type's row (the table once lacked the
+// snapshot's checksum and the job's parent_checksum).
+TEST(Messages, TheReadmeTableNamesEveryDeclaredField) {
+  std::ifstream in(HIPPO_PROTOCOL_README);
+  ASSERT_TRUE(in) << HIPPO_PROTOCOL_README;
+  std::map<std::string, std::string> rows;  // type -> the text of the rows that name it
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| ", 0) != 0) continue;
+    for (size_t at = line.find("`"); at != std::string::npos; at = line.find("`", at + 1)) {
+      const size_t end = line.find("`", at + 1);
+      if (end == std::string::npos) break;
+      rows[line.substr(at + 1, end - at - 1)] += line;
+      at = end;
+    }
+  }
+  for (const auto& [type, names] : declared_names(static_cast<AnyMessage*>(nullptr))) {
+    ASSERT_TRUE(rows.count(type)) << "protocol/README.md has no row for `" << type << "`";
+    const std::string& row = rows.at(type);
+    for (const std::string& name : names) {
+      bool named = false;  // as a word of its own
+      for (size_t at = row.find(name); at != std::string::npos && !named;
+           at = row.find(name, at + 1)) {
+        auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+        named = (at == 0 || !word(row[at - 1])) &&
+                (at + name.size() >= row.size() || !word(row[at + name.size()]));
+      }
+      EXPECT_TRUE(named) << "protocol/README.md's row of `" << type << "` does not name its field "
+                         << name;
+    }
+  }
 }
 
 TEST(Messages, EveryTypeHasAFuzzSeedAndWritesOnlyItsDeclaredFields) {

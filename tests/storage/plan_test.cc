@@ -239,7 +239,7 @@ TEST_F(PlanTest, AFailedSingleWriteInsideATransactionUndoesOnlyItself) {
   checkpoint.file = "a.ckpt";
   plan.transaction([&] {
     plan.add_metric({0, 5, "loss", 0.5});
-    EXPECT_THROW(plan.add_metric({0, 5, "loss", 0.7}), std::invalid_argument);  // its check
+    EXPECT_TRUE(plan.add_metric({0, 5, "loss", 0.7}).has_value());  // kept: the first stays
     EXPECT_THROW(plan.add_trial(duplicate), std::invalid_argument);
     plan.add_checkpoint(checkpoint);
     // UNIQUE (stage_id, step): refused by SQLite itself, within the statement.
@@ -335,13 +335,12 @@ TEST_F(PlanTest, MetricsAreIdempotentAndRefuseConflicts) {
   plan.add_metric({0, 10, "loss", NAN});
   plan.add_metric({0, 5, "accuracy", 0.5});
   plan.add_metric({1, 10, "accuracy", 0.25});
-  try {
-    plan.add_metric({0, 10, "accuracy", 0.876});
-    FAIL() << "a conflicting metric was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("accuracy"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(plan.add_metric({0, 10, "loss", 1.0}), std::invalid_argument);
+  // A conflicting value is not written: the first stays, and the answer says so.
+  const std::optional<std::string> kept = plan.add_metric({0, 10, "accuracy", 0.876});
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_NE(kept->find("accuracy"), std::string::npos) << *kept;
+  EXPECT_TRUE(plan.add_metric({0, 10, "loss", 1.0}).has_value());
+  EXPECT_FALSE(plan.add_metric({0, 10, "accuracy", 0.875}).has_value());
 
   std::vector<MetricRow> expected = {
       {0, 5, "accuracy", 0.5}, {0, 10, "accuracy", 0.875}, {0, 10, "loss", NAN}};
