@@ -145,12 +145,15 @@ void JobRecord::start(const protocol::Job& job, const std::string& incarnation) 
                                  .reached = job.from,
                                  .incarnation = incarnation};
   started_ = Clock::now();
-  save();
+  if (!path_.empty()) ::unlink(path_.c_str());
+  dirty_ = true;
 }
 
 void JobRecord::update(int64_t step) {
   record_->reached = std::clamp(step, record_->reached, record_->to);
   record_->busy_s = seconds_since(started_);
+  dirty_ = true;
+  if (Clock::now() - saved_ >= interval_) save();
 }
 
 void JobRecord::snapshot(const protocol::Snapshot& s) {
@@ -162,9 +165,8 @@ void JobRecord::snapshot(const protocol::Snapshot& s) {
     return;
   list.push_back(
       {.step = s.step, .state = s.state, .file = s.file, .bytes = s.bytes, .checksum = s.checksum});
-  update(s.step);
   record_->reported = s.step;
-  save();
+  update(s.step);
 }
 
 void JobRecord::metric(int64_t step, const protocol::json& metrics) {
@@ -175,21 +177,18 @@ void JobRecord::metric(int64_t step, const protocol::json& metrics) {
     return;
   list.push_back({.step = step, .metrics = metrics});
   update(step);
-  save();
 }
 
-void JobRecord::progress(int64_t step, std::chrono::milliseconds interval) {
-  if (!record_ || step <= record_->reached) return;
-  update(step);
-  if (Clock::now() - saved_ >= interval) save();
+void JobRecord::progress(int64_t step) {
+  if (record_ && (step > record_->reached || dirty_)) update(step);
 }
 
 void JobRecord::end(int64_t step, bool done, bool diverged) {
   if (!record_) return;
-  update(step);
   record_->done = done;
   record_->diverged = done && diverged;
-  save();
+  saved_ = {};  // written now
+  update(step);
 }
 
 void JobRecord::heard() {
@@ -199,6 +198,7 @@ void JobRecord::heard() {
 
 void JobRecord::save() {
   saved_ = Clock::now();
+  dirty_ = false;
   if (path_.empty() || !record_) return;
   // The temporary name is this slot's alone (its lock is ours): one left by a killed writer is
   // replaced, and nothing planted there is ever followed (O_EXCL | O_NOFOLLOW).
@@ -206,7 +206,7 @@ void JobRecord::save() {
   ::unlink(temporary.c_str());
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                         protocol::file_mode_in(dir_));
-  bool ok = fd >= 0 && write_all(fd, record_->to_json().dump() + "\n") && ::fsync(fd) == 0;
+  bool ok = fd >= 0 && write_all(fd, record_->to_json().dump() + "\n");
   int error = ok ? 0 : errno;
   if (fd >= 0) ::close(fd);
   if (ok && ::rename(temporary.c_str(), path_.c_str()) != 0) {

@@ -11,10 +11,17 @@
 // incarnation, not by who reports it).
 //
 // The file is the record's JSON (DroppedJob::to_json, one line), written whole to
-// `.hippo-last-job.N.tmp`, fsynced and renamed over the record, private (0600, or 0640 in a
-// directory shared with its group: protocol/file_modes.h). A record that cannot be read (too big,
-// not a regular file, not a record) is logged and removed, never trusted: the worker starts
-// without it. A write that fails (a full disk) is logged; the record stays in memory.
+// `.hippo-last-job.N.tmp` and renamed over the record, private (0600, or 0640 in a directory
+// shared with its group: protocol/file_modes.h). It is written when the job ends, and otherwise at
+// most once per heartbeat interval (write_every) while something changed: a worker killed mid-job
+// loses at most that interval of its reports, like a master that hears progress with heartbeats.
+// It is not fsynced (8 ms on a busy disk, against a job of a few ms): a killed process loses
+// nothing of what it wrote (the page cache outlives it); a host that crashes may lose the last
+// write, or leave a file that is not a record, which is refused; and the record never names a
+// snapshot file before that file is durable, so it is never ahead of the disk. A record that
+// cannot be read (too big, not a regular file, not a record) is logged and removed, never trusted:
+// the worker starts without it. A write that fails (a full disk) is logged; the record stays in
+// memory.
 #pragma once
 
 #include <cstdint>
@@ -43,22 +50,26 @@ class JobRecord {
   // The record file's path ("" when the record is kept in memory only).
   const std::string& path() const { return path_; }
 
-  // A new job replaces the record (the master gives one only once it has the end of the last).
+  // The record is written at most this often while its job runs (the heartbeat interval).
+  void write_every(std::chrono::milliseconds interval) { interval_ = interval; }
+  // A new job replaces the record (the master gives one only once it has the end of the last,
+  // whose file is removed now).
   void start(const protocol::Job& job, const std::string& incarnation);
   // A snapshot of the running job whose file is durable (one kept in memory only is not
   // recorded: nothing of it survives the process).
   void snapshot(const protocol::Snapshot& s);
   // The metrics of one evaluation of the running job.
   void metric(int64_t step, const protocol::json& metrics);
-  // The step the running job reached: kept in memory, written at most once per `interval`.
-  void progress(int64_t step, std::chrono::milliseconds interval);
-  // The job ended: `done` when it ran to its end (at `step`: `to`, or where it diverged).
+  // The step the running job reached (between two steps: what changed is written when due).
+  void progress(int64_t step);
+  // The job ended: `done` when it ran to its end (at `step`: `to`, or where it diverged). Written
+  // at once.
   void end(int64_t step, bool done, bool diverged);
   // A master welcomed a hello that carried the record: forgotten, its file removed.
   void heard();
 
  private:
-  void update(int64_t step);  // reached and busy_s
+  void update(int64_t step);  // reached and busy_s; written when due
   void save();
   void load();
 
@@ -67,8 +78,10 @@ class JobRecord {
   int lock_fd_ = -1;
   std::optional<protocol::DroppedJob> record_;
   Clock::time_point started_;  // the running job's start (busy_s)
-  Clock::time_point saved_;    // the last write of the file
-  bool failing_ = false;       // the last write failed (logged once)
+  std::chrono::milliseconds interval_{1000};
+  Clock::time_point saved_;  // the last write of the file
+  bool dirty_ = false;       // the record changed since
+  bool failing_ = false;     // the last write failed (logged once)
 };
 
 }  // namespace hippo::worker

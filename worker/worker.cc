@@ -36,7 +36,9 @@ Worker::Worker(const Options& options)
                    connection_.send(s.to_json());
                  }),
       runner_(options_, cache_, snapshots_, store_),
-      record_(options_.checkpoints) {}
+      record_(options_.checkpoints) {
+  record_.write_every(std::chrono::milliseconds(options_.heartbeat_ms));
+}
 
 int Worker::run() {
   hello();
@@ -167,6 +169,7 @@ void Worker::on(const protocol::Welcome& m) {
   cache_.clear();
   last_job_ = 0;
   options_.heartbeat_ms = static_cast<int>(m.heartbeat_ms);
+  record_.write_every(std::chrono::milliseconds(options_.heartbeat_ms));
 }
 
 void Worker::on(const protocol::Heartbeat&) {}  // its arrival is what counts (handle)
@@ -403,7 +406,7 @@ bool Worker::between_steps(int64_t step, int wait_ms) {
         .job = running_job_, .step = step, .incarnation = job_incarnation_, .fault = fault()}
                          .to_json());
   }
-  record_.progress(step, std::chrono::milliseconds(options_.heartbeat_ms));
+  record_.progress(step);
   // The job goes on (its reports may be lost: its record keeps them); we connect again and say
   // hello once it has ended. It ends anyway, at its last step.
   if ((connection_.broken() || master_silent()) && !hello_due_) {
