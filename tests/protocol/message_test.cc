@@ -321,6 +321,12 @@ TEST(Messages, TheRecordOfAJobDecodesWhatItEncodesAndIsChecked) {
   record.metrics = {{128, {{"loss", 2.5}}}, {192, {{"loss", 0.5}, {"accuracy", 0.75}}}};
   record.busy_s = 3.5;
   EXPECT_EQ(DroppedJob::from_json(record.to_json()), record);
+  // A diverging model's metrics are not finite; the record keeps them as the Metric message does.
+  DroppedJob diverging = record;
+  diverging.metrics[1].metrics["loss"] = std::nan("");
+  const json kept = DroppedJob::from_json(diverging.to_json()).to_json();
+  EXPECT_EQ(kept.dump(), diverging.to_json().dump());
+  EXPECT_TRUE(std::isnan(DroppedJob::from_json(kept).metrics[1].metrics["loss"].get<double>()));
   record.reached = 256;
   record.done = true;
   Hello hello{"w4", "cpu", 1, 1, 80, {}};
