@@ -307,6 +307,40 @@ TEST_F(WorkerRecord, AJobGoesOnToItsEndWhenItsMasterGoesAway) {
   EXPECT_NE(log_of(worker).find("goes on to its end"), std::string::npos) << log_of(worker);
 }
 
+// The engine's snapshots are recorded as the trainer's are: the file, its size and content hash.
+// A reset (the master restarted while the worker was idle) gets a hello with the record.
+TEST_F(WorkerRecord, AnEngineJobsRecordNamesItsSnapshotsWithTheirHashes) {
+  FakeMaster master(address());
+  pid_t worker = start_worker();
+  ASSERT_FALSE(master.next("hello").is_null()) << log_of(worker);
+  master.welcome();
+  json snapshots = json::array();
+  for (int64_t step : {4, 8})
+    snapshots.push_back(
+        {{"step", step},
+         {"state", step},
+         {"file", "state-" + std::string(kIncarnation) + "-" + std::to_string(step) + ".ckpt"}});
+  master.send(small_job(snapshots));
+  json done = master.next("done");
+  ASSERT_FALSE(done.is_null()) << log_of(worker);
+  master.send({{"v", 1}, {"type", "reset"}});
+  json hello = master.next("hello");
+  ASSERT_FALSE(hello.is_null()) << log_of(worker);
+  ASSERT_EQ(hello["dropped"].size(), 1u) << hello.dump();
+  const json record = hello["dropped"][0];
+  EXPECT_TRUE(record.value("done", false));
+  EXPECT_EQ(record["reached"], 8);
+  ASSERT_EQ(record["snapshots"].size(), 2u) << record.dump();
+  for (const json& s : record["snapshots"]) {
+    const std::string bytes = read_file(checkpoints() + "/" + s["file"].get<std::string>());
+    EXPECT_EQ(s["bytes"], bytes.size());
+    EXPECT_EQ(s["checksum"], protocol::content_hash(bytes));
+  }
+  ASSERT_EQ(record["metrics"].size(), 1u);
+  EXPECT_EQ(record["metrics"][0]["step"], 8);
+  EXPECT_TRUE(record["metrics"][0]["metrics"].contains("accuracy"));
+}
+
 // Shutdown mid-job: the trainer stops within 0.2 s, the worker says Abandoned at the step reached,
 // its record says the same, and it exits.
 TEST_F(WorkerRecord, AShutdownMidJobSaysTheStepReached) {
