@@ -22,9 +22,9 @@ int lock_slot(const std::string& path, mode_t mode, bool& busy) {
   busy = false;
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
   if (fd < 0) {
-    // Something planted at that name (a symlink, a directory) makes the slot unusable, not the
-    // directory.
-    busy = errno == ELOOP || errno == EISDIR || errno == ENXIO;
+    // Something planted at that name (a symlink, a directory), or another user's slot in a
+    // directory shared with a group, makes the slot unusable, not the directory.
+    busy = errno == ELOOP || errno == EISDIR || errno == ENXIO || errno == EACCES;
     return -1;
   }
   struct stat st {};
@@ -61,7 +61,7 @@ bool write_all(int fd, const std::string& text) {
 
 JobRecord::JobRecord(std::string dir) : dir_(std::move(dir)) {
   const mode_t mode = protocol::file_mode_in(dir_);
-  std::string why = "every one of " + std::to_string(kSlots) + " slots is taken";
+  std::string why;
   for (int slot = 0; slot < kSlots; ++slot) {
     const std::string base = dir_ + "/.hippo-last-job." + std::to_string(slot);
     bool busy = false;
@@ -70,10 +70,9 @@ JobRecord::JobRecord(std::string dir) : dir_(std::move(dir)) {
       path_ = base;
       break;
     }
-    if (!busy) {
-      why = "cannot lock " + base + ".lock: " + std::strerror(errno);
-      break;
-    }
+    why = "cannot lock " + base + ".lock: " +
+          (errno == EWOULDBLOCK ? std::string("another worker holds it") : std::strerror(errno));
+    if (!busy) break;
   }
   if (path_.empty()) {
     spdlog::warn(
