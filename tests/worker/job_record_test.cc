@@ -81,6 +81,17 @@ TEST_F(JobRecords, AWorkerStartedAnewReadsTheRecordItsSlotHolds) {
   EXPECT_FALSE(fs::exists(slot(0)));
 }
 
+// In a directory given to a group (its setgid bit), the group reads the record, as it reads the
+// checkpoints (protocol/file_modes.h).
+TEST_F(JobRecords, ADirectorySharedWithAGroupSharesTheRecord) {
+  ASSERT_EQ(chmod(dir_.c_str(), 02770), 0);
+  JobRecord r(dir_.string());
+  run_a_job(r, true);
+  struct stat st {};
+  ASSERT_EQ(stat(slot(0).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+}
+
 // Workers that share a directory take a slot each while they live; a slot whose lock name holds
 // something planted (a symlink, a directory) is passed over, never followed.
 TEST_F(JobRecords, WorkersSharingADirectoryTakeASlotEach) {
