@@ -85,7 +85,7 @@ JobRecord::JobRecord(std::string dir) : dir_(std::move(dir)) {
 }
 
 JobRecord::~JobRecord() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the slot (its lock file stays: see above)
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the slot; its lock file stays (job_record.h)
 }
 
 void JobRecord::load() {

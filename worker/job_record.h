@@ -4,10 +4,11 @@
 // of training it again, and so that a worker killed and started anew still says it.
 //
 // Several workers may share one checkpoint directory (one host's `hippo run`, an NFS export):
-// each takes a slot N, the first one whose lock file `.hippo-last-job.N.lock` it can lock
-// (flock, held for the process's life; the kernel releases it when the process dies, however it
-// dies), and keeps its record in `.hippo-last-job.N`. A worker that takes a slot reads the record
-// a worker before it left there and reports it as its own (the master knows the job by its id and
+// each takes a slot N, the first one whose lock file `.hippo-last-job.N.lock` it can lock (flock,
+// held for the process's life and released by the kernel however the process dies; lock files
+// are never removed: one removed while another process opens it would give two workers one slot),
+// and keeps its record in `.hippo-last-job.N`. A worker that takes a slot reads the record that a
+// worker before it left there and reports it as its own (the master knows the job by its id and
 // incarnation, not by who reports it).
 //
 // The file is the record's JSON (DroppedJob::to_json, one line), written whole to
@@ -15,13 +16,13 @@
 // shared with its group: protocol/file_modes.h). It is written when the job ends, and otherwise at
 // most once per heartbeat interval (write_every) while something changed: a worker killed mid-job
 // loses at most that interval of its reports, like a master that hears progress with heartbeats.
-// It is not fsynced (8 ms on a busy disk, against a job of a few ms): a killed process loses
-// nothing of what it wrote (the page cache outlives it); a host that crashes may lose the last
-// write, or leave a file that is not a record, which is refused; and the record never names a
-// snapshot file before that file is durable, so it is never ahead of the disk. A record that
-// cannot be read (too big, not a regular file, not a record) is logged and removed, never trusted:
-// the worker starts without it. A write that fails (a full disk) is logged; the record stays in
-// memory.
+// It is not fsynced (an fsync took 8 ms on a busy disk, against jobs of a few ms; the record costs
+// 0.09 ms a job without): a killed process loses nothing of what it wrote (the page cache
+// outlives it); a host that crashes may lose the last write, or leave a file that is not a
+// record, which is refused; and the record never names a snapshot file before that file is
+// durable, so it is never ahead of the disk. A record that cannot be read (too big, not a regular
+// file, not a record) is logged and removed, never trusted: the worker starts without it. A write
+// that fails (a full disk) is logged; the record stays in memory.
 #pragma once
 
 #include <cstdint>
