@@ -30,6 +30,10 @@ void Connection::reconnect() {
   connect();
 }
 
+void Connection::linger(std::chrono::milliseconds bound) {
+  socket_.set(zmq::sockopt::linger, static_cast<int>(bound.count()));
+}
+
 void Connection::send(const protocol::json& message) {
   if (!protocol::dealer_send(socket_, message)) broken_ = true;
 }

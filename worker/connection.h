@@ -6,6 +6,7 @@
 // and reconnect() makes a new socket (and a new identity: the worker says hello again).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <zmq.hpp>
@@ -29,6 +30,9 @@ class Connection {
   bool broken() const { return broken_; }
   // A new socket to the same master (the master must be told hello again).
   void reconnect();
+  // Gives the messages still queued up to `bound` to leave when the connection closes (at exit:
+  // a job's last report), instead of dropping them (protocol/socket.h: no linger by default).
+  void linger(std::chrono::milliseconds bound);
   // Why the master refused our handshake, if it did (protocol/auth.h's HandshakeWatch).
   std::optional<std::string> handshake_failure() { return handshakes_.failure(0); }
 

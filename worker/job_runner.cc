@@ -23,6 +23,8 @@ class Stopwatch {
   const Clock::time_point start_ = Clock::now();
 };
 
+constexpr int kTrainerTickMs = 50;
+
 }  // namespace
 
 std::string JobRunner::on_own_storage(const std::string& what) const {
@@ -200,7 +202,9 @@ bool JobRunner::run_external(const JobHost& host) {
     }
   }
   TrainerHooks hooks;
-  hooks.tick_ms = options_.heartbeat_ms;
+  // The master's orders and the stop signals are looked at every 50 ms at most (heartbeats still
+  // go when due): a trainer is killed within that of its job being given up.
+  hooks.tick_ms = std::min(options_.heartbeat_ms, kTrainerTickMs);
   hooks.timeout_s = options_.trainer_timeout_s;
   hooks.metrics = [&](int64_t step, const protocol::json& metrics) {
     host.metric({.job = job_.id, .step = step, .metrics = metrics});

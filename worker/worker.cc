@@ -32,10 +32,13 @@ Worker::Worker(const Options& options)
       snapshots_(options_.checkpoints, cache_,
                  [this](protocol::Snapshot s) {
                    s.incarnation = job_incarnation_;
-                   announced_step_ = std::max(announced_step_, s.step);
+                   record_.snapshot(s);
                    connection_.send(s.to_json());
                  }),
-      runner_(options_, cache_, snapshots_, store_) {}
+      runner_(options_, cache_, snapshots_, store_),
+      record_(options_.checkpoints) {
+  record_.write_every(std::chrono::milliseconds(options_.heartbeat_ms));
+}
 
 int Worker::run() {
   hello();
@@ -46,6 +49,8 @@ int Worker::run() {
       connection_.reconnect();
       last_heard_ = Clock::now();
       hello();
+    } else if (hello_due_) {
+      hello();  // after a job that the master's restart did not stop
     }
     std::optional<protocol::json> message = connection_.receive(options_.heartbeat_ms);
     if (!message) {
@@ -68,11 +73,14 @@ int Worker::run() {
     }
     handle(*message);
   }
+  // An Abandoned (or the last Done) must reach the master before the process ends.
+  connection_.linger(std::chrono::seconds(1));
   return 0;
 }
 
 void Worker::hello() {
   awaiting_welcome_ = true;
+  hello_due_ = false;
   hello_sent_ = Clock::now();
   protocol::Hello m;
   m.name = options_.name;
@@ -86,7 +94,11 @@ void Worker::hello() {
   m.trainer_environment = environment_.trainer;
   m.storage = store_.identity();
   m.files = store_.list();
-  if (dropped_) m.dropped = {*std::exchange(dropped_, std::nullopt)};
+  said_record_.reset();
+  if (const std::optional<protocol::DroppedJob>& r = record_.get()) {
+    m.dropped = {*r};
+    said_record_ = {r->job, r->incarnation};
+  }
   connection_.send(m.to_json());
 }
 
@@ -101,16 +113,6 @@ const std::string& Worker::fault() {
     fault_ = why;
   }
   return fault_;
-}
-
-void Worker::drop_running_job() {
-  if (running_job_ < 0 || dropped_) return;
-  dropped_ = protocol::DroppedJob{.trial = job_order_.trial,
-                                  .from = job_order_.from,
-                                  .to = job_order_.to,
-                                  .reported = std::max(job_order_.from, announced_step_),
-                                  .reached = std::max(job_order_.from, runner_.reached()),
-                                  .incarnation = job_incarnation_};
 }
 
 std::chrono::milliseconds Worker::silence_limit() const {
@@ -155,6 +157,11 @@ void Worker::handle(const protocol::json& m) {
 
 void Worker::on(const protocol::Welcome& m) {
   if (running_job_ >= 0) return;  // a second welcome (two hellos crossed): nothing new
+  // The master heard the record that our hello carried (a record of a job started since is
+  // another one: it waits for the next hello).
+  if (const std::optional<protocol::DroppedJob>& r = record_.get();
+      awaiting_welcome_ && r && said_record_ == std::pair(r->job, r->incarnation))
+    record_.heard();
   // State ids are the master's: a master that (re)starts names states anew.
   awaiting_welcome_ = false;
   welcomed_once_ = true;
@@ -162,6 +169,7 @@ void Worker::on(const protocol::Welcome& m) {
   cache_.clear();
   last_job_ = 0;
   options_.heartbeat_ms = static_cast<int>(m.heartbeat_ms);
+  record_.write_every(std::chrono::milliseconds(options_.heartbeat_ms));
 }
 
 void Worker::on(const protocol::Heartbeat&) {}  // its arrival is what counts (handle)
@@ -191,7 +199,6 @@ void Worker::on(const protocol::Abandon& m) {
   // No running study needs this job any more (e.g. it was cancelled). An order that comes after
   // its job ended needs nothing: the master has its Done or Failed.
   if (running_job_ < 0 || m.job != running_job_) return;
-  abandon_ordered_ = true;
   stop_job_ = true;
 }
 
@@ -209,16 +216,24 @@ void Worker::on(const protocol::Prepare& m) {
 }
 
 void Worker::on(const protocol::Reset&) {
+  // The master restarted and does not know a running job: the job goes on to its end, and the
+  // hello after it carries its record.
+  if (running_job_ >= 0) {
+    if (!hello_due_)
+      spdlog::warn(
+          "the master does not know us (it restarted, or lost us): job {} goes on to its "
+          "end, then we say hello again",
+          running_job_);
+    hello_due_ = true;
+    return;
+  }
   if (!may_hello()) return;
   spdlog::warn("the master does not know us (it restarted, or lost us): saying hello again");
-  // The master restarted and does not know a running job: it is dropped, and the hello says how
-  // far it got.
-  stop_job_ = true;
-  drop_running_job();
   hello();
 }
 
 void Worker::on(const protocol::Shutdown&) {
+  // The running job stops at its next step and says where (execute: Abandoned), then we exit.
   shutdown_ = true;
   stop_job_ = true;
 }
@@ -256,14 +271,13 @@ void Worker::execute(const protocol::Job& job) {
   const auto started = Clock::now();
   running_job_ = job.id;
   job_incarnation_ = incarnation_;
-  job_order_ = job;
-  announced_step_ = job.from;
+  record_.start(job, job_incarnation_);
   stop_job_ = false;
-  abandon_ordered_ = false;
   last_heartbeat_ = started;
   JobHost host;
   host.metric = [&](protocol::Metric m) {
     m.incarnation = job_incarnation_;
+    record_.metric(m.step, m.metrics);
     connection_.send(m.to_json());
   };
   host.between_steps = [&](int64_t step) { return between_steps(step); };
@@ -285,9 +299,12 @@ void Worker::execute(const protocol::Job& job) {
       done.busy_s = std::chrono::duration<double>(Clock::now() - started).count();
       done.times = runner_.times();
       done.held = cache_.ids();
+      record_.end(done.step, true, done.diverged);
       connection_.send(done.to_json());
-    } else if (abandon_ordered_) {
-      // The master keeps this worker busy until it hears that the job stopped.
+    } else {
+      // Abandoned by the master, or stopped by a shutdown or a signal: the master keeps this
+      // worker busy until it hears that the job stopped, and counts the steps it reached.
+      record_.end(runner_.reached(), false, false);
       connection_.send(protocol::Abandoned{.job = job.id,
                                            .held = cache_.ids(),
                                            .incarnation = job_incarnation_,
@@ -327,7 +344,10 @@ void Worker::fail(int64_t job, const std::string& error, bool retry, const std::
   m.retry = retry;
   m.lost_file = lost_file;
   m.held = cache_.ids();
-  if (running_job_ >= 0) m.step = runner_.reached();
+  if (running_job_ >= 0) {
+    m.step = runner_.reached();
+    record_.end(m.step, false, false);
+  }
   connection_.send(m.to_json());
 }
 
@@ -366,7 +386,8 @@ std::optional<std::string> Worker::fetch_parent(const protocol::Job& job) {
       asked_offset = offset;
       asked_at = Clock::now();
     }
-    if (!between_steps(job.from, 100)) {
+    // The bytes come through the master: without it, the job cannot go on.
+    if (!between_steps(job.from, 100) || hello_due_) {
       fetch_.reset();
       return std::nullopt;
     }
@@ -385,10 +406,15 @@ bool Worker::between_steps(int64_t step, int wait_ms) {
         .job = running_job_, .step = step, .incarnation = job_incarnation_, .fault = fault()}
                          .to_json());
   }
-  // The master forgets the job when we reconnect.
-  if (connection_.broken() || master_silent()) {
-    stop_job_ = true;
-    drop_running_job();
+  record_.progress(step);
+  // The job goes on (its reports may be lost: its record keeps them); we connect again and say
+  // hello once it has ended. It ends anyway, at its last step.
+  if ((connection_.broken() || master_silent()) && !hello_due_) {
+    spdlog::warn(
+        "the connection to the master broke off, or it went silent: job {} goes on to "
+        "its end, then we connect again",
+        running_job_);
+    hello_due_ = true;
   }
   // Once the job stops, what follows (a welcome, a new job) is for the main loop.
   while (!stop_job_) {

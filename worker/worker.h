@@ -6,12 +6,18 @@
 //   to ours: the master hears us), Job (run it; a job
 //   number not above the last one since the welcome is a replay and is refused), SnapshotAt (one
 //   more snapshot for the running job), Abandon (stop the running job), Reset (the master
-//   restarted: drop the running job, say hello again), Shutdown (exit), ReadFile (bytes of a
+//   restarted: say hello again, once the running job has ended), Shutdown (stop the running job,
+//   say so, and exit), ReadFile (bytes of a
 //   checkpoint in our storage, for a worker on another one), FileBytes (a chunk of the running
 //   job's parent, which we fetch), DeleteFiles (checkpoints of ours that no state needs).
 //   worker -> master: Hello (with our storage and its checkpoint files), Heartbeat, Metric,
 //   Snapshot (job_runner.h), Done, Failed, Abandoned, FetchParent, FileBytes, Fetched; each
 //   report on a job carries the incarnation of the master that gave it (its welcome's).
+//
+// A job goes on to its end whatever happens to its master (it restarts, goes silent, the
+// connection breaks): its order has all it needs. What it trained, wrote and measured is in the
+// record of the latest job (job_record.h), which every hello carries until a master welcomes it;
+// the worker says hello once the job has ended.
 //
 // Checkpoints on another storage come through the master, chunk by chunk, each asked for when the
 // one before it came (so a slow link holds one chunk in flight, and a lost answer is asked for
@@ -23,12 +29,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "protocol/clock.h"
 #include "protocol/message.h"
 #include "worker/checkpoint_store.h"
 #include "worker/connection.h"
 #include "worker/environment.h"
+#include "worker/job_record.h"
 #include "worker/job_runner.h"
 #include "worker/options.h"
 #include "worker/snapshot_writer.h"
@@ -36,14 +44,15 @@
 
 namespace hippo::worker {
 
-// SIGTERM and SIGINT make the worker stop at the next step and exit.
+// SIGTERM and SIGINT make the worker stop its job at the next step, say so (Abandoned, at the
+// step reached), and exit.
 void install_stop_signals();
 
 class Worker {
  public:
   explicit Worker(const Options& options);
   // Serves the master until it says shutdown (0) or a signal comes (0); 2 when the master refuses
-  // our handshake (the cause is logged).
+  // our handshake (the cause is logged). Its last messages are given a moment to leave.
   int run();
 
  private:
@@ -63,9 +72,10 @@ class Worker {
   template <typename M>
   void on(const M& m);  // a type that a master does not send to workers: refused
 
-  // Says who we are. Until the welcome comes, further resets (answers to heartbeats that crossed
-  // the hello) are ignored, so that one restart makes one hello; a hello that got no welcome in
-  // 5 s is repeated (the master may have refused it).
+  // Says who we are, with the record of the latest job if no master has heard it. Until the
+  // welcome comes, further resets (answers to heartbeats that crossed the hello) are ignored, so
+  // that one restart makes one hello; a hello that got no welcome in 5 s is repeated (the master
+  // may have refused it).
   void hello();
   bool may_hello() const;
   // A welcomed worker that heard nothing from its master for silence_limit() (a minute, or 10
@@ -75,23 +85,23 @@ class Worker {
   bool master_silent() const;
   std::chrono::milliseconds silence_limit() const;
 
-  // Runs a job and reports how it ended: Done, Abandoned (when the master ordered it), or Failed.
+  // Runs a job and reports how it ended: Done, Abandoned (stopped: the master ordered it, or
+  // said shutdown, or a signal came), or Failed; its record says the same.
   void execute(const protocol::Job& job);
   void fail(int64_t job, const std::string& error, bool retry, const std::string& lost_file);
   // Why this worker cannot work now ("" when it can), for its heartbeats: after it failed to
   // write to its checkpoint directory (a full or read-only disk), the directory is probed again
   // every few seconds until a write there succeeds (the master sets it aside meanwhile).
   const std::string& fault();
-  // Remembers a job that stops without its end because the master restarted or went silent: the
-  // next hello says how far it got, so that the new master counts the steps it trained.
-  void drop_running_job();
   // After each step of a job: a heartbeat when one is due, then the orders that came meanwhile
-  // (waiting up to wait_ms for the first). False when the job must stop (abandoned, the master
-  // restarted, the connection broke, a signal).
+  // (waiting up to wait_ms for the first). False when the job must stop (abandoned, shutdown, a
+  // signal). A master that restarted or went silent, or a broken connection, does not stop it:
+  // the hello is due once it has ended.
   bool between_steps(int64_t step, int wait_ms = 0);
   // The bytes of the running job's parent checkpoint, chunk by chunk through the master; nullopt
-  // when the job stopped meanwhile. StorageFailure naming the file as lost (the master rebuilds
-  // the state by replay) when the master has no copy to send or no chunk came for a minute.
+  // when the job stopped meanwhile, or its master is gone (the job cannot go on without it).
+  // StorageFailure naming the file as lost (the master rebuilds the state by replay) when the
+  // master has no copy to send or no chunk came for a minute.
   std::optional<std::string> fetch_parent(const protocol::Job& job);
 
   Options options_;
@@ -109,11 +119,11 @@ class Worker {
   Clock::time_point hello_sent_;
   Clock::time_point last_heard_;  // the last message from the master
   Clock::time_point last_heartbeat_;
-  int64_t last_job_ = 0;          // the newest job since the welcome (job ids start at 1)
-  int64_t running_job_ = -1;      // the job being run, -1 when idle
-  bool stop_job_ = false;         // the running job stops at the next step
-  bool abandon_ordered_ = false;  // ... because the master said that it is needed no more
+  int64_t last_job_ = 0;      // the newest job since the welcome (job ids start at 1)
+  int64_t running_job_ = -1;  // the job being run, -1 when idle
+  bool stop_job_ = false;     // the running job stops at the next step (abandon, shutdown)
   bool shutdown_ = false;
+  bool hello_due_ = false;  // the master restarted or went silent: hello once the job has ended
   // The parent checkpoint being fetched for the running job.
   struct Fetch {
     int64_t job = -1;
@@ -125,10 +135,9 @@ class Worker {
   Clock::time_point fetch_started_;  // of the last fetch: Fetched says how long it took
   std::string fault_;                // fault()
   Clock::time_point probed_{};       // the checkpoint directory's last probe
-  // The running job's order (trial, from, to) and the last step whose snapshot was announced.
-  protocol::Job job_order_;
-  int64_t announced_step_ = 0;
-  std::optional<protocol::DroppedJob> dropped_;  // for the next hello
+  JobRecord record_;                 // of the latest job, until a master heard it
+  // The record's job and incarnation as the last hello said them (a welcome answers that hello).
+  std::optional<std::pair<int64_t, std::string>> said_record_;
 };
 
 }  // namespace hippo::worker

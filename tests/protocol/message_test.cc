@@ -340,6 +340,59 @@ TEST(Messages, EveryTypeHasAFuzzSeedAndWritesOnlyItsDeclaredFields) {
     EXPECT_TRUE(seen.count(type)) << "no seed in fuzz/corpus/message decodes to " << type;
 }
 
+// A worker's record of its latest job, as its hello carries it and as it keeps it in its storage
+// (worker/job_record.h): the same fields both ways, and every step checked against the job's.
+TEST(Messages, TheRecordOfAJobDecodesWhatItEncodesAndIsChecked) {
+  DroppedJob record{.job = 7,
+                    .trial = 3,
+                    .from = 128,
+                    .to = 256,
+                    .reported = 192,
+                    .reached = 200,
+                    .incarnation = "0123456789abcdef"};
+  record.snapshots = {{160, 9, "state-0123456789abcdef-9.ckpt", 4160, std::string(64, 'a')},
+                      {192, 10, "state-0123456789abcdef-10.ckpt", 4160, std::string(64, 'b')}};
+  record.metrics = {{128, {{"loss", 2.5}}}, {192, {{"loss", 0.5}, {"accuracy", 0.75}}}};
+  record.busy_s = 3.5;
+  EXPECT_EQ(DroppedJob::from_json(record.to_json()), record);
+  // A diverging model's metrics are not finite; the record keeps them as the Metric message does.
+  DroppedJob diverging = record;
+  diverging.metrics[1].metrics["loss"] = std::nan("");
+  const json kept = DroppedJob::from_json(diverging.to_json()).to_json();
+  EXPECT_EQ(kept.dump(), diverging.to_json().dump());
+  EXPECT_TRUE(std::isnan(DroppedJob::from_json(kept).metrics[1].metrics["loss"].get<double>()));
+  record.reached = 256;
+  record.done = true;
+  Hello hello{"w4", "cpu", 1, 1, 80, {}};
+  hello.dropped = {record};
+  expect_round_trip(hello);
+
+  auto refused = [](DroppedJob r, const std::string& field) {
+    try {
+      DroppedJob::from_json(r.to_json());
+      ADD_FAILURE() << "accepted " << r.to_json().dump();
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  DroppedJob past = record;
+  past.snapshots[1].step = 300;  // past `reached`
+  refused(past, "hello.dropped.snapshots.step");
+  DroppedJob unordered = record;
+  std::swap(unordered.metrics[0], unordered.metrics[1]);
+  refused(unordered, "hello.dropped.metrics.step");
+  DroppedJob unfinished = record;
+  unfinished.done = false;
+  unfinished.diverged = true;
+  refused(unfinished, "hello.dropped.diverged");
+  DroppedJob unhashed = record;
+  unhashed.snapshots[0].checksum = "";
+  refused(unhashed, "checksum");
+  DroppedJob escaping = record;
+  escaping.snapshots[0].file = "../../etc/passwd";
+  refused(escaping, "file");
+}
+
 }  // namespace
 // Text from outside made safe for a terminal: controls escaped, UTF-8 kept.
 TEST(Printable, EscapesControlCharactersAndKeepsTheRest) {
