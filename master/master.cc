@@ -530,8 +530,8 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
                    const std::string& storage, const std::string& environment,
                    const std::set<std::string>& files) {
   // The job as its master recorded it: this master's own (a worker that reconnected), or an
-  // earlier master's (running_jobs). A record of neither (settled already, or a worker before
-  // records) only counts the steps it says were not reported.
+  // earlier master's (running_jobs). A record of neither was settled already (its Done came, or
+  // it was given up): the worker keeps its record until its next job, and says it again.
   const RunningJob* mine = nullptr;
   const RunningJobRow* earlier = nullptr;
   if (d.incarnation == states_.incarnation()) {
@@ -545,14 +545,13 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
     if (earlier->trial != d.trial || earlier->from != d.from || earlier->to != d.to)
       throw protocol::ProtocolError("hello.dropped: not the job " + std::to_string(d.job) +
                                     " its master sent");
+  } else {
+    return;
   }
   if (!tree_.has_trial(d.trial) || d.to > tree_.trial(d.trial).length) return;
-  const StageId stage = first_stage(tree_, d.trial, d.from, d.to);
   const std::set<int64_t> studies =
-      mine      ? mine->studies
-      : earlier ? std::set<int64_t>(earlier->studies.begin(), earlier->studies.end())
-                : driver_.studies_through(stage);
-  const int64_t counted = mine ? mine->reported_step : earlier ? earlier->counted : d.reported;
+      mine ? mine->studies : std::set<int64_t>(earlier->studies.begin(), earlier->studies.end());
+  const int64_t counted = mine ? mine->reported_step : earlier->counted;
   // The steps it trained past what was counted: once.
   if (d.reached > counted) e.add(edit::Count{studies, d.reached - counted, d.busy_s});
   // The states it wrote, hashed, on its storage: those nobody has are this master's now.
@@ -582,17 +581,19 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
   job.order.to = d.to;
   job.representative = d.trial;
   job.studies = studies;
-  job.started_at = earlier ? earlier->started_at : mine ? mine->started_at : unix_seconds();
-  job.kind = earlier ? earlier->kind : mine ? mine->kind : ExecutionKind::kTrain;
+  job.started_at = mine ? mine->started_at : earlier->started_at;
+  job.kind = mine ? mine->kind : earlier->kind;
   edit::AddExecution row =
       execution(job, tree_, worker, d.done ? ExecutionOutcome::kDone : ExecutionOutcome::kLost,
                 d.reached, d.done ? "" : "its master restarted or went silent");
   if (d.done) row.row.busy_s = d.busy_s;
   job.reported_step = d.reached;  // counted above
   if (adopted > 0) add_progress(e, job, tree_, adopted_to);
-  if (mine || earlier) e.add(row);
-  if (mine) e.add(edit::EndJob{.job = d.job, .done = d.done, .busy_s = d.busy_s});
-  if (earlier) e.add(edit::SettleEarlierJob{d.incarnation, d.job});
+  e.add(row);
+  if (mine)
+    e.add(edit::EndJob{.job = d.job, .done = d.done, .busy_s = d.busy_s});
+  else
+    e.add(edit::SettleEarlierJob{d.incarnation, d.job});
   merge(e, driver_.close_trials_ending(d.trial, d.from, d.reached));
   e.add(edit::AddEvent{std::nullopt,
                        "job_adopted",
@@ -1145,8 +1146,23 @@ void Master::dispatch() {
   for (const auto& [key, row] : earlier_jobs_)
     if (tree_.has_trial(row.trial) && row.to <= tree_.trial(row.trial).length)
       earlier_stages.insert(first_stage(tree_, row.trial, row.from, row.to));
+  // For a while after a start, workers come back (a busy one says hello once its job ends): a
+  // parent whose file only their storages hold waits for them rather than being replayed.
+  std::set<std::string> connected_storages;
+  const bool returning = seconds_since(started_) < 3 * options_.worker_timeout_s;
+  if (returning)
+    for (const auto& [peer, w] : pool_.workers()) connected_storages.insert(copies_.storage_of(w));
+  auto reachable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
+    if (!returning || item.parent_state < 0) return true;
+    const StateInfo& parent = states_.info(item.parent_state);
+    if (parent.file.empty() || idle_worker.held->count(item.parent_state) ||
+        parent.storages.count(storages_.own()))
+      return true;
+    return std::any_of(parent.storages.begin(), parent.storages.end(),
+                       [&](const std::string& s) { return connected_storages.count(s) > 0; });
+  };
   auto usable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
-    if (!study_for(item)) return false;
+    if (!study_for(item) || !reachable(item, idle_worker)) return false;
     if (!earlier_stages.empty() &&
         earlier_stages.count(first_stage(tree_, item.representative, item.from, item.to)))
       return false;

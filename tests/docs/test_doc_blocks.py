@@ -411,3 +411,50 @@ def test_every_page_can_be_read():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-rs", "-q"]))
+
+
+# --- The names a folder's README gives of its code ---------------------------------------------
+# master/README.md maps the master's files and names the functions that do each part
+# (`Master::apply`, `check_snapshot_bytes`, ...). A name written there with `()` or `Class::` that
+# no source file of the folder defines any more is a README that drifted from the code.
+
+CODE_NAME = re.compile(r"`((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)(\(\))?`")
+
+
+def names_in_readme(readme):
+    """The backticked names of a README that are written as code: `f()` or `A::b`."""
+    names = set()
+    for match in CODE_NAME.finditer(readme.read_text()):
+        name, call = match.group(1), match.group(2)
+        if call or "::" in name:
+            names.add(name)
+    return names
+
+
+CODE_FOLDERS = ["master", "worker", "stagetree", "storage", "searchers", "protocol", "kernels",
+                "pipeline", "dashboard"]
+
+
+def undefined_names(folder, code=None):
+    """The names `folder`'s README writes as code that no source file defines: those of its own
+    folder, or of the folders `code` lists (a README may name another part's function)."""
+    roots = [folder] + [REPO / c for c in (code or [])]
+    sources = "\n".join(p.read_text() for root in roots for p in sorted(root.rglob("*"))
+                        if p.suffix in {".h", ".cc", ".cu"})
+    missing = []
+    for name in sorted(names_in_readme(folder / "README.md")):
+        last = name.split("::")[-1]
+        if not re.search(r"\b" + re.escape(last) + r"\b", sources):
+            missing.append(name)
+    return missing
+
+
+@pytest.mark.parametrize("folder", ["master"])
+def test_a_readme_names_only_functions_its_folder_has(folder):
+    assert undefined_names(REPO / folder, CODE_FOLDERS) == []
+
+
+def test_a_readme_naming_a_function_that_is_gone_fails(tmp_path):
+    (tmp_path / "README.md").write_text("`kept()` and `Gone::vanished` and `plain`\n")
+    (tmp_path / "a.cc").write_text("void kept() {}\n")
+    assert undefined_names(tmp_path) == ["Gone::vanished"]
