@@ -212,6 +212,12 @@ struct InterruptStoredStudy {
   std::string name, why;
 };
 
+// The studies' accounts are written (those changed since, and every running one at least every
+// `every_s` seconds: its run time grows).
+struct SaveAccounts {
+  double every_s = 0;
+};
+
 // --- Workers and their jobs: the master's part (Master::apply) ---
 
 // A worker said hello on `peer`: it joins the pool (a job it had before is lost: its end is in
@@ -316,7 +322,8 @@ using EditOp =
                  edit::JobProgress, edit::SnapshotAt, edit::AbandonJob, edit::EndJob,
                  edit::SettleEarlierJob, edit::Attempt, edit::ClearFailures, edit::Claim,
                  edit::WorkerFault, edit::WorkerFailed, edit::DrainWorker, edit::KeepTrainer,
-                 edit::CreateStudy, edit::TakeUpStudy, edit::InterruptStoredStudy>;
+                 edit::CreateStudy, edit::TakeUpStudy, edit::InterruptStoredStudy,
+                 edit::SaveAccounts>;
 
 struct Edit {
   std::vector<EditOp> ops;

@@ -68,28 +68,25 @@ Master::Master(SearchPlan plan, const Options& options, std::unique_ptr<Transpor
 Master::~Master() = default;
 
 void Master::restore_checkpoints() {
+  Edit e;
   for (const CheckpointRow& row : plan_.checkpoints()) {
-    StateInfo info = state_of(row, storages_.own());
+    const StateInfo info = state_of(row, storages_.own());
+    const int64_t id = states_.add_restored(info);
     std::error_code ec;
     // Only the master's own directory can be looked at; other storages' workers say what they
-    // lack when asked for it.
+    // lack when asked for it. Lost with its disk: forgotten (replayed from an earlier state when
+    // it is needed), unless another storage holds a copy.
     if (info.storages.count(storages_.own()) &&
         !std::filesystem::exists(std::filesystem::path(options_.checkpoints) / row.file, ec)) {
-      // Lost with its disk: forgotten (replayed from an earlier state when it is needed), unless
-      // another storage holds a copy.
-      info.storages.erase(storages_.own());
-      plan_.transaction([&] {
-        if (info.storages.empty())
-          plan_.delete_checkpoint(row.id);
-        else
-          plan_.set_checkpoint_storages(row.id, {info.storages.begin(), info.storages.end()});
-        plan_.add_event(std::nullopt, "checkpoint_lost",
-                        {{"file", row.file}, {"why", "missing"}, {"storage", storages_.own()}});
-      });
-      if (info.storages.empty()) continue;
+      std::set<std::string> left = info.storages;
+      left.erase(storages_.own());
+      if (left.empty())
+        e.add(edit::DropState{id, "missing"});
+      else
+        e.add(edit::SetStorages{id, left, "missing", storages_.own()});
     }
-    states_.add_restored(info);
   }
+  if (!e.empty()) in_process([&] { apply(e); });
 }
 
 void Master::sweep_checkpoints() {
@@ -104,8 +101,12 @@ void Master::sweep_checkpoints() {
   spdlog::info("removed {} checkpoint file(s) in {} that no row of the search plan names", removed,
                options_.checkpoints);
   // Before any worker hears of the incarnation: the next start knows the files it names.
-  plan_.add_event(std::nullopt, "master_started",
-                  {{"incarnation", states_.incarnation()}, {"checkpoint_files_removed", removed}});
+  in_process([&] {
+    apply(Edit{}.add(edit::AddEvent{
+        std::nullopt,
+        "master_started",
+        {{"incarnation", states_.incarnation()}, {"checkpoint_files_removed", removed}}}));
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,6 +181,7 @@ void Master::finish_jobs(double patience_s) {
 }
 
 void Master::shutdown_workers(double patience_s) {
+  stopping_ = true;  // no new work: the workers are told to exit
   // Each worker stops its job at the next step and says how far it got (Abandoned) before it
   // exits: the steps it trained are counted, not guessed from its last heartbeat.
   in_process([&] {
@@ -198,8 +200,8 @@ void Master::shutdown_workers(double patience_s) {
       add_unfinished(e, job, tree_, worker_name(job.worker), ExecutionOutcome::kAbandoned);
       e.add(edit::EndJob{.job = id});
     }
+    e.add(edit::SaveAccounts{0});
     apply(e);
-    driver_.save_accounts(0);
   });
 }
 
@@ -271,7 +273,7 @@ void Master::step(std::vector<protocol::Envelope>& batch) {
       schedule_changed_ = false;
     }
     if (!storages_.deletions().empty()) apply(copies_.deletions());
-    driver_.save_accounts(5);
+    apply(Edit{}.add(edit::SaveAccounts{5}));
   });
   if (began) {
     if (!busy_error_.empty()) spdlog::info("the search plan is writable again");
@@ -1101,6 +1103,7 @@ void Master::retire_drained_workers() {
 }
 
 void Master::dispatch() {
+  if (stopping_) return;
   std::vector<IdleWorker> idle;
   for (const std::string& peer : pool_.idle())
     if (const ConnectedWorker& w = *pool_.find(peer); pool_.unavailable(w).empty())

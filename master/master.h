@@ -344,6 +344,7 @@ class Master {
   MasterCosts costs_;
   bool schedule_changed_ = true;  // something arrived since the last dispatch
   bool trials_to_close_ = false;  // close_trained_trials() is due (a lost worker)
+  bool stopping_ = false;         // shutdown_workers: nothing more is dispatched
 };
 
 }  // namespace hippo::master

@@ -189,7 +189,8 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   }
   const std::vector<ExecutionRow> executions = plan.executions(study);
   const OwnSteps own = own_steps(tree, needed, executions, s.resumed_at);
-  out.steps_reused = std::max<int64_t>(0, out.steps_unique - own.trained);
+  // Of what is trained so far (all of it, once the study is done), what its own jobs did not.
+  out.steps_reused = std::max<int64_t>(0, p.steps_trained - own.trained);
   out.steps_earlier_runs = own.before;
   out.steps_redone = std::max<int64_t>(0, out.steps_executed - own.trained);
   out.wall_s = s.wall_s();

@@ -971,8 +971,8 @@ void StudyDriver::apply_op(const edit::RemoveFile& op) {
   storages_.remove_after_commit(plan_, op.storages, op.file);
 }
 
-void StudyDriver::save_accounts(double every_s) {
-  const bool due = seconds_since(accounts_saved_) >= every_s;
+void StudyDriver::apply_op(const edit::SaveAccounts& op) {
+  const bool due = seconds_since(accounts_saved_) >= op.every_s;
   if (due) accounts_saved_ = Clock::now();
   for (auto& [id, s] : studies_) {
     if (!s.account_changed && !(due && s.status == StudyStatus::kRunning)) continue;

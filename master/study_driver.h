@@ -209,9 +209,7 @@ class StudyDriver {
   // states and running jobs are the master's next operations.
   std::vector<Split> take_splits() { return std::exchange(splits_, {}); }
 
-  // Writes the accounts of the studies that changed (their row in the plan), and every running
-  // study's at least every `every_s` seconds (its run time grows).
-  void save_accounts(double every_s);
+
 
   // The id of a study known to this master: a JSON number is an id, a string a name or an id
   // (study_id_in); std::invalid_argument if there is none.
@@ -299,6 +297,9 @@ class StudyDriver {
   void apply_op(const edit::CreateStudy& op);
   void apply_op(const edit::TakeUpStudy& op);
   void apply_op(const edit::InterruptStoredStudy& op);
+  // Writes the accounts of the studies that changed (their row in the plan), and every running
+  // study's at least every `every_s` seconds (its run time grows).
+  void apply_op(const edit::SaveAccounts& op);
   template <typename MasterOp>
   void apply_op(const MasterOp&) {
     throw std::logic_error("a worker's or job's operation is the master's to apply");

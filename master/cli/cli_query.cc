@@ -369,10 +369,12 @@ int tree(const std::string& name, const GlobalOptions& global) {
 int delete_study(const std::string& name, const GlobalOptions& global) {
   SearchPlan plan = open_existing_plan(global.db);
   StudyRow row = find_study(plan, name);
-  if (row.status == StudyStatus::kRunning)
-    throw BadInput("study " + row.name + " is running: cancel it first (hippo cancel " + row.name +
-                   "), or stop the run that has it");
-  plan.delete_study(row.id);
+  try {
+    // Its status is checked by the statement that deletes it (a master may resume it meanwhile).
+    plan.delete_study(row.id);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string(e.what()) + " (hippo cancel " + row.name + ")");
+  }
   if (global.format == Format::kJson)
     std::printf("%s\n",
                 json{{"deleted", row.name}, {"id", row.id}, {"status", to_string(row.status)}}
