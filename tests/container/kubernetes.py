@@ -132,6 +132,8 @@ class Manifests:
 def container_spec(pod_spec, image_config, injected_env, claim_templates):
     """The one container of a pod spec, as a runtime runs it from the image's configuration."""
     [c] = pod_spec["containers"]
+    if pod_spec.get("enableServiceLinks", True):
+        raise ManifestError("enableServiceLinks: the Services' variables are not made by this test")
     env = {}
     for entry in image_config.get("Env") or []:
         k, _, v = entry.partition("=")

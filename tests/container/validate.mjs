@@ -55,9 +55,10 @@ async function check(file, index, doc) {
     return [`${where}: no schema for ${doc.apiVersion} ${doc.kind}`];
   }
   const objects = [];
+  const what = `${where} (${doc.kind} ${doc.metadata?.name})`;
   const errors = validate(watched(doc, "", objects))
     ? []
-    : validate.errors.map((e) => `${where} (${doc.kind} ${doc.metadata?.name}): ${e.instancePath || "/"} ${reason(e)}`);
+    : validate.errors.map((e) => `${what}: ${e.instancePath || "/"} ${reason(e)}`);
   // The top level's apiVersion and kind are read by the model classes, not the schema.
   const unknown = [];
   for (const o of objects.reverse())  // outer objects first: what is inside an unknown field is not
@@ -66,9 +67,10 @@ async function check(file, index, doc) {
       if (o.read.has(k) || (o.path === "" && (k === "apiVersion" || k === "kind"))) continue;
       if (unknown.some((u) => path.startsWith(`${u}/`))) continue;
       unknown.push(path);
-      errors.push(`${where} (${doc.kind} ${doc.metadata?.name}): ${path} is not a field of ${doc.kind}`);
+      errors.push(`${what}: ${path} is not a field of ${doc.kind}`);
     }
-  if (errors.length === 0) console.log(`${where}: ${doc.apiVersion} ${doc.kind} ${doc.metadata?.name}: valid`);
+  if (errors.length === 0)
+    console.log(`${where}: ${doc.apiVersion} ${doc.kind} ${doc.metadata?.name}: valid`);
   return errors;
 }
 

@@ -60,7 +60,8 @@ def test_the_validator_refuses_a_misspelt_field_a_wrong_value_and_an_unknown_kin
     r = validate(bad)
     assert r.returncode == 1, r.stdout
     assert "/spec/completionMode must be one of Indexed, NonIndexed" in r.stdout
-    assert "/spec/template/spec/containers/0/volumeMounts/0/readonly is not a field of Job" in r.stdout
+    mount = "/spec/template/spec/containers/0/volumeMounts/0"
+    assert f"{mount}/readonly is not a field of Job" in r.stdout
     assert "no schema for v1 Pdo" in r.stdout
 
 
