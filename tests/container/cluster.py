@@ -359,10 +359,15 @@ def main(reference_name, build, work):
         cluster.containers[victim.name].kill()
         restarted_at = time.time()
         cluster.start(victim)
-        seen = metrics_count()
-        print(f"containers: {victim.name} killed and started again after {seen} evaluations")
-        wait_for("a metric after the worker's restart", lambda: metrics_count() > seen, 60,
-                 cluster)
+        print(f"containers: {victim.name} killed and started again after {metrics_count()} "
+              "evaluations")
+        # It comes back under its name (the completion index).
+        victim_name = victim.container.command[victim.container.command.index("--name") + 1]
+
+        def joins():
+            return query(plan, "SELECT count(*) FROM events WHERE kind = 'worker_joined' AND "
+                         "json_extract(detail, '$.name') = ?", victim_name)
+        wait_for(f"{victim_name} joining again", lambda: joins() >= 2, 60, cluster)
         status = study_status(hippo, plan, longer["name"])
         if status != "running":
             raise Failure(f"the longer study ended ({status}) before the master could be killed: "
@@ -381,17 +386,13 @@ def main(reference_name, build, work):
         if got != expected_long:
             raise Failure(f"after the restarts, the metrics differ from hippo run's:\n{got}\n"
                           f"{expected_long}")
-        # The worker came back under its name and trained again; the master resumed the study.
-        victim_name = victim.container.command[victim.container.command.index("--name") + 1]
-        joins = query(plan, "SELECT count(*) FROM events WHERE kind = 'worker_joined' AND "
-                      "json_extract(detail, '$.name') = ?", victim_name)
+        # The restarted worker trained again; the master resumed the study.
         jobs = query(plan, "SELECT count(*) FROM executions WHERE worker = ? AND started_at > ?",
                      victim_name, restarted_at)
         starts = query(plan, "SELECT count(*) FROM events WHERE kind = 'master_started'")
         resumed = query(plan, "SELECT count(*) FROM events WHERE kind = 'resumed'")
-        if joins < 2 or jobs < 1 or starts != 2 or resumed < 1:
-            raise Failure(f"{victim_name} joined {joins} times (at its start and its restart at "
-                          f"least), ran {jobs} jobs after its restart; the master started "
+        if jobs < 1 or starts != 2 or resumed < 1:
+            raise Failure(f"{victim_name} ran {jobs} jobs after its restart; the master started "
                           f"{starts} times, resumed {resumed} studies")
         print(f"containers: {longer['name']} done after a worker and the master were killed, "
               f"{len(got)} trials equal to hippo run's bit for bit ({victim_name}: {jobs} jobs "
