@@ -221,11 +221,17 @@ class Cluster:
         raise Failure(f"{pod.name}: a volume of kind {kind} is not supported by this test")
 
     def close(self):
-        try:
-            for c in self.containers.values():
+        """Kills every container, then removes the network: a process left behind would keep
+        its network namespace, and its veth pair, alive."""
+        left = []
+        for c in self.containers.values():
+            try:
                 c.kill()
-        finally:
-            self.network.close()
+            except Failure as e:
+                left.append(str(e))
+        self.network.close()
+        if left:
+            raise Failure("; ".join(left))
 
 
 class Image:
