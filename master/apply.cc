@@ -120,6 +120,7 @@ void Master::apply_worker_op(const edit::SettleEarlierJob& op) {
   plan_.delete_running_job(op.incarnation, op.job);
   earlier_jobs_.erase({op.incarnation, op.job});
   earlier_heard_.erase({op.incarnation, op.job});
+  schedule_changed_ = true;  // the work of its stage waited for it
 }
 
 void Master::apply_worker_op(const edit::Attempt& op) {

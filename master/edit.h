@@ -313,17 +313,15 @@ struct KeepTrainer {
 
 }  // namespace edit
 
-using EditOp =
-    std::variant<edit::TrackTrial, edit::PlaceTrial, edit::EndTrial, edit::RecordMetrics,
-                 edit::CacheMetrics, edit::Journal, edit::EndStudy, edit::FailStage,
-                 edit::TrainStage, edit::AddState, edit::DropState, edit::SetStorages, edit::Retain,
-                 edit::AddExecution, edit::AddEvent, edit::Count, edit::RemoveFile,
-                 edit::JoinWorker, edit::LeaveWorker, edit::AdmitStorage, edit::StartJob,
-                 edit::JobProgress, edit::SnapshotAt, edit::AbandonJob, edit::EndJob,
-                 edit::SettleEarlierJob, edit::Attempt, edit::ClearFailures, edit::Claim,
-                 edit::WorkerFault, edit::WorkerFailed, edit::DrainWorker, edit::KeepTrainer,
-                 edit::CreateStudy, edit::TakeUpStudy, edit::InterruptStoredStudy,
-                 edit::SaveAccounts>;
+using EditOp = std::variant<
+    edit::TrackTrial, edit::PlaceTrial, edit::EndTrial, edit::RecordMetrics, edit::CacheMetrics,
+    edit::Journal, edit::EndStudy, edit::FailStage, edit::TrainStage, edit::AddState,
+    edit::DropState, edit::SetStorages, edit::Retain, edit::AddExecution, edit::AddEvent,
+    edit::Count, edit::RemoveFile, edit::JoinWorker, edit::LeaveWorker, edit::AdmitStorage,
+    edit::StartJob, edit::JobProgress, edit::SnapshotAt, edit::AbandonJob, edit::EndJob,
+    edit::SettleEarlierJob, edit::Attempt, edit::ClearFailures, edit::Claim, edit::WorkerFault,
+    edit::WorkerFailed, edit::DrainWorker, edit::KeepTrainer, edit::CreateStudy, edit::TakeUpStudy,
+    edit::InterruptStoredStudy, edit::SaveAccounts>;
 
 struct Edit {
   std::vector<EditOp> ops;

@@ -1161,8 +1161,14 @@ void Master::dispatch() {
     if (parent.file.empty() || idle_worker.held->count(item.parent_state) ||
         parent.storages.count(storages_.own()))
       return true;
-    return std::any_of(parent.storages.begin(), parent.storages.end(),
-                       [&](const std::string& s) { return connected_storages.count(s) > 0; });
+    if (std::any_of(parent.storages.begin(), parent.storages.end(),
+                    [&](const std::string& s) { return connected_storages.count(s) > 0; }))
+      return true;
+    // It waits: the next decision comes when the wait is over at the latest.
+    next_retry_ = std::min(
+        next_retry_, started_ + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(3 * options_.worker_timeout_s)));
+    return false;
   };
   auto usable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
     if (!study_for(item) || !reachable(item, idle_worker)) return false;

@@ -209,8 +209,6 @@ class StudyDriver {
   // states and running jobs are the master's next operations.
   std::vector<Split> take_splits() { return std::exchange(splits_, {}); }
 
-
-
   // The id of a study known to this master: a JSON number is an id, a string a name or an id
   // (study_id_in); std::invalid_argument if there is none.
   int64_t find(const json& id_or_name) const;

@@ -142,8 +142,8 @@ TEST_F(Account, AMasterDownFor10SecondsThrowsNoWorkAway) {
 // A clean run ends every job it started as done: nothing abandoned, no unfinished time, and each
 // unique step executed once (20 runs of a 3-trial grid; 5 under the sanitizers).
 TEST_F(Account, CleanRunsRecordNoAbandonedJob) {
-  const std::string file = spec(
-      "clean", {{"model", {{"hidden", {16}}}}, {"hyperparameters", constant_lr({0.1, 0.05, 0.02})}});
+  const std::string file = spec("clean", {{"model", {{"hidden", {16}}}},
+                                          {"hyperparameters", constant_lr({0.1, 0.05, 0.02})}});
   const int runs = kAddressSanitized ? 5 : 20;
   for (int i = 0; i < runs; ++i) {
     const std::string db = "clean-" + std::to_string(i) + ".db";
