@@ -154,7 +154,10 @@ void Master::apply_worker_op(const edit::WorkerFailed& op) {
 }
 
 void Master::apply_worker_op(const edit::DrainWorker& op) {
-  if (ConnectedWorker* w = pool_.find(op.peer)) w->draining = true;
+  if (ConnectedWorker* w = pool_.find(op.peer)) {
+    w->draining = true;
+    w->handed_over = w->handed_over || op.handed_over;
+  }
 }
 
 void Master::apply_worker_op(const edit::KeepTrainer& op) {

@@ -302,9 +302,11 @@ struct WorkerFault {
 struct WorkerFailed {
   std::string peer, error;
 };
-// An operator drains the worker: no more work; it exits once idle and handed over.
+// An operator drains the worker: no more work; it exits once idle and handed over
+// (`handed_over`: the states only its storage held are being handed over now).
 struct DrainWorker {
   std::string peer;
+  bool handed_over = false;
 };
 // An idle worker is told to start a long-lived trainer ahead of its stages (Prepare).
 struct KeepTrainer {

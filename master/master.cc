@@ -1087,11 +1087,10 @@ void Master::retire_drained_workers() {
     if (const ConnectedWorker& w = *pool_.find(peer); w.draining && !copies_.handing_over(peer))
       drained.push_back(peer);
   for (const std::string& peer : drained) {
-    ConnectedWorker& w = *pool_.find(peer);
+    const ConnectedWorker& w = *pool_.find(peer);
     // What only its storage holds is handed over first (copies.h); it exits once that is done.
     if (!w.handed_over) {
-      w.handed_over = true;
-      apply(copies_.start_handover(w));
+      apply(copies_.start_handover(w).add(edit::DrainWorker{peer, true}));
       if (copies_.handing_over(peer)) continue;
     }
     Edit e;
@@ -1151,18 +1150,21 @@ void Master::dispatch() {
       earlier_stages.insert(first_stage(tree_, row.trial, row.from, row.to));
   // For a while after a start, workers come back (a busy one says hello once its job ends): a
   // parent whose file only their storages hold waits for them rather than being replayed.
-  std::set<std::string> connected_storages;
   const bool returning = seconds_since(started_) < 3 * options_.worker_timeout_s;
-  if (returning)
-    for (const auto& [peer, w] : pool_.workers()) connected_storages.insert(copies_.storage_of(w));
+  std::optional<std::set<std::string>> connected_storages;  // looked up when first needed
   auto reachable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
     if (!returning || item.parent_state < 0) return true;
     const StateInfo& parent = states_.info(item.parent_state);
     if (parent.file.empty() || idle_worker.held->count(item.parent_state) ||
         parent.storages.count(storages_.own()))
       return true;
+    if (!connected_storages) {
+      connected_storages.emplace();
+      for (const auto& [peer, w] : pool_.workers())
+        connected_storages->insert(copies_.storage_of(w));
+    }
     if (std::any_of(parent.storages.begin(), parent.storages.end(),
-                    [&](const std::string& s) { return connected_storages.count(s) > 0; }))
+                    [&](const std::string& s) { return connected_storages->count(s) > 0; }))
       return true;
     // It waits: the next decision comes when the wait is over at the latest.
     next_retry_ = std::min(
