@@ -221,10 +221,12 @@ struct EmbeddedMaster {
     options.resume_running = false;
     options.auth = protocol::ServerKeys{
         dir.master, "", {{dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
+    lock.emplace(global.db, "a run", /*create=*/true);  // before the plan is opened: plan_lock.h
     master.emplace(open_plan(global.db), options);
     checkpoints = options.checkpoints;
   }
   RunDirectory dir;
+  std::optional<master::PlanLock> lock;
   std::optional<master::Master> master;
   std::string checkpoints;
 };
@@ -457,6 +459,8 @@ int serve(std::string bind, const std::string& checkpoints, double timeout_s,
         "--allow-exec {}: studies may name commands of these kinds, which this master "
         "(searcher) or its workers (trainer) run as their users",
         protocol::to_string(rules.exec));
+  // Locked before it is opened, so that a second master (through any path) writes nothing.
+  master::PlanLock lock(global.db, "a master", /*create=*/true);
   master::Master m(open_plan(global.db), options);
   spdlog::info("listening on {}, search plan {}, checkpoints in {}", bind, global.db,
                options.checkpoints);
