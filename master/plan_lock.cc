@@ -34,21 +34,28 @@ std::map<std::pair<dev_t, ino_t>, std::weak_ptr<PlanLock::Held>> held_locks;
 }  // namespace
 
 PlanLock::PlanLock(const std::string& db, const std::string& what, bool create) {
-  // The plan itself, symlinks followed.
-  const std::filesystem::path given(db);
-  const std::string dir_of_given = given.has_parent_path() ? given.parent_path().string() : ".";
-  int plan = ::open(db.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | (create ? O_CREAT : 0),
-                    protocol::file_mode_in(dir_of_given));
-  if (plan < 0) {
-    if (errno == ENOENT && !create) return;  // not on disk: nothing to lock
-    throw std::runtime_error("cannot open the search plan " + db + ": " + error_text(errno));
-  }
+  // The plan itself, symlinks followed: stat, never open. Closing a descriptor of the plan
+  // would drop every fcntl lock this process holds on it, SQLite's too (a Master locks a plan it
+  // has opened already): another process's SQLite would then take itself for the plan's last
+  // user, and delete the write-ahead log under this one.
   struct stat st {};
-  const bool stated = ::fstat(plan, &st) == 0;
-  const int stat_error = errno;
-  ::close(plan);
-  if (!stated)
-    throw std::runtime_error("cannot stat the search plan " + db + ": " + error_text(stat_error));
+  if (::stat(db.c_str(), &st) != 0) {
+    if (errno != ENOENT)
+      throw std::runtime_error("cannot stat the search plan " + db + ": " + error_text(errno));
+    if (!create) return;  // not on disk: nothing to lock
+    // A new, empty file (SQLite makes a plan of it), which nobody has open.
+    const std::filesystem::path given(db);
+    const std::string dir = given.has_parent_path() ? given.parent_path().string() : ".";
+    const int made = ::open(db.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                            protocol::file_mode_in(dir));
+    if (made < 0 && errno != EEXIST)
+      throw std::runtime_error("cannot create the search plan " + db + ": " + error_text(errno));
+    if (made >= 0) ::close(made);
+    if (::stat(db.c_str(), &st) != 0)
+      throw std::runtime_error("cannot stat the search plan " + db + ": " + error_text(errno));
+  }
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error("the search plan " + db + " is not a regular file");
   if (st.st_nlink > 1)
     throw std::runtime_error(
         "the search plan " + db + " has " + std::to_string(st.st_nlink) +

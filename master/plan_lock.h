@@ -43,7 +43,8 @@ class PlanLock {
   // another process holds it; std::runtime_error if the plan has several hard links or the lock
   // file cannot be opened. A missing plan is created empty with `create` (a master's first
   // start); without it, a plan that is not on disk (an in-memory plan that `hippo simulate` saves
-  // there at its end) has nothing to lock.
+  // there at its end) has nothing to lock. The plan itself is only stat'ed, never opened: closing
+  // a descriptor of it would drop SQLite's own fcntl locks in this process.
   PlanLock(const std::string& db, const std::string& what, bool create = false);
   ~PlanLock();
   PlanLock(const PlanLock&) = delete;

@@ -658,7 +658,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
       std::string study;
     };
     auto a = std::make_shared<Args>();
-    cmd->add_option("study", a->study, "the study's name or id")->required();
+    add_study_argument(cmd, &a->study);
     add_local_run_options(cmd, a.get(), "study's");
     set_action(cmd, action, kTableOrJson,
                [a, &global] { return resume_study(a->study, a->local(), global); });

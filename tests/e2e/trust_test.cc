@@ -1033,7 +1033,8 @@ TEST_F(Trust, OneMasterPerPlanWhateverItsPath) {
   EXPECT_FALSE(fs::exists(path("hard.db-wal"))) << "the refused master opened the plan";
   // The first master goes on with its plan, alone.
   EXPECT_EQ(exit_status_within(first, 0), -1) << read_file(log_path(first));
-  EXPECT_EQ(wait_for_end(path("plan.db"), 120), "done");
+  EXPECT_EQ(sh(kHippo + " --master " + address + " --format json workers").status, 0);
+  EXPECT_EQ(json::parse(sh(hippo("plan.db") + "--format json studies").out).size(), 1u);
   kill(first, SIGTERM);
   waitpid(first, nullptr, 0);
   // With no master running, a plan of two names is refused all the same; with one, it runs.
@@ -1106,11 +1107,15 @@ TEST_F(Trust, IdsAndNamesNeverCollide) {
                sh(hippo("plan.db") + "--format json studies").out.find("\"name\"") !=
                    std::string::npos);
   const std::string longest(256, 'n');
-  ASSERT_EQ(
-      sh(hippo("plan.db") + "run " + spec(longest, json::object()) + " --workers 1 >/dev/null 2>&1")
-          .status,
-      0);
+  json s = json::parse(read_file(spec("x", json::object())));
+  s["name"] = longest;
+  std::ofstream(path("longest.json")) << s.dump();
+  ASSERT_EQ(sh(hippo("plan.db") + "run " + path("longest.json") + " --workers 1 >/dev/null 2>&1")
+                .status,
+            0);
   EXPECT_EQ(sh(hippo("plan.db") + "--format json trials '#1'").status, 0);
+  EXPECT_EQ(sh(hippo("plan.db") + "--format json trials --id 1").status, 0);
+  EXPECT_EQ(sh(hippo("plan.db") + "--format json trials 2>/dev/null").status, 2);
   Result deleted = sh(hippo("plan.db") + "--format json delete '#1'");
   ASSERT_EQ(deleted.status, 0) << deleted.out;
   EXPECT_EQ(json::parse(deleted.out)["deleted"], longest);
