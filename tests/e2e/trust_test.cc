@@ -17,6 +17,7 @@
 //     OneMasterPerPlanWhateverItsPath     a second master through a symlink or hard link refused
 //     OutsideTextIsEscaped                a trainer's and a searcher's stderr reach logs escaped
 //     IdsAndNamesNeverCollide             "#N" is an id; names are never ids, and are bounded
+//     IdleTrainersAreEnded                a kept trainer without a stage to train is ended
 //
 // Where a test measures the answer time of the master (a `hippo workers` round trip, and a
 // `hippo studies` read of the plan) during an attack, it prints the largest as "answer_s".
@@ -1013,16 +1014,17 @@ TEST_F(Trust, OneMasterPerPlanWhateverItsPath) {
             0);
   fs::create_directories(path("elsewhere"));
   fs::create_symlink(path("plan.db"), path("elsewhere/link.db"));
+  // (A second master that is not refused runs until `timeout` ends it: exit status 124.)
   auto second_master = [&](const std::string& db) {
-    return sh(kHippo + " --db " + db +
+    return sh("timeout 10 " + kHippo + " --db " + db +
               " master --bind tcp://127.0.0.1:" + std::to_string(free_port()) + " 2>&1");
   };
   Result through_symlink = second_master(path("elsewhere/link.db"));
   EXPECT_EQ(through_symlink.status, 1) << through_symlink.out;
   EXPECT_NE(through_symlink.out.find("another process holds the search plan"), std::string::npos)
       << through_symlink.out;
-  Result run_through_symlink = sh(kHippo + " --db " + path("elsewhere/link.db") + " run " +
-                                  spec("r", json::object()) + " --workers 1 2>&1");
+  Result run_through_symlink = sh("timeout 60 " + kHippo + " --db " + path("elsewhere/link.db") +
+                                  " run " + spec("r", json::object()) + " --workers 1 2>&1");
   EXPECT_EQ(run_through_symlink.status, 1) << run_through_symlink.out;
 
   ASSERT_EQ(::link(path("plan.db").c_str(), path("hard.db").c_str()), 0);
@@ -1110,15 +1112,63 @@ TEST_F(Trust, IdsAndNamesNeverCollide) {
   json s = json::parse(read_file(spec("x", json::object())));
   s["name"] = longest;
   std::ofstream(path("longest.json")) << s.dump();
-  ASSERT_EQ(sh(hippo("plan.db") + "run " + path("longest.json") + " --workers 1 >/dev/null 2>&1")
-                .status,
-            0);
+  ASSERT_EQ(
+      sh(hippo("plan.db") + "run " + path("longest.json") + " --workers 1 >/dev/null 2>&1").status,
+      0);
   EXPECT_EQ(sh(hippo("plan.db") + "--format json trials '#1'").status, 0);
   EXPECT_EQ(sh(hippo("plan.db") + "--format json trials --id 1").status, 0);
   EXPECT_EQ(sh(hippo("plan.db") + "--format json trials 2>/dev/null").status, 2);
   Result deleted = sh(hippo("plan.db") + "--format json delete '#1'");
   ASSERT_EQ(deleted.status, 0) << deleted.out;
   EXPECT_EQ(json::parse(deleted.out)["deleted"], longest);
+}
+
+// Issue 43, item 7: long-lived trainers, started ahead of their stages (prepare) or kept after
+// them, stayed alive for ever: after a 1-trial study, 3 trainer processes, 2 of which never
+// trained (on a GPU, memory held for nothing). A worker ends a kept trainer that has trained
+// nothing for --trainer-idle seconds.
+TEST_F(Trust, IdleTrainersAreEnded) {
+  const std::string trainer = path("trainer.py"), pids = path("pids");
+  std::ofstream(trainer) << R"(
+import json, os, sys
+with open(sys.argv[1], "a") as f:
+    f.write("%d\n" % os.getpid())
+for line in sys.stdin:
+    stage = json.loads(line)
+    for s in stage["eval_steps"]:
+        print(json.dumps({"step": s, "metric": "accuracy", "value": 0.5}), flush=True)
+    for c in stage["checkpoints"]:
+        with open(c["path"], "w") as f:
+            f.write("0.5")
+        print(json.dumps({"checkpoint": c["step"]}), flush=True)
+    print(json.dumps({"done": True}), flush=True)
+)";
+  pid_t master = 0;
+  const std::string address = start_master("plan.db", {"--allow-exec", "trainer"}, &master);
+  for (const std::string name : {"w1", "w2"})
+    spawn({kHippo, "worker", "--master", address, "--checkpoints", path(name + ".ck"), "--name",
+           name, "--allow-exec", "trainer", "--trainer-idle", "1"});
+  const std::string one = spec("one", {{"model",
+                                        {{"type", "external"},
+                                         {"command", {"/usr/bin/python3", trainer, pids}},
+                                         {"long_lived", true},
+                                         {"hidden", nullptr}}},
+                                       {"fixed", {{"optimizer", nullptr}}},
+                                       {"hyperparameters", {{"lr", 0.1}}}});
+  Result r = sh(kHippo + " --master " + address + " submit --wait " + one + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out << read_file(log_path(master));
+  std::vector<pid_t> started;
+  std::istringstream lines(read_file(pids));
+  for (std::string line; std::getline(lines, line);) started.push_back(std::stoi(line));
+  ASSERT_FALSE(started.empty()) << "no trainer started: the test proves nothing";
+  for (pid_t pid : started) {
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = kill(pid, 0) != 0;
+      if (!gone) std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(gone) << "trainer " << pid << " is alive after its study";
+  }
 }
 
 }  // namespace
