@@ -1155,7 +1155,8 @@ for line in sys.stdin:
                                          {"hidden", nullptr}}},
                                        {"fixed", {{"optimizer", nullptr}}},
                                        {"hyperparameters", {{"lr", 0.1}}}});
-  Result r = sh(kHippo + " --master " + address + " submit --wait " + one + " 2>&1");
+  Result r =
+      sh("timeout 120 " + kHippo + " --master " + address + " submit --wait " + one + " 2>&1");
   ASSERT_EQ(r.status, 0) << r.out << read_file(log_path(master));
   std::vector<pid_t> started;
   std::istringstream lines(read_file(pids));
