@@ -985,7 +985,9 @@ TEST_F(Trust, TrainersUseTheBytesThatWereChecked) {
           << read_file(path("inputs"));
       for (const json& trial : t)
         for (const json& m : trial["metrics"])
-          if (m["name"] == "accuracy") EXPECT_EQ(m["value"], 0.5) << trial;
+          if (m["name"] == "accuracy") {
+            EXPECT_EQ(m["value"], 0.5) << trial;
+          }
     } else {
       EXPECT_EQ(run.status, 1) << run.out;
       for (const json& trial : t) {
