@@ -9,18 +9,28 @@
 // median, min and max of the others (seconds), and the training time of a step (from a stage of
 // 1 + --long steps against one of 1), which the overhead excludes.
 //
+// With --input-mb N it measures instead what handing a trainer its parent's checked bytes costs
+// (worker/trainer_files.h), for a file of N MiB, page cache warm: the worker's check through the
+// descriptor the trainer then reads (the anchor: one hashing read, what the check cost before),
+// the private sealed copy (a file that others may write), and the trainer's own read of either.
+//
 //   bench_trainer --stages 10 -- /usr/bin/python3 examples/pytorch/fashion_mnist.py
+//   bench_trainer --input-mb 256
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "protocol/clock.h"
+#include "protocol/content_hash.h"
 #include "worker/external_trainer.h"
+#include "worker/trainer_files.h"
 
 namespace {
 
@@ -70,7 +80,7 @@ double run(Chain& chain, const json& model, int64_t steps, const std::string& di
   Job job = stage(chain, model, steps, ++id);
   TrainerHooks hooks;
   hooks.metrics = [](int64_t, const json&) {};
-  hooks.checkpoint = [](int64_t) {};
+  hooks.checkpoint = [](int64_t, const hippo::worker::WrittenFile&) {};
   hooks.tick = [](int64_t) { return true; };
   auto started = Clock::now();
   std::vector<int64_t> held = chain.trainer.held();
@@ -78,6 +88,48 @@ double run(Chain& chain, const json& model, int64_t steps, const std::string& di
   double s = seconds_since(started);
   if (!job.snapshots.empty()) chain.step = job.to;
   return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The parent's hand-over, for a file of `mb` MiB in `dir`: 7 rounds, the two ways interleaved.
+int input_cost(int64_t mb, const std::string& dir) {
+  const std::string path = dir + "/parent.ckpt";
+  std::string bytes(static_cast<size_t>(mb) << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 2654435761u >> 24);
+  std::ofstream(path, std::ios::binary) << bytes;
+  const std::string hash = hippo::protocol::content_hash(bytes);
+  bytes = {};
+  auto read_view = [](const std::string& view) {
+    std::ifstream in(view, std::ios::binary);
+    std::vector<char> buffer(size_t{1} << 20);
+    while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()))) {
+    }
+  };
+  std::vector<double> check, copy, read_checked, read_copy;
+  for (int round = 0; round < 7; ++round) {
+    for (bool copied : {false, true}) {
+      auto started = Clock::now();
+      hippo::worker::VerifiedInput input(path, hash, copied);
+      (copied ? copy : check).push_back(seconds_since(started));
+      started = Clock::now();
+      read_view(input.path());
+      (copied ? read_copy : read_checked).push_back(seconds_since(started));
+    }
+  }
+  auto round = [](double x) { return std::round(x * 1e4) / 1e4; };
+  std::printf("%s\n", json{{"input_mb", mb},
+                           {"checked_descriptor_s", round(median(check))},
+                           {"private_copy_s", round(median(copy))},
+                           {"copy_over_descriptor", round(median(copy) / median(check))},
+                           {"trainer_read_descriptor_s", round(median(read_checked))},
+                           {"trainer_read_copy_s", round(median(read_copy))}}
+                          .dump()
+                          .c_str());
+  return 0;
 }
 
 json summary(const std::vector<double>& seconds) {
@@ -98,14 +150,27 @@ int main(int argc, char** argv) {
   int64_t long_steps = 200;
   std::string dir = "bench-trainer-ckpt";
   std::vector<std::string> command;
+  int64_t input_mb = 0;
   app.add_option("--stages", stages, "stages per mode (>= 3)")->check(CLI::Range(3, 10000));
   app.add_option("--long", long_steps, "steps of the stage that times a step")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   app.add_option("--dir", dir, "checkpoint directory (emptied)");
-  app.add_option("command", command, "the trainer command")->required();
+  app.add_option("--input-mb", input_mb,
+                 "measure handing a parent checkpoint of this many MiB to a trainer instead")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  app.add_option("command", command, "the trainer command");
   CLI11_PARSE(app, argc, argv);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  if (input_mb > 0) {
+    const int status = input_cost(input_mb, dir);
+    std::filesystem::remove_all(dir);
+    return status;
+  }
+  if (command.empty()) {
+    std::fprintf(stderr, "bench_trainer: give the trainer command (or --input-mb)\n");
+    return 2;
+  }
   const json model = {{"type", "external"}, {"command", command}};
   try {
     // Long-lived without checkpoints: each stage after the first forks from the first's state

@@ -404,10 +404,15 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
   static const std::map<std::string, Handler> table = {
       {Hello::kType,
        [](Master& master, const Sender& from, const json& m) {
-         if (!from.identity.has(kWorkerRole))
-           throw ProtocolError("hello: " + from.identity.describe() +
-                               " is not a worker (its key is not in workers/)");
-         master.on_hello(from, Hello::from_json(m));
+         try {
+           if (!from.identity.has(kWorkerRole))
+             throw ProtocolError("hello: " + from.identity.describe() +
+                                 " is not a worker (its key is not in workers/)");
+           master.on_hello(from, Hello::from_json(m));
+         } catch (const ProtocolError& e) {  // the worker is told why, and waits longer
+           master.send(from.peer, Refused{e.what()}.to_json());
+           throw;
+         }
        }},
       {Heartbeat::kType, from_worker(&Master::on_heartbeat, &Heartbeat::from_json)},
       {Metric::kType, from_worker(&Master::on_metric, &Metric::from_json)},

@@ -280,15 +280,19 @@ class Simulation {
       start = std::max(start, std::prev(next)->second);
     const double written = start + write_s;
     w.writes.emplace(order.step, written);
-    schedule_message(written, worker_of(w.peer),
-                     protocol::Snapshot{.job = w.job,
-                                        .step = order.step,
-                                        .state = order.state,
-                                        .file = order.file,
-                                        .bytes = order.file.empty() ? 0 : w.times.state_bytes,
-                                        .incarnation = w.incarnation}
-                         .to_json(),
-                     order.state);
+    schedule_message(
+        written, worker_of(w.peer),
+        protocol::Snapshot{.job = w.job,
+                           .step = order.step,
+                           .state = order.state,
+                           .file = order.file,
+                           .bytes = order.file.empty() ? 0 : w.times.state_bytes,
+                           .incarnation = w.incarnation,
+                           // A file's is required; a simulated file has no bytes to
+                           // hash, and nothing reads it.
+                           .checksum = order.file.empty() ? "" : protocol::content_hash(order.file)}
+            .to_json(),
+        order.state);
   }
 
   // When the job's last snapshot is written (its training's start if it has none).

@@ -9,6 +9,7 @@
 
 #include "protocol/checkpoint_storage.h"
 #include "protocol/content_hash.h"
+#include "protocol/names.h"
 #include "stagetree/sequence_json.h"
 
 namespace hippo::protocol {
@@ -40,6 +41,7 @@ HIPPO_MESSAGE_CODEC(SnapshotAt)
 HIPPO_MESSAGE_CODEC(Abandon)
 HIPPO_MESSAGE_CODEC(Prepare)
 HIPPO_MESSAGE_CODEC(Reset)
+HIPPO_MESSAGE_CODEC(Refused)
 HIPPO_MESSAGE_CODEC(Shutdown)
 HIPPO_MESSAGE_CODEC(ReadFile)
 HIPPO_MESSAGE_CODEC(DeleteFiles)
@@ -131,6 +133,12 @@ json DroppedJob::to_json() const {
 
 DroppedJob DroppedJob::from_json(const json& m) {
   return fields::read<DroppedJob>(m);
+}
+
+void Snapshot::check() const {
+  if (!file.empty() && checksum.empty())
+    throw ProtocolError("snapshot.checksum: missing: a snapshot with a file (" + file +
+                        ") carries its content hash");
 }
 
 void SnapshotAt::check() const {
@@ -263,7 +271,7 @@ json read_name_or_id(const json& m, const char* name) {
   if (!m.contains(name)) refuse(m, name, "missing");
   const json& value = m[name];
   if (value.is_string())
-    get_string(m, name, 256);  // bounded
+    get_string(m, name, kMaxStudyName);  // every name submit accepts, no longer
   else if (!value.is_number_integer())
     refuse(m, name, "expected a name or an id");
   return value;

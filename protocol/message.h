@@ -14,8 +14,8 @@
 //
 // Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
 // FileBytes (a chunk the master asked for), Fetched.
-// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Prepare, Reset, Shutdown, ReadFile,
-// FileBytes (a chunk of the job's parent), DeleteFiles.
+// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Prepare, Reset, Refused, Shutdown,
+// ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles.
 // Client -> master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply.
 // AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
 //
@@ -84,7 +84,8 @@ std::string read_base64(const json& m, const char* name);
 // Job.hyperparameters: stagetree's JSON form of sequences.
 void write_hyperparams(json& m, const char* name, const Hyperparams& hyperparams);
 Hyperparams read_hyperparams(const json& m, const char* name);
-// Cancel.study: a name (a string of at most 256 bytes) or an id (an integer).
+// Cancel.study: a name (a string of at most kMaxStudyName bytes, names.h; "#N" names id N) or an
+// id (an integer).
 void write_json(json& m, const char* name, const json& value);
 json read_name_or_id(const json& m, const char* name);
 // Reply.error: a string of at most 64 KiB; absent: "refused".
@@ -251,7 +252,9 @@ struct Snapshot {
   int64_t bytes = 0;
   std::string incarnation{};
   // The content hash of its file, computed by its producer as the file was written
-  // (content_hash.h); "" for a state kept in memory only (or a worker before content hashes).
+  // (content_hash.h); "" for a state kept in memory only. A file without one is refused (check()):
+  // a hash left out would be a state that no reader can verify, and a worker that leaves it out
+  // (an older one, or one that wants its forgery trained on) must not downgrade that.
   std::string checksum{};
   bool operator==(const Snapshot&) const = default;
   static constexpr auto kFields =
@@ -264,6 +267,7 @@ struct Snapshot {
                  fields::Text{"checksum", &Snapshot::checksum, kContentHashLength,
                               checks::content_hash_or_empty}
                      .omitted()};
+  void check() const;  // a file has its checksum
   json to_json() const;
   static Snapshot from_json(const json& m);
 };
@@ -573,6 +577,17 @@ struct Reset {
   static Reset from_json(const json& m);
 };
 
+// The master refused the worker's hello, and says why (another key owns its storage or its name,
+// it is not a worker): the worker logs it and says hello again only after a growing pause.
+struct Refused {
+  static constexpr const char* kType = "refused";
+  std::string error;
+  bool operator==(const Refused&) const = default;
+  static constexpr auto kFields = std::tuple{fields::Text{"error", &Refused::error, 4096}};
+  json to_json() const;
+  static Refused from_json(const json& m);
+};
+
 // Exit.
 struct Shutdown {
   static constexpr const char* kType = "shutdown";
@@ -699,10 +714,10 @@ struct Reply {
   static Reply from_json(const json& m);
 };
 
-using AnyMessage =
-    std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
-                 FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Prepare, Reset, Shutdown,
-                 ReadFile, DeleteFiles, Submit, Status, Cancel, Resume, ListWorkers, Drain, Reply>;
+using AnyMessage = std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned,
+                                FetchParent, FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon,
+                                Prepare, Reset, Refused, Shutdown, ReadFile, DeleteFiles, Submit,
+                                Status, Cancel, Resume, ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

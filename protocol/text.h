@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hippo::protocol {
@@ -33,6 +34,48 @@ inline std::string printable(std::string_view text) {
   }
   return out;
 }
+
+// Output of another process (a trainer's or an external searcher's stderr) for a terminal or a
+// log: cut into lines, each escaped as printable() escapes names and starting with a prefix that
+// names its source ("[trainer 4242] "). No byte of it can then clear the screen, set the
+// terminal's title or start a line that passes for hippo's own log line. Bytes after the last
+// newline wait for the rest of their line; a line longer than kMaxLineBytes is cut there (the
+// rest follows as another line), so that memory stays bounded whatever the process writes.
+class PrintableLines {
+ public:
+  static constexpr size_t kMaxLineBytes = 16384;
+  explicit PrintableLines(std::string prefix) : prefix_(std::move(prefix)) {}
+  // The complete lines that `bytes` ends, each prefix + printable(line) + "\n" (a CR before the
+  // newline dropped).
+  std::string add(std::string_view bytes) {
+    std::string out;
+    for (char c : bytes) {
+      if (c == '\n') {
+        if (!pending_.empty() && pending_.back() == '\r') pending_.pop_back();
+        line(out);
+      } else {
+        pending_ += c;
+        if (pending_.size() == kMaxLineBytes) line(out);
+      }
+    }
+    return out;
+  }
+  // The bytes after the last newline as a line of their own ("" when there are none): the
+  // process has ended.
+  std::string flush() {
+    std::string out;
+    if (!pending_.empty()) line(out);
+    return out;
+  }
+
+ private:
+  void line(std::string& out) {
+    out += prefix_ + printable(pending_) + "\n";
+    pending_.clear();
+  }
+  std::string prefix_;
+  std::string pending_;
+};
 
 // The items of a comma-separated list, empty ones kept: "a,,b" -> {"a", "", "b"}, "" -> {""}.
 // The views point into `text`.

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "protocol/text.h"
 #include "stagetree/json_number.h"
 
 extern char** environ;
@@ -74,22 +75,31 @@ int ms_until(Clock::time_point deadline) {
 }  // namespace
 
 // A child process spoken to in lines: its stdin and stdout are pipes (non-blocking on our side, so
-// that no read or write waits past a deadline), its stderr is ours. It leads a process group of its
-// own, so that ending it also ends whatever it started.
+// that no read or write waits past a deadline). Its stderr is a pipe too, read whenever we wait
+// for its reply and when it ends, and passed on to ours line by line, escaped, each line naming
+// its source (protocol/text.h's PrintableLines): a searcher's output never moves our terminal's
+// cursor nor forges a line of our log. It leads a process group of its own, so that ending it also
+// ends whatever it started.
 class LineProcess {
  public:
-  explicit LineProcess(const std::vector<std::string>& command) {
-    int in[2], out[2];
+  LineProcess(const std::vector<std::string>& command, const std::string& stderr_prefix)
+      : stderr_lines_(stderr_prefix) {
+    int in[2], out[2], err[2];
     if (pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(errno_text("pipe"));
     if (pipe2(out, O_CLOEXEC) != 0) {
       close(in[0]);
       close(in[1]);
       throw std::runtime_error(errno_text("pipe"));
     }
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+      throw std::runtime_error(errno_text("pipe"));
+    }
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);  // dup2 clears O_CLOEXEC
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     posix_spawnattr_setflags(
@@ -109,16 +119,18 @@ class LineProcess {
     posix_spawnattr_destroy(&attr);
     close(in[0]);
     close(out[1]);
+    close(err[1]);
     to_ = in[1];
     from_ = out[0];
+    errors_ = err[0];
     if (rc != 0) {
       pid_ = -1;
       close(to_);
       close(from_);
+      close(errors_);
       throw std::runtime_error(std::string("cannot start it: ") + std::strerror(rc));
     }
-    fcntl(to_, F_SETFL, fcntl(to_, F_GETFL) | O_NONBLOCK);
-    fcntl(from_, F_SETFL, fcntl(from_, F_GETFL) | O_NONBLOCK);
+    for (int fd : {to_, from_, errors_}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
 
   ~LineProcess() { end(true); }
@@ -177,6 +189,7 @@ class LineProcess {
     if (pid_ < 0) return "";
     close(to_);
     close(from_);
+    pass_stderr(16);  // a process blocked on a full stderr pipe can then exit
     // Wait without reaping, so that its pid, and with it the group id, stays reserved for kill.
     siginfo_t info{};
     auto until = Clock::now() + (grace ? kGrace : Clock::duration::zero());
@@ -192,14 +205,23 @@ class LineProcess {
     while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
     pid_ = -1;
+    pass_stderr(16);     // what it wrote before it ended
+    if (errors_ >= 0) {  // open still (a process it started outside its group holds it)
+      write_stderr(stderr_lines_.flush());
+      close(errors_);
+      errors_ = -1;
+    }
     return exited ? describe_status(status) : "";
   }
 
  private:
-  // Reads what is there within `wait_ms` into buffer_; false when nothing came.
+  // Reads what is there within `wait_ms` into buffer_ (and its stderr, passed on); false when
+  // nothing came on stdout.
   bool read_some(int wait_ms) {
-    pollfd p{from_, POLLIN, 0};
-    if (poll(&p, 1, wait_ms) <= 0) return false;
+    pollfd p[2] = {{from_, POLLIN, 0}, {errors_, POLLIN, 0}};
+    if (poll(p, errors_ >= 0 ? 2 : 1, wait_ms) <= 0) return false;
+    if (p[1].revents != 0) pass_stderr(1);
+    if (p[0].revents == 0) return false;
     char chunk[65536];
     ssize_t n = read(from_, chunk, sizeof chunk);
     if (n == 0) throw std::runtime_error(ended("closed its output"));
@@ -217,9 +239,31 @@ class LineProcess {
     return how.empty() ? std::string(what) + " and did not exit" : how;
   }
 
+  // Passes on what its stderr has now, at most `rounds` reads of it (bounded: a process may write
+  // without end); at its end the pipe is closed here.
+  void pass_stderr(int rounds) {
+    char chunk[65536];
+    for (int i = 0; errors_ >= 0 && i < rounds; ++i) {
+      const ssize_t n = read(errors_, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return;  // nothing more now (EAGAIN)
+      if (n == 0) {
+        write_stderr(stderr_lines_.flush());
+        close(errors_);
+        errors_ = -1;
+        return;
+      }
+      write_stderr(stderr_lines_.add(std::string_view(chunk, static_cast<size_t>(n))));
+    }
+  }
+  static void write_stderr(const std::string& lines) {
+    if (!lines.empty()) std::fwrite(lines.data(), 1, lines.size(), stderr);
+  }
+
   pid_t pid_ = -1;
-  int to_ = -1, from_ = -1;
+  int to_ = -1, from_ = -1, errors_ = -1;
   std::string buffer_;  // read, not yet returned
+  protocol::PrintableLines stderr_lines_;
 };
 
 ExternalSearcher::ExternalSearcher(const StudySpec& spec) : spec_(spec) {
@@ -254,7 +298,9 @@ void ExternalSearcher::talk(const json& event,
   if (!process_ && name != "start" && name != "load")
     throw std::logic_error(label_ + ": event \"" + name + "\" before start or load");
   try {
-    if (!process_) process_ = std::make_unique<LineProcess>(command_);
+    if (!process_)
+      process_ = std::make_unique<LineProcess>(
+          command_, "[searcher of " + protocol::printable(spec_.name) + "] ");
     json reply = parse_json_text(process_->exchange(event.dump(), timeout_s_));
     check(Field(reply, ""));
   } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "pipeline/shape.h"
+#include "protocol/names.h"
 #include "searchers/searcher.h"
 #include "stagetree/hash.h"
 #include "stagetree/settings.h"
@@ -575,7 +576,8 @@ StudySpec parse_spec(const json& spec) {
                    "length", "eval", "pipeline"});
   StudySpec s;
   s.name = root["name"].text();
-  if (s.name.empty()) root["name"].fail("expected a non-empty name");
+  // Bounded, and never what reads as an id: one rule for every command (protocol/names.h).
+  if (std::string why = protocol::study_name_error(s.name); !why.empty()) root["name"].fail(why);
   Field model = root["model"];
   std::vector<Param> model_leaves = parse_model_leaves(model);
   std::vector<json> architectures;  // their models, in grid order

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "protocol/file_modes.h"
+#include "protocol/names.h"
 #include "stagetree/json_number.h"
 #include "stagetree/sequence_json.h"
 #include "storage/schema.h"
@@ -77,9 +78,7 @@ const char* to_string(Policy p) {
   return kPolicies[static_cast<int>(p)];
 }
 std::optional<int64_t> study_id_in(const std::string& text) {
-  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  return std::stoll(text);
+  return protocol::study_id_in(text);  // the one rule (protocol/names.h)
 }
 
 const char* to_string(StudyStatus s) {

@@ -68,8 +68,8 @@ StudyStatus parse_study_status(const std::string& text);
 TrialStatus parse_trial_status(const std::string& text);
 ExecutionKind parse_execution_kind(const std::string& text);
 ExecutionOutcome parse_execution_outcome(const std::string& text);
-// How users name a study: by its name, or by its id when the text is all digits (and no study
-// has it as a name). The id such a text stands for, if any.
+// How users name a study: by its name, or by its id written "#N" or as digits alone (and then only
+// when no study has it as a name: protocol/names.h). The id such a text stands for, if any.
 std::optional<int64_t> study_id_in(const std::string& text);
 
 // What was spent on a study, over every master that ran it (schema version 7): steps the workers

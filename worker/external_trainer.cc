@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -81,7 +82,8 @@ std::vector<std::string> trainer_environment(const TrainerPlace& place,
 }
 
 json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
-                   const std::vector<int64_t>* held, const TrainerPlace& place) {
+                   const std::string& input_path, const std::vector<int64_t>* held,
+                   const TrainerPlace& place) {
   const std::filesystem::path dir = std::filesystem::absolute(checkpoint_dir);
   json outputs = json::array();
   for (const protocol::SnapshotOrder& order : job.snapshots)
@@ -91,22 +93,23 @@ json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
   data["name"] = job.run.data;
   if (job.run.train_samples > 0) data["train_samples"] = job.run.train_samples;
   if (job.run.eval_samples > 0) data["eval_samples"] = job.run.eval_samples;
-  json input = {{"hippo_trainer", 1},
-                {"hippo_version", kVersion},
-                {"model", job.run.model},
-                {"data", data},
-                {"seed", job.run.seed},
-                {"fixed", job.run.fixed},
-                {"from", job.from},
-                {"to", job.to},
-                {"input_checkpoint",
-                 job.parent_file.empty() ? json(nullptr) : json((dir / job.parent_file).string())},
-                {"input_state", job.parent_state >= 0 ? json(job.parent_state) : json(nullptr)},
-                {"checkpoints", outputs},
-                {"eval_steps", job.eval_steps},
-                {"hyperparameters", to_json(job.hyperparams)},
-                {"device", trainer_device(place)},
-                {"threads", place.threads}};
+  json input = {
+      {"hippo_trainer", 1},
+      {"hippo_version", kVersion},
+      {"model", job.run.model},
+      {"data", data},
+      {"seed", job.run.seed},
+      {"fixed", job.run.fixed},
+      {"from", job.from},
+      {"to", job.to},
+      {"input_checkpoint", input_path.empty() ? json(nullptr) : json(input_path)},
+      {"input_state", job.parent_state >= 0 ? json(job.parent_state) : json(nullptr)},
+      {"input_checksum", job.parent_checksum.empty() ? json(nullptr) : json(job.parent_checksum)},
+      {"checkpoints", outputs},
+      {"eval_steps", job.eval_steps},
+      {"hyperparameters", to_json(job.hyperparams)},
+      {"device", trainer_device(place)},
+      {"threads", place.threads}};
   if (held) input["held"] = *held;
   return input;
 }
@@ -178,9 +181,19 @@ TrainerLine parse_trainer_line(std::string_view text) {
       line.held = held.get<std::vector<int64_t>>();
     }
   } else if (j.contains("checkpoint")) {
-    if (j.size() != 1) throw bad("a checkpoint line is exactly {\"checkpoint\": STEP}");
+    if (j.size() != (j.contains("checksum") ? 2u : 1u))
+      throw bad(
+          "a checkpoint line is {\"checkpoint\": STEP}, with \"checksum\": CONTENT_HASH or not");
     line.kind = TrainerLine::Kind::kCheckpoint;
     line.step = step_of("checkpoint");
+    if (j.contains("checksum")) {
+      const json& checksum = j["checksum"];
+      const std::string why = checksum.is_string()
+                                  ? protocol::content_hash_error(checksum.get<std::string>())
+                                  : "expected a string";
+      if (!why.empty()) throw bad("checksum: " + why);
+      line.checksum = checksum;
+    }
   } else if (j.contains("metric")) {
     if (j.size() != 3 || !j.contains("step") || !j.contains("value"))
       throw bad("a metric line is exactly {\"step\": S, \"metric\": NAME, \"value\": X}");
@@ -281,6 +294,7 @@ class StageReader {
         if (!ordered)
           throw process_.error(where + "a checkpoint for step " + std::to_string(line.step) +
                                ", which is not an output checkpoint still to write");
+        if (!line.checksum.empty()) reported_checksums_[line.step] = line.checksum;
         report_checkpoints(line.step);
         step_ = std::max(step_, line.step);
         break;
@@ -333,18 +347,33 @@ class StageReader {
     metrics_ = json::object();
     ++next_eval_;
   }
-  // Every ordered checkpoint up to `upto` must exist now; each is reported once, in step order.
+  // Every ordered checkpoint up to `upto` must exist now; each is reported once, in step order,
+  // with the bytes read once, here (trainer_files.h). Where the trainer said what it wrote
+  // (checksum), other bytes are refused: the file was replaced after it was written.
   void report_checkpoints(int64_t upto) {
     for (;
          next_checkpoint_ < job_.snapshots.size() && job_.snapshots[next_checkpoint_].step <= upto;
          ++next_checkpoint_) {
       const protocol::SnapshotOrder& order = job_.snapshots[next_checkpoint_];
       if (order.file.empty()) continue;
+      const std::string what =
+          "the checkpoint for step " + std::to_string(order.step) + " (" + order.file + ")";
+      const std::string path = (std::filesystem::path(dir_) / order.file).string();
       std::error_code ec;
-      if (!std::filesystem::is_regular_file(std::filesystem::path(dir_) / order.file, ec))
-        throw process_.error("the checkpoint for step " + std::to_string(order.step) + " (" +
-                             order.file + ") was not written");
-      hooks_.checkpoint(order.step);
+      if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec)))
+        throw process_.error(what + " was not written");
+      WrittenFile file;
+      try {
+        file = written_file(path);
+      } catch (const TrainerFileError& e) {
+        throw process_.error(e.what());
+      }
+      auto said = reported_checksums_.find(order.step);
+      if (said != reported_checksums_.end() && said->second != file.content_hash)
+        throw process_.error(what + " has content hash " + file.content_hash +
+                             ", the trainer wrote " + said->second +
+                             ": replaced after it was written; refused");
+      hooks_.checkpoint(order.step, file);
     }
   }
 
@@ -357,6 +386,7 @@ class StageReader {
   size_t next_eval_ = 0;  // index of the evaluation step whose metrics are being collected
   json metrics_ = json::object();
   size_t next_checkpoint_ = 0;  // index of the first snapshot order not yet reported
+  std::map<int64_t, std::string> reported_checksums_;  // by step, from checkpoint lines
   bool done_ = false;
   std::optional<int64_t> diverged_at_;
   std::vector<int64_t> held_;
@@ -383,6 +413,13 @@ void ExternalTrainer::start(const std::vector<std::string>& argv, json serves) {
   for (char** e = environ; *e != nullptr; ++e) parent.emplace_back(*e);
   process_ = std::make_unique<TrainerProcess>(argv, trainer_environment(place_, parent));
   serves_ = std::move(serves);
+  idle_since_ = Clock::now();
+}
+
+bool ExternalTrainer::stop_if_idle(double seconds) {
+  if (!process_ || seconds_since(idle_since_) < seconds) return false;
+  stop();
+  return true;
 }
 
 bool ExternalTrainer::prepare(const protocol::RunSpec& run) {
@@ -396,6 +433,11 @@ bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoin
   const double started = monotonic_seconds();
   times_ = {};
   const std::vector<std::string> argv = command_of(job.run);  // a bad one fails before anything
+  // So does a parent that is not what its producer wrote; the trainer reads these very bytes.
+  std::optional<VerifiedInput> input;
+  if (!job.parent_file.empty())
+    input.emplace((std::filesystem::path(checkpoint_dir) / job.parent_file).string(),
+                  job.parent_checksum);
   const bool many = long_lived(job.run);
   const json serves = protocol::to_json(job.run);
   if (process_ && (!many || serves != serves_ || process_->exited())) stop();
@@ -412,7 +454,8 @@ bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoin
       if (!open) stop();
     }
     if (!process_) start(argv, serves);
-    bool finished = run_stage(job, checkpoint_dir, hooks, many);
+    bool finished = run_stage(job, checkpoint_dir, input ? input->path() : "", hooks, many);
+    idle_since_ = Clock::now();
     if (finished) {
       // What it reported; its start counts where the stage waited for it (a trainer started
       // ahead of its first stage, prepare(), was often ready before).
@@ -430,12 +473,13 @@ bool ExternalTrainer::run(const protocol::Job& job, const std::string& checkpoin
 }
 
 bool ExternalTrainer::run_stage(const protocol::Job& job, const std::string& checkpoint_dir,
-                                const TrainerHooks& hooks, bool many) {
+                                const std::string& input_path, const TrainerHooks& hooks,
+                                bool many) {
   TrainerProcess& process = *process_;
   const std::vector<int64_t>* held_before = many ? &held_ : nullptr;
   StageReader reader(job, checkpoint_dir, held_before, hooks, process);
   diverged_at_.reset();
-  process.write(trainer_input(job, checkpoint_dir, held_before, place_).dump() + "\n",
+  process.write(trainer_input(job, checkpoint_dir, input_path, held_before, place_).dump() + "\n",
                 /*close_after=*/!many);
   auto last_line = Clock::now(), last_tick = Clock::now();
   auto on_line = [&](std::string_view text) {

@@ -23,7 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/clock.h"
 #include "protocol/message.h"
+#include "worker/trainer_files.h"
 #include "worker/trainer_process.h"
 
 namespace hippo::worker {
@@ -55,15 +57,17 @@ std::vector<std::string> trainer_environment(const TrainerPlace& place,
 
 // The stage as the trainer reads it: model (with its command), data (name, the sample counts
 // that are known, and the spec's other data fields), seed, fixed settings, the step range, the
-// input checkpoint path (null at a root) and its state id, the output checkpoints with their
-// steps and state ids, the evaluation steps, every hyper-parameter as its sequence (canonical
-// segments, stagetree/sequence_json.h: the trainer computes a step's value from them), the
-// device to train on (trainer_device) and the thread count. Its size is the job's, never
-// proportional to its steps: a stage of 10^9 steps is a line as short as one of 10. Checkpoint
-// paths are the job's file names joined with checkpoint_dir (made absolute, so the trainer may
-// change directory). `held` (a long-lived trainer's): the states of earlier stages it may still
-// use; absent for one-shot.
+// input checkpoint (`input_path`, null at a root: the verified bytes of the parent's file,
+// trainer_files.h), its state id and its content hash (`input_checksum`, null when unknown), the
+// output checkpoints with their steps and state ids, the evaluation steps, every hyper-parameter
+// as its sequence (canonical segments, stagetree/sequence_json.h: the trainer computes a step's
+// value from them), the device to train on (trainer_device) and the thread count. Its size is the
+// job's, never proportional to its steps: a stage of 10^9 steps is a line as short as one of 10.
+// Output checkpoint paths are the job's file names joined with checkpoint_dir (made absolute, so
+// the trainer may change directory). `held` (a long-lived trainer's): the states of earlier stages
+// it may still use; absent for one-shot.
 nlohmann::json trainer_input(const protocol::Job& job, const std::string& checkpoint_dir,
+                             const std::string& input_path,
                              const std::vector<int64_t>* held = nullptr,
                              const TrainerPlace& place = {});
 
@@ -74,6 +78,7 @@ struct TrainerLine {
   int64_t step = 0;  // metric, checkpoint, progress, diverged
   std::string metric;
   double value = 0;           // NaN or infinite: the model diverged
+  std::string checksum;       // checkpoint: the content hash of what it wrote ("": not said)
   std::vector<int64_t> held;  // done, diverged: the states it keeps in memory
   // done, diverged: where the stage's time went, as the trainer measured it (setup, load, train,
   // eval, save), and when the process was ready for its first stage (CLOCK_MONOTONIC seconds,
@@ -82,7 +87,8 @@ struct TrainerLine {
   std::optional<double> ready_at;
 };
 // {"step": S, "metric": NAME, "value": X} (X a number, or "nan", "inf", "-inf"),
-// {"checkpoint": S}, {"step": S}, {"done": true} or {"diverged": S} (the model diverged at the
+// {"checkpoint": S} (with "checksum": the content hash of the bytes it wrote, or not),
+// {"step": S}, {"done": true} or {"diverged": S} (the model diverged at the
 // evaluation of step S: the stage ends there), the last two optionally with "held": [state ids]
 // and "times": {"setup", "load", "train", "eval", "save": seconds, "ready_at": monotonic
 // seconds}, each optional; anything else throws TrainerError naming the problem.
@@ -94,8 +100,10 @@ bool long_lived(const protocol::RunSpec& run);
 struct TrainerHooks {
   // All metrics of one evaluation step, {"name": value, ...}, once the trainer has moved past it.
   std::function<void(int64_t step, const nlohmann::json& metrics)> metrics;
-  // The checkpoint ordered for `step` is written (the file exists).
-  std::function<void(int64_t step)> checkpoint;
+  // The checkpoint ordered for `step` is written: its file is durable, and its bytes (size and
+  // content hash read through one descriptor, trainer_files.h) are those the trainer said it
+  // wrote when it said so.
+  std::function<void(int64_t step, const WrittenFile& file)> checkpoint;
   // Called at least every tick_ms with the latest step the trainer reported; returning false
   // abandons the stage (the trainer is killed). Heartbeats and the master's orders go here.
   std::function<bool(int64_t step)> tick;
@@ -117,7 +125,8 @@ class ExternalTrainer {
   // still use (the worker's view: after a master restart, none); it forgets the others. Returns
   // true when the trainer ended the stage as the protocol says (every evaluation reported, every
   // checkpoint written, a done line; a one-shot trainer also exited with status 0), false when
-  // tick() abandoned it. Throws TrainerError otherwise.
+  // tick() abandoned it. Throws TrainerError otherwise, and TrainerFileError, before any trainer
+  // starts, when the parent's file is not the state its producer wrote (job.parent_checksum).
   bool run(const protocol::Job& job, const std::string& checkpoint_dir, const TrainerHooks& hooks,
            const std::vector<int64_t>& may_hold = {});
   // Where the last stage that run() finished stopped because its model diverged (its diverged
@@ -133,12 +142,16 @@ class ExternalTrainer {
   bool prepare(const protocol::RunSpec& run);
   // The pid of the long-lived trainer kept between stages, -1 when none.
   pid_t kept_pid() const { return process_ ? process_->pid() : -1; }
+  // Ends the kept trainer when it has trained nothing for `seconds` (since it was started ahead,
+  // or since its last stage): on a GPU it holds memory for nothing (a study that has ended, a
+  // trainer prepared for a run whose stages went elsewhere). Whether it ended one.
+  bool stop_if_idle(double seconds);
   // Ends a long-lived trainer (killed with its process group); what it held is forgotten.
   void stop();
 
  private:
   bool run_stage(const protocol::Job& job, const std::string& checkpoint_dir,
-                 const TrainerHooks& hooks, bool many);
+                 const std::string& input_path, const TrainerHooks& hooks, bool many);
   // Starts the trainer `argv` (command_of) for the run spec `serves` (its JSON).
   void start(const std::vector<std::string>& argv, nlohmann::json serves);
 
@@ -149,6 +162,7 @@ class ExternalTrainer {
   std::optional<int64_t> diverged_at_;
   TrainerLine last_line_;  // the last stage's done or diverged line
   protocol::JobTimes times_;
+  Clock::time_point idle_since_;  // the kept trainer's last stage or start
 };
 
 }  // namespace hippo::worker

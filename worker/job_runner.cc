@@ -178,6 +178,12 @@ std::optional<std::string> JobRunner::fetch_parent(
   return bytes;
 }
 
+bool JobRunner::stop_idle_trainer(double seconds) {
+  if (!trainer_.stop_if_idle(seconds)) return false;
+  cache_.set_trainer_states(trainer_.held());
+  return true;
+}
+
 // The stage on the study's own trainer command (external_trainer.h).
 bool JobRunner::run_external(const JobHost& host) {
   if (!options_.allow_trainers)
@@ -186,21 +192,13 @@ bool JobRunner::run_external(const JobHost& host) {
                              ": it runs no commands it receives unless started with --allow-exec "
                              "trainer");
   if (job_.fetch_parent && !fetch_parent(host, [](std::string_view) {})) return false;
-  if (job_.parent_state >= 0) {
-    // The trainer reads it: a regular file (not a symlink to someone else's, not a FIFO).
-    if (job_.parent_file.empty())
-      throw StorageFailure(
-          "the parent checkpoint of state " + std::to_string(job_.parent_state) + " has no file",
-          job_.parent_file);
-    // The worker is the trust boundary: the trainer gets the file only once its bytes are the
-    // ones its producer reported (a trainer's own loader checks nothing of the kind).
-    const std::string path = snapshots_.path_of(job_.parent_file);
-    try {
-      check_file_content_hash(path, job_.parent_checksum);
-    } catch (const CheckpointError& e) {
-      throw StorageFailure(on_own_storage(e.what()), job_.parent_file);
-    }
-  }
+  // The worker is the trust boundary: the trainer reads the parent's bytes that the worker
+  // checked against the hash its producer reported, through a descriptor the worker holds
+  // (ExternalTrainer::run, trainer_files.h), never the path again.
+  if (job_.parent_state >= 0 && job_.parent_file.empty())
+    throw StorageFailure(
+        "the parent checkpoint of state " + std::to_string(job_.parent_state) + " has no file",
+        job_.parent_file);
   TrainerHooks hooks;
   // The master's orders and the stop signals are looked at every 50 ms at most (heartbeats still
   // go when due): a trainer is killed within that of its job being given up.
@@ -209,23 +207,21 @@ bool JobRunner::run_external(const JobHost& host) {
   hooks.metrics = [&](int64_t step, const protocol::json& metrics) {
     host.metric({.job = job_.id, .step = step, .metrics = metrics});
   };
-  hooks.checkpoint = [&](int64_t step) {
+  hooks.checkpoint = [&](int64_t step, const WrittenFile& file) {
     for (const protocol::SnapshotOrder& order : job_.snapshots) {
       if (order.step != step || order.file.empty()) continue;
-      // Durable (fsynced, with its directory) and not empty before the master hears of it: a
-      // trainer that only renamed its file, or wrote nothing, fails here, not at the next load.
-      const std::string path = snapshots_.path_of(order.file);
-      const int64_t bytes = checked_file_size(path, true);
-      if (bytes == 0)
+      // A trainer that wrote nothing fails here, not at the next load.
+      if (file.bytes == 0)
         throw std::runtime_error("the trainer's checkpoint for step " + std::to_string(step) +
                                  " (" + order.file + ") is empty");
-      // The trainer said the file is written: from here on, the worker vouches for its bytes.
+      // The trainer said the file is written (durable, read once: external_trainer.h): from
+      // here on, the worker vouches for these bytes.
       snapshots_.announce_written({.job = job_.id,
                                    .step = step,
                                    .state = order.state,
                                    .file = order.file,
-                                   .bytes = bytes,
-                                   .checksum = file_content_hash(path)});
+                                   .bytes = file.bytes,
+                                   .checksum = file.content_hash});
     }
   };
   hooks.tick = [&](int64_t step) {
@@ -236,7 +232,12 @@ bool JobRunner::run_external(const JobHost& host) {
   // What a long-lived trainer holds is reported with the worker's own states, however the stage
   // ends (a trainer that failed or was stopped holds nothing).
   try {
-    bool finished = trainer_.run(job_, options_.checkpoints, hooks, cache_.trainer_states());
+    bool finished;
+    try {
+      finished = trainer_.run(job_, options_.checkpoints, hooks, cache_.trainer_states());
+    } catch (const TrainerFileError& e) {  // the parent is lost here: the master replays it
+      throw StorageFailure(on_own_storage(e.what()), job_.parent_file);
+    }
     cache_.set_trainer_states(trainer_.held());
     if (finished) {
       diverged_at_ = trainer_.diverged_at();

@@ -47,6 +47,9 @@ class JobRunner {
   // Starts the long-lived trainer of an external run ahead of its first stage (its import off
   // the critical path), when no trainer is kept; false when it started none.
   bool prepare(const protocol::RunSpec& run) { return trainer_.prepare(run); }
+  // Ends the kept trainer when it has trained nothing for `seconds`
+  // (ExternalTrainer::stop_if_idle); what it held is then held no more.
+  bool stop_idle_trainer(double seconds);
   // A SnapshotAt for the running job (call from between_steps). Returns why it is refused, or ""
   // once it is taken: too late (the job is past that step) or an external trainer (it got its
   // checkpoints when it started); the master then replays that state itself.

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
   app.add_option("--trainer-timeout", options.trainer_timeout_s,
                  "seconds an external trainer may go without an output line")
       ->check(CLI::Range(0.1, 1e9));
+  app.add_option("--trainer-idle", options.trainer_idle_s,
+                 "seconds a long-lived external trainer is kept without a stage to train (one "
+                 "started ahead, or between stages) before it is ended (default 60)")
+      ->check(CLI::Range(0.1, 1e9));
   app.add_option("--log-level", log_level,
                  std::string("what it logs on stderr: ") + hippo::logging::kLevels +
                      " (default info, or $HIPPO_LOG_LEVEL)");

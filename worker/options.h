@@ -18,6 +18,7 @@ struct Options {
   protocol::ClientKeys keys;        // --master-key and --key, the local key, or none (--insecure)
   bool allow_trainers = false;      // --allow-exec trainer: run the commands of external models
   double trainer_timeout_s = 3600;  // the longest an external trainer may go without a line
+  double trainer_idle_s = 60;       // a long-lived trainer that trains nothing this long is ended
   // --devices: the device group that runs the stages of a pipelined job ("cpu:N": N stage
   // threads; "cuda:A-B": GPUs A..B); its size is the most pipeline stages this worker takes.
   std::string devices = "cpu:1";

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "protocol/text.h"
+
 namespace hippo::worker {
 namespace {
 
@@ -90,6 +92,7 @@ TrainerProcess::TrainerProcess(const std::vector<std::string>& argv,
     throw TrainerError(std::string("external trainer: cannot fork: ") + std::strerror(errno));
   }
   pid_ = pid;
+  stderr_lines_.emplace("[trainer " + std::to_string(pid) + "] ");
   in_ = in[1];
   out_ = out[0];
   err_ = err[0];
@@ -148,13 +151,14 @@ bool TrainerProcess::pump(int timeout_ms, const std::function<void(std::string_v
     ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (r <= 0) {
+      if (fds[i].fd == err_) log_stderr({}, /*ended=*/true);
       close_fd(fds[i].fd == out_ ? out_ : err_);
       continue;
     }
     if (fds[i].fd == err_) {
-      // Passed on to the worker's log, and kept for error messages.
-      ssize_t ignored = ::write(2, buf, static_cast<size_t>(r));
-      (void)ignored;
+      // Passed on to the worker's log line by line, escaped and named (protocol/text.h), and
+      // kept for error messages.
+      log_stderr(std::string_view(buf, static_cast<size_t>(r)));
       stderr_tail_.append(buf, static_cast<size_t>(r));
       if (stderr_tail_.size() > kStderrTailBytes)
         stderr_tail_.erase(0, stderr_tail_.size() - kStderrTailBytes);
@@ -199,11 +203,22 @@ bool TrainerProcess::exited() {
   return true;
 }
 
+void TrainerProcess::log_stderr(std::string_view bytes, bool ended) {
+  const std::string lines = ended ? stderr_lines_->flush() : stderr_lines_->add(bytes);
+  for (size_t done = 0; done < lines.size();) {
+    const ssize_t n = ::write(2, lines.data() + done, lines.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the worker's own stderr is gone: nothing to tell it
+    done += static_cast<size_t>(n);
+  }
+}
+
 TrainerError TrainerProcess::error(const std::string& what, bool crashed) const {
   std::string message = "external trainer: " + what;
   std::string tail = stderr_tail_;
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
-  if (!tail.empty()) message += "; its stderr ends with: " + tail;
+  // Escaped as its log lines are: the message reaches the worker's log, the plan and terminals.
+  if (!tail.empty()) message += "; its stderr ends with: " + protocol::printable(tail);
   return TrainerError(message, crashed);
 }
 

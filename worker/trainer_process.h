@@ -2,17 +2,21 @@
 // It is started with fork/exec, no shell, in a process group of its own, and dies with the worker
 // (PR_SET_PDEATHSIG). This class knows nothing of stages: it writes what it is given to the
 // trainer's stdin, cuts its stdout into lines, keeps the last bytes of its stderr for error
-// messages (and passes them on to the worker's log), and kills the whole group when destroyed.
+// messages (and passes them on to the worker's log line by line, escaped, each line starting
+// "[trainer PID] ": protocol/text.h's PrintableLines), and kills the whole group when destroyed.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "protocol/text.h"
 
 namespace hippo::worker {
 
@@ -63,6 +67,8 @@ class TrainerProcess {
 
  private:
   void kill_group();
+  // Bytes of its stderr to the worker's log (`ended`: its stderr closed, the last partial line).
+  void log_stderr(std::string_view bytes, bool ended = false);
 
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1, err_ = -1;
@@ -71,8 +77,9 @@ class TrainerProcess {
   std::string input_;  // queued for stdin
   size_t written_ = 0;
   bool close_after_input_ = false;
-  std::string pending_;      // stdout bytes after the last newline
-  std::string stderr_tail_;  // the last bytes it wrote to stderr
+  std::string pending_;                                   // stdout bytes after the last newline
+  std::string stderr_tail_;                               // the last bytes it wrote to stderr
+  std::optional<protocol::PrintableLines> stderr_lines_;  // its stderr for the log, line by line
 };
 
 }  // namespace hippo::worker

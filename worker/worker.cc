@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "protocol/log.h"
+#include "protocol/text.h"
 
 namespace hippo::worker {
 namespace {
@@ -43,6 +44,9 @@ Worker::Worker(const Options& options)
 int Worker::run() {
   hello();
   while (!shutdown_ && !g_stop) {
+    if (runner_.stop_idle_trainer(options_.trainer_idle_s))
+      spdlog::info("ended the external trainer kept for {} s without a stage to train",
+                   options_.trainer_idle_s);
     if (master_silent())
       spdlog::warn("no word from the master for {} ms: connecting again", silence_limit().count());
     if (connection_.broken() || master_silent()) {
@@ -67,6 +71,10 @@ int Worker::run() {
                         options_.master, *why);
           last_refusal_log_ = Clock::now();
         }
+      }
+      if (refused_) {
+        if (may_hello()) hello();
+        continue;
       }
       connection_.send(protocol::Heartbeat{.fault = fault()}.to_json());
       continue;
@@ -120,11 +128,11 @@ std::chrono::milliseconds Worker::silence_limit() const {
 }
 
 bool Worker::master_silent() const {
-  return welcomed_once_ && Clock::now() - last_heard_ > silence_limit();
+  return welcomed_once_ && !refused_ && Clock::now() - last_heard_ > silence_limit();
 }
 
 bool Worker::may_hello() const {
-  return !awaiting_welcome_ || Clock::now() - hello_sent_ > std::chrono::seconds(5);
+  return !awaiting_welcome_ || Clock::now() - hello_sent_ > hello_wait_;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,6 +172,8 @@ void Worker::on(const protocol::Welcome& m) {
     record_.heard();
   // State ids are the master's: a master that (re)starts names states anew.
   awaiting_welcome_ = false;
+  refused_ = false;
+  hello_wait_ = std::chrono::seconds(5);
   welcomed_once_ = true;
   incarnation_ = m.incarnation;
   cache_.clear();
@@ -230,6 +240,15 @@ void Worker::on(const protocol::Reset&) {
   if (!may_hello()) return;
   spdlog::warn("the master does not know us (it restarted, or lost us): saying hello again");
   hello();
+}
+
+void Worker::on(const protocol::Refused& m) {
+  refused_ = true;
+  awaiting_welcome_ = true;
+  hello_sent_ = Clock::now();
+  hello_wait_ = std::min(hello_wait_ * 2, std::chrono::seconds(300));
+  spdlog::error("the master refused us: {}; saying hello again in {} s",
+                protocol::printable(m.error), hello_wait_.count());
 }
 
 void Worker::on(const protocol::Shutdown&) {

@@ -6,8 +6,9 @@
 //   to ours: the master hears us), Job (run it; a job
 //   number not above the last one since the welcome is a replay and is refused), SnapshotAt (one
 //   more snapshot for the running job), Abandon (stop the running job), Reset (the master
-//   restarted: say hello again, once the running job has ended), Shutdown (stop the running job,
-//   say so, and exit), ReadFile (bytes of a
+//   restarted: say hello again, once the running job has ended), Refused (the master refused
+//   our hello, saying why: logged, and the next hello waits longer), Shutdown (stop the running
+//   job, say so, and exit), ReadFile (bytes of a
 //   checkpoint in our storage, for a worker on another one), FileBytes (a chunk of the running
 //   job's parent, which we fetch), DeleteFiles (checkpoints of ours that no state needs).
 //   worker -> master: Hello (with our storage and its checkpoint files), Heartbeat, Metric,
@@ -65,6 +66,7 @@ class Worker {
   void on(const protocol::Abandon& m);
   void on(const protocol::Prepare& m);
   void on(const protocol::Reset& m);
+  void on(const protocol::Refused& m);
   void on(const protocol::Shutdown& m);
   void on(const protocol::ReadFile& m);
   void on(const protocol::FileBytes& m);
@@ -74,8 +76,10 @@ class Worker {
 
   // Says who we are, with the record of the latest job if no master has heard it. Until the
   // welcome comes, further resets (answers to heartbeats that crossed the hello) are ignored, so
-  // that one restart makes one hello; a hello that got no welcome in 5 s is repeated (the master
-  // may have refused it).
+  // that one restart makes one hello; a hello that got no welcome in hello_wait_ is repeated:
+  // 5 s, doubled at each Refused (the master said why it refused us: another key owns our
+  // storage or name) up to 5 minutes, so that a refused worker says why once per attempt and
+  // does not knock every 5 s forever. A refused worker sends no heartbeats.
   void hello();
   bool may_hello() const;
   // A welcomed worker that heard nothing from its master for silence_limit() (a minute, or 10
@@ -112,6 +116,8 @@ class Worker {
   SnapshotWriter snapshots_;
   JobRunner runner_;
   bool awaiting_welcome_ = false;
+  bool refused_ = false;  // the master refused our last hello (Refused)
+  std::chrono::seconds hello_wait_{5};
   bool welcomed_once_ = false;  // a master proved its key and welcomed us
   Clock::time_point last_refusal_log_;
   std::string incarnation_;      // the welcome's

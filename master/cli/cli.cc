@@ -33,6 +33,19 @@ std::string worker_binary() {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hippo-worker").string();
 }
 
+void add_study_argument(CLI::App* cmd, std::string* study) {
+  CLI::Option* name = cmd->add_option("study", *study, "the study's name, or its id as #N");
+  CLI::Option* id = cmd->add_option_function<int64_t>(
+                           "--id", [study](const int64_t& n) { *study = "#" + std::to_string(n); },
+                           "the study's id (as #N)")
+                        ->check(CLI::NonNegativeNumber);
+  name->excludes(id);
+  cmd->parse_complete_callback([name, id] {
+    if (name->count() + id->count() == 0)
+      throw CLI::RequiredError("the study (its name, #N or --id N)");
+  });
+}
+
 void set_action(CLI::App* cmd, Action* action, const Formats& formats, std::function<int()> run) {
   cmd->footer("Prints " + formats_text(formats) + ".");
   cmd->callback([action, formats, run] { *action = {formats, run}; });

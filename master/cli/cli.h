@@ -58,6 +58,9 @@ struct Action {
 };
 // Makes {formats, run} the action of `cmd` when it is chosen, and says the formats in its --help.
 void set_action(CLI::App* cmd, Action* action, const Formats& formats, std::function<int()> run);
+// The study a command works on, into `study`: its name, or its id as "#N" or `--id N` (one of
+// them; protocol/names.h: a name is never an id).
+void add_study_argument(CLI::App* cmd, std::string* study);
 
 // Registration functions, one per cli_*.cc. Each adds its subcommand to `app` and stores the
 // action to run into `*action` when that subcommand is chosen.

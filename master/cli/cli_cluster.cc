@@ -98,7 +98,7 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
     CLI::App* cmd = app.add_subcommand("cancel", "end a running study on its master (--master)");
     cmd->fallthrough();
     auto study = std::make_shared<std::string>();
-    cmd->add_option("study", *study, "the study's name or id")->required();
+    add_study_argument(cmd, study.get());
     set_action(cmd, action, kTableOrJson, [study, &global] { return cancel(*study, global); });
   }
   {

@@ -145,7 +145,7 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
   rep->fallthrough();
   auto study = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
-  rep->add_option("study", *study, "study name or id")->required();
+  add_study_argument(rep, study.get());
   rep->add_option("-o,--output", *out, "the HTML file to write")->required();
   set_action(rep, action, {},  // the file, and a line on stderr
              [study, out, &global] { return report(*study, *out, global); });

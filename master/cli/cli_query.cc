@@ -429,7 +429,7 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
     CLI::App* cmd = app.add_subcommand(c.name, c.help);
     cmd->fallthrough();
     auto study = std::make_shared<std::string>();
-    cmd->add_option("study", *study, "study name or id")->required();
+    add_study_argument(cmd, study.get());
     auto run = c.run;
     set_action(cmd, action, c.formats, [study, run, &global] { return run(*study, global); });
   }

@@ -244,10 +244,12 @@ struct EmbeddedMaster {
     options.resume_running = false;
     options.auth = protocol::ServerKeys{
         dir.master, "", {{dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
+    lock.emplace(global.db, "a run", /*create=*/true);  // before the plan is opened: plan_lock.h
     master.emplace(open_plan(global.db), options);
     checkpoints = options.checkpoints;
   }
   RunDirectory dir;
+  std::optional<master::PlanLock> lock;
   std::optional<master::Master> master;
   std::string checkpoints;
 };
@@ -483,6 +485,8 @@ int serve(std::string bind, const std::string& checkpoints, double timeout_s,
         "--allow-exec {}: studies may name commands of these kinds, which this master "
         "(searcher) or its workers (trainer) run as their users",
         protocol::to_string(rules.exec));
+  // Locked before it is opened, so that a second master (through any path) writes nothing.
+  master::PlanLock lock(global.db, "a master", /*create=*/true);
   master::Master m(open_plan(global.db), options);
   spdlog::info("listening on {}, search plan {}, checkpoints in {}", bind, global.db,
                options.checkpoints);
@@ -680,7 +684,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
       std::string study;
     };
     auto a = std::make_shared<Args>();
-    cmd->add_option("study", a->study, "the study's name or id")->required();
+    add_study_argument(cmd, &a->study);
     add_local_run_options(cmd, a.get(), "study's");
     set_action(cmd, action, kTableOrJson,
                [a, &global] { return resume_study(a->study, a->local(), global); });

@@ -26,6 +26,7 @@ Misuse raises StageError naming the step: a report or a save at a step that was 
 twice, out of order, or a stage that ends with something asked for and not done.
 """
 import bisect
+import hashlib
 import io
 import json
 import math
@@ -131,8 +132,16 @@ class Stage:
         data = self._memory.get(state_id) if self._memory is not None else None
         self.restored_from = "memory"
         if data is None:
+            # Read once, checked, and loaded from these very bytes: a file replaced after the
+            # worker's check is never what the model gets.
             with open(path, "rb") as f:
                 data = f.read()
+            expected = self.input.get("input_checksum")
+            if expected is not None and content_hash(data) != expected:
+                raise StageError(
+                    f"step {self.start}: the input checkpoint's bytes have content hash "
+                    f"{content_hash(data)}, its producer wrote {expected} (replaced or corrupted "
+                    "after the worker checked it); refused")
             self._hold(state_id, data)
             self.restored_from = "file"
         load_fn(io.BytesIO(data))
@@ -205,11 +214,12 @@ class Stage:
         save_fn(buffer)
         data = buffer.getvalue()
         order = self._checkpoints[step]
-        _write_durably(order["path"], data)
+        checksum = _write_durably(order["path"], data)
         self._hold(order.get("state"), data)
         self._saved.add(step)
         self._times["save"] += time.monotonic() - began
-        self._emit({"checkpoint": step})
+        # What it wrote: the worker refuses a file with other bytes (replaced meanwhile).
+        self._emit({"checkpoint": step, "checksum": checksum})
 
     # -- the helper's side ----------------------------------------------------------------------
 
@@ -402,13 +412,20 @@ def _random_suffix():
     return os.urandom(8).hex()
 
 
+def content_hash(data):
+    """The content hash of a checkpoint's bytes, as hippo computes it (protocol/content_hash.h:
+    BLAKE2b with a 32-byte digest, as 64 lowercase hex digits)."""
+    return hashlib.blake2b(data, digest_size=32).hexdigest()
+
+
 def _write_durably(path, data):
     """Writes `data` to `path` so that no reader sees half of it, as the worker writes its own
     checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random hex digits>"
     created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a symlink or
     file planted there is never followed nor truncated; the master sweeps such a file that a
     killed trainer leaves), private to its owner (0600, as the worker's own), fsync, rename, then
-    the directory fsynced."""
+    the directory fsynced. Returns the content hash of the bytes written, computed piece by piece
+    as they are written."""
     directory, name = os.path.split(os.path.abspath(path))
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -419,8 +436,13 @@ def _write_durably(path, data):
         except OSError as e:
             raise StageError(f"checkpoint {path}: cannot create {tmp}: {e.strerror}") from None
         try:
+            digest = hashlib.blake2b(digest_size=32)
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                view = memoryview(data)
+                for at in range(0, len(view), 1 << 20):
+                    piece = view[at:at + (1 << 20)]
+                    digest.update(piece)
+                    f.write(piece)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -430,6 +452,7 @@ def _write_durably(path, data):
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    return digest.hexdigest()
 
 
 def _protocol_stream():

@@ -10,14 +10,21 @@
 //   5 BudgetsKeepTheMasterAnswering       huge but valid specs are refused, or enter in batches
 //   6 AnUnfinishedMessageIsCapped         a message that never ends cannot grow the master
 //   7 WorkersObeyOnlyTheirMaster          a worker refuses a master that cannot prove its key
-//  29 AStorageIsItsKey                    a storage named by one key cannot be claimed by another
+//  29 AStorageIsItsKey                    a storage named by one key cannot be claimed by another;
+//                                         a refused worker is told why and backs off (issue 43)
 //     SnapshotSizesAreChecked             a snapshot's reported size is bounded and plausible
+//  43 TrainersUseTheBytesThatWereChecked  a checkpoint replaced after its check is never used
+//     OneMasterPerPlanWhateverItsPath     a second master through a symlink or hard link refused
+//     OutsideTextIsEscaped                a trainer's and a searcher's stderr reach logs escaped
+//     IdsAndNamesNeverCollide             "#N" is an id; names are never ids, and are bounded
+//     IdleTrainersAreEnded                a kept trainer without a stage to train is ended
 //
 // Where a test measures the answer time of the master (a `hippo workers` round trip, and a
 // `hippo studies` read of the plan) during an attack, it prints the largest as "answer_s".
 
 #include <atomic>
 #include <cstring>
+#include <regex>
 #include <thread>
 
 #include "tests/e2e/e2e_helper.h"
@@ -717,6 +724,45 @@ TEST_F(Trust, AStorageIsItsKey) {
     FakePeer thief(address, &hostile);
     EXPECT_FALSE(hello(thief, "w2", storage)) << "another key took w1's storage";
   }
+  {  // Issue 43: the refusal says why (it was silence, and the worker said "the master does not
+     // know us" and knocked again every 5 s for ever).
+    FakePeer thief(address, &hostile);
+    thief.send({{"type", "hello"},
+                {"name", "w2"},
+                {"device", "cpu"},
+                {"threads", 1},
+                {"pid", 1},
+                {"storage", storage}});
+    json refused = thief.next({"refused"}, 3);
+    ASSERT_FALSE(refused.is_null());
+    EXPECT_NE(refused.value("error", "").find("belongs to the key honest"), std::string::npos)
+        << refused;
+  }
+  {  // A real worker of that key, on a copy of w1's storage: it logs why, and says hello again
+     // only after 10 s (then 20, 40, ... up to 5 minutes).
+    fs::create_directories(path("stolen.ck"));
+    fs::copy_file(path("w1.ck/.hippo-storage"), path("stolen.ck/.hippo-storage"));
+    const std::string before = read_file(log_path(master));
+    pid_t thief =
+        spawn({kHippo, "worker", "--master", address, "--checkpoints", path("stolen.ck"), "--name",
+               "w2", "--master-key", path("master.pub"), "--key", path("hostile.key")});
+    ASSERT_TRUE(appears(log_path(thief), "saying hello again in 10 s")) << log_of(thief);
+    EXPECT_NE(log_of(thief).find("the master refused us: hello.storage: storage " + storage +
+                                 " belongs to the key honest"),
+              std::string::npos)
+        << log_of(thief);
+    std::this_thread::sleep_for(6500ms);  // the old worker had said hello again after 5 s
+    kill(thief, SIGKILL);
+    waitpid(thief, nullptr, 0);
+    auto count = [](const std::string& text, const std::string& what) {
+      size_t n = 0;
+      for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+      return n;
+    };
+    const std::string during = read_file(log_path(master)).substr(before.size());
+    EXPECT_EQ(count(during, "hello.storage"), 1u) << during;
+    EXPECT_EQ(log_of(thief).find("does not know us"), std::string::npos) << log_of(thief);
+  }
   {  // The same hello with a storage of its own is welcome: only the storage was refused.
     FakePeer own(address, &hostile);
     EXPECT_TRUE(hello(own, "w3", std::string(32, 'a'))) << read_file(log_path(master));
@@ -825,6 +871,7 @@ TEST_F(Trust, SnapshotSizesAreChecked) {
                    {"state", order["state"]},
                    {"file", order["file"]},
                    {"bytes", bytes},
+                   {"checksum", std::string(64, 'c')},
                    {"incarnation", welcome.value("incarnation", "")}});
     hostile->send({{"type", "heartbeat"}});
     std::this_thread::sleep_for(500ms);
@@ -868,6 +915,263 @@ TEST_F(Trust, SnapshotSizesAreChecked) {
        ++at)
     ++refused;
   EXPECT_EQ(refused, 2u) << "the hostile's and one of the honest worker's\n" << after;
+}
+
+// A trainer of the user's own (no helper: plain Python) whose metric is the number its parent
+// checkpoint holds (0.5 at a root), and whose checkpoints hold that number. `mode`:
+//   forge-input   as a neighbour who may write in the checkpoint directory, after the worker's
+//                 check of the parent and before its own read, it renames a file holding 0.999
+//                 over the parent;
+//   forge-output  it says the content hash of what it wrote (as the Python helper does), then
+//                 renames a file holding 0.999 over it before the worker reads it.
+// Each parent it reads is counted in <ck>/../inputs.
+const char* const kForgingTrainer = R"(
+import glob, hashlib, json, os, sys
+stage = json.loads(sys.stdin.readline())
+ck, mode = sys.argv[1], sys.argv[2]
+value = 0.5
+if stage["input_checkpoint"] is not None:
+    if mode == "forge-input":
+        parent = glob.glob(os.path.join(ck, "state-*-%d.ckpt" % stage["input_state"]))[0]
+        with open(parent + ".x", "w") as f:
+            f.write("0.999")
+        os.replace(parent + ".x", parent)
+    with open(stage["input_checkpoint"]) as f:
+        value = float(f.read())
+    with open(os.path.join(ck, "..", "inputs"), "a") as f:
+        f.write("%s\n" % value)
+for s in stage["eval_steps"]:
+    print(json.dumps({"step": s, "metric": "accuracy", "value": value}), flush=True)
+    print(json.dumps({"step": s, "metric": "loss", "value": 1.0}), flush=True)
+for c in stage["checkpoints"]:
+    data = str(value).encode()
+    with open(c["path"], "wb") as f:
+        f.write(data)
+    line = {"checkpoint": c["step"]}
+    if mode == "forge-output":
+        line["checksum"] = hashlib.blake2b(data, digest_size=32).hexdigest()
+        with open(c["path"] + ".x", "w") as f:
+            f.write("0.999")
+        os.replace(c["path"] + ".x", c["path"])
+    print(json.dumps(line), flush=True)
+print(json.dumps({"done": True}), flush=True)
+)";
+
+// Issue 43, item 1: the worker hashed a parent checkpoint, then gave the trainer its path; a
+// neighbour replaced the file in between, and the study ended `done` with the forged metric (0.999
+// against 0.5), its states then hashed and vouched for. Now the trainer reads the bytes that were
+// checked (through the worker's descriptor), and a file replaced after the trainer wrote it is
+// refused. The neighbour acts inside the trainer, at the exact point of the race: no sleep.
+TEST_F(Trust, TrainersUseTheBytesThatWereChecked) {
+  const std::string trainer = path("trainer.py");
+  std::ofstream(trainer) << kForgingTrainer;
+  for (const std::string mode : {"forge-input", "forge-output"}) {
+    const std::string ck = path(mode + ".ck");
+    const std::string spec_file =
+        spec(mode, {{"model",
+                     {{"type", "external"},
+                      {"command", {"/usr/bin/python3", trainer, ck, mode}},
+                      {"hidden", nullptr}}},
+                    {"fixed", {{"optimizer", nullptr}}}});
+    Result run = sh(hippo(mode + ".db") + "run " + spec_file + " --checkpoints " + ck +
+                    " --workers 1 --allow-exec trainer 2>&1");
+    const json t = trials(path(mode + ".db"), mode);
+    ASSERT_EQ(t.size(), 4u) << run.out;
+    if (mode == "forge-input") {
+      EXPECT_EQ(run.status, 0) << run.out;
+      ASSERT_NE(read_file(path("inputs")), "") << "no stage read a parent: the test proves nothing";
+      EXPECT_EQ(read_file(path("inputs")).find("0.999"), std::string::npos)
+          << "a trainer read a forged parent:\n"
+          << read_file(path("inputs"));
+      for (const json& trial : t)
+        for (const json& m : trial["metrics"])
+          if (m["name"] == "accuracy") {
+            EXPECT_EQ(m["value"], 0.5) << trial;
+          }
+    } else {
+      EXPECT_EQ(run.status, 1) << run.out;
+      for (const json& trial : t) {
+        EXPECT_EQ(trial["status"], "failed") << trial;
+        EXPECT_NE(trial.value("error", "").find("replaced after it was written"), std::string::npos)
+            << trial;
+      }
+      EXPECT_EQ(sh("sqlite3 " + path(mode + ".db") + " \"SELECT count(*) FROM checkpoints\"").out,
+                "0\n")
+          << "a replaced file was vouched for";
+    }
+  }
+}
+
+// Issue 43, item 3: the lock was the plan's path plus ".lock": a second master through a symlink
+// ran beside the first (both died: "no checkpoint with id 1", "UNIQUE constraint failed"), and
+// through a hard link (a write-ahead log per name) both "finished" while the plan kept one study.
+// The lock now follows the plan's inode; a plan with several hard links is refused; the second
+// master is refused before it opens the plan (no log of its own, nothing written).
+TEST_F(Trust, OneMasterPerPlanWhateverItsPath) {
+  pid_t first = 0;
+  const std::string address = start_master("plan.db", {}, &first);
+  ASSERT_EQ(sh(kHippo + " --master " + address + " submit " + spec("s", json::object()) +
+               " >/dev/null 2>&1")
+                .status,
+            0);
+  fs::create_directories(path("elsewhere"));
+  fs::create_symlink(path("plan.db"), path("elsewhere/link.db"));
+  // (A second master that is not refused runs until `timeout` ends it: exit status 124.)
+  auto second_master = [&](const std::string& db) {
+    return sh("timeout 10 " + kHippo + " --db " + db +
+              " master --bind tcp://127.0.0.1:" + std::to_string(free_port()) + " 2>&1");
+  };
+  Result through_symlink = second_master(path("elsewhere/link.db"));
+  EXPECT_EQ(through_symlink.status, 1) << through_symlink.out;
+  EXPECT_NE(through_symlink.out.find("another process holds the search plan"), std::string::npos)
+      << through_symlink.out;
+  Result run_through_symlink = sh("timeout 60 " + kHippo + " --db " + path("elsewhere/link.db") +
+                                  " run " + spec("r", json::object()) + " --workers 1 2>&1");
+  EXPECT_EQ(run_through_symlink.status, 1) << run_through_symlink.out;
+
+  ASSERT_EQ(::link(path("plan.db").c_str(), path("hard.db").c_str()), 0);
+  Result through_hard_link = second_master(path("hard.db"));
+  EXPECT_EQ(through_hard_link.status, 1) << through_hard_link.out;
+  EXPECT_NE(through_hard_link.out.find("has 2 hard links"), std::string::npos)
+      << through_hard_link.out;
+  EXPECT_FALSE(fs::exists(path("hard.db-wal"))) << "the refused master opened the plan";
+  // The first master goes on with its plan, alone.
+  EXPECT_EQ(exit_status_within(first, 0), -1) << read_file(log_path(first));
+  EXPECT_EQ(sh(kHippo + " --master " + address + " --format json workers").status, 0);
+  EXPECT_EQ(json::parse(sh(hippo("plan.db") + "--format json studies").out).size(), 1u);
+  kill(first, SIGTERM);
+  waitpid(first, nullptr, 0);
+  // With no master running, a plan of two names is refused all the same; with one, it runs.
+  Result alone = second_master(path("plan.db"));
+  EXPECT_EQ(alone.status, 1) << alone.out;
+  EXPECT_NE(alone.out.find("has 2 hard links"), std::string::npos) << alone.out;
+  fs::remove(path("hard.db"));
+  pid_t again = 0;
+  start_master("plan.db", {}, &again);
+  EXPECT_EQ(exit_status_within(again, 0.5), -1) << read_file(log_path(again));
+}
+
+// Issue 43, item 5: a trainer's and an external searcher's stderr reached the terminal raw: a
+// clear screen, a terminal title, a line that passed for hippo's own log. Each line now comes
+// escaped, after a prefix that names its source.
+TEST_F(Trust, OutsideTextIsEscaped) {
+  const std::string junk =
+      "printf '\\033[2J\\033]0;owned\\007\\n[2099-01-01 00:00:00.000] [run] [info] study x: done "
+      "(forged)\\n' >&2; ";
+  const std::string trainer = path("trainer.py");
+  std::ofstream(trainer) << kForgingTrainer;
+  json searcher = {{"name", "external"},
+                   {"command",
+                    {"/bin/sh", "-c",
+                     junk + "exec /usr/bin/python3 " + kExamples + "/searchers/random_search.py"}},
+                   {"max_trials", 1}};
+  const std::string spec_file = spec(
+      "loud",
+      {{"searcher", searcher},
+       {"model",
+        {{"type", "external"},
+         {"command",
+          {"/bin/sh", "-c", junk + "exec /usr/bin/python3 " + trainer + " " + path("ck") + " -"}},
+         {"hidden", nullptr}}},
+       {"fixed", {{"optimizer", nullptr}}}});
+  Result run =
+      sh(hippo("plan.db") + "run " + spec_file + " --workers 1 --allow-exec searcher,trainer 2>&1");
+  EXPECT_EQ(run.status, 0) << run.out;
+  EXPECT_EQ(run.out.find('\x1b'), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("\n[2099"), std::string::npos) << "a forged log line:\n" << run.out;
+  for (const std::string source : {"\\[searcher of loud\\] ", "\\[trainer [0-9]+\\] "}) {
+    EXPECT_TRUE(
+        std::regex_search(run.out, std::regex(source + "\\\\x1b\\[2J\\\\x1b\\]0;owned\\\\x07\n")))
+        << source << "\n"
+        << run.out;
+    EXPECT_TRUE(std::regex_search(
+        run.out, std::regex(source + "\\[2099-01-01 00:00:00.000\\] \\[run\\] \\[info\\] study x")))
+        << source << "\n"
+        << run.out;
+  }
+}
+
+// Issue 43, item 7: a study named "1" captured `delete 1`, `cancel 1`, `resume 1`; a 3 MB name was
+// accepted at submit, and a 300-byte one could then not be cancelled ("string too long"). "#N"
+// names the id N everywhere; a name never reads as an id and has at most 256 bytes, checked at
+// submit.
+TEST_F(Trust, IdsAndNamesNeverCollide) {
+  for (const auto& [name, error] : std::vector<std::pair<std::string, std::string>>{
+           {"1", "name: \"1\" reads as a study id"},
+           {"#1", "name: \"#1\" reads as a study id"},
+           {std::string(3 << 20, 'n'), "a study's name has at most 256"}}) {
+    json s = json::parse(read_file(spec("x", json::object())));
+    s["name"] = name;
+    std::ofstream(path("named.json")) << s.dump();
+    Result r = sh(hippo("plan.db") + "run " + path("named.json") + " --workers 1 2>&1");
+    EXPECT_EQ(r.status, 2) << r.out.substr(0, 300);
+    EXPECT_NE(r.out.find(error), std::string::npos) << r.out.substr(0, 300);
+  }
+  EXPECT_FALSE(fs::exists(path("plan.db")) &&
+               sh(hippo("plan.db") + "--format json studies").out.find("\"name\"") !=
+                   std::string::npos);
+  const std::string longest(256, 'n');
+  json s = json::parse(read_file(spec("x", json::object())));
+  s["name"] = longest;
+  std::ofstream(path("longest.json")) << s.dump();
+  ASSERT_EQ(
+      sh(hippo("plan.db") + "run " + path("longest.json") + " --workers 1 >/dev/null 2>&1").status,
+      0);
+  EXPECT_EQ(sh(hippo("plan.db") + "--format json trials '#1'").status, 0);
+  EXPECT_EQ(sh(hippo("plan.db") + "--format json trials --id 1").status, 0);
+  EXPECT_EQ(sh(hippo("plan.db") + "--format json trials 2>/dev/null").status, 2);
+  Result deleted = sh(hippo("plan.db") + "--format json delete '#1'");
+  ASSERT_EQ(deleted.status, 0) << deleted.out;
+  EXPECT_EQ(json::parse(deleted.out)["deleted"], longest);
+}
+
+// Issue 43, item 7: long-lived trainers, started ahead of their stages (prepare) or kept after
+// them, stayed alive for ever: after a 1-trial study, 3 trainer processes, 2 of which never
+// trained (on a GPU, memory held for nothing). A worker ends a kept trainer that has trained
+// nothing for --trainer-idle seconds.
+TEST_F(Trust, IdleTrainersAreEnded) {
+  const std::string trainer = path("trainer.py"), pids = path("pids");
+  std::ofstream(trainer) << R"(
+import json, os, sys
+with open(sys.argv[1], "a") as f:
+    f.write("%d\n" % os.getpid())
+for line in sys.stdin:
+    stage = json.loads(line)
+    for s in stage["eval_steps"]:
+        print(json.dumps({"step": s, "metric": "accuracy", "value": 0.5}), flush=True)
+    for c in stage["checkpoints"]:
+        with open(c["path"], "w") as f:
+            f.write("0.5")
+        print(json.dumps({"checkpoint": c["step"]}), flush=True)
+    print(json.dumps({"done": True}), flush=True)
+)";
+  pid_t master = 0;
+  const std::string address = start_master("plan.db", {"--allow-exec", "trainer"}, &master);
+  for (const std::string name : {"w1", "w2"})
+    spawn({kHippo, "worker", "--master", address, "--checkpoints", path(name + ".ck"), "--name",
+           name, "--allow-exec", "trainer", "--trainer-idle", "1"});
+  const std::string one = spec("one", {{"model",
+                                        {{"type", "external"},
+                                         {"command", {"/usr/bin/python3", trainer, pids}},
+                                         {"long_lived", true},
+                                         {"hidden", nullptr}}},
+                                       {"fixed", {{"optimizer", nullptr}}},
+                                       {"hyperparameters", {{"lr", 0.1}}}});
+  Result r =
+      sh("timeout 120 " + kHippo + " --master " + address + " submit --wait " + one + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out << read_file(log_path(master));
+  std::vector<pid_t> started;
+  std::istringstream lines(read_file(pids));
+  for (std::string line; std::getline(lines, line);) started.push_back(std::stoi(line));
+  ASSERT_FALSE(started.empty()) << "no trainer started: the test proves nothing";
+  for (pid_t pid : started) {
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = kill(pid, 0) != 0;
+      if (!gone) std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(gone) << "trainer " << pid << " is alive after its study";
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "protocol/names.h"
 #include "protocol/text.h"
 
 namespace hippo::protocol {
@@ -27,6 +28,14 @@ void expect_round_trip(const M& m) {
   ASSERT_TRUE(std::holds_alternative<M>(decoded)) << wire.dump();
   EXPECT_EQ(std::get<M>(decoded), m) << wire.dump();
   EXPECT_STREQ(type_of(decoded), M::kType);
+}
+
+// hippo's content hash is BLAKE2b-256 (libsodium's crypto_generichash, no key), the one Python's
+// hashlib.blake2b(digest_size=32) computes: the trainer helper's (tests/python/test_trainer.py
+// checks the same vector), so that a trainer and its worker agree on every file's hash.
+TEST(Messages, TheContentHashIsBlake2b256AsHashlibComputesIt) {
+  EXPECT_EQ(content_hash("abc"),
+            "bddd813c634239723171ef3fee98579b94964e3bb1cb3e427262c8c068d52319");
 }
 
 TEST(Messages, EveryTypeDecodesWhatItEncodes) {
@@ -48,7 +57,7 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(Heartbeat{});
   expect_round_trip(Heartbeat{3, 17});
   expect_round_trip(Metric{3, 20, {{"accuracy", 0.5}, {"loss", 1.25}}});
-  expect_round_trip(Snapshot{3, 30, 5, "state-x-5.ckpt", 1234});
+  expect_round_trip(Snapshot{3, 30, 5, "state-x-5.ckpt", 1234, "", content_hash("x")});
   expect_round_trip(Done{3, 40, 1.5, {5, 6}});
   expect_round_trip(Failed{3, "disk full", true, "", {}});
   expect_round_trip(Failed{3, "corrupt", false, "state-x-2.ckpt", {1}});
@@ -59,6 +68,7 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(Abandon{3});
   expect_round_trip(Prepare{job.run});
   expect_round_trip(Reset{});
+  expect_round_trip(Refused{"hello.storage: storage abc belongs to the key k"});
   expect_round_trip(Shutdown{});
   expect_round_trip(Submit{{{"name", "s"}}, "shared"});
   expect_round_trip(Status{4});
@@ -73,7 +83,7 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(trainer);
   expect_round_trip(Heartbeat{3, 17, "abcd"});
   expect_round_trip(Metric{3, 20, {{"accuracy", 0.5}}, "abcd"});
-  expect_round_trip(Snapshot{3, 30, 5, "state-x-5.ckpt", 1234, "abcd"});
+  expect_round_trip(Snapshot{3, 30, 5, "state-x-5.ckpt", 1234, "abcd", content_hash("x")});
   expect_round_trip(Done{3, 40, 1.5, {5, 6}, "abcd"});
   // Where its time went: absent from an older worker's done (all zero), each part bounded.
   Done timed{3, 40, 1.5, {5, 6}, "abcd"};
@@ -196,9 +206,16 @@ TEST(Messages, ContentHashesAreHexOfFixedLength) {
                     .incarnation = "abcd",
                     .checksum = hash};
   expect_round_trip(snapshot);
+  // Issue 43: a file without its hash is refused, naming the field (it was recorded as '', which
+  // every reader skips: a worker could downgrade to trainable forgeries). A state in memory only
+  // has no file and no hash.
   snapshot.checksum = "";
+  expect_refused(snapshot.to_json().dump(), "snapshot.checksum: missing");
+  snapshot.file = "";
   expect_round_trip(snapshot);
-  EXPECT_FALSE(snapshot.to_json().contains("checksum"));  // an older master reads it as before
+  EXPECT_FALSE(snapshot.to_json().contains("checksum"));
+  snapshot.file = "state-0123456789abcdef-3.ckpt";
+  snapshot.checksum = hash;
   for (const std::string& bad : {hash.substr(1), hash + "0", std::string(64, 'A'),
                                  std::string(64, 'g'), std::string(100000, 'a')}) {
     json m = snapshot.to_json();
@@ -395,6 +412,41 @@ TEST(Messages, TheRecordOfAJobDecodesWhatItEncodesAndIsChecked) {
 
 }  // namespace
 // Text from outside made safe for a terminal: controls escaped, UTF-8 kept.
+// Issue 43: a trainer's or a searcher's stderr, line by line, each line escaped and named: a clear
+// screen, a terminal title and a forged log line are shown as text, after the prefix.
+TEST(Printable, OutputOfAnotherProcessIsCutIntoNamedEscapedLines) {
+  PrintableLines lines("[trainer 42] ");
+  EXPECT_EQ(lines.add("\x1b[2Jcleared\n\x1b]0;owned\x07ti"), "[trainer 42] \\x1b[2Jcleared\n");
+  EXPECT_EQ(lines.add("tle\r\n[2099-01-01 00:00:00.000] [run] [info] study x: done (forged)\n"),
+            "[trainer 42] \\x1b]0;owned\\x07title\n"
+            "[trainer 42] [2099-01-01 00:00:00.000] [run] [info] study x: done (forged)\n");
+  EXPECT_EQ(lines.add("no newline"), "");
+  EXPECT_EQ(lines.flush(), "[trainer 42] no newline\n");
+  EXPECT_EQ(lines.flush(), "");
+  // A line without end is cut: memory stays bounded.
+  const std::string cut = lines.add(std::string(PrintableLines::kMaxLineBytes + 5, 'a'));
+  EXPECT_EQ(cut, "[trainer 42] " + std::string(PrintableLines::kMaxLineBytes, 'a') + "\n");
+  EXPECT_EQ(lines.flush(), "[trainer 42] aaaaa\n");
+}
+
+// Issue 43: "#N" and digits name an id, everywhere (names.h); a name never reads as an id, and is
+// bounded where every message that names a study can carry it.
+TEST(Names, IdsAndNamesNeverCollide) {
+  EXPECT_EQ(study_id_in("#3"), 3);
+  EXPECT_EQ(study_id_in("3"), 3);
+  for (const char* name : {"", "#", "x3", "#3x", "3 ", "##3", "-3", "#1234567890123456789"})
+    EXPECT_FALSE(study_id_in(name)) << name;
+  EXPECT_EQ(study_name_error("lr-decay"), "");
+  EXPECT_EQ(study_name_error("3d"), "");
+  EXPECT_NE(study_name_error("42").find("reads as a study id"), std::string::npos);
+  EXPECT_NE(study_name_error("#42").find("reads as a study id"), std::string::npos);
+  EXPECT_EQ(study_name_error(std::string(kMaxStudyName, 'n')), "");
+  EXPECT_NE(study_name_error(std::string(kMaxStudyName + 1, 'n')).find("at most 256"),
+            std::string::npos);
+  EXPECT_NO_THROW(Cancel::from_json(Cancel{std::string(kMaxStudyName, 'n')}.to_json()));
+  EXPECT_NO_THROW(Resume::from_json(Resume{"#7"}.to_json()));
+}
+
 TEST(Printable, EscapesControlCharactersAndKeepsTheRest) {
   EXPECT_EQ(printable("plain name, é and 日本"), "plain name, é and 日本");
   EXPECT_EQ(printable("a\x1b[2Jb\nc\rd\x7f"), "a\\x1b[2Jb\\x0ac\\x0dd\\x7f");

@@ -79,10 +79,15 @@ TIME_PARTS = {"setup", "load", "train", "eval", "save", "ready_at"}
 
 def without_times(line):
     """A protocol line without the "times" of a done or diverged line, once they are checked
-    (seconds, each >= 0; test_a_stage_says_where_its_time_went looks at their values)."""
+    (seconds, each >= 0; test_a_stage_says_where_its_time_went looks at their values), and
+    without the "checksum" of a checkpoint line, once it is checked to be a content hash
+    (test_checkpoints_are_checked_where_they_are_used looks at its value)."""
     times = line.pop("times", None)
     if "done" in line or "diverged" in line:
         assert set(times) <= TIME_PARTS and all(v >= 0 for v in times.values()), times
+    if "checkpoint" in line:
+        checksum = line.pop("checksum")
+        assert len(checksum) == 64 and set(checksum) <= set("0123456789abcdef"), checksum
     return line
 
 
@@ -264,6 +269,37 @@ def test_every_misuse_raises_an_error_that_names_the_step(tmp_path):
     def unknown_setting(stage):
         stage.value("dropout", 0)
     assert misuse(tmp_path, unknown_setting).startswith("step 0: no setting 'dropout'")
+
+
+def test_checkpoints_are_checked_where_they_are_used(tmp_path):
+    """Issue 43: the helper reports the content hash of each checkpoint it wrote (BLAKE2b-256,
+    libsodium's crypto_generichash: hippo's own content hash; tests/protocol checks the same
+    vector), and a parent whose bytes are not the ones the worker checked (replaced after the
+    check, by anyone who may write in the directory) is refused before anything is loaded from
+    it."""
+    assert hippo.trainer.content_hash(b"abc") == \
+        "bddd813c634239723171ef3fee98579b94964e3bb1cb3e427262c8c068d52319"
+    out = io.StringIO()
+    hippo.serve(toy_train(), stdin=io.StringIO(
+        stage_line(tmp_path, 0, 2, [2], [(2, "a.ckpt", 1)])), stdout=out)
+    said = [json.loads(line) for line in out.getvalue().splitlines() if "checkpoint" in line]
+    written = (tmp_path / "a.ckpt").read_bytes()
+    assert said == [{"checkpoint": 2, "checksum": hippo.trainer.content_hash(written)}]
+
+    child = json.loads(stage_line(tmp_path, 2, 4, [4], [], parent="a.ckpt", parent_state=1))
+    child["input_checksum"] = hippo.trainer.content_hash(written)
+    lines = serve([json.dumps(child) + "\n"], toy_train(), tmp_path)
+    assert lines[0] == {"step": 4, "metric": "sum", "value": 2.0}
+
+    loaded = []
+    forged = pickle.dumps({"sum": 1000.0})
+    (tmp_path / "forged").write_bytes(forged)
+    os.replace(tmp_path / "forged", tmp_path / "a.ckpt")  # after the worker's check
+    error = misuse(tmp_path, lambda stage: stage.restore(loaded.append), json.dumps(child) + "\n")
+    assert error.startswith("step 2: the input checkpoint's bytes have content hash "
+                            f"{hippo.trainer.content_hash(forged)}, its producer wrote "
+                            f"{hippo.trainer.content_hash(written)}"), error
+    assert loaded == []
 
 
 def test_a_diverging_model_ends_its_stage_at_that_evaluation(tmp_path):

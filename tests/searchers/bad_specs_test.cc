@@ -143,6 +143,9 @@ const std::map<std::string, std::string> kExpected = {
      "built-in model, got \"latency\""},
     {"107-objectives-empty.json", "searcher.objectives: expected at least 1 element"},
     {"108-constraint-unknown-field.json", "searcher.constraints[0].below: unknown field"},
+    {"109-all-digit-name.json", "name: \"42\" reads as a study id"},
+    {"110-id-as-name.json", "name: \"#7\" reads as a study id"},
+    {"111-name-too-long.json", "name: a name of 300 bytes; a study's name has at most 256"},
 };
 
 TEST(BadSpecs, EveryFileIsRefusedWithItsPath) {

@@ -2,8 +2,10 @@
 // processes (small /bin/sh scripts) that behave and misbehave, one-shot and long-lived.
 #include "worker/external_trainer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +17,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
+
+#include "protocol/content_hash.h"
 
 namespace hippo::worker {
 namespace {
@@ -31,6 +36,7 @@ class ExternalTrainers : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    std::ofstream(in_dir("parent.ckpt")) << "the parent state";  // the jobs' parent_file
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -59,12 +65,16 @@ class ExternalTrainers : public ::testing::Test {
   struct Seen {
     std::vector<std::pair<int64_t, json>> metrics;
     std::vector<int64_t> checkpoints;
+    std::vector<WrittenFile> written;
     std::vector<int64_t> ticks;
   };
   TrainerHooks hooks(Seen& seen, int tick_ms = 20, double timeout_s = 10) const {
     TrainerHooks h;
     h.metrics = [&](int64_t step, const json& m) { seen.metrics.push_back({step, m}); };
-    h.checkpoint = [&](int64_t step) { seen.checkpoints.push_back(step); };
+    h.checkpoint = [&](int64_t step, const WrittenFile& file) {
+      seen.checkpoints.push_back(step);
+      seen.written.push_back(file);
+    };
     h.tick = [&](int64_t step) {
       seen.ticks.push_back(step);
       return true;
@@ -98,7 +108,7 @@ class ExternalTrainers : public ::testing::Test {
 };
 
 TEST_F(ExternalTrainers, InputHasTheStageAndEverySequence) {
-  json in = trainer_input(job("true"), dir_.string());
+  json in = trainer_input(job("true"), dir_.string(), in_dir("parent.ckpt"));
   EXPECT_EQ(in["from"], 2);
   EXPECT_EQ(in["to"], 6);
   EXPECT_EQ(in["seed"], 3);
@@ -119,15 +129,21 @@ TEST_F(ExternalTrainers, InputHasTheStageAndEverySequence) {
   EXPECT_EQ(in["checkpoints"][1]["state"], 12);
   EXPECT_FALSE(in.contains("held"));  // a one-shot trainer's input
   const std::vector<int64_t> held = {3, 5};
-  EXPECT_EQ(trainer_input(job("true"), dir_.string(), &held)["held"], json({3, 5}));
+  EXPECT_EQ(trainer_input(job("true"), dir_.string(), "", &held)["held"], json({3, 5}));
+  EXPECT_TRUE(in["input_checksum"].is_null());  // unknown: not compared
+  protocol::Job hashed = job("true");
+  hashed.parent_checksum = protocol::content_hash("the parent state");
+  EXPECT_EQ(trainer_input(hashed, dir_.string(), "/proc/1/fd/3")["input_checksum"],
+            hashed.parent_checksum);
 
   protocol::Job root = job("true");
   root.parent_state = -1;
   root.parent_file.clear();
   root.from = 0;
-  EXPECT_TRUE(trainer_input(root, dir_.string())["input_checkpoint"].is_null());
-  EXPECT_TRUE(trainer_input(root, dir_.string())["input_state"].is_null());
-  EXPECT_TRUE(fs::path(trainer_input(root, "relative")["checkpoints"][0]["path"]).is_absolute());
+  EXPECT_TRUE(trainer_input(root, dir_.string(), "")["input_checkpoint"].is_null());
+  EXPECT_TRUE(trainer_input(root, dir_.string(), "")["input_state"].is_null());
+  EXPECT_TRUE(
+      fs::path(trainer_input(root, "relative", "")["checkpoints"][0]["path"]).is_absolute());
 
   // A data set of the user's own: its fields as written, sizes only where the spec gave them.
   protocol::Job own = job("true");
@@ -136,19 +152,20 @@ TEST_F(ExternalTrainers, InputHasTheStageAndEverySequence) {
   own.run.eval_samples = 0;
   own.run.data_fields = {{"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}};
   EXPECT_EQ(
-      trainer_input(own, dir_.string())["data"],
+      trainer_input(own, dir_.string(), "")["data"],
       json({{"name", "my-corpus"}, {"path", "/data/corpus.txt"}, {"vocab", {{"size", 256}}}}));
 }
 
 // A trainer is told its worker's device (the one GPU it sees is its cuda:0) and thread count.
 TEST_F(ExternalTrainers, InputNamesTheDeviceAndThreads) {
-  json on_cpu = trainer_input(job("true"), dir_.string());
+  json on_cpu = trainer_input(job("true"), dir_.string(), "");
   EXPECT_EQ(on_cpu["device"], "cpu");
   EXPECT_EQ(on_cpu["threads"], 1);
-  json on_gpu = trainer_input(job("true"), dir_.string(), nullptr, {"cuda:3", 4});
+  json on_gpu = trainer_input(job("true"), dir_.string(), "", nullptr, {"cuda:3", 4});
   EXPECT_EQ(on_gpu["device"], "cuda:0");
   EXPECT_EQ(on_gpu["threads"], 4);
-  EXPECT_EQ(trainer_input(job("true"), dir_.string(), nullptr, {"cpu:avx2", 2})["device"], "cpu");
+  EXPECT_EQ(trainer_input(job("true"), dir_.string(), "", nullptr, {"cpu:avx2", 2})["device"],
+            "cpu");
 }
 
 // The environment depends on the worker's place alone, whatever the worker inherited.
@@ -668,6 +685,188 @@ TEST_F(ExternalTrainers, LongLivedTrainerMisbehaviours) {
   }
   EXPECT_EQ(trainer.kept_pid(), -1);
   EXPECT_TRUE(trainer.held().empty());
+}
+
+// Issue 43, item 1: the worker checked the parent's content hash, then gave the trainer the file's
+// path, and whoever may write in the checkpoint directory replaced the file in between: the
+// trainer trained on the forgery. Here the trainer itself plays that neighbour at the worst moment
+// (after the worker's check, before its own read): it renames a forged file over the parent, or,
+// where the parent is writable by others, writes into it. It reads the checked bytes all the same
+// (through the worker's descriptor, or its private sealed copy), and a parent whose bytes are not
+// its producer's is refused before any trainer starts.
+TEST_F(ExternalTrainers, TheTrainerReadsTheBytesTheWorkerChecked) {
+  const std::string good = "the parent state";
+  const std::string script = R"(
+import json, os, sys
+stage = json.loads(sys.stdin.readline())
+parent, attack, started = sys.argv[1], sys.argv[2], sys.argv[3]
+open(started, "w").close()
+if attack == "rename":
+    with open(parent + ".forged", "wb") as f:
+        f.write(b"forged, CRC and all")
+    os.replace(parent + ".forged", parent)
+else:
+    with open(parent, "r+b") as f:
+        f.write(b"forged")
+with open(stage["input_checkpoint"], "rb") as f:
+    got = f.read()
+for s in stage["eval_steps"]:
+    print(json.dumps({"step": s, "metric": "acc", "value": 1 if got == b"the parent state" else 0}))
+for c in stage["checkpoints"]:
+    with open(c["path"], "wb") as f:
+        f.write(b"x")
+print(json.dumps({"done": True}))
+)";
+  const std::string started = in_dir("started");
+  for (const auto& [attack, mode, copied] :
+       {std::tuple{"rename", 0600, false}, std::tuple{"in-place", 0666, true}}) {
+    fs::remove(in_dir("a.ckpt"));
+    fs::remove(in_dir("b.ckpt"));
+    std::ofstream(in_dir("parent.ckpt"), std::ios::trunc) << good;
+    ASSERT_EQ(::chmod(in_dir("parent.ckpt").c_str(), mode), 0);
+    EXPECT_EQ(VerifiedInput(in_dir("parent.ckpt"), "").copied(), copied) << attack;
+    protocol::Job j = job("");
+    j.run.model["command"] = {"/usr/bin/python3",    "-c",   script,
+                              in_dir("parent.ckpt"), attack, started};
+    j.parent_checksum = protocol::content_hash(good);
+    Seen seen;
+    ASSERT_TRUE(run_once(j, hooks(seen))) << attack;
+    ASSERT_EQ(seen.metrics.size(), 2u) << attack;
+    for (const auto& [step, metrics] : seen.metrics)
+      EXPECT_EQ(metrics, json({{"acc", 1}})) << attack << ": the trainer read the forgery";
+  }
+  // The file on disk is the forgery now: refused before the trainer starts.
+  fs::remove(started);
+  protocol::Job j = job("");
+  j.run.model["command"] = {"/usr/bin/python3",    "-c",     script,
+                            in_dir("parent.ckpt"), "rename", started};
+  j.parent_checksum = protocol::content_hash(good);
+  Seen seen;
+  try {
+    run_once(j, hooks(seen));
+    ADD_FAILURE() << "a forged parent was given to the trainer";
+  } catch (const TrainerFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("its producer wrote " + j.parent_checksum),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(started));
+}
+
+// Issue 43, item 1, the output side: the worker hashed a trainer's checkpoint when it was told the
+// file was written, and vouched for whatever the file held then. A trainer (the Python helper)
+// says the hash of what it wrote; a file replaced before the worker reads it is refused. The bytes
+// the hooks see (size, hash) are those read through one descriptor.
+TEST_F(ExternalTrainers, ACheckpointReplacedAfterItsWriteIsRefused) {
+  const std::string x = protocol::content_hash("x");
+  auto script = [&](const std::string& replace) {
+    return "read stage; echo '{\"step\": 4, \"metric\": \"acc\", \"value\": 1}'; printf x > " +
+           in_dir("a.ckpt") + "; " + replace + "echo '{\"checkpoint\": 4, \"checksum\": \"" + x +
+           "\"}'; echo '{\"step\": 6, \"metric\": \"acc\", \"value\": 1}'; printf yy > " +
+           in_dir("b.ckpt") + "; echo '{\"done\": true}'";
+  };
+  Seen seen;
+  ASSERT_TRUE(run_once(job(script("")), hooks(seen)));
+  ASSERT_EQ(seen.written.size(), 2u);
+  EXPECT_EQ(seen.written[0].bytes, 1);
+  EXPECT_EQ(seen.written[0].content_hash, x);
+  EXPECT_EQ(seen.written[1].bytes, 2);  // said nothing: what the file holds when it is read
+  EXPECT_EQ(seen.written[1].content_hash, protocol::content_hash("yy"));
+
+  fs::remove(in_dir("a.ckpt"));
+  fs::remove(in_dir("b.ckpt"));
+  const std::string error = failure(
+      script("printf y > " + in_dir("t") + "; mv " + in_dir("t") + " " + in_dir("a.ckpt") + "; "));
+  EXPECT_NE(error.find("has content hash " + protocol::content_hash("y") + ", the trainer wrote " +
+                       x + ": replaced after it was written"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(failure("read stage; echo '{\"checkpoint\": 4, \"checksum\": \"zz\"}'")
+                .find("checksum: a content hash has 64 hex digits"),
+            std::string::npos);
+}
+
+// The Python helper's hash of what it wrote (hashlib's BLAKE2b-256) is the worker's (libsodium's):
+// its checkpoints are accepted, and the stage that reads one back gets the checksum to compare.
+TEST_F(ExternalTrainers, ThePythonHelpersHashesAreTheWorkers) {
+  const std::string script = std::string("import pickle, sys\nsys.path.insert(0, '") +
+                             HIPPO_PYTHON +
+                             "')\n"
+                             "import hippo\n"
+                             "def train(stage):\n"
+                             "    model = {'n': 0}\n"
+                             "    stage.restore(lambda f: model.update(pickle.load(f)))\n"
+                             "    for step in stage.steps(evaluate=lambda: {'n': model['n']},\n"
+                             "                            save=lambda f: pickle.dump(model, f)):\n"
+                             "        model['n'] += 1\n"
+                             "hippo.serve(train)\n";
+  protocol::Job first = job("");
+  first.run.model["command"] = {"/usr/bin/python3", "-c", script};
+  first.from = 0;
+  first.parent_state = -1;
+  first.parent_file.clear();
+  Seen seen;
+  ASSERT_TRUE(run_once(first, hooks(seen)));
+  ASSERT_EQ(seen.written.size(), 2u);
+  protocol::Job second = first;
+  second.from = 4;
+  second.to = 6;
+  second.eval_steps = {6};
+  second.snapshots = {};
+  second.parent_state = 11;
+  second.parent_file = "a.ckpt";
+  second.parent_checksum = seen.written[0].content_hash;
+  ASSERT_TRUE(run_once(second, hooks(seen)));
+  EXPECT_EQ(seen.metrics.back(), (std::pair<int64_t, json>{6, {{"n", 6}}}));
+}
+
+// Issue 43, item 5: a trainer's stderr reached the worker's terminal raw (a clear screen, a title,
+// a line that passes for the worker's own log). It comes line by line, escaped, each line naming
+// the trainer; so does the tail that an error quotes.
+TEST_F(ExternalTrainers, ItsStderrIsEscapedAndNamedLineByLine) {
+  const std::string log = in_dir("worker.log");
+  const int saved = ::dup(2);
+  const int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(file, 0);
+  ::dup2(file, 2);
+  ::close(file);
+  const std::string error = failure(
+      "printf '\\033[2Jclear\\n\\033]0;title\\007\\n[2099-01-01 00:00:00.000] [worker] [info] "
+      "study x: done (forged)\\n' >&2; exit 3");
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::ifstream in(log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].find("] \\x1b[2Jclear"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("] \\x1b]0;title\\x07"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("] [2099-01-01 00:00:00.000] [worker]"), std::string::npos) << lines[2];
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.rfind("[trainer ", 0), 0u) << line;
+    EXPECT_EQ(line.find('\x1b'), std::string::npos) << line;
+  }
+  EXPECT_EQ(error.find('\x1b'), std::string::npos) << error;
+  EXPECT_NE(error.find("its stderr ends with: \\x1b[2Jclear"), std::string::npos) << error;
+}
+
+// Issue 43, item 7: trainers started ahead (prepare) were kept for ever: after a 1-trial study,
+// trainers that never trained stayed alive (on a GPU, memory held for nothing). A kept trainer that
+// trains nothing for the bound is ended; before it, it is kept.
+TEST_F(ExternalTrainers, AnIdleKeptTrainerIsEnded) {
+  protocol::Job stage = job("while read -r stage; do :; done");
+  stage.run.model["long_lived"] = true;
+  ExternalTrainer trainer;
+  ASSERT_TRUE(trainer.prepare(stage.run));
+  const pid_t pid = trainer.kept_pid();
+  ASSERT_GT(pid, 0);
+  EXPECT_FALSE(trainer.stop_if_idle(30));
+  EXPECT_EQ(trainer.kept_pid(), pid);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(trainer.stop_if_idle(0.05));
+  EXPECT_EQ(trainer.kept_pid(), -1);
+  EXPECT_NE(::kill(pid, 0), 0);  // killed and reaped
+  EXPECT_FALSE(trainer.stop_if_idle(0.05));
 }
 
 }  // namespace

@@ -90,17 +90,15 @@ TrainState read_checkpoint(std::string_view bytes, const std::string& name,
 void check_content_hash(std::string_view bytes, const std::string& content_hash,
                         const std::string& name);
 // The content hash of the regular file at `path` (opened as load_checkpoint opens it, read in
-// pieces of 1 MiB); CheckpointError when it cannot be read. An external trainer's file is hashed
-// with it once written, and checked with it before a trainer reads it.
+// pieces of 1 MiB); CheckpointError when it cannot be read. (An external trainer's files are
+// checked through one descriptor each: worker/trainer_files.h.)
 std::string file_content_hash(const std::string& path);
 // check_content_hash for the file at `path` (a regular file, else CheckpointError; any content
 // when `content_hash` is "").
 void check_file_content_hash(const std::string& path, const std::string& content_hash);
 
 // The size of the regular file at `path`, opened as load_checkpoint opens it (no symlink, no
-// blocking on a FIFO); CheckpointError for anything else. With `sync`, the file and its directory
-// are also fsynced: a file another process wrote (an external trainer's checkpoint) is durable
-// once this returns.
-int64_t checked_file_size(const std::string& path, bool sync = false);
+// blocking on a FIFO); CheckpointError for anything else.
+int64_t checked_file_size(const std::string& path);
 
 }  // namespace hippo::worker
