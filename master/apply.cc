@@ -35,6 +35,7 @@ void Master::apply(const Edit& edit) {
   }
   driver_.queue(edit);
   for (const auto& [peer, message] : edit.sends) send(peer, message);
+  for (const auto& [peer, body] : edit.bodies) outbox_->emplace_back(peer, body);
 }
 
 void Master::apply_op(const EditOp& op) {

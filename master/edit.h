@@ -332,13 +332,17 @@ struct Edit {
   std::vector<Work> next, later;
   // (peer, message), sent once the transaction has committed.
   std::vector<std::pair<std::string, json>> sends;
+  // Messages already in their wire form (a job, whose size was checked), sent after `sends`.
+  std::vector<std::pair<std::string, std::string>> bodies;
 
   template <typename Op>
   Edit& add(Op op) {
     ops.emplace_back(std::move(op));
     return *this;
   }
-  bool empty() const { return ops.empty() && next.empty() && later.empty() && sends.empty(); }
+  bool empty() const {
+    return ops.empty() && next.empty() && later.empty() && sends.empty() && bodies.empty();
+  }
 };
 
 }  // namespace hippo::master

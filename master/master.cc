@@ -23,6 +23,7 @@ void merge(Edit& e, Edit more) {
   for (Work& w : more.next) e.next.push_back(std::move(w));
   for (Work& w : more.later) e.later.push_back(std::move(w));
   for (auto& s : more.sends) e.sends.push_back(std::move(s));
+  for (auto& b : more.bodies) e.bodies.push_back(std::move(b));
 }
 
 }  // namespace
@@ -1299,8 +1300,8 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
   job.environment = worker_environment(w.hello, spec);
   if (job.environment.empty() && work.parent_state >= 0)
     job.environment = states_.info(work.parent_state).environment;
-  json order = job.order.to_json();
-  const size_t bytes = protocol::serialize(order).size();
+  std::string order = protocol::serialize(job.order.to_json());
+  const size_t bytes = order.size();
   if (static_cast<int64_t>(bytes) > protocol::kMaxMessageBytes) {
     // No worker could take it (ZeroMQ refuses a frame over the limit): its studies fail now.
     const std::string error =
@@ -1319,7 +1320,7 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
                 w.hello.name, work.representative, work.from, work.to, work.parent_state,
                 work.evals.size());
   Edit e;
-  e.sends.emplace_back(w.peer, std::move(order));
+  e.bodies.emplace_back(w.peer, std::move(order));
   e.add(edit::StartJob{w.peer, std::move(job), spec.long_lived_trainer()});
   apply(e);
 }

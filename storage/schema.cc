@@ -271,7 +271,7 @@ CREATE TABLE running_jobs (
   files TEXT NOT NULL,
   started_at REAL NOT NULL,
   PRIMARY KEY (incarnation, job)
-);
+) WITHOUT ROWID;
 ALTER TABLE study_accounts ADD COLUMN paused_s REAL NOT NULL DEFAULT 0;
 )sql";
 
