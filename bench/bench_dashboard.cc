@@ -27,80 +27,29 @@
 #include "stagetree/tree.h"
 #include "storage/plan.h"
 #include "tests/dashboard/browser.h"
+#include "tests/dashboard/large_plan.h"
 
 namespace {
 
 using namespace hippo;
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kEpoch = 100;  // steps
-constexpr int64_t kLength = 20 * kEpoch;
-
-// A made-up accuracy that depends only on the learning rates trained so far, so that trials that
-// share a prefix share its evaluations (as real ones do).
-double accuracy(const Sequence& lr, int64_t step) {
-  double sum = 0;
-  for (int64_t s = 0; s < step; s += 10) sum += lr.value_at(s) * 10;
-  return 0.9 - 0.6 / (1 + sum);
-}
-
+// Studies of `trials` trials of one and of two objectives (tests/dashboard/large_plan.h: an ASHA
+// study on 1,000 workers as the plan API writes it).
 void make_plan(const std::string& file, int64_t trials) {
   std::filesystem::remove(file);
   SearchPlan plan = SearchPlan::open(file);
-  StageTree tree;
-  auto started = Clock::now();
-  plan.transaction([&] {
-    nlohmann::json spec = {
-        {"name", "big"},
-        {"searcher", {{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}}}};
-    int64_t study = plan.create_study("big", spec, Policy::kShared);
-    for (TrialId id = 0; id < trials; ++id) {
-      double init = 0.01 * static_cast<double>(1 + id % 10);
-      int64_t milestone = (2 + (id / 10) % 10) * kEpoch;
-      double gamma = 0.01 + 0.0098 * static_cast<double>(id / 100);
-      Sequence lr = multistep(init, {milestone}, gamma);
-      TrialRow row;
-      row.id = id;
-      row.study_id = study;
-      row.root_key = "big";
-      row.params = {{"lr.init", init}, {"lr.milestone", milestone / kEpoch}, {"lr.gamma", gamma}};
-      row.hyperparams = {{"lr", lr}};
-      row.length = kLength;
-      row.status = TrialStatus::kDone;
-      row.end_reason = "trained to its length";
-      plan.add_trial(row);
-      plan.save_change(tree, tree.add_trial(id, "big", row.hyperparams, kLength));
-      std::vector<int64_t> evals;
-      for (int64_t s = 2 * kEpoch; s <= kLength; s += 2 * kEpoch) {
-        evals.push_back(s);
-        double a = accuracy(lr, s);
-        plan.add_metric({id, s, "accuracy", a});
-        plan.add_metric({id, s, "loss", 2 * (1 - a)});
-      }
-      plan.add_eval_requests(id, evals);
-    }
-    // Everything trained, each stage once, on four workers one after the other.
-    double clock[4] = {1.7e9, 1.7e9, 1.7e9, 1.7e9};
-    for (const Stage& s : tree.stages()) {
-      tree.mark_trained(s.id, s.end);
-      plan.save_stage(tree.stage(s.id));
-      int w = static_cast<int>(s.id % 4);
-      ExecutionRow e;
-      e.stage = s.id;
-      e.trial = s.representative;
-      e.from = s.start;
-      e.to = e.reached = s.end;
-      e.worker = "worker-" + std::to_string(w);
-      e.started_at = clock[w];
-      e.ended_at = clock[w] += 0.001 * static_cast<double>(s.steps());
-      e.studies = {study};
-      plan.add_execution(e);
-    }
-    plan.set_study_status(study, StudyStatus::kDone);
-  });
-  std::printf("wrote %s: %lld trials, %zu stages, in %.1f s\n", file.c_str(),
-              static_cast<long long>(trials), tree.stages().size(),
-              std::chrono::duration<double>(Clock::now() - started).count());
+  for (int objectives : {1, 2}) {
+    auto started = Clock::now();
+    testing::LargeStudy o;
+    o.trials = trials;
+    o.objectives = objectives;
+    const std::string name = objectives == 1 ? "big" : "big-two";
+    testing::write_large_study(plan, name, o);
+    std::printf("wrote %s into %s: %lld trials, in %.1f s\n", name.c_str(), file.c_str(),
+                static_cast<long long>(trials),
+                std::chrono::duration<double>(Clock::now() - started).count());
+  }
 }
 
 struct Dashboard {
