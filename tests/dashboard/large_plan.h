@@ -75,7 +75,7 @@ inline int64_t write_large_study(SearchPlan& plan, const std::string& name, cons
       plan.save_change(tree, tree.add_trial(id, name, row.hyperparams, row.length));
       for (int64_t step : {100, 300, 900}) {
         if (step > end) break;
-        const double a = std::clamp(0.3 + quality * (0.6 + 0.1 * std::log10(step)), 0.0, 0.999);
+        const double a = 0.3 + 0.65 * std::tanh(quality * (0.8 + 0.1 * std::log10(step)));
         plan.add_metric({id, step, "accuracy", a});
         if (o.objectives > 1)
           plan.add_metric({id, step, "latency", width * (0.8 + 0.4 * uniform())});
