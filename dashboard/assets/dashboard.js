@@ -213,7 +213,7 @@
 
   // A stage's details below the tree: while hovered, and the clicked one after.
   function initStages(svg) {
-    const details = svg.closest('figure').parentNode.querySelector('.stage-details');
+    const details = main.querySelector('.stage-details');  // one tree a page
     if (!details) return;
     function describe(g) {
       const d = g.dataset;
