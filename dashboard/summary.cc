@@ -94,10 +94,13 @@ Density::Density(double left, double top, double right, double bottom, double ce
 }
 
 void Density::add(double x, double y) {
-  // Clamped as doubles first: a cast of a value beyond int's range is undefined.
-  const double c = std::clamp(std::floor((x - left_) / cell_), 0.0, columns_ - 1.0);
-  const double r = std::clamp(std::floor((y - top_) / cell_), 0.0, rows_ - 1.0);
-  ++counts_[static_cast<size_t>(r) * columns_ + static_cast<size_t>(std::isnan(c) ? 0 : c)];
+  // The cell of a coordinate, clamped as a double first (a cast of a value beyond the integer's
+  // range, or of NaN, is undefined): NaN counts in the first cell.
+  auto cell_of = [&](double v, double from, int cells) {
+    const double i = std::floor((v - from) / cell_);
+    return std::isnan(i) ? size_t{0} : static_cast<size_t>(std::clamp(i, 0.0, cells - 1.0));
+  };
+  ++counts_[cell_of(y, top_, rows_) * static_cast<size_t>(columns_) + cell_of(x, left_, columns_)];
   ++total_;
 }
 

@@ -63,7 +63,7 @@ class Input {
   }
   int64_t step() {
     const uint8_t pick = byte();
-    if (pick < 16) return static_cast<int64_t>(bits() >> 1);  // up to 2^63 - 1
+    if (pick < 16) return static_cast<int64_t>(bits() >> 2);  // up to 2^62, room for an end
     return pick * 10;
   }
 

@@ -160,6 +160,7 @@ TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
   DashboardProcess dashboard(*db_, (*dir_ / "dashboard.log").string());
   ASSERT_GT(dashboard.port(), 0) << dashboard.log();
   Browser browser((*dir_ / "profile").string());
+  fs::create_directories(HIPPO_SCREENSHOTS);
   const int64_t best = cli("best one")["trial"];
   std::set<int64_t> front;
   for (const json& t : cli("best two")) front.insert(t["trial"].get<int64_t>());
