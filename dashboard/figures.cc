@@ -434,14 +434,13 @@ std::string number(double v) {
 
 std::string drawing_note(const Drawing& drawing, const std::string& goal) {
   if (!drawing.summarized) return "";
+  const std::string top = std::to_string(drawing.top.size());
   return std::to_string(drawing.trials) + " trials: " +
-         (drawing.top.empty()
-              ? std::string()
-              : "the top " + std::to_string(drawing.top.size()) + " by " + escape(goal) + ", ") +
-         "the front, the selected trials and the least and most of each axis are drawn one by "
-         "one (" +
+         (goal.empty() ? "the " + top + " trials of the Pareto front"
+                       : "the top " + top + " by " + escape(goal)) +
+         ", the selected trials and the least and most of each axis are drawn one by one (" +
          std::to_string(drawing.exact.size()) +
-         "); the others as a density (their counts in cells of 6 pixels: darker is more)";
+         " in all); the others as a density (their counts in cells of 6 pixels: darker is more)";
 }
 
 std::string history_svg(const StudyView& study, const Drawing& drawing) {

@@ -69,7 +69,8 @@ std::string pareto_svg(const StudyView& study, const Drawing& drawing = {}, size
 // sample (class "hv", data-trial, data-hypervolume, a <title>); for more objectives than
 // kMaxHypervolumeObjectives, a line that says so.
 std::string hypervolume_svg(const StudyView& study);
-// How a drawing summarized its figures, for their captions ("" when every trial is drawn).
+// How a drawing summarized its figures, for their captions ("" when every trial is drawn); `goal`
+// is the metric the top trials are the best of, "" for a study of several objectives (the front).
 std::string drawing_note(const Drawing& drawing, const std::string& goal);
 
 // Several studies' best so far by trial number, one line each (the comparison page).

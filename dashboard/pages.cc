@@ -235,7 +235,7 @@ std::string study_figures(const StudyView& s, const Drawing& d) {
                                                       " evaluations of " + escape(s.metric) +
                                                       " were NaN or infinite and are not drawn"
                                                 : "";
-  const std::string summarized = and_drawing(d, s.metric);
+  const std::string summarized = and_drawing(d, s.goals.several() ? "" : s.metric);
   if (s.goals.several()) {
     out += front_figures(s, d);
   } else {
@@ -323,10 +323,17 @@ std::string time_split_table(const StudyView& s) {
 }
 
 std::string timeline_section(const StudyView& s) {
+  const bool aggregated = s.executions.size() > kMaxExecutionsDrawn;
   return "<p>What each worker ran when: " + std::to_string(s.executions.size()) +
-         " executions; blank is idle. Outlined bars trained stages on the critical path (the "
-         "longest trial, " +
-         std::to_string(s.critical_path_steps) + " steps).</p>" +
+         " executions; blank is idle." +
+         (aggregated ? " Past " + std::to_string(kMaxExecutionsDrawn) +
+                           " executions, each lane (a worker, or a group of workers past 100) is "
+                           "shaded by how busy it was in each of 100 spans of time, darker is "
+                           "busier; the bars drawn are those that trained the critical path (the "
+                           "longest trial, " +
+                           std::to_string(s.critical_path_steps) + " steps).</p>"
+                     : " Outlined bars trained stages on the critical path (the longest trial, " +
+                           std::to_string(s.critical_path_steps) + " steps).</p>") +
          legend({{"train", "train"},
                  {"replay", "replay (rebuilding a lost state)"},
                  {"evaluate", "evaluate"},

@@ -169,6 +169,16 @@ TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
     return browser.evaluate(tab, "document.querySelectorAll('" + selector + "').length")
         .get<int64_t>();
   };
+  // Screenshots for dashboard/README.md: 10,000 trials, every point drawn; the tree collapsed and
+  // the timeline of 1,000 workers at 100,000 trials.
+  for (const auto& [path, name] : std::vector<std::pair<std::string, std::string>>{
+           {"/study/3", "ten"}, {"/study/1/tree", "tree"}, {"/study/1/timeline", "timeline"}}) {
+    Browser::Tab tab = browser.open();
+    browser.navigate(tab, dashboard.url(path));
+    EXPECT_TRUE(browser.errors(tab).empty()) << path << ": " << browser.errors(tab)[0];
+    browser.screenshot(tab, std::string(HIPPO_SCREENSHOTS) + "/scale-" + name + ".png", 2050, 0.6);
+    browser.close(tab);
+  }
   // The dashboard's pages and the reports (offline), each found the same way.
   const std::string one = report("one"), two = report("two");
   const std::vector<std::pair<std::string, bool>> pages = {{dashboard.url("/study/1"), false},
@@ -181,8 +191,10 @@ TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
     browser.navigate(tab, url);
     EXPECT_TRUE(browser.errors(tab).empty()) << url << ": " << browser.errors(tab)[0];
     const bool is_one = url.find("/study/1") != std::string::npos || url == "file://" + one;
-    browser.screenshot(tab, std::string(HIPPO_SCREENSHOTS) + "/scale-" + (is_one ? "one" : "two") +
-                                (offline ? "-report" : "") + ".png");
+    browser.screenshot(tab,
+                       std::string(HIPPO_SCREENSHOTS) + "/scale-" + (is_one ? "one" : "two") +
+                           (offline ? "-report" : "") + ".png",
+                       2050, 0.6);
     if (is_one) {
       const std::string row = "table.trials tr.trial[data-trial=\"" + std::to_string(best) + "\"]";
       EXPECT_EQ(count(tab, row), 1) << url;
