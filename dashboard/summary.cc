@@ -73,10 +73,10 @@ Drawing drawing_of(const StudyView& study, const std::vector<int64_t>& selected,
     add_extremes(
         study,
         [&name](const TrialView& t) -> std::optional<double> {
-          if (!t.row.params.is_object() || !t.row.params.contains(name) ||
-              !t.row.params[name].is_number())
-            return std::nullopt;
-          return t.row.params[name].get<double>();
+          if (!t.row.params.is_object()) return std::nullopt;
+          const auto found = t.row.params.find(name);
+          if (found == t.row.params.end() || !found->is_number()) return std::nullopt;
+          return found->get<double>();
         },
         d.extremes);
   d.exact.insert(d.top.begin(), d.top.end());
