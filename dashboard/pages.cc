@@ -415,9 +415,15 @@ Page study_page(const StudyView& s, const std::vector<int64_t>& selected) {
 }
 
 Page tree_page(const StudyView& s, const std::vector<int64_t>& selected) {
+  // A collapsed tree expands along the paths of the trials asked for.
+  const std::string expand =
+      s.stages.size() > kMaxStagesDrawn
+          ? "<form class=\"select-trial\" method=\"get\"><label>draw the path of trial <input "
+            "type=\"number\" name=\"trial\" min=\"1\"></label> <button>draw</button></form>"
+          : "";
   return {"hippo: " + s.row.name + " stage tree",
           "<h1>Stage tree of " + escape(s.row.name) + "</h1>" + nav(s, "stage tree") +
-              part(summary(s)) + tree_section(s, drawing_of(s, selected))};
+              part(summary(s)) + expand + tree_section(s, drawing_of(s, selected))};
 }
 
 Page timeline_page(const StudyView& s) {

@@ -160,6 +160,17 @@ TEST_F(Scale, StudyPagesAreAtMostFiveMegabytesAndAtTenThousandTrialsDrawEveryPoi
   EXPECT_EQ(page["total"], 100000);
   EXPECT_LE(page["rows"].size(), 50u);
   EXPECT_EQ(get(dashboard.url("/study/1/trials?sort=99")).status, 400);
+  // The tree, collapsed: the critical path and the top trials' paths; a selected trial's path
+  // joins them.
+  const std::string tree = get(dashboard.url("/study/1/tree")).body;
+  std::smatch drawn;
+  ASSERT_TRUE(std::regex_search(tree, drawn,
+                                std::regex("data-stages=\"([0-9]+)\" data-drawn=\"([0-9]+)\"")));
+  EXPECT_LE(std::stoll(drawn[2]), 2000);
+  EXPECT_GT(std::stoll(drawn[1]), 100000);
+  EXPECT_EQ(tree.find("data-trials=\"77777\""), std::string::npos);
+  EXPECT_NE(get(dashboard.url("/study/1/tree?trial=77777")).body.find("data-trials=\"77777\""),
+            std::string::npos);
 }
 
 TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
@@ -232,6 +243,27 @@ TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
           100000);
     }
     browser.close(tab);
+  }
+}
+
+// The terminal's way through many trials: `hippo trials --where --sort --limit`.
+TEST_F(Scale, TrialsAreChosenSortedAndLimitedInTheTerminal) {
+  const json rows = cli("trials ten --where status=done,stopped --sort accuracy --limit 5");
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0]["trial"], cli("best ten")["trial"]);
+  auto best_of = [](const json& t) {
+    double best = -1;
+    for (const json& m : t["metrics"])
+      if (m["name"] == "accuracy") best = std::max(best, m["value"].get<double>());
+    return best;
+  };
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_GE(best_of(rows[i - 1]), best_of(rows[i]));
+  const json stopped = cli("trials ten --where status=stopped --limit 100");
+  ASSERT_EQ(stopped.size(), 100u);
+  for (const json& t : stopped) EXPECT_EQ(t["status"], "stopped");
+  for (const char* bad : {"--where lr=1", "--where status=nope", "--sort nothing", "--limit -1"}) {
+    auto r = sh(kHippo + " --db " + *db_ + " trials ten " + bad + " 2>&1");
+    EXPECT_EQ(r.status, 2) << bad << ": " << r.out;
   }
 }
 
