@@ -465,10 +465,11 @@ struct Server::Impl {
   int bound_port = -1;
 
   // The plan and the latest view of it.
-  std::mutex plan_mutex;
+  std::mutex plan_mutex;  // guards view, next_read, reading (and plan, while not reading)
   SearchPlan plan;
   std::shared_ptr<const PlanView> view;
-  Clock::time_point checked;
+  Clock::time_point next_read;  // no read of the plan before
+  bool reading = false;
 
   // Rendered content, per request key, for view->version.
   std::mutex pages_mutex;
@@ -478,22 +479,39 @@ struct Server::Impl {
   Impl(const std::string& db, const ServerOptions& o)
       : options(o), http(o), plan(SearchPlan::open_read_only(db)) {
     view = std::make_shared<PlanView>(read_plan(plan, unix_now()));
-    checked = Clock::now();
+    next_read = Clock::now();
   }
 
-  // The latest view: the plan is re-read when it changed, at most once per refresh_s.
+  // The latest view. The plan is re-read when it changed, by the request that finds it so; every
+  // other request meanwhile gets the view before (a read of 100,000 trials takes seconds: no
+  // request waits for one it did not start). Reads are at least refresh_s apart, and at least as
+  // far apart as the last one took, so that re-reading a plan that a study keeps writing takes
+  // at most half a core.
   std::shared_ptr<const PlanView> current() {
-    std::lock_guard<std::mutex> lock(plan_mutex);
-    auto now = Clock::now();
-    if (now - checked < std::chrono::duration<double>(options.refresh_s)) return view;
-    checked = now;
+    std::unique_lock<std::mutex> lock(plan_mutex);
+    const auto now = Clock::now();
+    if (reading || now < next_read) return view;
+    next_read = now + std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(options.refresh_s));
     try {
-      if (plan.data_version() != view->version)
-        view = std::make_shared<PlanView>(read_plan(plan, unix_now()));
+      if (plan.data_version() == view->version) return view;
+    } catch (const std::exception& e) {
+      if (!options.quiet) std::fprintf(stderr, "dashboard: re-reading the plan: %s\n", e.what());
+      return view;
+    }
+    reading = true;  // `plan` is this thread's until the read is done
+    lock.unlock();
+    std::shared_ptr<const PlanView> fresh;
+    try {
+      fresh = std::make_shared<PlanView>(read_plan(plan, unix_now()));
     } catch (const std::exception& e) {
       // Busy or mid-migration: keep showing the last good view, and say so.
       if (!options.quiet) std::fprintf(stderr, "dashboard: re-reading the plan: %s\n", e.what());
     }
+    lock.lock();
+    reading = false;
+    next_read = std::max(next_read, Clock::now() + (Clock::now() - now));
+    if (fresh) view = std::move(fresh);
     return view;
   }
 

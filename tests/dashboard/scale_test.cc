@@ -300,8 +300,15 @@ TEST_F(Scale, PollsWhileTheStudyIsWrittenAreAtMostAHundredKilobytes) {
     more.seed = 10 + batch;
     more.running = true;
     write_large_study(plan, "one", more, 25001 + 200 * batch, 1);
-    const Got poll = get(url, {"Accept-Encoding: gzip", "X-Hippo-Part: content",
-                               "If-None-Match: " + etag, "X-Hippo-Parts: " + parts()});
+    // The dashboard reads again no sooner than its last read took: a poll may see the version
+    // before (304) for a moment.
+    Got poll;
+    for (int i = 0; i < 100 && poll.status != 200; ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      poll = get(url, {"Accept-Encoding: gzip", "X-Hippo-Part: content", "If-None-Match: " + etag,
+                       "X-Hippo-Parts: " + parts()});
+      EXPECT_TRUE(poll.status == 200 || poll.status == 304) << poll.status;
+    }
     ASSERT_EQ(poll.status, 200) << "batch " << batch;
     EXPECT_LE(poll.wire, 100u * 1000) << "batch " << batch;
     etag = poll.etag;
