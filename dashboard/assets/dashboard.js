@@ -163,7 +163,7 @@
       prev.disabled = result.page === 0;
       next.disabled = result.page >= result.pages - 1;
     }
-    let asked = 0;
+    let asked = 0, waiting = null;
     async function render(trial) {
       const q = { sort: state.sort, descending: state.descending, filter: state.filter,
                   page: state.page, trial: trial };
@@ -179,7 +179,8 @@
       } else if (local) {
         result = localPage(columns, local, q);
       } else {
-        return;  // the report's table is still being decoded
+        waiting = trial;  // the report's table is still being decoded: asked again once it is
+        return;
       }
       if (mine === asked) show(result);
     }
@@ -206,7 +207,7 @@
       decodeArchive(archive.textContent).then(function (rows) {
         local = rows;
         box.dataset.decoded = rows.length;
-        if (!unchanged) render();
+        if (!unchanged || waiting !== null) render(waiting === null ? undefined : waiting);
       }, function (e) { info.textContent = 'the table could not be decoded: ' + e; });
     }
   }
