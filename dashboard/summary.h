@@ -16,7 +16,9 @@
 
 namespace hippo::dashboard {
 
-constexpr size_t kDrawEveryTrialUpTo = 20000;
+// 10,000: every point still drawn; past it a study of two objectives would pass 5 MB (its front
+// figure is a circle and a title per trial).
+constexpr size_t kDrawEveryTrialUpTo = 10000;
 constexpr size_t kTopDrawn = 50;
 
 struct Drawing {

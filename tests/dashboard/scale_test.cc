@@ -52,6 +52,11 @@ class Scale : public ::testing::Test {
     ten.trials = 10000;
     ten.seed = 3;
     write_large_study(plan, "ten", ten);
+    // The heaviest study drawn whole: 10,000 trials of two objectives (a circle and a title each
+    // on the front's figure).
+    LargeStudy ten_two = ten;
+    ten_two.objectives = 2;
+    write_large_study(plan, "ten-two", ten_two);
     // Written once, read by the tests: each 100,000-trial report and the dashboard's first read
     // take seconds.
     for (const char* study : {"one", "two"}) report(study);
@@ -134,6 +139,10 @@ TEST_F(Scale, StudyPagesAreAtMostFiveMegabytesAndAtTenThousandTrialsDrawEveryPoi
     EXPECT_LT(page.wire, page.body.size() / 3) << study << ": gzip";
     EXPECT_NE(page.body.find("data-summarized=\"1\""), std::string::npos);
   }
+  const Got heaviest = get(dashboard.url("/study/4"));
+  EXPECT_LE(heaviest.body.size(), kFiveMegabytes);
+  EXPECT_EQ(heaviest.body.find("data-summarized=\"1\""), std::string::npos);
+  EXPECT_LE(fs::file_size(report("ten-two")), kFiveMegabytes);
   // 10,000 trials: every one drawn, as a dot or one by one.
   const std::string ten = get(dashboard.url("/study/3")).body;
   EXPECT_EQ(ten.find("data-summarized=\"1\""), std::string::npos);
@@ -269,7 +278,7 @@ TEST_F(Scale, TrialsAreChosenSortedAndLimitedInTheTerminal) {
 
 // A study that grows while the page polls: each poll is the parts that changed, gzipped; a poll
 // that has every part gets placeholders only. A plan of its own, of 25,000 trials (summarized,
-// as past 20,000): the dashboard reads it again after each write.
+// as past 10,000): the dashboard reads it again after each write.
 TEST_F(Scale, PollsWhileTheStudyIsWrittenAreAtMostAHundredKilobytes) {
   const std::string db = (*dir_ / "growing.db").string();
   {
