@@ -1,15 +1,18 @@
 // bench_dashboard: how fast `hippo dashboard` serves a large study, in a real browser.
 //
-//   bench_dashboard make-plan FILE [--trials N]   a finished study of N trials (default 10,000)
-//                                                  written through the plan API: multistep
-//                                                  learning rates that share their first epochs,
-//                                                  10 evaluations each, an execution per stage
-//   bench_dashboard load FILE [--reps R]           starts `hippo dashboard` on FILE and loads
-//                                                  each page of study 1 R times in chromium
+//   bench_dashboard make-plan FILE [--trials N]   two finished ASHA studies of N trials each
+//                                                  (default 10,000), one objective and two,
+//                                                  written through the plan API
+//                                                  (tests/dashboard/large_plan.h)
+//   bench_dashboard load FILE [--reps R]           starts `hippo dashboard` on FILE; writes each
+//                                                  study's report and opens it R times offline in
+//                                                  chromium; loads each page R times
 //
-// `load` prints, per page: the bytes served, the server's time to answer (first and later
-// requests: the first one renders, later ones come from the cache), and the browser's time from
-// navigation to the load event (median and range over the repetitions).
+// `load` prints the anchor (the dashboard's first read of the whole plan) and, per report, its
+// size, the seconds `hippo report` took (and their ratio to the anchor), chromium's time to the
+// load event and to the whole table decoded; per page: the bytes served, the server's time to
+// answer (first and later requests: the first one renders, later ones come from the cache), and
+// the browser's times from navigation (median and range over the repetitions).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,80 +31,29 @@
 #include "stagetree/tree.h"
 #include "storage/plan.h"
 #include "tests/dashboard/browser.h"
+#include "tests/dashboard/large_plan.h"
 
 namespace {
 
 using namespace hippo;
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kEpoch = 100;  // steps
-constexpr int64_t kLength = 20 * kEpoch;
-
-// A made-up accuracy that depends only on the learning rates trained so far, so that trials that
-// share a prefix share its evaluations (as real ones do).
-double accuracy(const Sequence& lr, int64_t step) {
-  double sum = 0;
-  for (int64_t s = 0; s < step; s += 10) sum += lr.value_at(s) * 10;
-  return 0.9 - 0.6 / (1 + sum);
-}
-
+// Studies of `trials` trials of one and of two objectives (tests/dashboard/large_plan.h: an ASHA
+// study on 1,000 workers as the plan API writes it).
 void make_plan(const std::string& file, int64_t trials) {
   std::filesystem::remove(file);
   SearchPlan plan = SearchPlan::open(file);
-  StageTree tree;
-  auto started = Clock::now();
-  plan.transaction([&] {
-    nlohmann::json spec = {
-        {"name", "big"},
-        {"searcher", {{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}}}};
-    int64_t study = plan.create_study("big", spec, Policy::kShared);
-    for (TrialId id = 0; id < trials; ++id) {
-      double init = 0.01 * static_cast<double>(1 + id % 10);
-      int64_t milestone = (2 + (id / 10) % 10) * kEpoch;
-      double gamma = 0.01 + 0.0098 * static_cast<double>(id / 100);
-      Sequence lr = multistep(init, {milestone}, gamma);
-      TrialRow row;
-      row.id = id;
-      row.study_id = study;
-      row.root_key = "big";
-      row.params = {{"lr.init", init}, {"lr.milestone", milestone / kEpoch}, {"lr.gamma", gamma}};
-      row.hyperparams = {{"lr", lr}};
-      row.length = kLength;
-      row.status = TrialStatus::kDone;
-      row.end_reason = "trained to its length";
-      plan.add_trial(row);
-      plan.save_change(tree, tree.add_trial(id, "big", row.hyperparams, kLength));
-      std::vector<int64_t> evals;
-      for (int64_t s = 2 * kEpoch; s <= kLength; s += 2 * kEpoch) {
-        evals.push_back(s);
-        double a = accuracy(lr, s);
-        plan.add_metric({id, s, "accuracy", a});
-        plan.add_metric({id, s, "loss", 2 * (1 - a)});
-      }
-      plan.add_eval_requests(id, evals);
-    }
-    // Everything trained, each stage once, on four workers one after the other.
-    double clock[4] = {1.7e9, 1.7e9, 1.7e9, 1.7e9};
-    for (const Stage& s : tree.stages()) {
-      tree.mark_trained(s.id, s.end);
-      plan.save_stage(tree.stage(s.id));
-      int w = static_cast<int>(s.id % 4);
-      ExecutionRow e;
-      e.stage = s.id;
-      e.trial = s.representative;
-      e.from = s.start;
-      e.to = e.reached = s.end;
-      e.worker = "worker-" + std::to_string(w);
-      e.started_at = clock[w];
-      e.ended_at = clock[w] += 0.001 * static_cast<double>(s.steps());
-      e.studies = {study};
-      plan.add_execution(e);
-    }
-    plan.set_study_status(study, StudyStatus::kDone);
-  });
-  std::printf("wrote %s: %lld trials, %zu stages, in %.1f s\n", file.c_str(),
-              static_cast<long long>(trials), tree.stages().size(),
-              std::chrono::duration<double>(Clock::now() - started).count());
+  for (int objectives : {1, 2}) {
+    auto started = Clock::now();
+    testing::LargeStudy o;
+    o.trials = trials;
+    o.objectives = objectives;
+    const std::string name = objectives == 1 ? "big" : "big-two";
+    testing::write_large_study(plan, name, o);
+    std::printf("wrote %s into %s: %lld trials, in %.1f s\n", name.c_str(), file.c_str(),
+                static_cast<long long>(trials),
+                std::chrono::duration<double>(Clock::now() - started).count());
+  }
 }
 
 struct Dashboard {
@@ -150,16 +103,52 @@ std::string spread(std::vector<double> v) {
   return buf;
 }
 
+// Seconds a command takes.
+double timed(const std::string& command) {
+  auto start = Clock::now();
+  if (std::system(command.c_str()) != 0) std::printf("  failed: %s\n", command.c_str());
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 void load(const std::string& db, int reps) {
   const std::string dir =
       std::filesystem::temp_directory_path() / ("bench-dashboard-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto started = Clock::now();
   Dashboard dashboard(db, dir + "/dashboard.log");
-  std::printf("dashboard up (plan read once) in %.2f s\n",
-              std::chrono::duration<double>(Clock::now() - started).count());
+  // The anchor: reading the whole plan once (every study), which every later figure is against.
+  const double anchor = std::chrono::duration<double>(Clock::now() - started).count();
+  std::printf("dashboard up (plan read once: the anchor) in %.2f s\n", anchor);
+  std::fflush(stdout);
   testing::Browser browser(dir + "/profile");
-  for (const std::string path : {"/", "/study/1", "/study/1/tree", "/study/1/timeline"}) {
+  // The report of each study: written by `hippo report`, then rendered offline by chromium (the
+  // load event, and the whole table decoded from its compressed copy).
+  for (const std::string study : {"1", "2"}) {
+    const std::string file = dir + "/report-" + study + ".html";
+    const double written = timed(std::string(HIPPO_BINARY) + " --db " + db + " report " + study +
+                                 " -o " + file + " 2>/dev/null");
+    std::vector<double> loaded, decoded;
+    for (int i = 0; i < reps; ++i) {
+      testing::Browser::Tab tab = browser.open();
+      browser.go_offline(tab);
+      auto t0 = Clock::now();
+      browser.navigate(tab, "file://" + file);
+      loaded.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      browser.wait_until(tab, "!!document.querySelector('.trial-table[data-decoded]')",
+                         std::chrono::seconds(60));
+      decoded.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      if (!browser.errors(tab).empty())
+        std::printf("  console error: %s\n", browser.errors(tab)[0].c_str());
+      browser.close(tab);
+    }
+    std::printf(
+        "report of study %s: %.1f KiB written in %.2f s (%.2fx the anchor)\n  chromium: loaded "
+        "%s\n            table decoded %s\n",
+        study.c_str(), static_cast<double>(std::filesystem::file_size(file)) / 1024, written,
+        written / anchor, spread(loaded).c_str(), spread(decoded).c_str());
+  }
+  for (const std::string path :
+       {"/", "/study/1", "/study/2", "/study/1/tree", "/study/1/timeline"}) {
     auto [first, bytes] = fetch(dashboard.port, path);
     std::vector<double> server, received, parsed, loaded;
     for (int i = 0; i < reps; ++i) server.push_back(fetch(dashboard.port, path).first);
@@ -181,12 +170,15 @@ void load(const std::string& db, int reps) {
       browser.close(tab);
     }
     std::printf(
-        "%s: %.1f KiB; server first %.3f s, then %s\n  browser: received %s\n"
-        "           parsed   %s\n           loaded   %s\n",
-        path.c_str(), static_cast<double>(bytes) / 1024, first, spread(server).c_str(),
-        spread(received).c_str(), spread(parsed).c_str(), spread(loaded).c_str());
+        "%s: %.1f KiB; server first %.3f s (%.2fx the anchor), then %s\n  browser: received "
+        "%s\n           parsed   %s\n           loaded   %s\n",
+        path.c_str(), static_cast<double>(bytes) / 1024, first, first / anchor,
+        spread(server).c_str(), spread(received).c_str(), spread(parsed).c_str(),
+        spread(loaded).c_str());
   }
-  std::filesystem::remove_all(dir);
+  // Chromium may still be writing its profile: what cannot be removed now is left in /tmp.
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace

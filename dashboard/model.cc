@@ -95,7 +95,11 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
     TrialView& t = v.trials[it->second];
     t.last[m.name] = m.value;  // rows come by step: the last one stays
     // A diverged trial's values are drawn up to where it diverged, and it is never the best.
-    if (m.name != v.metric || !std::isfinite(m.value)) continue;
+    if (m.name != v.metric) continue;
+    if (!std::isfinite(m.value)) {
+      ++v.not_finite;
+      continue;
+    }
     t.curve.emplace_back(m.step, m.value);
     if (t.row.status == TrialStatus::kDiverged) continue;
     if (!t.best || better(m.value, *t.best, v.maximize)) t.best = m.value;
@@ -182,75 +186,31 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
 
 }  // namespace
 
-const char* to_string(StageState state) {
-  static const char* const names[] = {"trained", "training", "pending", "pruned"};
-  return names[static_cast<int>(state)];
-}
-
-double StudyView::saving() const {
-  return steps_unique > 0 ? static_cast<double>(steps_trial_based) / steps_unique : 0;
-}
-
-const TrialView* StudyView::trial(int64_t number) const {
-  if (number < 1 || number > static_cast<int64_t>(trials.size())) return nullptr;
-  const TrialView& t = trials[number - 1];  // numbers are 1, 2, ... in order
-  return t.row.number == number ? &t : nullptr;
-}
-
-std::shared_ptr<const StudyView> PlanView::find(const std::string& name_or_id) const {
-  for (const auto& s : studies)
-    if (s->row.name == name_or_id) return s;
-  if (std::optional<int64_t> id = study_id_in(name_or_id))
-    for (const auto& s : studies)
-      if (s->row.id == *id) return s;
-  return nullptr;
-}
-
-HypervolumeHistory hypervolume_history(const StudyView& study, size_t max_points) {
-  HypervolumeHistory history;
-  const size_t objectives = study.goals.objectives.size();
-  if (objectives < 2 || objectives > kMaxHypervolumeObjectives || study.trials.empty())
-    return history;
-  const Directions directions = study.goals.directions();
-  std::vector<std::vector<double>> feasible;
-  for (const TrialView& t : study.trials)
-    if (t.result && t.result->feasible) feasible.push_back(t.result->values);
-  std::optional<std::vector<double>> reference = hypervolume_reference(feasible, directions);
-  if (!reference) return history;
-  history.reference = std::move(*reference);
-  const size_t n = study.trials.size();
-  const size_t every = (n + std::max<size_t>(1, max_points) - 1) / std::max<size_t>(1, max_points);
-  // A result that earlier trials dominate stays dominated: the front so far and the results
-  // since are all the next front needs, which keeps each step to the front's size.
-  std::vector<ParetoPoint> front;
-  for (size_t i = 0; i < n; ++i) {
-    const TrialView& t = study.trials[i];
-    if (t.result && t.result->feasible) front.push_back({t.result->values, 0});
-    if ((i + 1) % every != 0 && i + 1 != n) continue;
-    std::vector<ParetoPoint> kept;
-    std::vector<std::vector<double>> values;
-    for (size_t k : pareto_front(front, directions)) {
-      values.push_back(front[k].values);
-      kept.push_back(std::move(front[k]));
-    }
-    front = std::move(kept);
-    history.points.emplace_back(t.row.number, hypervolume(values, history.reference, directions));
-  }
-  return history;
-}
-
-PlanView read_plan(SearchPlan& plan, double now) {
+PlanView read_plan(SearchPlan& plan, double now, const std::string& only) {
   PlanView view;
   view.read_at = now;
   plan.snapshot([&] {
     view.version = plan.data_version();
+    std::vector<StudyRow> rows = plan.studies();
+    if (!only.empty()) {
+      // The study named, by its name or else its id (PlanView::find's rule).
+      auto named =
+          std::find_if(rows.begin(), rows.end(), [&](const StudyRow& r) { return r.name == only; });
+      const std::optional<int64_t> id = study_id_in(only);
+      if (named == rows.end() && id)
+        named =
+            std::find_if(rows.begin(), rows.end(), [&](const StudyRow& r) { return r.id == *id; });
+      rows = named == rows.end() ? std::vector<StudyRow>{} : std::vector<StudyRow>{*named};
+      if (rows.empty()) return;
+    }
     StageTree tree = plan.load_tree();  // joins this snapshot
     std::map<StageId, std::vector<int64_t>> checkpoints;
     for (const CheckpointRow& c : plan.checkpoints()) checkpoints[c.stage].push_back(c.step);
     std::map<int64_t, std::vector<ExecutionRow>> executions;
-    for (ExecutionRow& e : plan.executions(std::nullopt))
+    for (ExecutionRow& e :
+         plan.executions(only.empty() ? std::nullopt : std::optional<int64_t>(rows[0].id)))
       for (int64_t study : e.studies) executions[study].push_back(e);
-    for (const StudyRow& row : plan.studies())
+    for (const StudyRow& row : rows)
       view.studies.push_back(std::make_shared<StudyView>(
           read_study(plan, row, tree, checkpoints, std::move(executions[row.id]), now)));
   });

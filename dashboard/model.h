@@ -61,6 +61,7 @@ struct StudyView {
   int64_t trials_closed = 0;
   int64_t steps_trial_based = 0, steps_unique = 0, steps_trained = 0, steps_executed = 0;
   int64_t critical_path_steps = 0;
+  int64_t not_finite = 0;  // evaluations of the metric that were NaN or infinite (never drawn)
   double wall_s = 0;
   // The best (trial number, value, step) over every value of the metric, if any; under
   // constraints the first Pareto-optimal result's (`hippo best`); none with several objectives.
@@ -94,8 +95,9 @@ struct HypervolumeHistory {
 };
 HypervolumeHistory hypervolume_history(const StudyView& study, size_t max_points = 200);
 
-// Reads every study in one snapshot of the plan. `now` (unix seconds) is the end of the wall
-// time of running studies.
-PlanView read_plan(SearchPlan& plan, double now);
+// Reads every study in one snapshot of the plan, or only the one `only` names (its name or id;
+// none if there is no such study). `now` (unix seconds) is the end of the wall time of running
+// studies.
+PlanView read_plan(SearchPlan& plan, double now, const std::string& only = "");
 
 }  // namespace hippo::dashboard

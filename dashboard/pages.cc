@@ -4,11 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <set>
 
 #include "dashboard/assets.h"
 #include "dashboard/figures.h"
+#include "dashboard/summary.h"
+#include "dashboard/table.h"
 #include "storage/time_split.h"
 
 namespace hippo::dashboard {
@@ -142,69 +145,38 @@ std::string nav(const StudyView& s, const std::string& here) {
   return out + "</nav>";
 }
 
-// A value for the table: numbers to 6 significant digits (the table shows 4; full doubles would
-// make a large study's page a third heavier).
-nlohmann::json cell_value(const nlohmann::json& v) {
-  if (!v.is_number_float()) return v;
-  double d = v.get<double>();
-  if (!std::isfinite(d)) return nullptr;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", d);
-  return std::strtod(buf, nullptr);
+// The trial table: `page` (table_page's JSON) rendered by dashboard.js at once; on the dashboard
+// (`source`: the URL of /study/ID/trials) it asks the server for other pages, in the report
+// (`source` empty) it pages the whole table, which comes compressed (compressed_table).
+std::string trial_table_section(const StudyView& s, const TrialTable& table,
+                                const std::string& source) {
+  TableQuery query = default_query(table);
+  std::string out =
+      "<section class=\"table\"><h2>Trials</h2><div class=\"trial-table\" data-rows=\"" +
+      std::to_string(s.trials.size()) + "\"" +
+      (source.empty() ? "" : " data-source=\"" + escape(source) + "\"") +
+      "><noscript>The table needs JavaScript.</noscript></div>"
+      "<script type=\"application/json\" class=\"trial-data\">" +
+      script_json(table_page(table, query)) + "</script>";
+  if (source.empty())
+    out += "<script type=\"application/octet-stream\" class=\"trial-archive\">" +
+           compressed_table(table) + "</script>";
+  return out + "</section>";
 }
 
-// The trial table's rows as JSON for dashboard.js (sortable, filterable, paged).
-std::string trial_table(const StudyView& s) {
-  std::set<std::string> param_names, metric_names;
-  for (const TrialView& t : s.trials) {
-    if (t.row.params.is_object())
-      for (const auto& [k, v] : t.row.params.items()) param_names.insert(k);
-    for (const auto& [k, v] : t.last) metric_names.insert(k);
-  }
-  nlohmann::json columns = {"trial", "status", "end reason", "steps"};
-  for (const std::string& p : param_names) columns.push_back(p);
-  columns.push_back("best " + s.metric);
-  // With several objectives or constraints: each objective at the trial's result, and where the
-  // result stands.
-  const bool results = s.goals.multi();
-  if (results) {
-    for (const Objective& o : s.goals.objectives) columns.push_back(o.metric);
-    columns.push_back("feasible");
-    columns.push_back("pareto");
-  }
-  for (const std::string& m : metric_names) columns.push_back("last " + m);
-  nlohmann::json rows = nlohmann::json::array();
-  for (const TrialView& t : s.trials) {
-    nlohmann::json row = {t.row.number, to_string(t.row.status), t.row.end_reason, t.needed};
-    for (const std::string& p : param_names)
-      row.push_back(t.row.params.is_object() && t.row.params.contains(p)
-                        ? cell_value(t.row.params[p])
-                        : nlohmann::json());
-    row.push_back(t.best ? cell_value(*t.best) : nlohmann::json());
-    if (results) {
-      for (size_t i = 0; i < s.goals.objectives.size(); ++i)
-        row.push_back(t.result ? cell_value(t.result->values[i]) : nlohmann::json());
-      row.push_back(t.result ? nlohmann::json(t.result->feasible ? "yes" : "no")
-                             : nlohmann::json());
-      row.push_back(t.result ? nlohmann::json(t.result->pareto_optimal ? "yes" : "no")
-                             : nlohmann::json());
-    }
-    for (const std::string& m : metric_names) {
-      auto it = t.last.find(m);
-      row.push_back(it == t.last.end() ? nlohmann::json() : cell_value(it->second));
-    }
-    rows.push_back(std::move(row));
-  }
-  return "<section class=\"table\"><h2>Trials</h2><div class=\"trial-table\" data-rows=\"" +
-         std::to_string(s.trials.size()) +
-         "\"><noscript>The table needs JavaScript.</noscript></div>"
-         "<script type=\"application/json\" class=\"trial-data\">" +
-         script_json({{"columns", columns}, {"rows", rows}}) + "</script></section>";
+// A part of a page that the live page keeps when it has not changed (pages.h, without_parts):
+// its content's hash names it.
+std::string part(const std::string& html) {
+  uint64_t hash = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : html) hash = (hash ^ c) * 1099511628211ULL;
+  char name[17];
+  std::snprintf(name, sizeof name, "%016llx", static_cast<unsigned long long>(hash));
+  return std::string("<div class=\"part\" data-part=\"") + name + "\">" + html + kPartEnd;
 }
 
 std::string figure(const std::string& title, const std::string& svg, const std::string& note = "") {
-  return "<figure><figcaption>" + title + "</figcaption>" + svg +
-         (note.empty() ? "" : "<p class=\"note\">" + note + "</p>") + "</figure>";
+  return part("<figure><figcaption>" + title + "</figcaption>" + svg +
+              (note.empty() ? "" : "<p class=\"note\">" + note + "</p>") + "</figure>");
 }
 
 std::string legend(const std::vector<std::pair<std::string, std::string>>& items) {
@@ -214,12 +186,24 @@ std::string legend(const std::vector<std::pair<std::string, std::string>>& items
   return out + "</ul>";
 }
 
+// "; " and a drawing's note, or nothing.
+std::string and_drawing(const Drawing& d, const std::string& goal) {
+  const std::string note = drawing_note(d, goal);
+  return note.empty() ? "" : "; " + note;
+}
+
 // In place of the optimization history of one objective: the front of the first two objectives,
 // and how its hypervolume grew.
-std::string front_figures(const StudyView& s) {
+std::string front_figures(const StudyView& s, const Drawing& d) {
   const size_t objectives = s.goals.objectives.size();
-  size_t diverged = 0;
-  for (const TrialView& t : s.trials) diverged += t.row.status == TrialStatus::kDiverged;
+  size_t diverged = 0, not_finite = 0;
+  for (const TrialView& t : s.trials) {
+    diverged += t.row.status == TrialStatus::kDiverged;
+    if (t.result && t.row.status != TrialStatus::kDiverged &&
+        !std::all_of(t.result->values.begin(), t.result->values.end(),
+                     [](double v) { return std::isfinite(v); }))
+      ++not_finite;
+  }
   std::string note =
       "a dot per trial at its last evaluation that has every goal metric; on the front: "
       "feasible, and no feasible trial is as good in every objective and better in one; the "
@@ -228,42 +212,76 @@ std::string front_figures(const StudyView& s) {
     note += "; these are the first two of " + std::to_string(objectives) +
             " objectives: filled dots are optimal in all of them";
   if (diverged > 0) note += "; " + std::to_string(diverged) + " diverged trials are not drawn";
+  if (not_finite > 0)
+    note += "; " + std::to_string(not_finite) +
+            " trials with an objective NaN or infinite are not drawn";
   return figure("Pareto front",
                 legend({{"front", "on the front"},
                         {"feasible", "feasible, dominated"},
                         {"infeasible", "infeasible (a constraint fails)"},
                         {"failed", "failed"}}) +
-                    pareto_svg(s),
-                note) +
+                    pareto_svg(s, d),
+                note + and_drawing(d, "")) +
          figure("Hypervolume", hypervolume_svg(s),
                 "of the front of trials 1 to N, by trial number; the reference point, the same "
                 "for every N, is each objective's worst feasible value moved a tenth of its "
                 "range further");
 }
 
-std::string study_figures(const StudyView& s) {
+std::string study_figures(const StudyView& s, const Drawing& d) {
   std::string out = "<div class=\"figures\">";
-  out += s.goals.several() ? front_figures(s) : figure("Optimization history", history_svg(s));
-  out += figure("Learning curves (" + escape(s.metric) + ")", curves_svg(s),
-                "one line per trial; trials that share stages coincide up to their divergence");
-  out += figure("Parallel coordinates", parallel_svg(s));
+  // Values that are not finite have no place on an axis: said, not drawn.
+  const std::string left_out = s.not_finite > 0 ? "; " + std::to_string(s.not_finite) +
+                                                      " evaluations of " + escape(s.metric) +
+                                                      " were NaN or infinite and are not drawn"
+                                                : "";
+  const std::string summarized = and_drawing(d, s.goals.several() ? "" : s.metric);
+  if (s.goals.several()) {
+    out += front_figures(s, d);
+  } else {
+    const std::string note = left_out + summarized;
+    out += figure("Optimization history", history_svg(s, d), note.empty() ? "" : note.substr(2));
+  }
+  out += figure("Learning curves (" + escape(s.metric) + ")", curves_svg(s, d),
+                (d.summarized ? "the median (line) and the 10-90% band of the other trials' "
+                                "values per 5 pixels of steps; the trials drawn one by one "
+                                "over them"
+                              : "one line per trial; trials that share stages coincide up to "
+                                "their divergence") +
+                    left_out + summarized);
+  out += figure("Parallel coordinates", parallel_svg(s, d),
+                summarized.empty() ? "" : summarized.substr(2));
+  out += figure("Parameter importance", importance_svg(s),
+                "the share of the variance of " + escape(s.metric) +
+                    " (each trial's best) that each parameter alone explains: between bins of "
+                    "the parameter (10 of equal counts, or its categories), less what chance "
+                    "gives; fANOVA's first-order term, from the trials themselves");
   out += "</div><h2>Slices</h2><div class=\"slices\">";
-  for (const auto& [name, svg] : slice_svgs(s)) out += figure(escape(name), svg);
+  for (const auto& [name, svg] : slice_svgs(s, d)) out += figure(escape(name), svg);
   return out + "</div>";
 }
 
-std::string tree_section(const StudyView& s) {
+std::string tree_section(const StudyView& s, const Drawing& d) {
   size_t trained = 0;
   for (const StageView& st : s.stages) trained += st.state == StageState::kTrained;
+  const bool collapsed = s.stages.size() > kMaxStagesDrawn;
   return "<p>" + std::to_string(s.stages.size()) + " stages (" + std::to_string(trained) +
          " trained) along the step axis; a branch is where trials diverge. Hover or select a "
-         "stage for its trials, steps and checkpoints.</p>" +
+         "stage for its trials, steps and checkpoints." +
+         (collapsed ? " Collapsed past " + std::to_string(kMaxStagesDrawn) +
+                          " stages: drawn are the critical path and the paths of the top " +
+                          std::to_string(d.top.size()) +
+                          " trials, the front and the selected trials (select one with "
+                          "?trial=N, or jump to it in the study's table); the band under "
+                          "them counts the other stages at each step."
+                    : "") +
+         "</p>" +
          legend({{"trained", "trained"},
                  {"training", "training"},
                  {"pending", "pending"},
                  {"pruned", "pruned (no running trial needs it)"},
                  {"checkpoint", "checkpoint"}}) +
-         figure("Stage tree", tree_svg(s)) +
+         figure("Stage tree", tree_svg(s, d)) +
          "<div class=\"stage-details\" aria-live=\"polite\"></div>";
 }
 
@@ -291,16 +309,31 @@ std::string time_split_table(const StudyView& s) {
              (shares && all > 0 ? " (" + fixed(100 * seconds / all, 0) + "%)" : "") + "</td>";
     out += "</tr>";
   };
-  for (const WorkerTime& w : split.workers) row(w, false);
+  // A row per worker up to kMaxWorkerRows (a thousand workers would be a page of their own),
+  // then all of them together.
+  constexpr size_t kMaxWorkerRows = 64;
+  for (size_t i = 0; i < split.workers.size() && i < kMaxWorkerRows; ++i)
+    row(split.workers[i], false);
   row(split.all, true);
-  return out + "</tbody></table>";
+  out += "</tbody></table>";
+  if (split.workers.size() > kMaxWorkerRows)
+    out += "<p class=\"note\">The first " + std::to_string(kMaxWorkerRows) + " of " +
+           std::to_string(split.workers.size()) + " workers, and all of them in the last row.</p>";
+  return out;
 }
 
 std::string timeline_section(const StudyView& s) {
+  const bool aggregated = s.executions.size() > kMaxExecutionsDrawn;
   return "<p>What each worker ran when: " + std::to_string(s.executions.size()) +
-         " executions; blank is idle. Outlined bars trained stages on the critical path (the "
-         "longest trial, " +
-         std::to_string(s.critical_path_steps) + " steps).</p>" +
+         " executions; blank is idle." +
+         (aggregated ? " Past " + std::to_string(kMaxExecutionsDrawn) +
+                           " executions, each lane (a worker, or a group of workers past 100) is "
+                           "shaded by how busy it was in each of 100 spans of time, darker is "
+                           "busier; the bars drawn are those that trained the critical path (the "
+                           "longest trial, " +
+                           std::to_string(s.critical_path_steps) + " steps).</p>"
+                     : " Outlined bars trained stages on the critical path (the longest trial, " +
+                           std::to_string(s.critical_path_steps) + " steps).</p>") +
          legend({{"train", "train"},
                  {"replay", "replay (rebuilding a lost state)"},
                  {"evaluate", "evaluate"},
@@ -367,23 +400,58 @@ Page compare_page(const std::vector<const StudyView*>& studies) {
   return p;
 }
 
-Page study_page(const StudyView& s) {
+Page study_page(const StudyView& s, const std::vector<int64_t>& selected) {
+  const Drawing d = drawing_of(s, selected);
   Page p{"hippo: " + s.row.name, ""};
-  p.content = "<h1>Study " + escape(s.row.name) + "</h1>" + nav(s, "study") + summary(s) +
-              study_figures(s) + trial_table(s);
+  std::string chosen;
+  for (int64_t n : d.selected) chosen += (chosen.empty() ? "" : ", ") + std::to_string(n);
+  p.content = "<h1>Study " + escape(s.row.name) + "</h1>" + nav(s, "study") + part(summary(s)) +
+              (chosen.empty() ? ""
+                              : "<p class=\"selected-note\">Selected: trial " + chosen +
+                                    " (drawn one by one in every figure)</p>") +
+              study_figures(s, d) +
+              part(trial_table_section(s, trial_table(s), study_link(s, "/trials")));
   return p;
 }
 
-Page tree_page(const StudyView& s) {
-  return {"hippo: " + s.row.name + " stage tree", "<h1>Stage tree of " + escape(s.row.name) +
-                                                      "</h1>" + nav(s, "stage tree") + summary(s) +
-                                                      tree_section(s)};
+Page tree_page(const StudyView& s, const std::vector<int64_t>& selected) {
+  // A collapsed tree expands along the paths of the trials asked for.
+  const std::string expand =
+      s.stages.size() > kMaxStagesDrawn
+          ? "<form class=\"select-trial\" method=\"get\"><label>draw the path of trial <input "
+            "type=\"number\" name=\"trial\" min=\"1\"></label> <button>draw</button></form>"
+          : "";
+  return {"hippo: " + s.row.name + " stage tree",
+          "<h1>Stage tree of " + escape(s.row.name) + "</h1>" + nav(s, "stage tree") +
+              part(summary(s)) + expand + tree_section(s, drawing_of(s, selected))};
 }
 
 Page timeline_page(const StudyView& s) {
   return {"hippo: " + s.row.name + " timeline", "<h1>Timeline of " + escape(s.row.name) + "</h1>" +
-                                                    nav(s, "timeline") + summary(s) +
+                                                    nav(s, "timeline") + part(summary(s)) +
                                                     timeline_section(s)};
+}
+
+std::string without_parts(const std::string& content, const std::set<std::string>& kept) {
+  static const std::string open = "<div class=\"part\" data-part=\"";
+  std::string out;
+  size_t at = 0;
+  for (size_t start = content.find(open); start != std::string::npos;
+       start = content.find(open, at)) {
+    const size_t name_at = start + open.size();
+    const std::string name = content.substr(name_at, 16);
+    const size_t end = content.find(kPartEnd, name_at);
+    if (end == std::string::npos) break;
+    out.append(content, at, start - at);
+    if (kept.count(name)) {
+      out += open + name + "\" data-kept=\"1\">" + kPartEnd;
+    } else {
+      out.append(content, start, end + std::strlen(kPartEnd) - start);
+    }
+    at = end + std::strlen(kPartEnd);
+  }
+  out.append(content, at, std::string::npos);
+  return out;
 }
 
 Page error_page(int status, const std::string& message) {
@@ -411,10 +479,12 @@ std::string report(const StudyView& s) {
   std::time_t t = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
   Page p{"hippo report: " + s.row.name, ""};
+  const Drawing d = drawing_of(s);
   p.content = "<h1>Study " + escape(s.row.name) + "</h1><p class=\"note\">Report written " + when +
               " by hippo from the search plan; this file needs no network.</p>" + summary(s) +
-              study_figures(s) + "<h2>Stage tree</h2>" + tree_section(s) + "<h2>Timeline</h2>" +
-              timeline_section(s) + trial_table(s);
+              study_figures(s, d) + "<h2>Stage tree</h2>" + tree_section(s, d) +
+              "<h2>Timeline</h2>" + timeline_section(s) +
+              trial_table_section(s, trial_table(s), "");
   return document(p, false, "report");
 }
 

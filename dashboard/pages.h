@@ -4,6 +4,7 @@
 // Content-Security-Policy says so to the browser.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,19 @@ struct Page {
 
 Page studies_page(const PlanView& plan);
 Page compare_page(const std::vector<const StudyView*>& studies);
-Page study_page(const StudyView& study);
-Page tree_page(const StudyView& study);
+// `selected`: trials the user picked (?trial=N), drawn one by one in every figure.
+Page study_page(const StudyView& study, const std::vector<int64_t>& selected = {});
+Page tree_page(const StudyView& study, const std::vector<int64_t>& selected = {});
 Page timeline_page(const StudyView& study);
 Page error_page(int status, const std::string& message);
+
+// Pages are made of parts (a figure, the summary, the table), each named by the hash of its
+// content and ended by kPartEnd. A live page polls with the names of the parts it shows; the
+// content it gets back has each of those that did not change as an empty placeholder
+// (data-kept), which dashboard.js fills with what it has: a running study sends only what
+// changed since the last poll.
+constexpr const char* kPartEnd = "</div><!--part-->";
+std::string without_parts(const std::string& content, const std::set<std::string>& kept);
 
 // The whole document. `live`: the page polls its own URL for a newer content part (the
 // dashboard); otherwise it is a static file (the report). `version` is the ETag of the content.

@@ -17,11 +17,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "dashboard/pages.h"
+#include "dashboard/table.h"
 #include "protocol/random_token.h"
 #include "storage/plan.h"
 
@@ -35,7 +38,10 @@ constexpr int kMaxRequestsPerConnection = 100;
 constexpr size_t kMaxNameLength = 256;  // a study's name or id in a URL
 constexpr size_t kMaxCompared = 16;
 constexpr size_t kMaxCachedPages = 256;
-constexpr int kWriteSeconds = 30;  // for a client to take a response (a large page, slowly)
+constexpr size_t kMaxSelected = 16;        // ?trial=N on a study page
+constexpr size_t kMaxFilterLength = 1024;  // the trial table's filter
+constexpr size_t kMaxKeptParts = 1024;     // names in a poll's X-Hippo-Parts
+constexpr int kWriteSeconds = 30;          // for a client to take a response (a large page, slowly)
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -421,10 +427,17 @@ class HardenedServer : public httplib::Server {
   HeadReader heads_;  // after pool_, which it hands connections to
 };
 
-// Sends `body` as it is. httplib 0.11 would compress a body set with set_content with brotli at
-// its slowest setting whenever the browser accepts it (seconds of CPU for a large study's page,
-// at every refresh); a body given by a content provider of known length goes out unencoded.
-void send(httplib::Response& res, std::string body, const char* type) {
+// Sends `body`, gzipped (zlib, level 6) when the client accepts it and it is over a kilobyte.
+// httplib 0.11 would compress a body set with set_content with brotli at its slowest setting
+// whenever the browser accepts it (seconds of CPU for a large study's page, at every refresh); a
+// body given by a content provider of known length goes out as we encoded it.
+void send(const httplib::Request& req, httplib::Response& res, std::string body, const char* type) {
+  res.set_header("Vary", "Accept-Encoding, X-Hippo-Part");
+  if (body.size() > 1024 &&
+      req.get_header_value("Accept-Encoding").find("gzip") != std::string::npos) {
+    body = gzip(body);
+    res.set_header("Content-Encoding", "gzip");
+  }
   auto shared = std::make_shared<const std::string>(std::move(body));
   res.set_content_provider(shared->size(), type,
                            [shared](size_t offset, size_t length, httplib::DataSink& sink) {
@@ -452,10 +465,11 @@ struct Server::Impl {
   int bound_port = -1;
 
   // The plan and the latest view of it.
-  std::mutex plan_mutex;
+  std::mutex plan_mutex;  // guards view, next_read, reading (and plan, while not reading)
   SearchPlan plan;
   std::shared_ptr<const PlanView> view;
-  Clock::time_point checked;
+  Clock::time_point next_read;  // no read of the plan before
+  bool reading = false;
 
   // Rendered content, per request key, for view->version.
   std::mutex pages_mutex;
@@ -465,22 +479,39 @@ struct Server::Impl {
   Impl(const std::string& db, const ServerOptions& o)
       : options(o), http(o), plan(SearchPlan::open_read_only(db)) {
     view = std::make_shared<PlanView>(read_plan(plan, unix_now()));
-    checked = Clock::now();
+    next_read = Clock::now();
   }
 
-  // The latest view: the plan is re-read when it changed, at most once per refresh_s.
+  // The latest view. The plan is re-read when it changed, by the request that finds it so; every
+  // other request meanwhile gets the view before (a read of 100,000 trials takes seconds: no
+  // request waits for one it did not start). Reads are at least refresh_s apart, and at least as
+  // far apart as the last one took, so that re-reading a plan that a study keeps writing takes
+  // at most half a core.
   std::shared_ptr<const PlanView> current() {
-    std::lock_guard<std::mutex> lock(plan_mutex);
-    auto now = Clock::now();
-    if (now - checked < std::chrono::duration<double>(options.refresh_s)) return view;
-    checked = now;
+    std::unique_lock<std::mutex> lock(plan_mutex);
+    const auto now = Clock::now();
+    if (reading || now < next_read) return view;
+    next_read = now + std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(options.refresh_s));
     try {
-      if (plan.data_version() != view->version)
-        view = std::make_shared<PlanView>(read_plan(plan, unix_now()));
+      if (plan.data_version() == view->version) return view;
+    } catch (const std::exception& e) {
+      if (!options.quiet) std::fprintf(stderr, "dashboard: re-reading the plan: %s\n", e.what());
+      return view;
+    }
+    reading = true;  // `plan` is this thread's until the read is done
+    lock.unlock();
+    std::shared_ptr<const PlanView> fresh;
+    try {
+      fresh = std::make_shared<PlanView>(read_plan(plan, unix_now()));
     } catch (const std::exception& e) {
       // Busy or mid-migration: keep showing the last good view, and say so.
       if (!options.quiet) std::fprintf(stderr, "dashboard: re-reading the plan: %s\n", e.what());
     }
+    lock.lock();
+    reading = false;
+    next_read = std::max(next_read, Clock::now() + (Clock::now() - now));
+    if (fresh) view = std::move(fresh);
     return view;
   }
 
@@ -494,7 +525,6 @@ struct Server::Impl {
     std::shared_ptr<const PlanView> v = current();
     const std::string tag = etag(*v);
     res.set_header("ETag", tag);
-    res.set_header("Vary", "X-Hippo-Part");
     if (req.get_header_value("If-None-Match") == tag) {
       res.status = 304;
       return;
@@ -515,15 +545,58 @@ struct Server::Impl {
       if (pages_version == v->version && pages.size() < kMaxCachedPages) pages[key] = page;
     }
     if (req.get_header_value("X-Hippo-Part") == "content") {
-      send(res, page->content, kHtml);
+      // A poll: the parts it already shows, unchanged, go back as placeholders.
+      std::set<std::string> kept;
+      std::istringstream names(req.get_header_value("X-Hippo-Parts"));
+      for (std::string name; kept.size() < kMaxKeptParts && names >> name;) kept.insert(name);
+      send(req, res, kept.empty() ? page->content : without_parts(page->content, kept), kHtml);
     } else {
-      send(res, document(*page, true, tag), kHtml);
+      send(req, res, document(*page, true, tag), kHtml);
     }
   }
 
-  static void fail(httplib::Response& res, int status, const std::string& message) {
+  static void fail(const httplib::Request& req, httplib::Response& res, int status,
+                   const std::string& message) {
     res.status = status;
-    send(res, document(error_page(status, message), true, "error"), kHtml);
+    send(req, res, document(error_page(status, message), true, "error"), kHtml);
+  }
+
+  // The trial table of a study at the view's version, made once per version (sorting and
+  // filtering a page of it is per request).
+  std::mutex tables_mutex;
+  int64_t tables_version = -1;
+  std::map<int64_t, std::shared_ptr<const TrialTable>> tables;
+  std::shared_ptr<const TrialTable> table_of(const PlanView& v, const StudyView& s) {
+    {
+      std::lock_guard<std::mutex> lock(tables_mutex);
+      if (tables_version != v.version) {
+        tables.clear();
+        tables_version = v.version;
+      }
+      auto it = tables.find(s.row.id);
+      if (it != tables.end()) return it->second;
+    }
+    auto table = std::make_shared<const TrialTable>(trial_table(s));
+    std::lock_guard<std::mutex> lock(tables_mutex);
+    if (tables_version == v.version) tables[s.row.id] = table;
+    return table;
+  }
+
+  // ?trial=N&trial=M: the trials a page selects.
+  static std::vector<int64_t> selected(const httplib::Request& req) {
+    const size_t n = req.get_param_value_count("trial");
+    if (n > kMaxSelected)
+      throw std::invalid_argument("select at most " + std::to_string(kMaxSelected) + " trials");
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < n; ++i)
+      out.push_back(whole_number(req.get_param_value("trial", i), "trial"));
+    return out;
+  }
+  static int64_t whole_number(const std::string& text, const std::string& what) {
+    if (text.empty() || text.size() > 12 ||
+        text.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument(what + ": expected a whole number, not " + text.substr(0, 32));
+    return std::stoll(text);
   }
 
   // The study a URL names, or a 4xx.
@@ -538,6 +611,20 @@ struct Server::Impl {
     http.Get(pattern, [this, make](const httplib::Request& req, httplib::Response& res) {
       const std::string name = req.matches[1];
       answer(req, res, req.path, [&](const PlanView& v) { return make(*study(v, name)); });
+    });
+  }
+  // A route whose page draws the selected trials (?trial=N).
+  void selecting_route(const char* pattern,
+                       Page (*make)(const StudyView&, const std::vector<int64_t>&)) {
+    http.Get(pattern, [this, make](const httplib::Request& req, httplib::Response& res) {
+      const std::string name = req.matches[1];
+      const std::vector<int64_t> trials = selected(req);
+      std::string key = req.path;
+      for (int64_t t : trials) {
+        key += '\n';  // (one append at a time: GCC 12 warns falsely on "\n" + a temporary)
+        key += std::to_string(t);
+      }
+      answer(req, res, key, [&](const PlanView& v) { return make(*study(v, name), trials); });
     });
   }
 
@@ -566,34 +653,55 @@ struct Server::Impl {
         return compare_page(studies);
       });
     });
-    study_route(R"(/study/([^/]+))", study_page);
-    study_route(R"(/study/([^/]+)/tree)", tree_page);
+    selecting_route(R"(/study/([^/]+))", study_page);
+    selecting_route(R"(/study/([^/]+)/tree)", tree_page);
     study_route(R"(/study/([^/]+)/timeline)", timeline_page);
     http.Get(R"(/report/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto s = study(*current(), req.matches[1]);
       res.set_header("Content-Disposition", "attachment; filename=\"hippo-report-" +
                                                 std::to_string(s->row.id) + ".html\"");
-      send(res, report(*s), kHtml);
+      send(req, res, report(*s), kHtml);
+    });
+    // A page of the trial table, sorted and filtered here: what the study page's table shows.
+    http.Get(R"(/study/([^/]+)/trials)", [this](const httplib::Request& req,
+                                                httplib::Response& res) {
+      std::shared_ptr<const PlanView> v = current();
+      auto s = study(*v, req.matches[1]);
+      std::shared_ptr<const TrialTable> table = table_of(*v, *s);
+      TableQuery query = default_query(*table);
+      if (req.has_param("sort"))
+        query.sort = static_cast<size_t>(whole_number(req.get_param_value("sort"), "sort"));
+      if (req.has_param("desc")) query.descending = req.get_param_value("desc") == "1";
+      if (req.has_param("page"))
+        query.page = static_cast<size_t>(whole_number(req.get_param_value("page"), "page"));
+      if (req.has_param("trial")) query.trial = whole_number(req.get_param_value("trial"), "trial");
+      query.filter = req.get_param_value("filter");
+      if (query.filter.size() > kMaxFilterLength)
+        throw std::invalid_argument("a filter over " + std::to_string(kMaxFilterLength) + " bytes");
+      res.set_header("ETag", etag(*v));
+      send(req, res,
+           table_page(*table, query).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+           "application/json");
     });
     // Errors thrown by routes: unknown studies 404, other bad requests 400, anything else 500.
     http.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
           try {
             std::rethrow_exception(error);
           } catch (const std::out_of_range& e) {
-            fail(res, 404, e.what());
+            fail(req, res, 404, e.what());
           } catch (const std::invalid_argument& e) {
-            fail(res, 400, e.what());
+            fail(req, res, 400, e.what());
           } catch (const std::exception& e) {
-            fail(res, 500, e.what());
+            fail(req, res, 500, e.what());
           } catch (...) {
-            fail(res, 500, "unknown error");
+            fail(req, res, 500, "unknown error");
           }
         });
     // Called for every 4xx and 5xx: only those without a page of ours (unknown paths) get one.
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty() || res.content_length_ > 0) return;
-      fail(res, res.status,
+      fail(req, res, res.status,
            res.status == 404 ? "nothing at " + req.path.substr(0, 200)
                              : "status " + std::to_string(res.status));
     });
@@ -602,7 +710,8 @@ struct Server::Impl {
         [this, check_host](const httplib::Request& req, httplib::Response& res) {
           if (req.method != "GET" && req.method != "HEAD") {
             res.set_header("Allow", "GET, HEAD");
-            fail(res, 405, "the dashboard only reads: " + req.method.substr(0, 16) + " is refused");
+            fail(req, res, 405,
+                 "the dashboard only reads: " + req.method.substr(0, 16) + " is refused");
             return httplib::Server::HandlerResponse::Handled;
           }
           // A page elsewhere whose name resolves to 127.0.0.1 must not read the plan (DNS
@@ -616,7 +725,7 @@ struct Server::Impl {
               host = host.substr(1, host.find(']') - 1);
             }
             if (!is_loopback(host)) {
-              fail(res, 421,
+              fail(req, res, 421,
                    "this dashboard answers to loopback names only, not " + host.substr(0, 64));
               return httplib::Server::HandlerResponse::Handled;
             }

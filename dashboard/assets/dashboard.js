@@ -6,7 +6,7 @@
   const PAGE_SIZE = 50;
   const main = document.getElementById('content');
   // Table state survives a refresh of the content.
-  const state = { sort: 0, descending: false, filter: '', page: 0 };
+  const state = { sort: null, descending: false, filter: '', page: 0 };
 
   function cellText(v) {
     if (v === null || v === undefined) return '';
@@ -54,9 +54,51 @@
     return function (row) { return tests.every(function (t) { return t(row); }); };
   }
 
+  // The rows a table query selects, sorted, and the page of them asked for: the server's
+  // table_page (dashboard/table.cc) done here, for the report's whole table.
+  function localPage(columns, rows, q) {
+    const keep = makeFilter(q.filter, columns);
+    const shown = rows.filter(keep);
+    shown.sort(function (a, b) {
+      let c = compare(a[q.sort], b[q.sort]);
+      if (q.descending && a[q.sort] !== null && b[q.sort] !== null) c = -c;
+      return c !== 0 ? c : a[0] - b[0];
+    });
+    const pages = Math.max(1, Math.ceil(shown.length / PAGE_SIZE));
+    let page = Math.min(q.page, pages - 1);
+    let found = null;
+    if (q.trial !== undefined) {
+      const at = shown.findIndex(function (r) { return r[0] === q.trial; });
+      if (at >= 0) { page = Math.floor(at / PAGE_SIZE); found = q.trial; }
+    }
+    return { columns: columns, rows: shown.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE),
+             total: rows.length, shown: shown.length, page: page, pages: pages, trial: found };
+  }
+
+  // The report's whole table: base64 of gzip of {columns, data: a column each but the first}.
+  async function decodeArchive(text) {
+    const bytes = Uint8Array.from(atob(text.trim()), function (c) { return c.charCodeAt(0); });
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    const whole = JSON.parse(await new Response(stream).text());
+    const n = whole.data.length ? whole.data[0].length : 0;
+    const rows = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const row = [i + 1];
+      for (const column of whole.data) row.push(column[i]);
+      rows[i] = row;
+    }
+    return rows;
+  }
+
+  // The trial table: a first page comes with the page (the goal's best first); others come from
+  // the server (data-source, the dashboard) or from the report's compressed whole table.
   function initTable(box) {
-    const data = JSON.parse(box.parentNode.querySelector('script.trial-data').textContent);
-    const columns = data.columns;
+    const first = JSON.parse(box.parentNode.querySelector('script.trial-data').textContent);
+    const archive = box.parentNode.querySelector('script.trial-archive');
+    const source = box.dataset.source;
+    const columns = first.columns;
+    if (state.sort === null) { state.sort = first.sort; state.descending = first.descending; }
+    let local = null;  // the report's rows, once decoded
     box.textContent = '';
     const controls = document.createElement('div');
     controls.className = 'table-controls';
@@ -64,12 +106,20 @@
     input.type = 'search';
     input.placeholder = 'filter: words, or column>value (e.g. status=done)';
     input.value = state.filter;
+    const jump = document.createElement('input');
+    jump.type = 'number';
+    jump.min = 1;
+    jump.className = 'jump';
+    jump.placeholder = 'trial #';
+    jump.setAttribute('aria-label', 'jump to trial');
+    const go = document.createElement('button');
+    go.textContent = 'go';
     const info = document.createElement('span');
     const prev = document.createElement('button');
     prev.textContent = 'previous';
     const next = document.createElement('button');
     next.textContent = 'next';
-    controls.append(input, prev, next, info);
+    controls.append(input, prev, next, jump, go, info);
     const table = document.createElement('table');
     table.className = 'trials';
     const head = table.createTHead().insertRow();
@@ -82,32 +132,57 @@
     const body = table.createTBody();
     box.append(controls, table);
 
-    function render() {
-      const keep = makeFilter(state.filter, columns);
-      const rows = data.rows.filter(keep);
-      rows.sort(function (a, b) {
-        const c = compare(a[state.sort], b[state.sort]);
-        return state.descending ? -c : c;
-      });
-      const pages = Math.max(1, Math.ceil(rows.length / PAGE_SIZE));
-      state.page = Math.min(state.page, pages - 1);
-      const first = state.page * PAGE_SIZE;
+    function show(result) {
+      state.page = result.page;
       body.textContent = '';
-      for (const row of rows.slice(first, first + PAGE_SIZE)) {
+      for (const row of result.rows) {
         const tr = body.insertRow();
-        tr.className = 'trial';
+        tr.className = 'trial' + (row[0] === result.trial ? ' chosen' : '');
         tr.dataset.trial = row[0];
-        for (const v of row) tr.insertCell().textContent = cellText(v);
+        row.forEach(function (v, i) {
+          const td = tr.insertCell();
+          if (i === 0 && source) {
+            // The trial's number selects it in every figure of the study page.
+            const a = document.createElement('a');
+            a.href = location.pathname + '?trial=' + v;
+            a.textContent = cellText(v);
+            td.appendChild(a);
+          } else {
+            td.textContent = cellText(v);
+          }
+        });
       }
       head.querySelectorAll('th').forEach(function (th) {
         th.className = Number(th.dataset.column) === state.sort
           ? (state.descending ? 'sorted-desc' : 'sorted-asc') : '';
       });
-      info.textContent = rows.length + ' of ' + data.rows.length + ' trials, page ' +
-        (state.page + 1) + ' of ' + pages;
-      box.dataset.shown = rows.length;
-      prev.disabled = state.page === 0;
-      next.disabled = state.page >= pages - 1;
+      info.textContent = result.shown + ' of ' + result.total + ' trials, page ' +
+        (result.page + 1) + ' of ' + result.pages;
+      box.dataset.shown = result.shown;
+      box.dataset.page = result.page;
+      prev.disabled = result.page === 0;
+      next.disabled = result.page >= result.pages - 1;
+    }
+    let asked = 0, waiting = null;
+    async function render(trial) {
+      const q = { sort: state.sort, descending: state.descending, filter: state.filter,
+                  page: state.page, trial: trial };
+      const mine = ++asked;
+      let result;
+      if (source) {
+        const params = new URLSearchParams({ sort: q.sort, desc: q.descending ? 1 : 0,
+                                             filter: q.filter, page: q.page });
+        if (trial !== undefined) params.set('trial', trial);
+        const r = await fetch(source + '?' + params, { cache: 'no-store' });
+        if (!r.ok) { info.textContent = 'the dashboard answered ' + r.status; return; }
+        result = await r.json();
+      } else if (local) {
+        result = localPage(columns, local, q);
+      } else {
+        waiting = trial;  // the report's table is still being decoded: asked again once it is
+        return;
+      }
+      if (mine === asked) show(result);
     }
     head.addEventListener('click', function (e) {
       const col = Number(e.target.dataset.column);
@@ -119,12 +194,27 @@
     input.addEventListener('input', function () { state.filter = input.value; state.page = 0; render(); });
     prev.addEventListener('click', function () { state.page--; render(); });
     next.addEventListener('click', function () { state.page++; render(); });
-    render();
+    function jumpTo() {
+      const n = Number(jump.value);
+      if (Number.isInteger(n) && n > 0) render(n);
+    }
+    go.addEventListener('click', jumpTo);
+    jump.addEventListener('keydown', function (e) { if (e.key === 'Enter') jumpTo(); });
+    const unchanged = state.sort === first.sort && state.descending === first.descending &&
+      state.filter === '' && state.page === 0;
+    if (unchanged) show(first); else render();
+    if (archive) {
+      decodeArchive(archive.textContent).then(function (rows) {
+        local = rows;
+        box.dataset.decoded = rows.length;
+        if (!unchanged || waiting !== null) render(waiting === null ? undefined : waiting);
+      }, function (e) { info.textContent = 'the table could not be decoded: ' + e; });
+    }
   }
 
   // A stage's details below the tree: while hovered, and the clicked one after.
   function initStages(svg) {
-    const details = svg.closest('figure').parentNode.querySelector('.stage-details');
+    const details = main.querySelector('.stage-details');  // one tree a page
     if (!details) return;
     function describe(g) {
       const d = g.dataset;
@@ -159,10 +249,13 @@
     svg.addEventListener('mouseleave', function () { caption.textContent = title; });
   }
 
-  function init() {
-    main.querySelectorAll('.trial-table').forEach(initTable);
-    main.querySelectorAll('svg.tree').forEach(initStages);
-    main.querySelectorAll('svg.curves').forEach(initCurves);
+  // Sets up the table, tree and curves in `roots` (the whole page, or the parts that changed).
+  function init(roots) {
+    for (const root of roots || [main]) {
+      root.querySelectorAll('.trial-table').forEach(initTable);
+      root.querySelectorAll('svg.tree').forEach(initStages);
+      root.querySelectorAll('svg.curves').forEach(initCurves);
+    }
   }
 
   init();
@@ -176,16 +269,29 @@
     if (busy || document.hidden) return;
     busy = true;
     try {
+      // The parts shown now: those that did not change come back as placeholders (data-kept)
+      // and keep their element, with its state (the table's page, a selected stage).
+      const parts = Array.from(main.querySelectorAll('.part')).map(function (p) { return p.dataset.part; });
       const r = await fetch(location.pathname + location.search, {
-        headers: { 'X-Hippo-Part': 'content', 'If-None-Match': version },
+        headers: { 'X-Hippo-Part': 'content', 'If-None-Match': version,
+                   'X-Hippo-Parts': parts.join(' ') },
         cache: 'no-store',
       });
       if (r.status === 200) {
         const html = await r.text();
         version = r.headers.get('ETag') || version;
-        main.innerHTML = html;
+        const kept = {};
+        main.querySelectorAll('.part').forEach(function (p) { kept[p.dataset.part] = p; });
+        const fresh = document.createElement('div');
+        fresh.innerHTML = html;
+        const changed = [];
+        fresh.querySelectorAll('.part').forEach(function (p) {
+          if (p.dataset.kept && kept[p.dataset.part]) p.replaceWith(kept[p.dataset.part]);
+          else changed.push(p);
+        });
+        main.replaceChildren.apply(main, Array.from(fresh.childNodes));
         main.dataset.version = version;
-        init();
+        init(changed);
       }
       liveState.textContent = 'live, checked ' + new Date().toLocaleTimeString();
     } catch (e) {

@@ -1,10 +1,14 @@
 // `hippo dashboard`: the web UI over the search plan (dashboard/server.h), read-only; and `hippo
 // report STUDY -o FILE.html`: the same figures in one self-contained file.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -92,36 +96,68 @@ int dashboard(const DashboardArgs& args, const GlobalOptions& global) {
   return 0;
 }
 
-int report(const std::string& name, const std::string& out, const GlobalOptions& global) {
+struct ReportArgs {
+  std::string study, out, mode;  // mode: octal text, "" for the plan's
+};
+
+// The permission bits `hippo report` writes with: --mode's, or the plan's own (0600, or 0640 in
+// a group's setgid directory): a report holds what the plan holds, and is as private.
+mode_t report_mode(const ReportArgs& args, const std::string& db) {
+  if (!args.mode.empty()) {
+    if (args.mode.size() > 4 || args.mode.find_first_not_of("01234567") != std::string::npos)
+      throw BadInput("--mode " + args.mode + ": expected octal permission bits, e.g. 0644");
+    const mode_t mode = static_cast<mode_t>(std::stoul(args.mode, nullptr, 8));
+    if (mode & ~0666)
+      throw BadInput("--mode " + args.mode +
+                     ": a report is not executable nor setuid (at most 0666)");
+    return mode;
+  }
+  struct stat plan {};
+  if (::stat(db.c_str(), &plan) != 0) throw BadInput("cannot stat " + db);
+  return plan.st_mode & 0666;
+}
+
+int report(const ReportArgs& args, const GlobalOptions& global) {
   require_plan(global.db);
+  const mode_t mode = report_mode(args, global.db);
   std::string html;
   try {
     SearchPlan plan = SearchPlan::open_read_only(global.db);
     dashboard::PlanView view = dashboard::read_plan(
         plan,
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-    auto study = view.find(name);
-    if (!study) throw BadInput("no study named " + name + " in " + global.db);
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+        args.study);
+    auto study = view.find(args.study);
+    if (!study) throw BadInput("no study named " + args.study + " in " + global.db);
     html = dashboard::report(*study);
   } catch (const BadInput&) {
     throw;
   } catch (const std::runtime_error& e) {
     throw BadInput(e.what());
   }
-  // Written whole or not at all: a temporary file renamed over the target.
+  // Written whole or not at all: a new temporary file (never one that is there, nor a link's
+  // target) with the report's mode whatever the umask, renamed over the target.
+  const std::string& out = args.out;
   const std::string temporary = out + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    file << html;
-    if (!file.flush()) throw BadInput("cannot write " + temporary);
+  const int fd =
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw BadInput("cannot write " + temporary + ": " + std::strerror(errno));
+  bool ok = ::fchmod(fd, mode) == 0;
+  for (size_t done = 0; ok && done < html.size();) {
+    const ssize_t n = ::write(fd, html.data() + done, html.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
   }
+  ok = ::close(fd) == 0 && ok;
   std::error_code ec;
-  std::filesystem::rename(temporary, out, ec);
-  if (ec) {
+  if (ok) std::filesystem::rename(temporary, out, ec);
+  if (!ok || ec) {
     std::filesystem::remove(temporary, ec);
     throw BadInput("cannot write " + out);
   }
-  std::fprintf(stderr, "wrote %s (%zu bytes, self-contained)\n", out.c_str(), html.size());
+  std::fprintf(stderr, "wrote %s (%zu bytes, self-contained, mode %04o)\n", out.c_str(),
+               html.size(), static_cast<unsigned>(mode));
   return 0;
 }
 
@@ -143,12 +179,13 @@ void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* 
   CLI::App* rep =
       app.add_subcommand("report", "one self-contained HTML file with a study's figures");
   rep->fallthrough();
-  auto study = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  add_study_argument(rep, study.get());
-  rep->add_option("-o,--output", *out, "the HTML file to write")->required();
+  auto report_args = std::make_shared<ReportArgs>();
+  add_study_argument(rep, &report_args->study);
+  rep->add_option("-o,--output", report_args->out, "the HTML file to write")->required();
+  rep->add_option("--mode", report_args->mode,
+                  "the file's permission bits in octal (default: the plan's, e.g. 0600)");
   set_action(rep, action, {},  // the file, and a line on stderr
-             [study, out, &global] { return report(*study, *out, global); });
+             [report_args, &global] { return report(*report_args, global); });
 }
 
 }  // namespace hippo::cli

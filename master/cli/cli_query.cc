@@ -248,9 +248,75 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
   return rows;
 }
 
-int trials(const std::string& name, const GlobalOptions& global, bool export_all) {
+// `hippo trials`'s choice of rows: those whose status is one of `statuses` (--where
+// status=done,stopped; all when empty), sorted by a metric's best value (--sort METRIC: best
+// first for an objective, ascending otherwise; trials without it last), the first `limit` (0: all).
+struct TrialChoice {
+  std::set<TrialStatus> statuses;
+  std::string sort;
+  int64_t limit = 0;
+};
+
+TrialChoice parse_choice(const std::vector<std::string>& where, const std::string& sort,
+                         int64_t limit) {
+  TrialChoice c;
+  for (const std::string& w : where) {
+    const std::string prefix = "status=";
+    if (w.rfind(prefix, 0) != 0)
+      throw BadInput("--where " + w + ": expected status=STATUS[,STATUS...], e.g. status=done");
+    std::string list = w.substr(prefix.size());
+    for (size_t at = 0; at <= list.size();) {
+      size_t end = list.find(',', at);
+      if (end == std::string::npos) end = list.size();
+      try {
+        c.statuses.insert(parse_trial_status(list.substr(at, end - at)));
+      } catch (const std::exception& e) {
+        throw BadInput("--where " + w + ": " + e.what());
+      }
+      at = end + 1;
+    }
+  }
+  if (limit < 0) throw BadInput("--limit: expected 0 (all) or more trials");
+  c.sort = sort;
+  c.limit = limit;
+  return c;
+}
+
+void choose_trials(StudyView& v, const TrialChoice& c) {
+  if (!c.statuses.empty())
+    std::erase_if(v.trials, [&](const TrialRow& t) { return !c.statuses.count(t.status); });
+  if (!c.sort.empty()) {
+    bool maximize = false, reported = false;
+    for (const Objective& o : v.goals.objectives) {
+      if (o.metric != c.sort) continue;
+      maximize = o.maximize;
+      reported = true;  // an objective is known before any trial reports it
+    }
+    std::map<TrialId, double> best;
+    for (const MetricRow& m : v.all_metrics) {
+      if (m.name != c.sort) continue;
+      reported = true;
+      if (!std::isfinite(m.value)) continue;
+      auto [it, fresh] = best.emplace(m.trial, m.value);
+      if (!fresh && (maximize ? m.value > it->second : m.value < it->second)) it->second = m.value;
+    }
+    if (!reported)
+      throw BadInput("--sort " + c.sort + ": no trial of study " + v.row.name + " reported it");
+    std::stable_sort(v.trials.begin(), v.trials.end(), [&](const TrialRow& a, const TrialRow& b) {
+      auto x = best.find(a.id), y = best.find(b.id);
+      if (x == best.end() || y == best.end()) return x != best.end() && y == best.end();
+      return maximize ? x->second > y->second : x->second < y->second;
+    });
+  }
+  if (c.limit > 0 && static_cast<size_t>(c.limit) < v.trials.size())
+    v.trials.resize(static_cast<size_t>(c.limit));
+}
+
+int trials(const std::string& name, const GlobalOptions& global, bool export_all,
+           const TrialChoice& choice = {}) {
   SearchPlan plan = open_existing_plan(global.db);
   StudyView v = view(plan, find_study(plan, name));
+  choose_trials(v, choice);
   if (global.format == Format::kJson) {
     json out = json::array();
     for (const TrialRow& t : v.trials) out.push_back(trial_json(v, t));
@@ -413,8 +479,6 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
     std::function<int(const std::string&, const GlobalOptions&)> run;
   };
   const Named commands[] = {
-      {"trials", "the trials of a study with their parameters and last metric", kEveryFormat,
-       [](const std::string& s, const GlobalOptions& g) { return trials(s, g, false); }},
       {"best", "the best trial of a study (with several objectives, its Pareto front)",
        kEveryFormat, best},
       {"tree", "the stage tree of a study, with trained progress", kEveryFormat, tree},
@@ -433,6 +497,25 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
     auto run = c.run;
     set_action(cmd, action, c.formats, [study, run, &global] { return run(*study, global); });
   }
+  // `trials`, with the rows to show: a study of 100,000 trials is read in the terminal through
+  // these (INTERFACE.md's table has a row per trial).
+  CLI::App* cmd =
+      app.add_subcommand("trials", "the trials of a study with their parameters and last metric");
+  cmd->fallthrough();
+  struct Args {
+    std::string study, sort;
+    std::vector<std::string> where;
+    int64_t limit = 0;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("study", args->study, "study name or id")->required();
+  cmd->add_option("--limit", args->limit, "show the first N trials only (default: all)");
+  cmd->add_option("--sort", args->sort,
+                  "by a metric's best value (an objective's best first; others ascending)");
+  cmd->add_option("--where", args->where, "status=STATUS[,STATUS...]: only trials in these");
+  set_action(cmd, action, kEveryFormat, [args, &global] {
+    return trials(args->study, global, false, parse_choice(args->where, args->sort, args->limit));
+  });
 }
 
 }  // namespace hippo::cli

@@ -225,16 +225,20 @@ bool Browser::wait_until(const Tab& tab, const std::string& expression,
   }
 }
 
-void Browser::screenshot(const Tab& tab, const std::string& png_path) {
+void Browser::screenshot(const Tab& tab, const std::string& png_path, double max_height,
+                         double scale) {
   json metrics = call("Page.getLayoutMetrics", json::object(), tab.session);
   double height = metrics["cssContentSize"]["height"].get<double>();
-  json shot = call(
-      "Page.captureScreenshot",
-      {{"format", "png"},
-       {"captureBeyondViewport", true},
-       {"clip",
-        {{"x", 0}, {"y", 0}, {"width", 1280}, {"height", std::min(height, 6000.0)}, {"scale", 1}}}},
-      tab.session);
+  json shot = call("Page.captureScreenshot",
+                   {{"format", "png"},
+                    {"captureBeyondViewport", true},
+                    {"clip",
+                     {{"x", 0},
+                      {"y", 0},
+                      {"width", 1280},
+                      {"height", std::min(height, max_height)},
+                      {"scale", scale}}}},
+                   tab.session);
   std::ofstream(png_path, std::ios::binary) << base64_decode(shot["data"]);
 }
 

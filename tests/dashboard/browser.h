@@ -43,8 +43,9 @@ class Browser {
   json evaluate(const Tab& tab, const std::string& expression);
   // Polls `expression` until it is true (up to `timeout`); false if it never was.
   bool wait_until(const Tab& tab, const std::string& expression, std::chrono::milliseconds timeout);
-  // Writes a PNG of the whole page.
-  void screenshot(const Tab& tab, const std::string& png_path);
+  // Writes a PNG of the page, from its top down to max_height CSS pixels, scaled by `scale`.
+  void screenshot(const Tab& tab, const std::string& png_path, double max_height = 6000,
+                  double scale = 1);
   // Cuts the tab off the network (DevTools network emulation: every request fails).
   void go_offline(const Tab& tab);
 

@@ -128,18 +128,28 @@ TEST_F(DashboardBrowser, StudyPageDrawsACurvePerTrialAndTheTrialTable) {
             .get<int64_t>(),
         static_cast<int64_t>(trials.size()));
     EXPECT_EQ(count(tab, "table.trials tr.trial"), std::min<int64_t>(50, trials.size()));
-    browser_->evaluate(tab, "document.querySelector('table.trials th[data-column=\"0\"]').click()");
-    EXPECT_EQ(
-        browser_->evaluate(tab, "document.querySelector('table.trials tr.trial').dataset.trial")
-            .get<std::string>(),
-        std::to_string(trials.size()));  // descending by number now
+    // The server sorts: the best first at first, then by number, ascending and (clicked again)
+    // descending.
+    const std::string first_row = "document.querySelector('table.trials tr.trial').dataset.trial";
+    EXPECT_EQ(browser_->evaluate(tab, first_row).get<std::string>(),
+              std::to_string(plan_->runs[name]["best"]["trial"].get<int64_t>()));
+    for (const std::string& want : {std::string("1"), std::to_string(trials.size())}) {
+      browser_->evaluate(tab,
+                         "document.querySelector('table.trials th[data-column=\"0\"]').click()");
+      EXPECT_TRUE(
+          browser_->wait_until(tab, first_row + " === '" + want + "'", std::chrono::seconds(10)))
+          << want;
+    }
     browser_->evaluate(tab,
                        "(() => { const i = document.querySelector('.table-controls input');"
                        " i.value = 'trial=2'; i.dispatchEvent(new Event('input')); })()");
-    EXPECT_EQ(count(tab, "table.trials tr.trial"), 1);
+    EXPECT_TRUE(
+        browser_->wait_until(tab, "document.querySelectorAll('table.trials tr.trial').length === 1",
+                             std::chrono::seconds(10)));
     // A slice per parameter, parallel coordinates, the history.
     EXPECT_EQ(count(tab, "svg.slice"), static_cast<int64_t>(trials[0]["params"].size()));
-    EXPECT_EQ(count(tab, "svg.parallel path.lines") > 0, true);
+    // (Under 50 trials each is among the top 50: drawn one by one.)
+    EXPECT_EQ(count(tab, "svg.parallel path.line.exact"), std::min<int64_t>(50, trials.size()));
     EXPECT_EQ(count(tab, "svg.history path.best-line"), 1);
     EXPECT_TRUE(browser_->errors(tab).empty());
     browser_->close(tab);

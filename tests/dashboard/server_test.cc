@@ -293,7 +293,18 @@ TEST(DashboardCommand, RefusesBadInvocationsWithExitStatus2) {
   EXPECT_EQ(status("dashboard --refresh 0"), 2);
   EXPECT_EQ(status("report nope -o " + (plan.dir / "r.html").string()), 2);
   EXPECT_EQ(status("report grid -o /nonexistent/dir/r.html"), 2);
-  EXPECT_EQ(status("report grid -o " + (plan.dir / "r.html").string()), 0);
+  // The report holds what the plan holds: the plan's mode (0600), whatever the umask, unless
+  // --mode says otherwise; a mode that is not plain permission bits is refused.
+  const std::string report = (plan.dir / "r.html").string();
+  EXPECT_EQ(status("report grid -o " + report), 0);
+  EXPECT_EQ(fs::status(report).permissions(), fs::status(plan.db).permissions());
+  EXPECT_EQ(fs::status(report).permissions(), fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(sh("umask 000 && " + hippo + "report grid -o " + report + " --mode 0644 2>&1").status,
+            0);
+  EXPECT_EQ(fs::status(report).permissions(), fs::perms::owner_read | fs::perms::owner_write |
+                                                  fs::perms::group_read | fs::perms::others_read);
+  EXPECT_EQ(status("report grid -o " + report + " --mode 4755"), 2);
+  EXPECT_EQ(status("report grid -o " + report + " --mode rw"), 2);
   // A plan that is not a plan.
   std::ofstream(plan.dir / "text.db") << "not a database";
   EXPECT_EQ(
