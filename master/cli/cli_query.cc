@@ -498,7 +498,7 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
     set_action(cmd, action, c.formats, [study, run, &global] { return run(*study, global); });
   }
   // `trials`, with the rows to show: a study of 100,000 trials is read in the terminal through
-  // these (INTERFACE.md's table has a row per trial).
+  // these (its table has a row per trial).
   CLI::App* cmd =
       app.add_subcommand("trials", "the trials of a study with their parameters and last metric");
   cmd->fallthrough();
@@ -508,7 +508,7 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
     int64_t limit = 0;
   };
   auto args = std::make_shared<Args>();
-  cmd->add_option("study", args->study, "study name or id")->required();
+  add_study_argument(cmd, &args->study);
   cmd->add_option("--limit", args->limit, "show the first N trials only (default: all)");
   cmd->add_option("--sort", args->sort,
                   "by a metric's best value (an objective's best first; others ascending)");
