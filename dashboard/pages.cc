@@ -19,22 +19,10 @@ namespace {
 
 // Base64 of the bytes that hex digits spell: CSP wants a hash as base64, cmake gives hex.
 std::string hex_to_base64(std::string_view hex) {
-  static const char* const digits =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string bytes;
   for (size_t i = 0; i + 1 < hex.size(); i += 2)
     bytes += static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16));
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t n = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 2]);
-    out += digits[(n >> 18) & 63];
-    out += digits[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? digits[(n >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? digits[n & 63] : '=';
-  }
-  return out;
+  return base64(bytes);
 }
 
 std::string duration(double seconds) {
