@@ -91,7 +91,7 @@ void Master::apply_worker_op(const edit::JobProgress& op) {
 
 void Master::apply_worker_op(const edit::SnapshotAt& op) {
   RunningJob& job = pool_.jobs().at(op.job);
-  plan_.add_running_job_file(states_.incarnation(), op.job, op.order.file);
+  plan_.add_running_job_file(states_.incarnation(), op.job, op.order.step, op.order.file);
   auto& snapshots = job.order.snapshots;
   snapshots.insert(std::lower_bound(snapshots.begin(), snapshots.end(), op.order,
                                     [](const auto& a, const auto& b) { return a.step < b.step; }),

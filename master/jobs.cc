@@ -85,7 +85,7 @@ RunningJobRow running_job_row(const RunningJob& job, const std::string& incarnat
   row.counted = std::clamp(job.reported_step, job.order.from, job.order.to);
   row.studies.assign(job.studies.begin(), job.studies.end());
   for (const protocol::SnapshotOrder& s : job.order.snapshots)
-    if (!s.file.empty()) row.files.push_back(s.file);
+    if (!s.file.empty()) row.files.emplace_back(s.step, s.file);
   row.started_at = job.started_at;
   return row;
 }

@@ -96,7 +96,11 @@ void Master::sweep_checkpoints() {
     incarnations_.insert(event.detail.value("incarnation", ""));
   for (const auto& [id, info] : states_.all())
     if (info.storages.count(storages_.own())) named.insert(info.file);
-  for (const auto& [key, row] : earlier_jobs_) named.insert(row.files.begin(), row.files.end());
+  // The files earlier masters' running jobs may have written unheard of (past their counted step:
+  // those before were reported, and have rows or were dropped) wait for their workers' word.
+  for (const auto& [key, row] : earlier_jobs_)
+    for (const auto& [step, file] : row.files)
+      if (step > row.counted) named.insert(file);
   const int64_t removed = sweep_checkpoint_files(options_.checkpoints, incarnations_, named);
   incarnations_.insert(states_.incarnation());
   spdlog::info("removed {} checkpoint file(s) in {} that no row of the search plan names", removed,

@@ -1022,13 +1022,13 @@ void SearchPlan::set_running_job_counted(const std::string& incarnation, int64_t
   });
 }
 
-void SearchPlan::add_running_job_file(const std::string& incarnation, int64_t job,
+void SearchPlan::add_running_job_file(const std::string& incarnation, int64_t job, int64_t step,
                                       const std::string& file) {
   single_write([&] {
     Query(*this,
-          "UPDATE running_jobs SET files = json_insert(files, '$[#]', ?) "
+          "UPDATE running_jobs SET files = json_insert(files, '$[#]', json(?)) "
           "WHERE incarnation = ? AND job = ?",
-          file, incarnation, job)
+          nlohmann::json::array({step, file}), incarnation, job)
         .run();
   });
 }
@@ -1057,7 +1057,7 @@ std::vector<RunningJobRow> SearchPlan::running_jobs() {
     r.to = q.int64(6);
     r.counted = q.int64(7);
     r.studies = q.json(8).get<std::vector<int64_t>>();
-    r.files = q.json(9).get<std::vector<std::string>>();
+    r.files = q.json(9).get<std::vector<std::pair<int64_t, std::string>>>();
     r.started_at = q.real(10);
     rows.push_back(std::move(r));
   }

@@ -181,7 +181,9 @@ struct RunningJobRow {
   ExecutionKind kind = ExecutionKind::kTrain;
   int64_t from = 0, to = 0, counted = 0;
   std::vector<int64_t> studies;
-  std::vector<std::string> files;  // the checkpoint files it was ordered to write
+  // The checkpoint files it was ordered to write, by step: those past `counted` may be written
+  // without a master having heard of them (a restarted master keeps them for the worker's word).
+  std::vector<std::pair<int64_t, std::string>> files;
   double started_at = 0;
   bool operator==(const RunningJobRow&) const = default;
 };
@@ -340,7 +342,8 @@ class SearchPlan {
   // its worker is told to write one more file, deleted when its end is recorded.
   void add_running_job(const RunningJobRow& row);
   void set_running_job_counted(const std::string& incarnation, int64_t job, int64_t counted);
-  void add_running_job_file(const std::string& incarnation, int64_t job, const std::string& file);
+  void add_running_job_file(const std::string& incarnation, int64_t job, int64_t step,
+                            const std::string& file);
   void delete_running_job(const std::string& incarnation, int64_t job);
   std::vector<RunningJobRow> running_jobs();  // none in a file before version 12
 
