@@ -75,10 +75,12 @@ const std::vector<json>& edge_values() {
   return values;
 }
 
-// Equal; a metric (which may hold NaN, and NaN equals nothing) by its bytes on the wire.
+// Equal; a message that may hold metrics (a metric, a hello's record of a job: NaN equals
+// nothing) by its bytes on the wire.
 template <typename M>
 bool same(const M& a, const M& b) {
-  if constexpr (std::is_same_v<M, Metric>) return serialize(a.to_json()) == serialize(b.to_json());
+  if constexpr (std::is_same_v<M, Metric> || std::is_same_v<M, Hello>)
+    return serialize(a.to_json()) == serialize(b.to_json());
   return a == b;
 }
 
