@@ -90,6 +90,20 @@ RunningJobRow running_job_row(const RunningJob& job, const std::string& incarnat
   return row;
 }
 
+RunningJob running_job_of(const RunningJobRow& row) {
+  RunningJob job;
+  job.order.id = row.job;
+  job.order.trial = row.trial;
+  job.order.from = row.from;
+  job.order.to = row.to;
+  job.representative = row.trial;
+  job.studies = {row.studies.begin(), row.studies.end()};
+  job.reported_step = job.progress_step = row.counted;
+  job.started_at = row.started_at;
+  job.kind = row.kind;
+  return job;
+}
+
 edit::AddExecution execution(const RunningJob& job, const StageTree& tree,
                              const std::string& worker, ExecutionOutcome outcome, int64_t reached,
                              const std::string& error) {

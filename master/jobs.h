@@ -48,6 +48,9 @@ bool trains_needed(const RunningJob& job, const StageTree& tree,
 // files it was ordered to write.
 RunningJobRow running_job_row(const RunningJob& job, const std::string& incarnation,
                               const std::string& worker);
+// A running job of an earlier master as its row kept it (its order's steps, its studies, its
+// steps counted up to `reported_step`): what its execution is recorded from.
+RunningJob running_job_of(const RunningJobRow& row);
 
 edit::AddExecution execution(const RunningJob& job, const StageTree& tree,
                              const std::string& worker, ExecutionOutcome outcome, int64_t reached,

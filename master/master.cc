@@ -561,11 +561,10 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
     return;
   }
   if (!tree_.has_trial(d.trial) || d.to > tree_.trial(d.trial).length) return;
-  const std::set<int64_t> studies =
-      mine ? mine->studies : std::set<int64_t>(earlier->studies.begin(), earlier->studies.end());
-  const int64_t counted = mine ? mine->reported_step : earlier->counted;
+  RunningJob job = mine ? *mine : running_job_of(*earlier);
+  const int64_t counted = job.reported_step;
   // The steps it trained past what was counted: once.
-  if (d.reached > counted) e.add(edit::Count{studies, d.reached - counted, d.busy_s});
+  if (d.reached > counted) e.add(edit::Count{job.studies, d.reached - counted, d.busy_s});
   // The states it wrote, hashed, on its storage: those nobody has are this master's now.
   int64_t adopted = 0, adopted_to = 0;
   for (const protocol::DroppedSnapshot& snap : d.snapshots) {
@@ -587,14 +586,6 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
   for (const protocol::DroppedMetric& metric : d.metrics)
     merge(e, driver_.deliver_metrics(state_key(tree_, d.trial, metric.step), metric.metrics));
   // Its execution: done when it ran to its end, else abandoned where it got.
-  RunningJob job;
-  job.order.trial = d.trial;
-  job.order.from = d.from;
-  job.order.to = d.to;
-  job.representative = d.trial;
-  job.studies = studies;
-  job.started_at = mine ? mine->started_at : earlier->started_at;
-  job.kind = mine ? mine->kind : earlier->kind;
   edit::AddExecution row =
       execution(job, tree_, worker, d.done ? ExecutionOutcome::kDone : ExecutionOutcome::kLost,
                 d.reached, d.done ? "" : "its master restarted or went silent");
@@ -624,24 +615,15 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
 void Master::give_up_earlier_jobs() {
   // A worker says hello within seconds of a master's start (it reconnects at once, or after its
   // job): past a worker timeout, a job that nobody spoke for is lost at what was counted.
-  if (earlier_jobs_.empty() || seconds_since(started_) < 3 * options_.worker_timeout_s) return;
+  if (earlier_jobs_.empty() || seconds_since(started_) < returning_s()) return;
   Edit e;
   for (const auto& [key, row] : earlier_jobs_) {
     if (auto heard = earlier_heard_.find(key);
-        heard != earlier_heard_.end() &&
-        seconds_since(heard->second) < 3 * options_.worker_timeout_s)
+        heard != earlier_heard_.end() && seconds_since(heard->second) < returning_s())
       continue;  // its worker still trains it
-    if (tree_.has_trial(row.trial) && row.to <= tree_.trial(row.trial).length) {
-      RunningJob job;
-      job.order.from = row.from;
-      job.order.to = row.to;
-      job.representative = row.trial;
-      job.studies = {row.studies.begin(), row.studies.end()};
-      job.started_at = row.started_at;
-      job.kind = row.kind;
-      e.add(execution(job, tree_, row.worker, ExecutionOutcome::kLost, row.counted,
+    if (tree_.has_trial(row.trial) && row.to <= tree_.trial(row.trial).length)
+      e.add(execution(running_job_of(row), tree_, row.worker, ExecutionOutcome::kLost, row.counted,
                       "its master restarted and its worker never said how it ended"));
-    }
     e.add(edit::SettleEarlierJob{row.incarnation, row.job});
   }
   apply(e);
@@ -1160,7 +1142,7 @@ void Master::dispatch() {
       earlier_stages.insert(first_stage(tree_, row.trial, row.from, row.to));
   // For a while after a start, workers come back (a busy one says hello once its job ends): a
   // parent whose file only their storages hold waits for them rather than being replayed.
-  const bool returning = seconds_since(started_) < 3 * options_.worker_timeout_s;
+  const bool returning = seconds_since(started_) < returning_s();
   std::optional<std::set<std::string>> connected_storages;  // looked up when first needed
   auto reachable = [&](const WorkItem& item, const IdleWorker& idle_worker) {
     if (!returning || item.parent_state < 0) return true;
@@ -1177,9 +1159,9 @@ void Master::dispatch() {
                     [&](const std::string& s) { return connected_storages->count(s) > 0; }))
       return true;
     // It waits: the next decision comes when the wait is over at the latest.
-    next_retry_ = std::min(
-        next_retry_, started_ + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(3 * options_.worker_timeout_s)));
+    next_retry_ =
+        std::min(next_retry_, started_ + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(returning_s())));
     return false;
   };
   auto usable = [&](const WorkItem& item, const IdleWorker& idle_worker) {

@@ -278,6 +278,9 @@ class Master {
   // other incarnations) are given up once every worker has had time to say hello: recorded
   // `lost` at the step their master counted.
   void give_up_earlier_jobs();
+  // How long after a start, or after a worker's last word about an earlier master's job, the
+  // master waits for workers to come back: three worker timeouts.
+  double returning_s() const { return 3 * options_.worker_timeout_s; }
   void abandon_orphan_jobs();
 
   // Scheduling.
