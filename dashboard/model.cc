@@ -74,7 +74,7 @@ void read_results(StudyView& v, const std::vector<MetricRow>& metrics,
 
 StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tree,
                      const std::map<StageId, std::vector<int64_t>>& checkpoints,
-                     std::vector<ExecutionRow> executions, double now) {
+                     std::vector<ExecutionRow> executions, double now, ParsedTrialValues* parsed) {
   StudyView v;
   v.row = row;
   v.goals = goals_in(row.spec);
@@ -84,7 +84,7 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
   const bool running = row.status == StudyStatus::kRunning;
 
   std::unordered_map<TrialId, size_t> index;
-  for (TrialRow& t : plan.trials(row.id)) {
+  for (TrialRow& t : plan.trials(row.id, parsed)) {
     index[t.id] = v.trials.size();
     v.trials.push_back({std::move(t), {}, {}, std::nullopt, 0, 0, std::nullopt});
   }
@@ -186,7 +186,11 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
 
 }  // namespace
 
-PlanView read_plan(SearchPlan& plan, double now, const std::string& only) {
+PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
+                   ParsedTrialValues* parsed) {
+  // Within one read, the tree's parse of the trials' values serves the studies' reads too.
+  ParsedTrialValues this_read;
+  if (!parsed) parsed = &this_read;
   PlanView view;
   view.read_at = now;
   plan.snapshot([&] {
@@ -203,7 +207,7 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only) {
       rows = named == rows.end() ? std::vector<StudyRow>{} : std::vector<StudyRow>{*named};
       if (rows.empty()) return;
     }
-    StageTree tree = plan.load_tree();  // joins this snapshot
+    StageTree tree = plan.load_tree(parsed);  // joins this snapshot
     std::map<StageId, std::vector<int64_t>> checkpoints;
     for (const CheckpointRow& c : plan.checkpoints()) checkpoints[c.stage].push_back(c.step);
     std::map<int64_t, std::vector<ExecutionRow>> executions;
@@ -212,7 +216,7 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only) {
       for (int64_t study : e.studies) executions[study].push_back(e);
     for (const StudyRow& row : rows)
       view.studies.push_back(std::make_shared<StudyView>(
-          read_study(plan, row, tree, checkpoints, std::move(executions[row.id]), now)));
+          read_study(plan, row, tree, checkpoints, std::move(executions[row.id]), now, parsed)));
   });
   return view;
 }

@@ -97,7 +97,9 @@ HypervolumeHistory hypervolume_history(const StudyView& study, size_t max_points
 
 // Reads every study in one snapshot of the plan, or only the one `only` names (its name or id;
 // none if there is no such study). `now` (unix seconds) is the end of the wall time of running
-// studies.
-PlanView read_plan(SearchPlan& plan, double now, const std::string& only = "");
+// studies. `parsed` keeps the trials' parsed values from one read to the next: a reader that
+// reads the same plan again parses only the trials added since (SearchPlan::trials).
+PlanView read_plan(SearchPlan& plan, double now, const std::string& only = "",
+                   ParsedTrialValues* parsed = nullptr);
 
 }  // namespace hippo::dashboard

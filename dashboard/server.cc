@@ -465,9 +465,10 @@ struct Server::Impl {
   int bound_port = -1;
 
   // The plan and the latest view of it.
-  std::mutex plan_mutex;  // guards view, next_read, reading (and plan, while not reading)
+  std::mutex plan_mutex;  // guards view, next_read, reading (and plan, parsed, while not reading)
   SearchPlan plan;
   std::shared_ptr<const PlanView> view;
+  ParsedTrialValues parsed;     // of the trials read so far: a re-read parses only new ones
   Clock::time_point next_read;  // no read of the plan before
   bool reading = false;
 
@@ -478,7 +479,7 @@ struct Server::Impl {
 
   Impl(const std::string& db, const ServerOptions& o)
       : options(o), http(o), plan(SearchPlan::open_read_only(db)) {
-    view = std::make_shared<PlanView>(read_plan(plan, unix_now()));
+    view = std::make_shared<PlanView>(read_plan(plan, unix_now(), "", &parsed));
     next_read = Clock::now();
   }
 
@@ -503,7 +504,7 @@ struct Server::Impl {
     lock.unlock();
     std::shared_ptr<const PlanView> fresh;
     try {
-      fresh = std::make_shared<PlanView>(read_plan(plan, unix_now()));
+      fresh = std::make_shared<PlanView>(read_plan(plan, unix_now(), "", &parsed));
     } catch (const std::exception& e) {
       // Busy or mid-migration: keep showing the last good view, and say so.
       if (!options.quiet) std::fprintf(stderr, "dashboard: re-reading the plan: %s\n", e.what());

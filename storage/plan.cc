@@ -784,14 +784,28 @@ std::string SearchPlan::trial_columns() {
          (version_ >= kAccountsVersion ? "end_step" : "NULL");
 }
 
-TrialRow SearchPlan::read_trial(Query& q) {
+namespace {
+
+// The value `parsed` holds for `id`, or else the one `parse` makes (added to `parsed`, if any).
+template <typename Value, typename Parse>
+Value parsed_value(std::unordered_map<TrialId, Value>* parsed, TrialId id, Parse parse) {
+  if (!parsed) return parse();
+  auto it = parsed->find(id);
+  if (it == parsed->end()) it = parsed->emplace(id, parse()).first;
+  return it->second;
+}
+
+}  // namespace
+
+TrialRow SearchPlan::read_trial(Query& q, ParsedTrialValues* parsed) {
   TrialRow r;
   r.id = q.int64(0);
   r.study_id = q.int64(1);
   r.number = q.int64(2);
   r.root_key = q.text(3);
-  r.params = q.json(4);
-  r.hyperparams = hyperparams_from_json(q.json(5));
+  r.params = parsed_value(parsed ? &parsed->params : nullptr, r.id, [&] { return q.json(4); });
+  r.hyperparams = parsed_value(parsed ? &parsed->hyperparams : nullptr, r.id,
+                               [&] { return hyperparams_from_json(q.json(5)); });
   r.length = q.int64(6);
   r.status = parse_trial_status(q.text(7));
   r.end_reason = q.text(8);
@@ -799,12 +813,12 @@ TrialRow SearchPlan::read_trial(Query& q) {
   return r;
 }
 
-std::vector<TrialRow> SearchPlan::trials(int64_t study) {
+std::vector<TrialRow> SearchPlan::trials(int64_t study, ParsedTrialValues* parsed) {
   std::vector<TrialRow> rows;
   const std::string sql =
       "SELECT " + trial_columns() + " FROM trials WHERE study_id = ? ORDER BY number";
   Query q(*this, sql.c_str(), study);
-  while (q.next()) rows.push_back(read_trial(q));
+  while (q.next()) rows.push_back(read_trial(q, parsed));
   return rows;
 }
 
@@ -1237,7 +1251,7 @@ void SearchPlan::save_change(const StageTree& tree, const Change& change) {
   });
 }
 
-StageTree SearchPlan::load_tree() {
+StageTree SearchPlan::load_tree(ParsedTrialValues* parsed) {
   std::vector<Stage> stages;
   std::vector<TrialRecord> trials;
   // A read transaction: one snapshot for both tables, without taking the write lock.
@@ -1271,7 +1285,11 @@ StageTree SearchPlan::load_tree() {
     }
     Query q(*this, "SELECT id, root_key, hyperparams, length FROM trials ORDER BY id");
     while (q.next()) {
-      trials.push_back({q.int64(0), q.text(1), hyperparams_from_json(q.json(2)), q.int64(3)});
+      const TrialId id = q.int64(0);
+      trials.push_back({id, q.text(1),
+                        parsed_value(parsed ? &parsed->hyperparams : nullptr, id,
+                                     [&] { return hyperparams_from_json(q.json(2)); }),
+                        q.int64(3)});
     }
   });
   return StageTree::restore(std::move(stages), std::move(trials));

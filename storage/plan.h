@@ -191,6 +191,14 @@ struct RunningJobRow {
 // An event the master fed a study's searcher since its state was last saved (schema version 5):
 // its validation of a trial at a step (value: the metric, NaN allowed), a trial closed or failed,
 // or a batch of held-back operations taken (next_batch).
+// Trials' values as parsed from the plan, by trial id, kept by a reader that reads the same plan
+// again and again (the dashboard): a trial's params and hyperparams never change once stored,
+// and parsing their JSON is most of the cost of reading a large study.
+struct ParsedTrialValues {
+  std::unordered_map<TrialId, nlohmann::json> params;
+  std::unordered_map<TrialId, Hyperparams> hyperparams;
+};
+
 struct SearcherEvent {
   enum class Kind { kValidation, kClosed, kFailed, kBatch };
   Kind kind = Kind::kValidation;
@@ -299,7 +307,8 @@ class SearchPlan {
   void set_trial_length(TrialId trial, int64_t length);
   void set_trial_status(TrialId trial, TrialStatus status, const std::string& end_reason = "",
                         std::optional<int64_t> end_step = std::nullopt);
-  std::vector<TrialRow> trials(int64_t study);  // by number
+  // By number; values already in `parsed` are taken from it, the others parsed and added to it.
+  std::vector<TrialRow> trials(int64_t study, ParsedTrialValues* parsed = nullptr);
   std::optional<TrialRow> trial(TrialId id);
 
   // Evaluation requests: "evaluate this trial after `step` steps". Adding one twice is a no-op.
@@ -363,8 +372,9 @@ class SearchPlan {
   void save_tree(const StageTree& tree);
   void save_change(const StageTree& tree, const Change& change);
   void save_stage(const Stage& stage);  // insert or update by id (e.g. after mark_trained)
-  // Rebuilds the tree from every stored stage and trial (StageTree::restore).
-  StageTree load_tree();
+  // Rebuilds the tree from every stored stage and trial (StageTree::restore); `parsed` as for
+  // trials().
+  StageTree load_tree(ParsedTrialValues* parsed = nullptr);
 
  private:
   class Statement;
@@ -396,7 +406,7 @@ class SearchPlan {
   std::string study_columns();
   std::string trial_columns();
   StudyRow read_study(Query& q);
-  TrialRow read_trial(Query& q);
+  TrialRow read_trial(Query& q, ParsedTrialValues* parsed = nullptr);
   std::vector<MetricRow> read_metrics(Query& q);
 
   std::string path_;

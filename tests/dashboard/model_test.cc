@@ -263,6 +263,52 @@ TEST_F(ModelTest, StepsStatesAndBestAsTheMasterCountsThem) {
   ASSERT_EQ(s.executions.size(), 2u);
 }
 
+// A reader that keeps the trials' parsed values between reads (the dashboard's server) sees
+// what a fresh read sees, also after trials were added and the tree split under them.
+TEST_F(ModelTest, AReReadThatKeepsParsedValuesEqualsAFreshRead) {
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    write_study(plan, "s");
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  ParsedTrialValues parsed;
+  const PlanView before = read_plan(reader, 100, "", &parsed);
+  EXPECT_EQ(parsed.params.size(), 3u);
+  EXPECT_EQ(parsed.hyperparams.size(), 3u);
+  {
+    // Trial 3 diverges from trial 0 at step 5: the stage [0, 10) splits there.
+    SearchPlan plan = SearchPlan::open(file_);
+    StageTree tree = plan.load_tree();
+    TrialRow row;
+    row.id = 3;
+    row.study_id = 1;
+    row.root_key = "r";
+    row.params = {{"lr", 0.1}, {"name", "new"}};
+    row.hyperparams = {{"lr", piecewise({{0, 0.1}, {5, 0.2}})}};
+    row.length = 12;
+    row.status = TrialStatus::kRunning;
+    plan.transaction([&] {
+      plan.add_trial(row);
+      plan.save_change(tree, tree.add_trial(3, "r", row.hyperparams, row.length));
+      plan.add_metric({3, 5, "loss", 0.1});
+    });
+  }
+  const PlanView kept = read_plan(reader, 100, "", &parsed);
+  const PlanView fresh = read_plan(reader, 100);
+  EXPECT_EQ(parsed.params.size(), 4u);
+  ASSERT_EQ(kept.studies.size(), 1u);
+  const StudyView& k = *kept.studies[0];
+  const StudyView& f = *fresh.studies[0];
+  ASSERT_EQ(k.trials.size(), 4u);
+  EXPECT_EQ(k.trials[3].row.params, f.trials[3].row.params);
+  EXPECT_EQ(k.stages.size(), before.studies[0]->stages.size() + 2);  // the split and trial 3's own
+  EXPECT_EQ(k.steps_unique, f.steps_unique);
+  EXPECT_EQ(k.best->value, 0.1);
+  for (const auto& page : {study_page, tree_page})
+    EXPECT_EQ(page(k, {}).content, page(f, {}).content);
+  EXPECT_EQ(timeline_page(k).content, timeline_page(f).content);
+}
+
 TEST_F(ModelTest, FiguresDrawWhatThePlanHoldsAndEscapeItsText) {
   {
     SearchPlan plan = SearchPlan::open(file_);
