@@ -185,7 +185,8 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
   EXPECT_EQ(sim.out.rfind("measure,shared,trial-based\nmakespan (s),", 0), 0u) << sim.out;
 }
 
-// `submit --wait` prints the study's summary as `run` does: a table, or INTERFACE.md's JSON line.
+// `submit --wait` prints the study's summary as `run` does: a table, or the JSON line of
+// docs/spec.md.
 TEST_F(Cli, SubmitWaitPrintsTheSummaryAsRunDoes) {
   const std::string address = "ipc://" + path("master.sock");
   spawn({kHippo, "--db", path("cluster.db"), "master", "--bind", address});
