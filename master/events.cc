@@ -47,10 +47,17 @@ void EventStream::after(const EditOp& op, const StudyDriver& driver) {
     emit(driver, s.id, "study_started",
          {{"id", s.id}, {"searcher", s.spec.searcher.name}, {"resumed", false}});
   } else if (const auto* o = std::get_if<edit::TakeUpStudy>(&op)) {
-    ended_.erase(o->loaded->study.id);
     const int64_t id = o->loaded->study.id;  // an integer: kept by the move into the driver
+    ended_.erase(id);
+    const TrackedStudy& s = driver.studies().at(id);
     emit(driver, id, "study_started",
-         {{"id", id}, {"searcher", driver.studies().at(id).spec.searcher.name}, {"resumed", true}});
+         {{"id", id}, {"searcher", s.spec.searcher.name}, {"resumed", true}});
+    // Its running trials started in an earlier run: their ends are told, not their starts again.
+    for (const auto& [request, trial] : s.trials)
+      if (driver.trial(trial)->status == TrialStatus::kRunning) {
+        running_.insert(trial);
+        started_.insert(trial);
+      }
   } else if (const auto* o = std::get_if<edit::PlaceTrial>(&op)) {
     const TrackedTrial& t = *driver.trial(o->trial);
     if (running_.insert(t.id).second)

@@ -100,15 +100,20 @@ def test_optimize_streams_every_event_and_the_dataframe_equals_export_wide(tmp_p
 def test_a_second_optimize_goes_on_with_an_interrupted_study(tmp_path):
     db = tmp_path / "plan.db"
     study = tiny_study("slow", db, fixed={"sleep": 0.1}, length=12)
-    first = study.optimize(workers=1, timeout=1.5)
+    before, events = [], []
+    first = study.optimize(workers=1, timeout=1.5, callbacks=[lambda s, e: before.append(e)])
     assert first["status"] == "interrupted"
+    assert before[-1]["event"] == "study_ended" and before[-1]["status"] == "interrupted"
     assert hippo.load_study("slow", db=db).trials_dataframe() is not None  # readable meanwhile
-    events = []
     second = study.optimize(workers=2, callbacks=[lambda s, e: events.append(e)])
     assert second["status"] == "done" and second["trials"] == 4
     assert events[0]["event"] == "study_started" and events[0]["resumed"] is True
     assert events[-1]["event"] == "study_ended"
-    assert all(t["status"] == "done" for t in hippo.trials("slow", db=db))
+    trials = hippo.trials("slow", db=db)
+    assert all(t["status"] == "done" for t in trials)
+    # Each trial's end is told once, in the run where it ended.
+    ends = [e["trial"] for e in before + events if e["event"] == "trial_ended"]
+    assert sorted(ends) == sorted(t["trial"] for t in trials)
 
 
 def write_json(path, spec):
