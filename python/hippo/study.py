@@ -284,13 +284,15 @@ def load_study(name, db=None):
 
 
 class _Progress:
-    """One line on stderr, drawn again at each event: trials ended and running, the best so far,
-    the elapsed time (a carriage return redraws it, in a terminal and in Jupyter alike)."""
+    """One line on stderr, drawn again as events come (at most ten times a second, and at the
+    end): trials ended and running, the best so far, the elapsed time. A carriage return redraws
+    it, in a terminal and in Jupyter alike."""
 
     def __init__(self, name):
         self.name = name
         self.started = time.monotonic()
         self.running, self.ended, self.best, self.status = set(), 0, None, "running"
+        self.drawn_at, self.width = 0.0, 0
 
     def update(self, event):
         kind = event.get("event")
@@ -303,14 +305,21 @@ class _Progress:
             self.best = event
         elif kind == "study_ended":
             self.status = event["status"]
+        if time.monotonic() - self.drawn_at >= 0.1:
+            self.draw()
+
+    def draw(self):
         best = "" if self.best is None else (f", best {self.best['metric']} "
                                              f"{self.best['value']:.6g} (trial "
                                              f"{self.best['trial']})")
         line = (f"study {self.name}: {self.status}, {self.ended} trials ended, "
                 f"{len(self.running)} running{best}, {time.monotonic() - self.started:.1f} s")
-        sys.stderr.write("\r" + line.ljust(79))
+        sys.stderr.write("\r" + line.ljust(self.width))  # blanks what a longer line left
         sys.stderr.flush()
+        self.width = max(self.width, len(line))
+        self.drawn_at = time.monotonic()
 
     def close(self):
+        self.draw()
         sys.stderr.write("\n")
         sys.stderr.flush()
