@@ -468,8 +468,8 @@ NOT_IMPLEMENTED = re.compile(r"\bnot\s+(?:yet\s+)?(?:implemented|supported)\b", 
 
 def feature_probes():
     """A spec per feature a doc may name, each one `hippo preview` must accept: every searcher
-    that an example uses (by its name), `nsga2`, several objectives and constraints, and a
-    searched model field. Keyed by the words a doc writes in backticks."""
+    that an example uses (by its name), `nsga2`, several objectives and constraints, a searched
+    model field, and a pipelined model. Keyed by the words a doc writes in backticks."""
     probes = {}
     for path in sorted((REPO / "examples").glob("*.json")):
         spec = json.loads(path.read_text())
@@ -478,6 +478,7 @@ def feature_probes():
     assert isinstance(moasha["model"]["hidden"], dict) and "constraints" in moasha["searcher"]
     for word in ("objectives", "constraints", "hidden"):
         probes[word] = moasha
+    probes["pipeline"] = json.loads((REPO / "examples" / "gpt-fortunes-pipeline.json").read_text())
     nsga2 = json.loads((REPO / "examples" / "fmnist-mlp-ci.json").read_text())
     nsga2["searcher"] = {"name": "nsga2", "max_trials": 4,
                          "objectives": [{"metric": "accuracy", "mode": "max"},

@@ -99,9 +99,9 @@ def test_optimize_streams_every_event_and_the_dataframe_equals_export_wide(tmp_p
 
 def test_a_second_optimize_goes_on_with_an_interrupted_study(tmp_path):
     db = tmp_path / "plan.db"
-    study = tiny_study("slow", db, fixed={"sleep": 0.1}, length=12)
+    study = tiny_study("slow", db, fixed={"sleep": 0.15}, length=12)  # 44 unique steps: 6.6 s
     before, events = [], []
-    first = study.optimize(workers=1, timeout=1.5, callbacks=[lambda s, e: before.append(e)])
+    first = study.optimize(workers=1, timeout=3, callbacks=[lambda s, e: before.append(e)])
     assert first["status"] == "interrupted"
     assert before[-1]["event"] == "study_ended" and before[-1]["status"] == "interrupted"
     assert hippo.load_study("slow", db=db).trials_dataframe() is not None  # readable meanwhile
