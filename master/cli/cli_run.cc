@@ -750,8 +750,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
     set_action(cmd, action, {}, [a, &global] {  // it logs on stderr
       return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
-                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, a->events,
-                   global);
+                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, a->events, global);
     });
   }
   {
