@@ -8,7 +8,7 @@
 #      over a bridge, CURVE keys, a directory of its own), and every trial's metrics compared
 #      with the shared-directory run's, bit for bit, with steps executed and unique.
 # Usage: bench/no_shared_disk.sh [SPEC] [WORKERS] [REPEATS]
-#        (default: the INTERFACE.md example, examples/fmnist-mlp-lr-decay.json, 2 workers, 3)
+#        (default: the docs/spec.md example, examples/fmnist-mlp-lr-decay.json, 2 workers, 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spec=$(realpath "${1:-examples/fmnist-mlp-lr-decay.json}")

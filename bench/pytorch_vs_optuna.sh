@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The INTERFACE.md study with a PyTorch MLP, in one run on this machine:
+# The docs/spec.md example study (examples/fmnist-mlp-lr-decay.json) with a PyTorch MLP, in one run on this machine:
 #   1. hippo run SPEC --workers W: the PyTorch trainer examples/pytorch/fashion_mnist.py through the
 #      Python helper (long-lived trainers, shared stages);
 #   2. Optuna + the same PyTorch code (bench/pytorch_optuna.py), trial by trial, in W processes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Warmup-stable-decay cooldown sweeps (INTERFACE.md's wsd schedule, length.end_of), in one run
+# Warmup-stable-decay cooldown sweeps (docs/spec.md's wsd schedule, length.end_of), in one run
 # on this machine (BENCHMARKING.md):
 #   bench/wsd_sweep.sh [ROUNDS]
 # 1. Measured: examples/gpt-fortunes-wsd.json (a 2-layer gpt on fortunes, 12 trials: cooldown

@@ -11,7 +11,7 @@
 // come out of cuDNN as bf16 and are widened to fp32: they carry bf16 rounding, as under PyTorch's
 // autocast. Parameters and everything else stay fp32.
 //
-// Determinism (DESIGN.md invariant 1): each direction's algorithm is the first of cuDNN's
+// Determinism: each direction's algorithm is the first of cuDNN's
 // heuristic ranking (a function of the shapes, the GPU and the library, never of timing) that
 // cuDNN reports deterministic (in fp32 also: FMA math, no TF32), run under the math type it was
 // ranked with, chosen once per shape and precision and kept for the life of the object, so a

@@ -18,6 +18,7 @@ void Master::apply(const Edit& edit) {
   try {
     for (const EditOp& op : edit.ops) {
       apply_op(op);
+      if (events_) events_->after(op, driver_);
       // A trial placed or extended split stages: states above the split point move up, and a
       // running job that passes it is told to snapshot there too.
       for (const Split& split : driver_.take_splits()) {

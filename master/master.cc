@@ -52,6 +52,7 @@ Master::Master(SearchPlan plan, const Options& options, std::unique_ptr<Transpor
       storages_(options.checkpoints),
       driver_(plan_, tree_, states_, storages_, options.rules),
       copies_(states_, storages_, pool_) {
+  if (!options.events.empty()) events_ = std::make_unique<EventStream>(options.events);
   tree_ = plan_.load_tree();
   storages_.restore_owners(plan_);
   restore_checkpoints();
@@ -123,10 +124,12 @@ void Master::in_process(const std::function<void()>& fn) {
     plan_.transaction(fn);
   } catch (...) {
     outbox_.reset();  // nothing was committed: nothing is sent
+    if (events_) events_->discard();
     throw;
   }
   const std::vector<std::pair<std::string, std::string>> sent = std::move(*outbox_);
   outbox_.reset();
+  if (events_) events_->commit();
   for (const auto& [peer, body] : sent) transport_->send(peer, body);
 }
 
@@ -303,6 +306,7 @@ bool Master::transact(const std::function<void()>& fn) {
   } catch (const PlanBusy& e) {
     plan_.set_busy_timeout(busy_timeout);
     outbox_.reset();
+    if (events_) events_->discard();
     if (began) throw PlanFailure(e.what());  // inside, the lock is ours: this is no lock
     if (busy_error_.empty())
       spdlog::warn("{}; worker messages wait and are retried every second", e.what());
@@ -310,15 +314,18 @@ bool Master::transact(const std::function<void()>& fn) {
     return false;
   } catch (const PlanFailure&) {
     outbox_.reset();
+    if (events_) events_->discard();
     throw;
   } catch (const std::exception& e) {
     // A failed COMMIT (or a bug): what was applied in memory is not in the plan. Nothing of it is
-    // sent; the master stops, and a restart goes on from the plan.
+    // sent (nor told as an event); the master stops, and a restart goes on from the plan.
     outbox_.reset();
+    if (events_) events_->discard();
     throw PlanFailure(e.what());
   }
   const std::vector<std::pair<std::string, std::string>> sent = std::move(*outbox_);
   outbox_.reset();
+  if (events_) events_->commit();
   protocol::failpoint("master.after_commit");  // a crash here: committed, not sent (tests)
   for (const auto& [peer, body] : sent) transport_->send(peer, body);
   return true;

@@ -37,6 +37,7 @@
 #include "master/access.h"
 #include "master/copies.h"
 #include "master/edit.h"
+#include "master/events.h"
 #include "master/plan_lock.h"
 #include "master/reports.h"
 #include "master/scheduler.h"
@@ -80,6 +81,8 @@ struct Options {
   // false (`hippo run`): they belong to runs that ended without ending them (a crash, SIGKILL):
   // they are interrupted, resumable, and only the study the run is asked for runs.
   bool resume_running = true;
+  // --events FILE: the studies' events as JSON lines (events.h); "" for none, "-" for stdout.
+  std::string events;
 };
 
 // The measured time per step of each root key (from the jobs that ended), for priorities.
@@ -337,6 +340,7 @@ class Master {
   std::string busy_error_;  // the lock's error, while messages wait
   // While a transaction is open: what it sends, as (peer, body), in order.
   std::optional<std::vector<std::pair<std::string, std::string>>> outbox_;
+  std::unique_ptr<EventStream> events_;  // --events: written as each transaction commits
   // Refusals per sender in the current minute (refuse()).
   struct Refusals {
     Clock::time_point since;

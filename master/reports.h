@@ -1,4 +1,4 @@
-// What the master tells people: a study's summary (INTERFACE.md's JSON line of `run` and
+// What the master tells people: a study's summary (the JSON line of `run` and
 // `submit --wait`), its progress (the bar of `hippo run`), the workers list (`hippo workers`),
 // and the best trial, the one rule that the history queries (master/cli/) use too.
 #pragma once
@@ -25,7 +25,7 @@ std::optional<MetricRow> best_metric(const std::vector<MetricRow>& metrics,
                                      const Objective& objective,
                                      const std::set<TrialId>& diverged = {});
 
-// A trial's result when its study has several objectives or constraints (INTERFACE.md, "Several
+// A trial's result when its study has several objectives or constraints (docs/spec.md, "Several
 // objectives"): its last evaluation that reported every metric of the goals.
 struct TrialResult {
   TrialId trial = 0;

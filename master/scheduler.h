@@ -1,4 +1,4 @@
-// The scheduler (DESIGN.md, "Scheduling"): pure functions from the master's state to work, with
+// The scheduler: pure functions from the master's state to work, with
 // no I/O, so that tests drive them with hand-built trees.
 //
 // Work is every stage with steps that some trial still needs; a stage is ready when the state at
@@ -42,9 +42,9 @@ struct WorkItem {
   bool operator==(const WorkItem&) const = default;
 };
 
-// The order of ready stage work: by critical-path priority (DESIGN.md), or first come first
-// served (the oldest trial's work first; `hippo simulate --order fifo`, to see what the critical
-// path buys).
+// The order of ready stage work: by critical-path priority (the longest remaining path first), or
+// first come first served (the oldest trial's work first; `hippo simulate --order fifo`, to see
+// what the critical path buys).
 enum class ScheduleOrder { kCriticalPath, kFifo };
 // "critical-path" or "fifo"; throws std::invalid_argument for anything else.
 ScheduleOrder parse_schedule_order(const std::string& text);

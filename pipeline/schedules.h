@@ -20,7 +20,7 @@
 // Gradient order: every generator runs the backwards of one (stage, chunk) in ascending
 // micro-batch order. The gradients of a chunk are therefore accumulated in the same order as in
 // an unpipelined run over the same micro-batches, which is what makes a pipelined trial's
-// parameters equal, bit for bit, to the same trial trained on one device (DESIGN.md invariant 1).
+// parameters equal, bit for bit, to the same trial trained on one device.
 #pragma once
 
 #include "pipeline/program.h"

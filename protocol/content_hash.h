@@ -1,4 +1,4 @@
-// The content hash of a state's checkpoint file (DESIGN.md, invariant 6: a state is what its
+// The content hash of a state's checkpoint file (a state is what its
 // producer wrote): BLAKE2b of 32 bytes (libsodium's crypto_generichash) over the file's bytes,
 // written as 64 lowercase hex digits. The producer computes it as it writes the file (the
 // engine's writer; for an external trainer, the worker once the trainer says the file is

@@ -72,7 +72,7 @@ struct Finish {
 };
 using Operation = std::variant<Create, Train, Stop, Finish>;
 
-// One evaluation of a trial as a searcher sees it (INTERFACE.md, "Several objectives").
+// One evaluation of a trial as a searcher sees it (docs/spec.md, "Several objectives").
 struct Evaluation {
   // Each objective's value, in the spec's order (a diverged trial's: the worst of each mode).
   std::vector<double> values;

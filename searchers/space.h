@@ -4,7 +4,7 @@
 // "lr.after.init", "lr.points[2][1]" inside schedules. A trial's Params give one value per leaf;
 // instantiate() turns them into the trial's sequences.
 //
-// Leaves are ordered by hyper-parameter name, then by the schedule's field order as INTERFACE.md
+// Leaves are ordered by hyper-parameter name, then by the schedule's field order as docs/spec.md
 // lists it (multistep: init, milestones, gamma), then by list position; the model's leaves
 // ("model.hidden": a field of a built-in model given as a distribution, an architecture) come
 // last, by field name. Grid points are numbered with the first grid leaf varying fastest, so
@@ -24,7 +24,7 @@
 
 namespace hippo {
 
-// The schedules of INTERFACE.md and their fields, as the parser reads them: one table, also walked
+// The schedules of docs/spec.md and their fields, as the parser reads them: one table, also walked
 // by the tests (every numeric field of every schedule may be a number or a distribution).
 struct ScheduleField {
   enum Kind {

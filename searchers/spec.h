@@ -1,4 +1,4 @@
-// A study spec (INTERFACE.md, "Study spec"), parsed and validated. Everything that can be wrong in
+// A study spec (docs/spec.md, "Study spec"), parsed and validated. Everything that can be wrong in
 // a spec is found here, before any trial exists, and reported as a SpecError whose message starts
 // with the JSON path of the offending field.
 //
@@ -66,7 +66,7 @@ struct Constraint {
   bool operator==(const Constraint&) const = default;
 };
 
-// What a study optimizes (INTERFACE.md, "Several objectives"): `metric` and `mode`, or
+// What a study optimizes (docs/spec.md, "Several objectives"): `metric` and `mode`, or
 // `objectives`; and `constraints`.
 struct Goals {
   std::vector<Objective> objectives;  // at least one, metrics distinct

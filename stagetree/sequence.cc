@@ -17,7 +17,7 @@ bool same_bits(double a, double b) {
   return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
 }
 
-// The cosine formula of sequence.h and INTERFACE.md, with x = s - start and n = end - start.
+// The cosine formula of sequence.h and docs/spec.md, with x = s - start and n = end - start.
 double cosine_value(double v0, double v1, int64_t x, int64_t n) {
   return v1 + (v0 - v1) * (1 + std::cos(std::numbers::pi * double(x) / double(n))) / 2;
 }

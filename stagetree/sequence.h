@@ -1,5 +1,5 @@
 // Hyper-parameter sequences: the value of one tunable setting as a function of the training step,
-// in canonical piecewise form. Every schedule of INTERFACE.md expands to a Sequence; two trials
+// in canonical piecewise form. Every schedule of docs/spec.md expands to a Sequence; two trials
 // share step s when all their sequences have bit-identical values at every step <= s, and
 // divergence() finds the first step where that stops, exactly, from the segments.
 //
@@ -41,7 +41,7 @@ bool interpolates(SegmentKind kind);
 //                 with v0 = 0 this is warmup_linear's init * (s + 1) / warmup bit for bit)
 //   kCosine       v1 + (v0 - v1) * (1 + cos(pi * (s - start) / (end - start))) / 2
 //   kExponential  v0 * pow(gamma, floor((s - start) / period))
-// and the cooldowns of wsd, with x = (s - start) / (end - start) computed first (as INTERFACE.md
+// and the cooldowns of wsd, with x = (s - start) / (end - start) computed first (as docs/spec.md
 // writes them; v0 at s = start, where kLinear is one step ahead, as warmups are):
 //   kLinearDecay  v0 + (v1 - v0) * x
 //   kCosineDecay  v1 + (v0 - v1) * (1 + cos(pi * x)) / 2   (kCosine computes pi * (s - start)
@@ -122,7 +122,7 @@ int64_t divergence_until(const Hyperparams& a, const Hyperparams& b, int64_t fro
 // depend on where it starts and ends), or two different categorical values.
 Sequence splice(const Sequence& before, const Sequence& after, int64_t at);
 
-// Schedule shorthands of INTERFACE.md, with every length already in steps (unit applied).
+// Schedule shorthands of docs/spec.md, with every length already in steps (unit applied).
 Sequence multistep(double init, std::vector<int64_t> milestones, double gamma);
 Sequence step_decay(double init, int64_t every, double gamma);
 Sequence exponential(double init, double gamma, int64_t unit);

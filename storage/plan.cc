@@ -57,6 +57,7 @@ constexpr int kEnvironmentVersion = 9;
 constexpr int kStorageOwnersVersion = 10;
 constexpr int kEvaluationsVersion = 11;
 constexpr int kRunningJobsVersion = 12;
+constexpr int kTrialEndsVersion = 13;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -769,8 +770,12 @@ void SearchPlan::set_trial_status(TrialId trial, TrialStatus status, const std::
   std::optional<std::string> reason;
   if (!end_reason.empty()) reason = end_reason;
   single_write([&] {
-    Query(*this, "UPDATE trials SET status = ?, end_reason = ?, end_step = ? WHERE id = ?",
-          to_string(status), reason, end_step, trial)
+    // A trial that ends records when; one that runs again (a searcher trains it further) has not.
+    std::optional<double> ended_at;
+    if (status != TrialStatus::kPending && status != TrialStatus::kRunning) ended_at = now();
+    Query(*this,
+          "UPDATE trials SET status = ?, end_reason = ?, end_step = ?, ended_at = ? WHERE id = ?",
+          to_string(status), reason, end_step, ended_at, trial)
         .run();
     if (sqlite3_changes(db_) == 0)
       throw std::invalid_argument("no trial with id " + std::to_string(trial));
@@ -780,8 +785,9 @@ void SearchPlan::set_trial_status(TrialId trial, TrialStatus status, const std::
 std::string SearchPlan::trial_columns() {
   return std::string(
              "id, study_id, number, root_key, params, hyperparams, length, status, "
-             "end_reason, ") +
-         (version_ >= kAccountsVersion ? "end_step" : "NULL");
+             "end_reason, created_at, ") +
+         (version_ >= kAccountsVersion ? "end_step" : "NULL") +
+         (version_ >= kTrialEndsVersion ? ", ended_at" : ", NULL");
 }
 
 namespace {
@@ -809,7 +815,9 @@ TrialRow SearchPlan::read_trial(Query& q, ParsedTrialValues* parsed) {
   r.length = q.int64(6);
   r.status = parse_trial_status(q.text(7));
   r.end_reason = q.text(8);
-  if (!q.is_null(9)) r.end_step = q.int64(9);
+  r.created_at = q.real(9);
+  if (!q.is_null(10)) r.end_step = q.int64(10);
+  if (!q.is_null(11)) r.ended_at = q.real(11);
   return r;
 }
 

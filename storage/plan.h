@@ -113,6 +113,10 @@ struct TrialRow {
   std::string end_reason;  // e.g. "stopped by sha at rung 1"
   // Where a trial that ended before its length ended (diverged, stopped, failed), if it did.
   std::optional<int64_t> end_step;
+  // Unix seconds: when it entered the plan, and when it ended (nullopt while pending or running,
+  // and for trials that ended under a plan schema before 13).
+  double created_at = 0;
+  std::optional<double> ended_at;
 };
 
 struct MetricRow {

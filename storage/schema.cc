@@ -275,10 +275,17 @@ CREATE TABLE running_jobs (
 ALTER TABLE study_accounts ADD COLUMN paused_s REAL NOT NULL DEFAULT 0;
 )sql";
 
+// Version 13: when a trial ended (unix seconds; NULL while it is pending or running, and for trials
+// that ended before this version): its duration from created_at, in `export --wide` and Python's
+// trials_dataframe().
+static const char* const kVersion13 = R"sql(
+ALTER TABLE trials ADD COLUMN ended_at REAL;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
   static const std::vector<std::string_view> steps = {
-      kVersion1, kVersion2, kVersion3, kVersion4,  kVersion5,  kVersion6,
-      kVersion7, kVersion8, kVersion9, kVersion10, kVersion11, kVersion12};
+      kVersion1, kVersion2, kVersion3,  kVersion4,  kVersion5,  kVersion6, kVersion7,
+      kVersion8, kVersion9, kVersion10, kVersion11, kVersion12, kVersion13};
   return steps;
 }
 

@@ -1,4 +1,4 @@
-// What the bits of a worker's states depend on besides the study's spec (DESIGN.md, invariant 1):
+// What the bits of a worker's states depend on besides the study's spec (the determinism rule):
 // its environment, which it says in its hello. The master gives a job that goes on from a state
 // only to a worker whose environment for that model is the state's (master/README.md), so that a
 // trial is trained in one environment from its first step to its last, and the plan records each

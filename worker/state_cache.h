@@ -1,5 +1,5 @@
 // Trained states kept in memory under the master's state ids, most recently used first, so that
-// a child stage forks from its parent without reading a checkpoint (DESIGN.md, "Scheduling":
+// a child stage forks from its parent without reading a checkpoint (the scheduler:
 // the master prefers a worker that holds the parent). The master learns which ids a worker holds
 // from its hello, done, failed and abandoned messages. A long-lived external trainer keeps its own
 // states; their ids are listed here too, so that the master's preference applies to them.

@@ -8,7 +8,7 @@
 #   bench/simulate/master_scale.sh [HIPPO_BINARY]      # default build/hippo
 #
 # Environment: GRID_SIZES (default "1000 10000 100000": a multistep grid of a tiny MLP, 50 steps
-# per trial, 2 workers, the INTERFACE.md shape), ASHA_RUNS (default "1000:16 1000:128 10000:128
+# per trial, 2 workers, the shape of examples/fmnist-mlp-lr-decay.json), ASHA_RUNS (default "1000:16 1000:128 10000:128
 # 10000:1000 100000:1000": trials:workers, parallel = workers), STEP (seconds per step, default
 # 0.005), REAL_GRID_SIZES (default "1000 10000"; "" for none): the same grids run for real by
 # `hippo run` with 2 workers (training included), their wall times and growth.

@@ -1,6 +1,6 @@
 // The `hippo` command line: global options and the registration of each subcommand. Each
 // subcommand lives in its own cli_*.cc file, registers itself in main.cc, and reports through its
-// exit status (0 success, 1 a run that failed, 2 bad input) as INTERFACE.md says.
+// exit status (0 success, 1 a run that failed, 2 bad input) as docs/spec.md says.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -2,9 +2,9 @@
 // budget (the master's default limits, or --max-trials ...), runs the searcher's initial
 // operations (for grid and random: every trial, batch after batch), puts the trials into a stage
 // tree, and prints the trials, the tree and the step counts; `--format json` prints only the
-// counts of INTERFACE.md as one line, `--format csv` the trials. With a search plan at --db, it
-// also says how many of the unique steps the states kept there (master/retention.h) would save.
-// It never starts a process: an external searcher's trials are not known without running its
+// counts of docs/spec.md ("Output") as one line, `--format csv` the trials. With a search plan at
+// --db, it also says how many of the unique steps the states kept there (master/retention.h) would
+// save. It never starts a process: an external searcher's trials are not known without running its
 // command, so it shows none.
 #include <cstdio>
 #include <filesystem>

@@ -106,6 +106,14 @@ std::string number_text(double v) {
   return buf;
 }
 
+// A number as it is, lossless: the shortest text that reads back as the same double (CSV of
+// `export`), and "nan", "inf", "-inf" for the others.
+std::string exact_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return json(v).dump();
+}
+
 json trial_json(const StudyView& v, const TrialRow& t) {
   json metrics = json::array();
   auto it = v.metrics.find(t.id);
@@ -216,7 +224,7 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
       }
       std::vector<std::vector<std::string>> cells;  // step, metric, value
       for (const MetricRow& m : ms)
-        cells.push_back({std::to_string(m.step), m.name, number_text(m.value)});
+        cells.push_back({std::to_string(m.step), m.name, exact_number(m.value)});
       if (cells.empty()) cells.emplace_back(verdicts.empty() ? 0 : 3, "");
       for (const std::vector<std::string>& c : cells) {
         rows.push_back(row);
@@ -326,6 +334,91 @@ int trials(const std::string& name, const GlobalOptions& global, bool export_all
   } else {
     print_table(trial_rows(v, export_all));
   }
+  return 0;
+}
+
+// `export --wide`: one row per trial (Python's Study.trials_dataframe() has the same columns):
+// trial, status, length, end_step (where it ended before its length), the parameters in the
+// spec's order (the search space's leaves), step (its last evaluation), each metric's value there,
+// each objective's best value over the trial ("best_" + metric: finite values, hippo best's
+// rule), and start, end (unix seconds: entered the plan, ended) and duration (seconds). A missing
+// value is null in JSON and an empty cell in CSV; numbers are lossless.
+int export_wide(const std::string& name, const GlobalOptions& global) {
+  SearchPlan plan = open_existing_plan(global.db);
+  StudyView v = view(plan, find_study(plan, name));
+  std::vector<std::string> params;
+  try {
+    const StudySpec spec = parse_spec(v.row.spec);
+    for (const Param& leaf : spec.space.params()) params.push_back(leaf.name);
+  } catch (const SpecError& e) {
+    throw RunFailed("study " + v.row.name + ": its stored spec is unreadable: " + e.what());
+  }
+  for (const TrialRow& t : v.trials)  // a searcher's params outside the space (none today)
+    for (const auto& [leaf, value] : t.params.items())
+      if (std::find(params.begin(), params.end(), leaf) == params.end()) params.push_back(leaf);
+  std::vector<std::string> metrics;  // the objectives', then the others by name
+  for (const Objective& o : v.goals.objectives) metrics.push_back(o.metric);
+  std::set<std::string> others;
+  for (const MetricRow& m : v.all_metrics)
+    if (std::find(metrics.begin(), metrics.end(), m.name) == metrics.end()) others.insert(m.name);
+  metrics.insert(metrics.end(), others.begin(), others.end());
+  const std::set<std::string> fixed = {"trial", "status", "length", "end_step",
+                                       "step",  "start",  "end",    "duration"};
+  std::vector<std::string> header = {"trial", "status", "length", "end_step"};
+  for (const std::string& p : params) header.push_back(fixed.count(p) ? "param:" + p : p);
+  header.push_back("step");
+  header.insert(header.end(), metrics.begin(), metrics.end());
+  for (const Objective& o : v.goals.objectives) header.push_back("best_" + o.metric);
+  header.insert(header.end(), {"start", "end", "duration"});
+
+  auto number = [](double x) { return std::isfinite(x) ? json(x) : json(exact_number(x)); };
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();  // columns in the header's order
+  for (const TrialRow& t : v.trials) {
+    std::vector<json> row = {t.number, to_string(t.status), t.length,
+                             t.end_step ? json(*t.end_step) : json(nullptr)};
+    for (const std::string& p : params) row.push_back(t.params.contains(p) ? t.params[p] : json());
+    auto it = v.metrics.find(t.id);
+    const std::vector<MetricRow> none;
+    const std::vector<MetricRow>& ms = it == v.metrics.end() ? none : it->second;
+    const int64_t last_step = ms.empty() ? -1 : ms.back().step;  // by (step, name)
+    row.push_back(ms.empty() ? json(nullptr) : json(last_step));
+    for (const std::string& metric : metrics) {
+      json last;
+      for (const MetricRow& m : ms)
+        if (m.name == metric && m.step == last_step) last = number(m.value);
+      row.push_back(last);
+    }
+    for (const Objective& o : v.goals.objectives) {
+      std::optional<double> best;
+      for (const MetricRow& m : ms)
+        if (m.name == o.metric && std::isfinite(m.value) &&
+            (!best || (o.maximize ? m.value > *best : m.value < *best)))
+          best = m.value;
+      row.push_back(best ? json(*best) : json(nullptr));
+    }
+    row.push_back(t.created_at);
+    row.push_back(t.ended_at ? json(*t.ended_at) : json(nullptr));
+    row.push_back(t.ended_at ? json(*t.ended_at - t.created_at) : json(nullptr));
+    nlohmann::ordered_json object = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < header.size(); ++i) object[header[i]] = row[i];
+    out.push_back(object);
+  }
+  if (global.format == Format::kJson) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {header};
+  for (const nlohmann::ordered_json& object : out) {
+    rows.emplace_back();
+    for (const std::string& column : header) {
+      const json value = object.at(column);
+      rows.back().push_back(value.is_null() ? "" : cell(value));
+    }
+  }
+  if (global.format == Format::kCsv)
+    print_csv(rows);
+  else
+    print_table(rows);
   return 0;
 }
 
@@ -482,10 +575,6 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
       {"best", "the best trial of a study (with several objectives, its Pareto front)",
        kEveryFormat, best},
       {"tree", "the stage tree of a study, with trained progress", kEveryFormat, tree},
-      {"export",
-       "every trial with parameters and all metrics",
-       {Format::kCsv, Format::kJson, Format::kTable},
-       [](const std::string& s, const GlobalOptions& g) { return trials(s, g, true); }},
       {"delete", "remove a study that has ended from the plan (its name is free again)",
        kTableOrJson, delete_study},
   };
@@ -496,6 +585,20 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
     add_study_argument(cmd, study.get());
     auto run = c.run;
     set_action(cmd, action, c.formats, [study, run, &global] { return run(*study, global); });
+  }
+  // `export`: a row per (trial, step, metric), or with --wide a row per trial.
+  {
+    CLI::App* cmd = app.add_subcommand(
+        "export", "every trial with parameters and all metrics (--wide: one row per trial)");
+    cmd->fallthrough();
+    auto study = std::make_shared<std::string>();
+    auto wide = std::make_shared<bool>(false);
+    add_study_argument(cmd, study.get());
+    cmd->add_flag("--wide", *wide,
+                  "one row per trial: parameters, last and best values, status, steps, times");
+    set_action(cmd, action, {Format::kCsv, Format::kJson, Format::kTable}, [study, wide, &global] {
+      return *wide ? export_wide(*study, global) : trials(*study, global, true);
+    });
   }
   // `trials`, with the rows to show: a study of 100,000 trials is read in the terminal through
   // these (its table has a row per trial).

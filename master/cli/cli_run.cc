@@ -219,12 +219,28 @@ pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int 
   return pid;
 }
 
+// --events FILE: the studies' events as JSON lines (master/events.h), appended to FILE; "-" is
+// standard output. BadInput when FILE cannot be opened for appending, before anything starts.
+std::string checked_events_file(const std::string& path) {
+  if (path.empty() || path == "-") return path;
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw BadInput("--events " + path + ": cannot open it: " + std::strerror(errno));
+  std::fclose(f);
+  return path;
+}
+void add_events_option(CLI::App* cmd, std::string* path) {
+  cmd->add_option("--events", *path,
+                  "write the studies' events as JSON lines to FILE as they happen (- for "
+                  "standard output): trials started and ended, evaluations, the best so far");
+}
+
 // How to run a study with local workers, and where.
 struct LocalRun {
   int workers = 1;
   std::vector<int> gpus;  // when given: worker i on cuda:gpus[i]
   std::string checkpoints;
   master::StudyRules rules;
+  std::string events;  // --events FILE ("-": stdout)
 };
 
 // The master of a run: in this process, with its own keys, on the plan, resuming no study but the
@@ -242,6 +258,7 @@ struct EmbeddedMaster {
         local.checkpoints.empty() ? global.db + ".checkpoints" : local.checkpoints;
     options.rules = local.rules;
     options.resume_running = false;
+    options.events = local.events;
     options.auth = protocol::ServerKeys{
         dir.master, "", {{dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
     lock.emplace(global.db, "a run", /*create=*/true);  // before the plan is opened: plan_lock.h
@@ -425,9 +442,10 @@ struct MasterAuth {
 
 int serve(std::string bind, const std::string& checkpoints, double timeout_s,
           int64_t snapshot_every, const MasterAuth& auth, const master::StudyRules& rules,
-          const GlobalOptions& global) {
+          const std::string& events, const GlobalOptions& global) {
   master::Options options;
   options.rules = rules;
+  options.events = checked_events_file(events);
   const bool insecure = auth.insecure || global.insecure;
   std::string admits;
   if (auth.auth) {
@@ -624,12 +642,16 @@ std::vector<int> parse_gpus(const std::string& text) {
 }
 
 struct LocalRunArgs {
-  std::string checkpoints, allow_exec, keep, gpus;
+  std::string checkpoints, allow_exec, keep, gpus, events;
   Budget budget;
   int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   CLI::Option* workers_given = nullptr;
   LocalRun local() const {
-    LocalRun run{workers, {}, checkpoints, {budget, exec_kinds(allow_exec), keep_bytes(keep)}};
+    LocalRun run{workers,
+                 {},
+                 checkpoints,
+                 {budget, exec_kinds(allow_exec), keep_bytes(keep)},
+                 checked_events_file(events)};
     if (!gpus.empty()) {
       if (workers_given != nullptr && workers_given->count() > 0)
         throw BadInput("--gpus and --workers: give one (--gpus starts a worker per GPU)");
@@ -653,6 +675,7 @@ void add_local_run_options(CLI::App* cmd, LocalRunArgs* a, const std::string& co
                       "local workers)");
   add_budget_options(cmd, &a->budget);
   add_keep_option(cmd, &a->keep);
+  add_events_option(cmd, &a->events);
 }
 
 }  // namespace
@@ -694,7 +717,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         app.add_subcommand("master", "run a master that workers and clients connect to");
     cmd->fallthrough();
     struct Args {
-      std::string bind, checkpoints, allow_exec, keep;
+      std::string bind, checkpoints, allow_exec, keep, events;
       double timeout = 10;
       int64_t snapshot_every = 0;
       MasterAuth auth;
@@ -718,6 +741,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
                     "master), trainer (run by the workers that allow it themselves)");
     add_budget_options(cmd, &a->budget);
     add_keep_option(cmd, &a->keep);
+    add_events_option(cmd, &a->events);
     cmd->add_option("--checkpoints", a->checkpoints,
                     "the master's checkpoint directory (workers may share it or have their own)");
     cmd->add_option("--worker-timeout", a->timeout, "seconds of silence before a worker is lost")
@@ -726,7 +750,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
     set_action(cmd, action, {}, [a, &global] {  // it logs on stderr
       return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
-                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, global);
+                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, a->events, global);
     });
   }
   {

@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
   // `hippo worker ...` is the hippo-worker binary beside this one: the master side never links
-  // the engine (DESIGN.md), and the user still has one command. Its argv[0] is "hippo worker",
-  // the name its --help and messages give it.
+  // the engine (it links none of the kernels), and the user still has one command. Its argv[0] is
+  // "hippo worker", the name its --help and messages give it.
   if (argc > 1 && std::string(argv[1]) == "worker") {
     const std::string worker = worker_binary();
     std::string name = std::filesystem::path(argv[0]).filename().string() + " worker";

@@ -1,5 +1,5 @@
 """Determinism for trainers: a trial trained through shared stages must equal the same trial
-trained alone, bit for bit (DESIGN.md, invariant 1). A stage may start in a fresh process, from a
+trained alone, bit for bit (the determinism rule). A stage may start in a fresh process, from a
 checkpoint, at any step; so everything random must be a function of (seed, step), or be saved in
 the checkpoint:
 

@@ -1,12 +1,12 @@
 """Studies from Python: run one embedded, submit one to a master, wait, and read the history.
 
-Everything goes through the `hippo` binary and its JSON output (INTERFACE.md), never through the
+Everything goes through the `hippo` binary and its JSON output (docs/spec.md), never through the
 search plan's tables: the binary is the only reader of the plan's schema. The binary is
 $HIPPO_BIN, else build/hippo of the checkout this package is in, else `hippo` on the PATH; it must
 be of this package's version (hippo.__version__), which is checked once per binary. `db` is the search plan (default: $HIPPO_DB, else ./hippo.db, as for the
 CLI); `master` a master's address (default $HIPPO_MASTER).
 
-    summary = hippo.run(spec_dict, workers=2)        # INTERFACE.md's JSON line
+    summary = hippo.run(spec_dict, workers=2)        # the summary's JSON line (docs/spec.md)
     hippo.trials(spec_dict["name"])                  # [{"trial", "params", "status", "metrics"}]
     hippo.dataframe(spec_dict["name"])               # one row per (trial, step, metric)
 """
@@ -71,15 +71,16 @@ def _check_version(path):
     _checked.add(path)
 
 
-def _call(args, db=None, master=None, cwd=None):
-    """Runs hippo --format json ARGS; returns (exit status, stdout). Exit status 2 (bad input)
-    raises HippoError with the command's error."""
+def _call(args, db=None, master=None, cwd=None, json_output=True):
+    """Runs hippo --format json ARGS (without --format for a command that prints nothing:
+    json_output=False); returns (exit status, stdout). Exit status 2 (bad input) raises HippoError
+    with the command's error."""
     command = [binary()]
     if db is not None:
         command += ["--db", os.fspath(db)]
     if master is not None:
         command += ["--master", master]
-    command += ["--format", "json"] + [os.fspath(a) for a in args]
+    command += (["--format", "json"] if json_output else []) + [os.fspath(a) for a in args]
     done = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
     if done.returncode == 2 or (done.returncode != 0 and not done.stdout.strip()):
@@ -118,7 +119,7 @@ class _SpecFile:
 def run(spec, workers=None, policy="shared", allow_exec=False, db=None, checkpoints=None,
         cwd=None, resume=False):
     """Runs a study to its end with a master in the hippo process and `workers` local worker
-    processes (default: one per core), as `hippo run`; returns its summary, INTERFACE.md's JSON
+    processes (default: one per core), as `hippo run`; returns its summary, the JSON
     line (status "done", or "failed" or "interrupted" with "error"). `spec`: a dict or a file.
     `allow_exec` lets the workers run the spec's trainer command (as `hippo run --allow-exec
     trainer`: off unless asked, like the CLI's); `cwd` is where the command runs. With `resume`, a

@@ -139,7 +139,7 @@ struct RealPlan {
     run(spec("trial-based.json", "grid-trial-based", json::object()), "grid-trial-based",
         "--policy trial-based");
     run(spec("asha.json", "asha", json::object(), "fmnist-mlp-asha.json"), "asha");
-    // INTERFACE.md's example on a prefix of the data: 18 trials, 27 stages.
+    // the docs/spec.md example on a prefix of the data: 18 trials, 27 stages.
     run(spec("lr-decay.json", "lr-decay",
              {{"data", {{"train_samples", 2048}, {"eval_samples", 512}}}},
              "fmnist-mlp-lr-decay.json"),

@@ -22,6 +22,7 @@ The rule (docs/README.md says it to writers):
   or `hippo --help` lists. The skipped blocks and their reasons are reported as pytest skips
   (`-rs`).
 """
+import json
 import os
 import re
 import shlex
@@ -458,3 +459,81 @@ def test_a_readme_naming_a_function_that_is_gone_fails(tmp_path):
     (tmp_path / "README.md").write_text("`kept()` and `Gone::vanished` and `plain`\n")
     (tmp_path / "a.cc").write_text("void kept() {}\n")
     assert undefined_names(tmp_path) == ["Gone::vanished"]
+
+
+# --- a claim that a feature is not implemented, against what `hippo preview` accepts -----------
+
+NOT_IMPLEMENTED = re.compile(r"\bnot\s+(?:yet\s+)?(?:implemented|supported)\b", re.IGNORECASE)
+
+
+def feature_probes():
+    """A spec per feature a doc may name, each one `hippo preview` must accept: every searcher
+    that an example uses (by its name), `nsga2`, several objectives and constraints, a searched
+    model field, and a pipelined model. Keyed by the words a doc writes in backticks."""
+    probes = {}
+    for path in sorted((REPO / "examples").glob("*.json")):
+        spec = json.loads(path.read_text())
+        probes.setdefault(spec["searcher"]["name"], spec)
+    moasha = probes["moasha"]  # objectives, constraints, and "hidden" as a grid
+    assert isinstance(moasha["model"]["hidden"], dict) and "constraints" in moasha["searcher"]
+    for word in ("objectives", "constraints", "hidden"):
+        probes[word] = moasha
+    probes["pipeline"] = json.loads((REPO / "examples" / "gpt-fortunes-pipeline.json").read_text())
+    nsga2 = json.loads((REPO / "examples" / "fmnist-mlp-ci.json").read_text())
+    nsga2["searcher"] = {"name": "nsga2", "max_trials": 4,
+                         "objectives": [{"metric": "accuracy", "mode": "max"},
+                                        {"metric": "params", "mode": "min"}]}
+    probes["nsga2"] = nsga2
+    return probes
+
+
+def preview_accepts(spec, env, scratch):
+    path = scratch / f"probe-{spec['name']}.json"
+    path.write_text(json.dumps(spec))
+    done = subprocess.run(["hippo", "preview", str(path)], env=env, cwd=scratch,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+    return done.returncode == 0, done.stderr.decode(errors="replace")
+
+
+def not_implemented_claims(path):
+    """(line, feature word) for each backticked word of a paragraph that says "not implemented"
+    (or "not supported") and that feature_probes knows."""
+    probes = feature_probes()
+    claims, line = [], 1
+    for paragraph in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+        if NOT_IMPLEMENTED.search(paragraph):
+            for code in re.findall(r"`([^`]+)`", paragraph):
+                for word in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", code):
+                    if word in probes:
+                        claims.append((line, word))
+        line += paragraph.count("\n") + 2
+    return claims
+
+
+def check_claims(path, env, scratch):
+    probes = feature_probes()
+    for line, word in not_implemented_claims(path):
+        accepted, _ = preview_accepts(probes[word], env, scratch)
+        if accepted:
+            raise DocError(f"{path}:{line}: says `{word}` is not implemented, but hippo preview "
+                           "accepts a spec with it")
+
+
+@pytest.mark.parametrize("doc", doc_ids())
+def test_no_doc_says_not_implemented_of_what_the_program_accepts(doc, tmp_path):
+    try:
+        check_claims(REPO / doc, environment(tmp_path), tmp_path)
+    except DocError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+def test_every_feature_probe_is_accepted_and_a_false_claim_fails(tmp_path):
+    env = environment(tmp_path)
+    for word, spec in feature_probes().items():
+        accepted, error = preview_accepts(spec, env, tmp_path)
+        assert accepted, f"the probe for `{word}` is refused: {error}"
+    doc = write(tmp_path / "claim.md", "# A page\n\nText.\n\nSeveral objectives (`objectives`, "
+                "the searcher `moasha`)\nare not implemented: such a spec is refused.\n")
+    assert not_implemented_claims(doc) == [(5, "objectives"), (5, "moasha")]
+    with pytest.raises(DocError, match=r"claim.md:5: says `objectives` is not implemented"):
+        check_claims(doc, env, tmp_path)

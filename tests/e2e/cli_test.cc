@@ -72,6 +72,17 @@ TEST_F(Cli, ResumeWithoutAPlanRefusesAndMakesNone) {
   EXPECT_FALSE(fs::exists(path("none.db.checkpoints")));
 }
 
+// --events FILE that cannot be opened is bad input, refused before a plan or a worker is made.
+TEST_F(Cli, EventsToAFileThatCannotBeOpenedIsRefused) {
+  const std::string ci = kExamples + "/fmnist-mlp-ci.json";
+  Result r =
+      sh(hippo("e.db") + "run " + ci + " --workers 1 --events " + path("no/such/dir/e") + " 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--events " + path("no/such/dir/e") + ": cannot open it"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(path("e.db")));
+}
+
 // Every subcommand, with each format: the output is that format, or the command refuses it
 // (exit 2, naming the formats it prints) before it does anything.
 TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
@@ -95,6 +106,7 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
       {db + "{F} best fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
       {db + "{F} tree fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
       {db + "{F} export fmnist-mlp-ci", {csv, json_, table}, kSucceeds},
+      {db + "{F} export --wide fmnist-mlp-ci", {csv, json_, table}, kSucceeds},
       {db + "{F} checkpoints", {table, json_, csv}, kSucceeds},
       {db + "{F} checkpoints --free-to 0", {table, json_}, kNotRun},
       {db + "{F} delete fmnist-mlp-ci", {table, json_}, kNotRun},
@@ -185,7 +197,8 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
   EXPECT_EQ(sim.out.rfind("measure,shared,trial-based\nmakespan (s),", 0), 0u) << sim.out;
 }
 
-// `submit --wait` prints the study's summary as `run` does: a table, or INTERFACE.md's JSON line.
+// `submit --wait` prints the study's summary as `run` does: a table, or the JSON line of
+// docs/spec.md.
 TEST_F(Cli, SubmitWaitPrintsTheSummaryAsRunDoes) {
   const std::string address = "ipc://" + path("master.sock");
   spawn({kHippo, "--db", path("cluster.db"), "master", "--bind", address});

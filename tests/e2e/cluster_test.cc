@@ -226,7 +226,7 @@ class HostCluster : public Cluster {
   std::vector<std::string> dirs_;
 };
 
-// The INTERFACE.md shape of a cluster: three workers on three hosts without a shared disk.
+// The cluster the docs describe: three workers on three hosts without a shared disk.
 TEST_F(HostCluster, ThreeHostsWithoutASharedDiskTrainTheSameTrials) {
   const std::map<int64_t, std::string> expected = reference();
   start(3);

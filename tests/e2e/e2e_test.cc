@@ -661,7 +661,7 @@ TEST_F(E2E, ARunEndedMidJobRecordsTheJobItAbandoned) {
   EXPECT_EQ(executed, summary["steps_executed"].get<int64_t>());
 }
 
-// The example of INTERFACE.md, whole: 18 trials on all of Fashion-MNIST with two workers.
+// The example of docs/spec.md, whole: 18 trials on all of Fashion-MNIST with two workers.
 TEST_F(E2E, InterfaceExampleSharesExactly) {
   auto [s, t] = run_both_policies(kExamples + "/fmnist-mlp-lr-decay.json");
   ASSERT_FALSE(s.is_null());

@@ -1,4 +1,4 @@
-// Every study ends, and says why (DESIGN.md invariant 5), with the real hippo and hippo-worker
+// Every study ends, and says why, with the real hippo and hippo-worker
 // processes: a diverging trial is a result and its study goes on; a trainer without the study's
 // metric fails its trials saying so; a run interrupted (Ctrl-C) or killed leaves its study
 // resumable and no worker behind, and a later run on the same plan (a study sharing the tree, the

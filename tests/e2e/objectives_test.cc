@@ -1,4 +1,4 @@
-// Several objectives and constraints (INTERFACE.md, "Several objectives") with the real hippo and
+// Several objectives and constraints (docs/spec.md, "Several objectives") with the real hippo and
 // hippo-worker processes: `best` prints exactly the feasible trials that no feasible trial
 // dominates, computed here by brute force from what `trials` prints; constraints exclude what
 // they must; an nsga2 run killed mid-study and resumed (its searcher fed its journal of

@@ -35,7 +35,7 @@ class Simulate : public E2ETest {
   }
 };
 
-// The INTERFACE.md example, each policy predicted from the plan of the other one's run (so the
+// The docs/spec.md example, each policy predicted from the plan of the other one's run (so the
 // times are measured on other jobs than those predicted). Release only (label slow): two runs on
 // all of Fashion-MNIST.
 TEST_F(Simulate, PredictsTheInterfaceExampleWithin15Percent) {
@@ -82,8 +82,8 @@ TEST_F(Simulate, ReplaysAnAshaStudyAsItRan) {
   EXPECT_NEAR(predicted / measured, 1.0, 0.5);
 }
 
-// The same on a run of seconds, the 15% goal: the INTERFACE.md model on 16,384 samples, 27
-// trials of up to 9 epochs, one in flight (as above). Release only (label slow).
+// The same on a run of seconds, the 15% goal: the docs/spec.md example's model on 16,384 samples,
+// 27 trials of up to 9 epochs, one in flight (as above). Release only (label slow).
 TEST_F(Simulate, ReplaysALongerAshaStudyWithin15Percent) {
   auto [real, sim] = replay_asha({{"model", {{"hidden", {256, 128}}}},
                                   {"data", {{"train_samples", 16384}}},

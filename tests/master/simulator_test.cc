@@ -11,7 +11,7 @@
 namespace hippo::master {
 namespace {
 
-// The INTERFACE.md example's shape, small: 3 x 2 x 2 multistep grid of 4 epochs.
+// The docs/spec.md example's shape, small: 3 x 2 x 2 multistep grid of 4 epochs.
 SimulatedStudy grid(const std::string& name = "grid") {
   nlohmann::json spec = {
       {"name", name},
@@ -235,7 +235,7 @@ TEST(Simulator, ABranchMadeMidJobStartsWhenTheJobPassesIt) {
 // there (or a heartbeat) said it got to its end, but its state is not announced yet. The master
 // looks for jobs that nothing needs at most once a second (in virtual time, first a second in);
 // with these times that look came while such a checkpoint was written (100 MiB or more at 1 GB/s),
-// the job was abandoned and its stage trained again: the INTERFACE.md example's shape predicted
+// the job was abandoned and its stage trained again: the docs/spec.md example's shape predicted
 // 21,528 steps (one epoch more) for 21,060 unique, and up to 23,868 with 4 workers.
 TEST(Simulator, AJobWritingItsLastCheckpointIsNotAbandoned) {
   SimulatedStudy study = grid();

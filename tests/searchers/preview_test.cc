@@ -110,7 +110,7 @@ int64_t brute_force_unique_steps(const std::vector<hippo::Hyperparams>& hps,
   return unique;
 }
 
-// INTERFACE.md's wsd sweeps: random cooldown starts, lengths, shapes, warmups and peaks, as grids
+// docs/spec.md's wsd sweeps: random cooldown starts, lengths, shapes, warmups and peaks, as grids
 // or distributions, in steps or epochs, each trial to its own end or to a fixed length. preview's
 // counts must equal the brute-force count of the trials the searcher makes.
 TEST(Preview, WsdSweepCountsEqualABruteForceCount) {

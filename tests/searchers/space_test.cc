@@ -197,7 +197,7 @@ std::string leaf_name(const json::json_pointer& at) {
   return name;
 }
 
-// INTERFACE.md: every numeric field of every schedule may be a number or a distribution (an
+// docs/spec.md: every numeric field of every schedule may be a number or a distribution (an
 // integer one where the field is a length). Walks every number of every schedule of the parser's
 // own table: as a grid of two values it makes two trials whose sequences differ; a length refuses
 // a uniform distribution; the first point of a piecewise schedule must start at 0.

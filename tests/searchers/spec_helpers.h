@@ -1,4 +1,4 @@
-// What the searcher tests share: the INTERFACE.md example spec, and the error a spec gets.
+// What the searcher tests share: the docs/spec.md example spec, and the error a spec gets.
 #pragma once
 
 #include <fstream>

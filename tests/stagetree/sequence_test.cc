@@ -27,7 +27,7 @@ void expect_invalid(Fn fn, const std::string& part) {
   }
 }
 
-// The formulas of INTERFACE.md ("Values, exactly"), written out independently of sequence.cc.
+// The formulas of docs/spec.md (the schedules' table), written out independently of sequence.cc.
 double interface_cosine(double init, double final_value, int64_t length, int64_t s) {
   double x = double(std::min(s, length));
   return final_value +
@@ -102,7 +102,7 @@ TEST(Schedules, WarmupLinearWithNestedAfterMatchesInterface) {
   EXPECT_EQ(late.value_at(kForever - 10), 2);
 }
 
-// INTERFACE.md's wsd: warmup P (s + 1) / W, P until S, a cooldown over D steps with x = (s - S) /
+// docs/spec.md's wsd: warmup P (s + 1) / W, P until S, a cooldown over D steps with x = (s - S) /
 // D, then F. Every shape, with and without a warmup, at every step around each boundary.
 TEST(Schedules, WsdMatchesInterface) {
   constexpr double P = 0.1, F = 0.001;

@@ -382,6 +382,11 @@ TEST_F(PlanTest, StoresStudiesTrialsRequestsCheckpointsAndEvents) {
   EXPECT_EQ(trials[0].number, 1);
   EXPECT_EQ(trials[0].status, TrialStatus::kStopped);
   EXPECT_EQ(trials[0].end_reason, "stopped at rung 1");
+  // When each entered the plan, and when the stopped one ended (the pending one has not).
+  ASSERT_TRUE(trials[0].ended_at);
+  EXPECT_GE(*trials[0].ended_at, trials[0].created_at);
+  EXPECT_GT(trials[0].created_at, 1.7e9);
+  EXPECT_FALSE(trials[1].ended_at);
   EXPECT_EQ(trials[1].number, 2);
   EXPECT_EQ(trials[1].length, 40);
   EXPECT_EQ(trials[1].status, TrialStatus::kPending);
@@ -733,6 +738,7 @@ TEST_F(PlanTest, MigratesAVersion6FileToDivergedTrialsAndAccounts) {
   EXPECT_THROW(plan.create_study("old", {}, Policy::kShared), std::invalid_argument);
   ASSERT_TRUE(plan.trial(0));
   EXPECT_EQ(plan.trial(0)->end_reason, "at rung 1");
+  EXPECT_FALSE(plan.trial(0)->ended_at);  // it ended before version 13: when is not known
   EXPECT_EQ(plan.eval_requests(0), std::vector<int64_t>{10});
   EXPECT_TRUE(std::isnan(plan.metrics(0).at(0).value));
   EXPECT_EQ(plan.load_tree().stage(0).representative, 0);
@@ -747,6 +753,7 @@ TEST_F(PlanTest, MigratesAVersion6FileToDivergedTrialsAndAccounts) {
   plan.set_trial_status(0, TrialStatus::kDiverged, "loss is nan at step 10", 10);
   EXPECT_EQ(plan.trial(0)->status, TrialStatus::kDiverged);
   EXPECT_EQ(plan.trial(0)->end_step, 10);
+  EXPECT_TRUE(plan.trial(0)->ended_at);
   plan.set_study_status(2, StudyStatus::kInterrupted, "interrupted (SIGINT)");
   EXPECT_EQ(plan.study(2)->status, StudyStatus::kInterrupted);
   EXPECT_TRUE(plan.study(2)->ended_at);

@@ -2,7 +2,7 @@
 // fortunes, pipelined or not) step by step, with every setting's value read from its sequence at
 // each step, and evaluates them.
 //
-// Determinism (DESIGN.md invariant 1): a TrainState trained to step N is the same, bit for bit,
+// Determinism: a TrainState trained to step N is the same, bit for bit,
 // however the steps [0, N) were split into train() calls, checkpoints, forks, processes, thread
 // counts, pipeline stages and their devices (of one kind). Each step depends only on the state and
 // the settings' values at that step; randomness comes from the counter-based generator (rng.h);

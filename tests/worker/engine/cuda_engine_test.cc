@@ -1,4 +1,4 @@
-// Exactness of the engine on a GPU (DESIGN.md invariant 1): on cuda:0, training 0 -> N in one
+// Exactness of the engine on a GPU: on cuda:0, training 0 -> N in one
 // call equals any split at k through a fork (a device-to-device copy) or a checkpoint, bit for
 // bit, in fp32 and bf16, for the mlp, cnn and gpt models; forked children equal their trials
 // trained alone; and the GPU trains the same model as the CPU (fp32: parameters within 1e-3 after

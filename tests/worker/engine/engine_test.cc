@@ -1,4 +1,4 @@
-// Exactness of the engine (DESIGN.md invariant 1) on small runs of every model: training 0 -> N in
+// Exactness of the engine on small runs of every model: training 0 -> N in
 // one call equals any split at k through a copy (fork), a checkpoint, or a fresh process with
 // another thread count, bit for bit; forked children equal the trials trained alone. Plus the
 // settings and state checks.
