@@ -533,12 +533,12 @@ class _HashingFile:
 
 
 def _write_stream(path, produce):
-    """Writes what produce(file) writes to `path` so that no reader sees half of it, as the worker writes its own
-    checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random hex digits>"
-    created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a symlink or
-    file planted there is never followed nor truncated; the master sweeps such a file that a
-    killed trainer leaves), private to its owner (0600, as the worker's own), fsync, rename, then
-    the directory fsynced. Returns the content hash of the bytes written, computed piece by piece
+    """Writes what produce(file) writes to `path` so that no reader sees half of it, as the worker
+    writes its own checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random
+    hex digits>" created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a
+    symlink or file planted there is never followed nor truncated; the master sweeps such a file
+    that a killed trainer leaves), private to its owner (0600, as the worker's own), fsync,
+    rename, then the directory fsynced. Returns the content hash of the bytes written, computed piece by piece
     as they are written (the bytes on disk: the worker hashes the file again and compares)."""
     directory, name = os.path.split(os.path.abspath(path))
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
