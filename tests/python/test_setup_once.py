@@ -276,3 +276,20 @@ def test_a_kill_during_a_background_write_never_announces_a_partial_file(tmp_pat
     assert not (tmp_path / "a.ckpt").exists()
     [partial] = [name for name in os.listdir(tmp_path) if name.startswith("a.ckpt.tmp.")]
     assert 0 < (tmp_path / partial).stat().st_size <= 100  # a part, which the master sweeps
+
+
+def test_a_background_write_that_fails_fails_the_stage_and_announces_nothing(trainer, tmp_path,
+                                                                             monkeypatch):
+    """A file planted at the temporary name (the save refuses to write through it): the stage
+    fails naming it when it ends, and no checkpoint line was written."""
+    monkeypatch.setattr(hippo.trainer, "_random_suffix", lambda: "0123456789abcdef")
+    planted = tmp_path / "a.ckpt.tmp.0123456789abcdef"
+    planted.write_text("planted")
+    out = io.StringIO()
+    with pytest.raises(hippo.StageError) as e:
+        trainer.serve(stdout=out, stdin=io.StringIO(stage_line(tmp_path, 0, 4, [2, 4],
+                                                               [(2, "a.ckpt", 1)])))
+    assert f"cannot create {planted.name}: File exists" in str(e.value)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert not any("checkpoint" in line or "done" in line for line in lines), lines
+    assert planted.read_text() == "planted" and not (tmp_path / "a.ckpt").exists()
