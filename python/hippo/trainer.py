@@ -608,6 +608,9 @@ class _Process:
     root stage starts)."""
 
     def __init__(self, setup, build, architecture):
+        if isinstance(architecture, str) or not all(isinstance(n, str) for n in architecture):
+            raise StageError(f"serve(architecture={architecture!r}): expected a tuple of setting "
+                             "names, e.g. (\"net\", \"width\")")
         self._setup, self._build, self._architecture = setup, build, tuple(architecture)
         self._prepared = _MISSING
         self._built = {}  # architecture -> (_TorchState, its state after build)

@@ -218,6 +218,9 @@ def test_the_helper_refuses_restore_and_a_save_fn_under_build(trainer, tmp_path)
             hippo.serve(train, build=trainer.build, stdout=io.StringIO(), stdin=io.StringIO(
                 stage_line(tmp_path, 0, 2, [2], [(2, "x.ckpt", 1)])))
         assert error in str(e.value)
+    with pytest.raises(hippo.StageError) as e:
+        hippo.serve(restores, build=trainer.build, architecture="width", stdin=io.StringIO(""))
+    assert "serve(architecture='width'): expected a tuple of setting names" in str(e.value)
 
 
 KILLED_DURING_A_WRITE = '''
