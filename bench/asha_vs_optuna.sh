@@ -6,6 +6,7 @@
 # maximum length, evaluation steps and rungs (min_length, eta, max_length), one thread per process.
 # The space: a linear warm-up to a fixed lr over the first epoch (the prefix every trial shares),
 # then an exponential decay per epoch whose lr (loguniform) and gamma (uniform) are drawn.
+# Beside the steps it prints the two ceilings of sharing alone (bench/schedule_bound.py).
 # Usage: bench/asha_vs_optuna.sh [TRIALS] [WORKERS]    (default 40 and 2; HIPPO=path/to/hippo,
 #        SPEC=another spec of the same form, e.g. a smaller one while developing; PRUNER=sha for
 #        Optuna's SuccessiveHalvingPruner, hippo's rungs exactly, instead of its HyperbandPruner)
@@ -81,8 +82,11 @@ for w in "${!pids[@]}"; do echo "optuna process $w: $(tail -1 "$tmp/optuna.$w")"
 optuna=$($python bench/optuna_asha.py "$tmp/spec.json" --journal "$tmp/optuna.journal" --summary)
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-$python - "$tmp/hippo.db" "$summary" "$optuna" "$trials" "$t0" "$t1" "$t2" "$t3" <<'PY'
+$python - "$tmp/hippo.db" "$summary" "$optuna" "$trials" "$t0" "$t1" "$t2" "$t3" "$hippo" \
+  "$tmp/spec.json" "$workers" <<'PY'
 import json, sqlite3, sys
+sys.path.insert(0, "bench")
+import schedule_bound
 db, s, o = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 trials = int(sys.argv[4])
 t0, t1, t2, t3 = map(float, sys.argv[5:9])
@@ -136,8 +140,14 @@ print(f"trials: hippo {s['trials']} ({s['trials'] - early} to the full {length} 
       f"stopped at a lower rung); Optuna {o['trials']} ({o['complete']} complete, "
       f"{o['pruned']} pruned)")
 print(f"steps: hippo executed {s['steps_executed']}, unique {s['steps_unique']}, trial-based "
-      f"{s['steps_trial_based']} (sharing ceiling {s['steps_trial_based'] / s['steps_executed']:.2f}x); "
-      f"Optuna trained {o['steps']} ({o['steps'] / s['steps_executed']:.2f}x hippo's executed)")
+      f"{s['steps_trial_based']}; Optuna trained {o['steps']} ({o['steps'] / s['steps_executed']:.2f}x "
+      f"hippo's executed)")
+# The ceilings of sharing alone (hippo's ASHA shared over the same ASHA trial-based, which this
+# benchmark does not run): the simulation replays this run's metrics, so ASHA decides as it did.
+c = schedule_bound.ceilings(sys.argv[9], sys.argv[10], int(sys.argv[11]), s, metrics_from=db)
+print(f"ceilings of sharing: steps ratio {c['steps_ratio']:.2f}x, schedule's bound {c['bound']:.2f}x "
+      f"(hippo simulate at {c['step_s'] * 1000:.2f} ms a step, zero overheads, replaying this run's "
+      "metrics)")
 print(f"best accuracy (any evaluation of any trial): hippo {best['hippo']:.4f}, "
       f"Optuna {best['optuna']:.4f} (difference {best['hippo'] - best['optuna']:+.4f})")
 for side, other in (("hippo", "optuna"), ("optuna", "hippo")):

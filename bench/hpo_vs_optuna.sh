@@ -16,9 +16,12 @@
 # each hippo run exited 0, its study is done and every grid point is a done trial; every Optuna
 # peer exited 0, printed its result, completed the trials it claims (the study records which peer
 # completed each), and the study completed each grid point exactly once.
-# Beside each speed-up it prints its ceiling and how close the speed-up came:
-#   - over hippo trial-based: the steps ratio (trial-based steps / executed steps);
-#   - over Optuna + PyTorch: the steps ratio x the per-step speed ratio, hippo's trial-based
+# Beside each speed-up it prints two ceilings and how close the speed-up came to each
+# (bench/schedule_bound.py):
+#   - over hippo trial-based: the steps ratio (trial-based steps / executed steps), and the
+#     schedule's bound (hippo simulate of the same study, trial-based over shared makespan, at the
+#     shared run's step time, zero overheads);
+#   - over Optuna + PyTorch: each of those x the per-step speed ratio, hippo's trial-based
 #     training steps/s per worker (steps executed / the seconds its workers spent training, from
 #     the summary's time split) over PyTorch's probe steps/s per process (W processes at once,
 #     1 thread each, training steps only).
@@ -130,15 +133,16 @@ check hippo trial-based "$points"
 check peers optuna "$workers" "$points"
 echo "verified: both hippo runs done with $points trials; $workers Optuna peers exited 0, each completed the trials it claims, $points grid points once each"
 
-/usr/bin/python3 - "$tmp" "$t0" "$t1" "$t2" "$t3" "$t4" "$workers" "$best_threads" "$rate_1" <<'PY'
+/usr/bin/python3 - "$tmp" "$t0" "$t1" "$t2" "$t3" "$t4" "$workers" "$best_threads" "$rate_1" "$hippo" "$spec" <<'PY'
 import json, sys
-tmp = sys.argv[1]
+sys.path.insert(0, "bench")
+import schedule_bound
+tmp, hippo, spec = sys.argv[1], sys.argv[10], sys.argv[11]
 s, t, o = (json.loads(open(f"{tmp}/{f}").read().splitlines()[-1])
            for f in ("shared.out", "trial-based.out", "optuna.summary"))
 t0, t1, t2, t3, t4 = map(float, sys.argv[2:7])
 workers, threads, torch_rate = int(sys.argv[7]), sys.argv[8], float(sys.argv[9]) / int(sys.argv[7])
 hippo_wall, trial_wall, optuna_wall = t1 - t0, t2 - t1, t4 - t3
-steps_ratio = s["steps_trial_based"] / s["steps_executed"]
 # Both rates are of training steps alone: the probe times nothing else, and the time split says
 # how long hippo's workers trained (their evaluations, data reading and idle time apart).
 hippo_rate = t["steps_executed"] / t["time"]["all"]["train_s"]
@@ -149,19 +153,21 @@ print(f"wall (whole runs, measured here): hippo shared {hippo_wall:.1f} s (its o
       f"({workers} processes x {threads} threads) {optuna_wall:.1f} s")
 print(f"steps: trial-based {s['steps_trial_based']}, unique {s['steps_unique']}, "
       f"executed {s['steps_executed']}; Optuna {o['steps']} in {o['trials']} trials")
-print(f"ceiling of sharing (steps ratio, trial-based / executed): {steps_ratio:.2f}x")
 print(f"per-step speed, 1 thread, {workers} at once: hippo trial-based {hippo_rate:.0f} steps/s "
       f"per worker (steps executed / its workers' training seconds), PyTorch probe "
       f"{torch_rate:.0f} steps/s per process: {step_ratio:.2f}x")
 print("where hippo shared's workers spent the wall time: " +
       ", ".join(f"{p} {100 * s['time']['all'][p + '_s'] / (workers * s['time']['window_s']):.0f}%"
                 for p in ("setup", "train", "eval", "save", "idle")))
-speedup = trial_wall / hippo_wall
-print(f"speed-up of hippo shared over hippo trial-based: {speedup:.2f}x; ceiling (steps ratio) "
-      f"{steps_ratio:.2f}x; reached {speedup / steps_ratio:.2f} of it")
-speedup, ceiling = optuna_wall / hippo_wall, steps_ratio * step_ratio
-print(f"speed-up of hippo shared over Optuna+PyTorch: {speedup:.2f}x; ceiling (steps ratio x "
-      f"per-step ratio) {ceiling:.2f}x; reached {speedup / ceiling:.2f} of it")
+c = schedule_bound.ceilings(hippo, spec, workers, s)
+print(schedule_bound.report(trial_wall / hippo_wall, c, "hippo shared over hippo trial-based:"))
+per_step = dict(c, steps_ratio=c["steps_ratio"] * step_ratio, bound=c["bound"] * step_ratio)
+print(schedule_bound.report(optuna_wall / hippo_wall, per_step,
+                            f"hippo shared over Optuna+PyTorch (ceilings x the per-step ratio "
+                            f"{step_ratio:.2f}x):"))
+line = schedule_bound.stage_overhead(s, json.load(open(spec)))
+if line:
+    print(line)
 print(f"best accuracy: hippo {s['best']['value']:.4f}, Optuna+PyTorch {o['best']:.4f} "
       f"(difference {gap:+.4f}; goal within 0.01: {'yes' if abs(gap) <= 0.01 else 'NO'})")
 print(f"master cost per trial: hippo {s['master_ms_per_trial']:.3f} ms, "

@@ -6,8 +6,11 @@
 # SPEC (default examples/fmnist-mlp-moasha.json) runs with 2 workers under both policies,
 # alternated ROUNDS times (default 2). Each run must exit 0 with every trial closed, and every
 # evaluation both policies made must be equal bit for bit, before any ratio is printed (promotions
-# are asynchronous, so the two may promote a trial differently). The ceiling is the steps ratio (trial-based / unique): a wall-time ratio
-# above it is noise.
+# are asynchronous, so the two may promote a trial differently). The wall-time ratio is printed
+# beside two ceilings (bench/schedule_bound.py): the steps ratio (trial-based / executed: a ratio
+# above it is noise) and the schedule's bound (hippo simulate of the spec on 2 workers at the last
+# shared run's step time, zero overheads, replaying its metrics so that the searcher decides as
+# it did).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spec=${1:-examples/fmnist-mlp-moasha.json}
@@ -62,9 +65,11 @@ PY
   shared_total=$(python3 -c "print($shared_total + $s)")
   trial_total=$(python3 -c "print($trial_total + $t)")
 done
-python3 - "$tmp" "$shared_total" "$trial_total" <<'PY'
+python3 - "$tmp" "$shared_total" "$trial_total" "$hippo" "$spec" "$rounds" <<'PY'
 import json, sys
-tmp = sys.argv[1]
+sys.path.insert(0, "bench")
+import schedule_bound
+tmp, hippo, spec, rounds = sys.argv[1], sys.argv[4], sys.argv[5], sys.argv[6]
 s = json.loads(open(f"{tmp}/shared-summary.json").read().strip().splitlines()[-1])
 t = json.loads(open(f"{tmp}/trial-based-summary.json").read().strip().splitlines()[-1])
 trials = json.load(open(f"{tmp}/shared-trials.json"))
@@ -81,6 +86,7 @@ print(f"steps executed (last round): shared {s['steps_executed']}, trial-based "
       f"{t['steps_executed']} ({t['steps_executed'] / s['steps_executed']:.2f}x fewer; ceiling "
       f"{ceiling:.2f}x = the shared run's {s['steps_trial_based']} trial-based / "
       f"{s['steps_unique']} unique)")
-print(f"wall time, trial-based / shared: {ratio:.2f}x (ceiling {ceiling:.2f}x)")
+c = schedule_bound.ceilings(hippo, spec, 2, s, metrics_from=f"{tmp}/shared-{rounds}.db")
+print(schedule_bound.report(ratio, c, "wall time, trial-based / shared:"))
 PY
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

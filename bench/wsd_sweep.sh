@@ -6,7 +6,9 @@
 #    starts {100, 200, 300} x lengths {20, 60} x shapes {linear, 1-sqrt}) with 2 workers, shared
 #    against trial-based, alternated ROUNDS times (default 2). Each run must exit 0 with 12 done
 #    trials, and every trial's metrics must be equal in both policies, before any ratio is printed.
-#    The ceiling is the steps ratio (trial-based / unique): a wall-time ratio above it is noise.
+#    The wall-time ratio is printed beside two ceilings (bench/schedule_bound.py): the steps ratio
+#    (trial-based / executed: a ratio above it is noise) and the schedule's bound (hippo simulate
+#    on 2 workers at the last shared run's step time, zero overheads).
 # 2. A paper-sized sweep, counted and simulated (no training): 4 gpt sizes x 5 cooldown starts
 #    (8k to 40k steps) x 3 cooldown lengths (2k, 4k, 8k) x 2 shapes = 120 trials, from `hippo
 #    preview` (steps) and `hippo simulate` on 64 workers (GPU hours and makespan, one step time
@@ -54,14 +56,17 @@ sys.exit(0 if a == b else 'error: the shared and trial-based metrics differ')"
   shared_total=$(python3 -c "print($shared_total + $s)")
   trial_total=$(python3 -c "print($trial_total + $t)")
 done
-python3 - "$tmp/shared-summary.json" "$shared_total" "$trial_total" <<'PY'
+python3 - "$tmp/shared-summary.json" "$shared_total" "$trial_total" "$hippo" "$spec" <<'PY'
 import json, sys
+sys.path.insert(0, "bench")
+import schedule_bound
 s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 ceiling = s["steps_trial_based"] / s["steps_unique"]
 ratio = float(sys.argv[3]) / float(sys.argv[2])
 print(f"metrics: equal for all 12 trials in every round")
 print(f"steps: trial-based {s['steps_trial_based']}, unique {s['steps_unique']} (ceiling {ceiling:.2f}x)")
-print(f"wall time, trial-based / shared: {ratio:.2f}x (ceiling {ceiling:.2f}x)")
+c = schedule_bound.ceilings(sys.argv[4], sys.argv[5], 2, s)
+print(schedule_bound.report(ratio, c, "wall time, trial-based / shared:"))
 PY
 
 echo

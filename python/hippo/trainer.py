@@ -11,6 +11,13 @@ training loop.
 
     hippo.serve(train)
 
+A long-lived trainer pays its setup once: serve(train, setup=setup, build=build) calls setup(stage)
+once per process (the data, on the device), build(stage) once per architecture (the objects with
+a state dict: model, optimizer, ...), and before each stage loads the parent state into those
+objects (from the device copy the process holds, else from the file); train(stage) then finds
+them in stage.prepared and stage.objects, and the helper writes the ordered checkpoints itself,
+in the background (python/README.md, "Setup once").
+
 serve() reads stages from stdin (one JSON line each; a long-lived trainer gets many) and calls
 train(stage) for each. The helper writes the protocol's lines: metrics, checkpoints (written to a
 temporary name, fsynced, renamed, announced), progress and the done line. Steps count as in hippo:
@@ -26,13 +33,16 @@ Misuse raises StageError naming the step: a report or a save at a step that was 
 twice, out of order, or a stage that ends with something asked for and not done.
 """
 import bisect
+import copy
 import hashlib
 import io
 import json
 import math
 import os
+import queue
 import struct
 import sys
+import threading
 import time
 from collections import OrderedDict
 
@@ -51,9 +61,10 @@ class Stage:
     model (the spec's model), start, end, eval_steps, checkpoint_steps, device (where to train:
     "cuda:0" on a worker given a GPU, which is the only GPU this process sees, else "cpu"),
     threads (the worker's --threads), input (the stage's JSON as it came), restored_from (after
-    restore(): "memory", "file", or None)."""
+    restore(): "memory", "file", or None). Under serve(setup=, build=): prepared (what setup
+    returned) and objects (what build returned, loaded with the parent state)."""
 
-    def __init__(self, stage_input, out, memory=None, keep=4):
+    def __init__(self, stage_input, out, memory=None, keep=4, writer=None):
         self.input = stage_input
         self.seed = stage_input["seed"]
         self.fixed = stage_input["fixed"]
@@ -71,6 +82,13 @@ class Stage:
         self._out = out
         self._memory = memory  # state id -> checkpoint bytes (a long-lived trainer), or None
         self._keep = keep
+        # Under serve(setup=, build=): the objects' _TorchState and architecture (held states are
+        # (architecture, device copy) pairs), and the process's background checkpoint writer.
+        self._writer = writer
+        self._torch = None
+        self._architecture = None
+        self.prepared = None
+        self.objects = None
         self._state = self.start  # the state the model is at (or gets to in the running step)
         self._reported = set()
         self._saved = set()
@@ -83,6 +101,7 @@ class Stage:
         self._began = time.monotonic()
         self._setup_end = None
         self._times = {"load": 0.0, "eval": 0.0, "save": 0.0}
+        self._preloaded = 0.0  # load seconds before train() (serve's build): not setup
         self.ready_at = None  # the process's first stage: when it was ready for it (monotonic)
 
     # -- settings -------------------------------------------------------------------------------
@@ -108,6 +127,12 @@ class Stage:
         raise StageError(f"step {step}: no setting {name!r} (the spec has neither "
                          f"fixed.{name} nor hyperparameters.{name})")
 
+    def _setting(self, name):
+        """The value of setting `name` at the stage's first step (None if it has none)."""
+        if name in self._sequences:
+            return self._sequences[name].value_at(self.start)
+        return self.fixed.get(name)
+
     def evaluates(self, step):
         """Whether an evaluation is asked for the state after `step` steps."""
         return step in self.eval_steps
@@ -121,7 +146,11 @@ class Stage:
     def restore(self, load_fn):
         """Loads the parent state: calls load_fn(file), `file` a binary file object with what a
         save_fn wrote (from memory when this process holds it, else from the input checkpoint).
-        Returns False at a root (step 0: initialize from the seed), where load_fn is not called."""
+        Returns False at a root (step 0: initialize from the seed), where load_fn is not called.
+        Under serve(build=...) the helper has loaded stage.objects already: not to be called."""
+        if self._writer is not None:
+            raise StageError(f"step {self.start}: serve(build=...) loads the parent state into "
+                             "stage.objects before train(stage); do not call stage.restore")
         self._restored = True
         self._end_setup()
         path = self.input.get("input_checkpoint")
@@ -132,21 +161,48 @@ class Stage:
         data = self._memory.get(state_id) if self._memory is not None else None
         self.restored_from = "memory"
         if data is None:
-            # Read once, checked, and loaded from these very bytes: a file replaced after the
-            # worker's check is never what the model gets.
-            with open(path, "rb") as f:
-                data = f.read()
-            expected = self.input.get("input_checksum")
-            if expected is not None and content_hash(data) != expected:
-                raise StageError(
-                    f"step {self.start}: the input checkpoint's bytes have content hash "
-                    f"{content_hash(data)}, its producer wrote {expected} (replaced or corrupted "
-                    "after the worker checked it); refused")
+            data = self._read_input()
             self._hold(state_id, data)
             self.restored_from = "file"
         load_fn(io.BytesIO(data))
         self._times["load"] += time.monotonic() - began
         return True
+
+    def _read_input(self):
+        """The input checkpoint's bytes, read once and checked: the model is loaded from these
+        very bytes, so a file replaced after the worker's check is never what it gets."""
+        with open(self.input["input_checkpoint"], "rb") as f:
+            data = f.read()
+        expected = self.input.get("input_checksum")
+        if expected is not None and content_hash(data) != expected:
+            raise StageError(
+                f"step {self.start}: the input checkpoint's bytes have content hash "
+                f"{content_hash(data)}, its producer wrote {expected} (replaced or corrupted "
+                "after the worker checked it); refused")
+        return data
+
+    def _load_into(self, state, initial, architecture):
+        """serve(build=...): loads the parent state into the objects of `state` (a _TorchState):
+        from the device copy this process holds of it (a device-to-device copy), else from the
+        checked input file, else, at a root, the state build() left them in."""
+        began = time.monotonic()
+        self._restored = True
+        self._torch, self._architecture = state, architecture
+        self.objects = state.objects
+        state_id = self.input.get("input_state")
+        held = self._memory.get(state_id) if self._memory is not None else None
+        if self.input.get("input_checkpoint") is None:
+            state.load_tree(initial)
+        elif held is not None and held[0] == architecture:
+            state.load_tree(held[1])
+            self._memory.move_to_end(state_id)
+            self.restored_from = "memory"
+        else:
+            state.load(io.BytesIO(self._read_input()))
+            self._hold(state_id, (architecture, state.snapshot()))
+            self.restored_from = "file"
+        self._preloaded = time.monotonic() - began
+        self._times["load"] += self._preloaded
 
     def steps(self, evaluate=None, save=None):
         """The steps to train, start to end - 1. Once the loop's body has trained step s, the
@@ -193,16 +249,23 @@ class Stage:
             if earlier < step and earlier not in self._reported:
                 raise StageError(f"step {step}: reported before step {earlier}, which is asked "
                                  "for too (report in step order)")
-        for name, value in metrics.items():
-            self._emit({"step": step, "metric": name, "value": _wire_number(value)})
+        self._emit(*({"step": step, "metric": name, "value": _wire_number(value)}
+                     for name, value in metrics.items()))
         self._reported.add(step)
         if not all(math.isfinite(v) for v in metrics.values()):
             self.diverged_at = step
 
-    def save(self, step, save_fn):
+    def save(self, step, save_fn=None):
         """Writes the checkpoint ordered for the state after `step` steps: save_fn(file) writes
         the state to a binary file object (e.g. torch.save(obj, file)); the helper writes it to a
-        temporary name, fsyncs it, renames it into place and announces it."""
+        temporary name, fsyncs it, renames it into place and announces it. Under
+        serve(build=...), no save_fn: the helper copies stage.objects' state (on the device, and
+        to host memory), training goes on, and a background thread writes, hashes and announces
+        it; the stage's done line waits for it."""
+        if (save_fn is None) != (self._writer is not None):
+            raise StageError(f"step {step}: " + (
+                "serve(build=...) saves stage.objects itself: call stage.save(step) without a "
+                "save_fn" if save_fn is not None else "save() needs a save_fn"))
         if step not in self._checkpoints:
             raise StageError(f"step {step}: no checkpoint was ordered at this step (this stage's "
                              f"checkpoint_steps: {self.checkpoint_steps})")
@@ -210,10 +273,18 @@ class Stage:
             raise StageError(f"step {step}: saved twice")
         self._check_reachable(step, "save")
         began = time.monotonic()
+        order = self._checkpoints[step]
+        if self._writer is not None:
+            tree = self._torch.snapshot()  # on the device: what a child in this process forks
+            self._hold(order.get("state"), (self._architecture, tree))
+            host = _to_host(tree)
+            self._writer.put(step, order["path"], lambda f: _TorchState.write(host, f))
+            self._saved.add(step)
+            self._times["save"] += time.monotonic() - began
+            return
         buffer = io.BytesIO()
         save_fn(buffer)
         data = buffer.getvalue()
-        order = self._checkpoints[step]
         checksum = _write_durably(order["path"], data)
         self._hold(order.get("state"), data)
         self._saved.add(step)
@@ -245,6 +316,9 @@ class Stage:
         if self.diverged_at is not None:
             return  # a diverged state is not saved: no trial trains from it
         if step in self._checkpoints and step not in self._saved:
+            if save is None and self._writer is not None:
+                self.save(step)
+                return
             if save is None:
                 raise StageError(f"step {step}: a checkpoint is ordered here and was not saved: "
                                  f"call stage.save({step}, save_fn), or give steps(save=...)")
@@ -259,7 +333,7 @@ class Stage:
         and, in a process's first stage, when it was ready for it."""
         total = time.monotonic() - self._began
         times = dict(self._times)
-        times["setup"] = (self._setup_end or time.monotonic()) - self._began
+        times["setup"] = (self._setup_end or time.monotonic()) - self._began - self._preloaded
         times["train"] = max(0.0, total - sum(times.values()))
         if self.ready_at is not None:
             times["ready_at"] = self.ready_at
@@ -267,7 +341,12 @@ class Stage:
 
     def _finish(self):
         """After train(stage): everything asked for is done; the done line (or, when the model
-        diverged, the diverged line: what was asked before that step is done)."""
+        diverged, the diverged line: what was asked before that step is done), once every
+        checkpoint written in the background is announced."""
+        if self._writer is not None:
+            began = time.monotonic()
+            self._writer.wait()
+            self._times["save"] += time.monotonic() - began
         if self.diverged_at is not None:
             for step in self.checkpoint_steps:
                 if step < self.diverged_at and step not in self._saved:
@@ -299,9 +378,19 @@ class Stage:
         while len(self._memory) > self._keep:
             self._memory.popitem(last=False)
 
-    def _emit(self, line):
-        self._out.write(json.dumps(line) + "\n")
-        self._out.flush()
+    def _emit(self, *lines):
+        _emit(self._out, *lines)
+
+
+# The protocol's lines come from the stage's thread and from the checkpoint writer's: each group
+# (a step's metrics, an announcement) is written whole, under this lock.
+_emit_lock = threading.Lock()
+
+
+def _emit(out, *lines):
+    with _emit_lock:
+        out.write("".join(json.dumps(line) + "\n" for line in lines))
+        out.flush()
 
 
 def _wire_number(value):
@@ -419,13 +508,38 @@ def content_hash(data):
 
 
 def _write_durably(path, data):
-    """Writes `data` to `path` so that no reader sees half of it, as the worker writes its own
-    checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random hex digits>"
-    created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a symlink or
-    file planted there is never followed nor truncated; the master sweeps such a file that a
-    killed trainer leaves), private to its owner (0600, as the worker's own), fsync, rename, then
-    the directory fsynced. Returns the content hash of the bytes written, computed piece by piece
-    as they are written."""
+    """Writes the bytes `data` to `path` as _write_stream does; returns their content hash."""
+    return _write_stream(path, lambda f: f.write(data))
+
+
+class _HashingFile:
+    """A write-only binary file over a descriptor that hashes the bytes as it writes them."""
+
+    def __init__(self, fd):
+        self._fd = fd
+        self.digest = hashlib.blake2b(digest_size=32)
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        for at in range(0, len(view), 1 << 20):
+            piece = view[at:at + (1 << 20)]
+            self.digest.update(piece)
+            while piece:
+                piece = piece[os.write(self._fd, piece):]
+        return len(view)
+
+    def flush(self):
+        pass
+
+
+def _write_stream(path, produce):
+    """Writes what produce(file) writes to `path` so that no reader sees half of it, as the worker
+    writes its own checkpoints (worker/README.md, "Checkpoints"): a new file "<name>.tmp.<16 random
+    hex digits>" created through a descriptor of the directory with O_CREAT|O_EXCL|O_NOFOLLOW (a
+    symlink or file planted there is never followed nor truncated; the master sweeps such a file
+    that a killed trainer leaves), private to its owner (0600, as the worker's own), fsync,
+    rename, then the directory fsynced. Returns the content hash of the bytes written, computed piece by piece
+    as they are written (the bytes on disk: the worker hashes the file again and compares)."""
     directory, name = os.path.split(os.path.abspath(path))
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -436,15 +550,12 @@ def _write_durably(path, data):
         except OSError as e:
             raise StageError(f"checkpoint {path}: cannot create {tmp}: {e.strerror}") from None
         try:
-            digest = hashlib.blake2b(digest_size=32)
-            with os.fdopen(fd, "wb") as f:
-                view = memoryview(data)
-                for at in range(0, len(view), 1 << 20):
-                    piece = view[at:at + (1 << 20)]
-                    digest.update(piece)
-                    f.write(piece)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                f = _HashingFile(fd)
+                produce(f)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             os.unlink(tmp, dir_fd=dir_fd)
@@ -452,7 +563,76 @@ def _write_durably(path, data):
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    return digest.hexdigest()
+    return f.digest.hexdigest()
+
+
+class _Writer:
+    """A trainer process's checkpoint writes under serve(build=...), on a thread of their own, in
+    the order they were put: each is written (_write_stream: a temporary name, hashed as written,
+    fsynced, renamed) and only then announced with its hash. A process killed meanwhile leaves a
+    temporary file that nobody was told of (the master sweeps it), never an announced partial
+    one."""
+
+    def __init__(self, out):
+        self._out = out
+        self._queue = queue.Queue()
+        self._failure = None
+        threading.Thread(target=self._run, name="hippo-checkpoints", daemon=True).start()
+
+    def put(self, step, path, produce):
+        self._queue.put((step, path, produce))
+
+    def wait(self):
+        """Returns once every checkpoint put is announced; raises the first write's failure."""
+        self._queue.join()
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _run(self):
+        while True:
+            step, path, produce = self._queue.get()
+            try:
+                if self._failure is None:  # after a failure, the stage fails: nothing more
+                    checksum = _write_stream(path, produce)
+                    _emit(self._out, {"checkpoint": step, "checksum": checksum})
+            except BaseException as e:  # noqa: B036 (handed to the stage's thread)
+                self._failure = e
+            finally:
+                self._queue.task_done()
+
+
+class _Process:
+    """What serve(train, setup=, build=) keeps for the life of the process: what setup returned,
+    and per architecture the objects build returned with the state they were built in (where a
+    root stage starts)."""
+
+    def __init__(self, setup, build, architecture):
+        if isinstance(architecture, str) or not all(isinstance(n, str) for n in architecture):
+            raise StageError(f"serve(architecture={architecture!r}): expected a tuple of setting "
+                             "names, e.g. (\"net\", \"width\")")
+        self._setup, self._build, self._architecture = setup, build, tuple(architecture)
+        self._prepared = _MISSING
+        self._built = {}  # architecture -> (_TorchState, its state after build)
+
+    def prepare(self, stage):
+        """Gives the stage what setup returned and its architecture's objects, loaded with its
+        parent state."""
+        if self._prepared is _MISSING:
+            self._prepared = self._setup(stage) if self._setup is not None else None
+        stage.prepared = self._prepared
+        architecture = json.dumps([stage._setting(name) for name in self._architecture])
+        if architecture not in self._built:
+            objects = self._build(stage)
+            if not isinstance(objects, dict) or not objects or not all(
+                    hasattr(o, "state_dict") and hasattr(o, "load_state_dict")
+                    for o in objects.values()):
+                raise StageError("build(stage) must return a dict of the objects to checkpoint, "
+                                 "each with state_dict() and load_state_dict() (e.g. {\"model\": "
+                                 "model, \"optimizer\": optimizer})")
+            state = _TorchState(objects)
+            self._built[architecture] = (state, state.snapshot())
+        stage._load_into(*self._built[architecture], architecture)
 
 
 def _protocol_stream():
@@ -465,14 +645,26 @@ def _protocol_stream():
     return os.fdopen(fd, "w", buffering=1)
 
 
-def serve(train, keep=4, stdin=None, stdout=None):
+def serve(train, keep=4, stdin=None, stdout=None, setup=None, build=None, architecture=()):
     """Runs train(stage) for every stage that comes on stdin, one JSON line each, until its end.
     A long-lived trainer (the spec's model.long_lived) gets stage after stage and keeps up to
     `keep` states in memory (the bytes its save_fn wrote), so that a child stage forks from its
-    parent without reading a file; a one-shot trainer gets one stage."""
+    parent without reading a file; a one-shot trainer gets one stage.
+
+    With build (a long-lived trainer's setup paid once): setup(stage), if given, is called once
+    per process and its result is every stage's stage.prepared (the data, on stage.device);
+    build(stage) once per architecture, the values at the stage's start of the settings named in
+    `architecture` (none: one per process), returns the objects to checkpoint ({"model": model,
+    "optimizer": opt}: state_dict() and load_state_dict()); each stage finds them in
+    stage.objects, loaded with its parent state (a held state: a device-to-device copy; else the
+    checked file; at a root, the state build() left), and the helper saves them itself: a copy on
+    the device (kept: `keep` states), one in host memory, then written, hashed and announced in
+    the background while training goes on."""
     stdin = sys.stdin if stdin is None else stdin
     out = _protocol_stream() if stdout is None else stdout
     memory = OrderedDict()
+    process = _Process(setup, build, architecture) if build is not None else None
+    writer = _Writer(out) if build is not None else None
     said_where = False
     ready_at = time.monotonic()  # imports done: what a worker's start of this process waits for
     while True:
@@ -492,7 +684,7 @@ def serve(train, keep=4, stdin=None, stdout=None):
             allowed = set(stage_input["held"])
             for state_id in [s for s in memory if s not in allowed]:
                 del memory[state_id]
-        stage = Stage(stage_input, out, memory if long_lived else None, keep)
+        stage = Stage(stage_input, out, memory if long_lived else None, keep, writer)
         stage.ready_at, ready_at = ready_at, None
         if not said_where:  # once per process, in the worker's log
             print(f"hippo trainer: device {stage.device}, {stage.threads} thread(s), "
@@ -500,6 +692,8 @@ def serve(train, keep=4, stdin=None, stdout=None):
                   file=sys.stderr, flush=True)
             said_where = True
         try:
+            if process is not None:
+                process.prepare(stage)
             train(stage)
         except BaseException:
             # How far it got: the worker counts the steps the crash cost as executed.
@@ -573,17 +767,36 @@ def torch_libraries():
 
 class _TorchState:
     def __init__(self, objects):
-        self._objects = objects
+        self.objects = objects
+
+    def _tree(self):
+        from .determinism import rng_state
+        return {"state_dicts": {k: o.state_dict() for k, o in self.objects.items()},
+                "rng": rng_state()}
 
     def save(self, f):
+        _TorchState.write(self._tree(), f)
+
+    def snapshot(self):
+        """A copy of the state, where it is (a GPU's tensors copied on the GPU)."""
+        return copy.deepcopy(self._tree())
+
+    def load_tree(self, tree):
+        """Loads a snapshot (a copy of it: the snapshot stays as it is)."""
+        from .determinism import set_rng_state
+        tree = copy.deepcopy(tree)
+        for name, obj in self.objects.items():
+            obj.load_state_dict(tree["state_dicts"][name])
+        set_rng_state(tree["rng"])
+
+    @staticmethod
+    def write(tree, f):
+        """torch.save of the state tree in the format load reads (data only)."""
         import torch
 
-        from .determinism import rng_state
-        state = {"state_dicts": {k: o.state_dict() for k, o in self._objects.items()},
-                 "rng": rng_state()}
         floats = []
-        tree = _floats_apart(state, (), floats)
-        torch.save({"format": _TORCH_STATE, "libraries": torch_libraries(), "tree": tree,
+        data = _floats_apart(tree, (), floats)
+        torch.save({"format": _TORCH_STATE, "libraries": torch_libraries(), "tree": data,
                     "floats": floats}, f)
 
     def load(self, f):
@@ -623,12 +836,31 @@ class _TorchState:
         if not isinstance(state, dict) or not isinstance(state.get("state_dicts"), dict) \
                 or "rng" not in state:
             raise StageError("torch_state.load: the checkpoint holds no state_dicts and rng")
-        for name, obj in self._objects.items():
+        for name, obj in self.objects.items():
             if name not in state["state_dicts"]:
                 raise StageError(f"torch_state.load: the checkpoint holds no state of {name} "
                                  f"(it holds {', '.join(map(str, state['state_dicts']))})")
             obj.load_state_dict(state["state_dicts"][name])
         set_rng_state(state["rng"])
+
+
+def _to_host(obj):
+    """The state tree with every tensor off the CPU copied to pinned host memory (the tree itself
+    on a CPU): what the background writer serializes while training goes on."""
+    import torch
+
+    if torch.is_tensor(obj):
+        if obj.device.type == "cpu":
+            return obj
+        return torch.empty(obj.shape, dtype=obj.dtype, pin_memory=True).copy_(obj)
+    if isinstance(obj, dict):
+        out = type(obj)((k, _to_host(v)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):
+            out._metadata = obj._metadata
+        return out
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_host(v) for v in obj)
+    return obj
 
 
 def torch_state(**objects):

@@ -36,6 +36,14 @@ def small_cnn(name="cnn"):
                    fixed={"channels": [4, 8]})
 
 
+def small_cnn_bn_dropout(name="cnn-bn-dropout"):
+    """small_cnn with BatchNorm and Dropout: running statistics and the dropout generator travel
+    through the held copies and the checkpoints."""
+    spec = small_cnn(name)
+    spec["fixed"].update(batch_norm=True, dropout=0.25)
+    return spec
+
+
 def small_lm(name="lm"):
     """fortunes-lm-warmup.json, small: a 5-step warm-up, milestones at 10 or 20 steps after it."""
     spec = example("fortunes-lm-warmup.json", name=name,
@@ -72,8 +80,9 @@ def run(spec, tmp_path, policy="shared", workers=2):
     return summary, {t["trial"]: t["metrics"] for t in hippo.trials(spec["name"], db=db)}
 
 
-@pytest.mark.parametrize("make", [small_cnn, small_lm, small_wsd, small_minimal],
-                         ids=["cnn", "lm", "wsd", "minimal"])
+@pytest.mark.parametrize("make", [small_cnn, small_cnn_bn_dropout, small_lm, small_wsd,
+                                  small_minimal],
+                         ids=["cnn", "cnn-bn-dropout", "lm", "wsd", "minimal"])
 def test_shared_and_trial_based_runs_are_bit_for_bit_equal(make, tmp_path):
     spec = make()
     shared, shared_metrics = run(spec, tmp_path)

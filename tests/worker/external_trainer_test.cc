@@ -331,6 +331,29 @@ TEST_F(ExternalTrainers, RunsAWellBehavedTrainer) {
   EXPECT_EQ(seen.checkpoints, std::vector<int64_t>({4, 6}));
 }
 
+// A trainer that writes its checkpoints in the background (the Python helper's serve(build=...))
+// announces one after lines of later steps: taken, in step order, the metrics kept together.
+TEST_F(ExternalTrainers, ACheckpointAnnouncedAfterLaterStepsIsTaken) {
+  const std::string script =
+      "read stage; "
+      "echo '{\"step\": 4, \"metric\": \"acc\", \"value\": 0.25}'; "
+      "echo '{\"step\": 5}'; "
+      "echo '{\"step\": 6, \"metric\": \"acc\", \"value\": 0.5}'; "
+      "echo '{\"step\": 6, \"metric\": \"loss\", \"value\": 1}'; "
+      "echo x > " +
+      in_dir("a.ckpt") +
+      "; echo '{\"checkpoint\": 4}'; "
+      "echo y > " +
+      in_dir("b.ckpt") +
+      "; echo '{\"checkpoint\": 6}'; "
+      "echo '{\"done\": true}'";
+  Seen seen;
+  EXPECT_TRUE(run_once(job(script), hooks(seen)));
+  ASSERT_EQ(seen.metrics.size(), 2u);
+  EXPECT_EQ(seen.metrics[1], (std::pair<int64_t, json>{6, {{"acc", 0.5}, {"loss", 1}}}));
+  EXPECT_EQ(seen.checkpoints, std::vector<int64_t>({4, 6}));
+}
+
 // A spec may ask for 10^9 steps (issue 29): the stage line carries each sequence's segments,
 // so the worker builds nothing per step, and the line a real trainer reads is as long for 10^9
 // steps as for 10 but for the digits of "to" (it used to carry one value per step and
