@@ -114,10 +114,10 @@ void run_stage(const Program& program, int stage, StageExecutor& executor, Trans
         receive_from_peer(Buffer::kVocabStatsIn);
         break;
       case Op::kSendVocabGradient:
-        send(Buffer::kVocabGradientOut);
+        send(Buffer::kVocabGradient);
         break;
       case Op::kRecvVocabGradient:
-        receive(Buffer::kVocabGradientIn);
+        receive_from_peer(Buffer::kVocabGradientIn);
         break;
     }
   }

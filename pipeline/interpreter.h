@@ -23,14 +23,14 @@ enum class Buffer {
   kLoan,           // a partner's kStash that this stage holds for it (same size)
   // Vocabulary parallelism (program.h). For the kinds marked "per stage" the interpreter passes
   // the other stage in place of the chunk (the passes themselves have chunk 0).
-  kEmbedding,         // this stage's shard of the embedding of mb, read by a send embedding
-  kEmbeddingIn,       // stage 0: another stage's shard (per stage), written by a receive embedding
-  kEmbedGradient,     // the gradient of the embedding of mb: sent by stage 0, received by the rest
-  kVocabInput,        // the output layer's input (final hidden state) of mb: sent by the last stage
-  kVocabStats,        // this stage's max and block sums of mb, read by a send vocab stats
-  kVocabStatsIn,      // another stage's (per stage), written by a receive vocab stats
-  kVocabGradientIn,   // the input gradient summed over the shards before this stage's
-  kVocabGradientOut,  // that sum with this stage's shard added, read by a send vocab gradient
+  kEmbedding,        // this stage's shard of the embedding of mb, read by a send embedding
+  kEmbeddingIn,      // stage 0: another stage's shard (per stage), written by a receive embedding
+  kEmbedGradient,    // the gradient of the embedding of mb: sent by stage 0, received by the rest
+  kVocabInput,       // the output layer's input (final hidden state) of mb: sent by the last stage
+  kVocabStats,       // this stage's max and block sums of mb, read by a send vocab stats
+  kVocabStatsIn,     // another stage's (per stage), written by a receive vocab stats
+  kVocabGradient,    // the shard's input gradient per block of mb, read by a send vocab gradient
+  kVocabGradientIn,  // last stage: another stage's (per stage), written by a receive vocab gradient
 };
 
 class StageExecutor {

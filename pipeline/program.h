@@ -47,8 +47,9 @@ enum class Op : uint8_t {
   kRecvVocabInput,     // that input, from the last stage
   kSendVocabStats,     // the shard's max and block sums to another stage (all to all)
   kRecvVocabStats,     // another stage's max and block sums
-  kSendVocabGradient,  // the input gradient summed over shards 0..s, to stage s + 1
-  kRecvVocabGradient,  // that running sum from stage s - 1, before this stage adds its own
+  kSendVocabGradient,  // the shard's input gradient, one part per vocabulary block, to the last
+                       // stage
+  kRecvVocabGradient,  // last stage: a stage's parts (summed in block order before the backward)
 };
 constexpr int kOpCount = 25;
 

@@ -166,7 +166,7 @@ std::vector<Instruction> vocab_block(VocabBlock kind, int p, int stage, int mb) 
       if (stage != 0) list.push_back({Op::kSendEmbedding, mb, 0, 0});
       for (int q = 1; stage == 0 && q < p; ++q) list.push_back({Op::kRecvEmbedding, mb, 0, q});
       break;
-    case VocabBlock::kOutput:  // the final hidden state out, stats all to all, input gradient
+    case VocabBlock::kOutput:  // the final hidden state out, stats all to all, input gradients in
       for (int q = 0; stage == last && q < last; ++q)
         list.push_back({Op::kSendVocabInput, mb, 0, q});
       if (stage != last) list.push_back({Op::kRecvVocabInput, mb, 0, last});
@@ -175,9 +175,10 @@ std::vector<Instruction> vocab_block(VocabBlock kind, int p, int stage, int mb) 
         if (q != stage) list.push_back({Op::kSendVocabStats, mb, 0, q});
       for (int q = 0; q < p; ++q)
         if (q != stage) list.push_back({Op::kRecvVocabStats, mb, 0, q});
-      if (stage > 0) list.push_back({Op::kRecvVocabGradient, mb, 0, stage - 1});
       list.push_back({Op::kVocabBackward, mb, 0, -1});
-      if (stage < last) list.push_back({Op::kSendVocabGradient, mb, 0, stage + 1});
+      if (stage != last) list.push_back({Op::kSendVocabGradient, mb, 0, last});
+      for (int q = 0; stage == last && q < last; ++q)
+        list.push_back({Op::kRecvVocabGradient, mb, 0, q});
       break;
     case VocabBlock::kEmbedGradient:  // stage 0's gradient of the embedding to every shard
       for (int q = 1; stage == 0 && q < p; ++q) list.push_back({Op::kSendEmbedGradient, mb, 0, q});

@@ -227,8 +227,8 @@ TEST(Interpreter, BPipeEvictionsRoundTripTheStashes) {
 // shards of whole vocabulary blocks (kBlock tokens), one shard per stage. The softmax reduces the
 // blocks in one fixed order: block k's max m_k and sum s_k of exp(l - m_k), then over blocks in
 // order total = sum s_k exp(m_k - M), M the largest m_k; the output layer's input gradient sums
-// block partials in block order (through the stages, 0 to p - 1). So any number of stages gives
-// the sequential run's weights bit for bit.
+// the blocks' parts in block order (the last stage, from every stage's parts). So any number of
+// stages gives the sequential run's weights bit for bit.
 constexpr int kVocab = 12, kBlock = 3, kBlocks = kVocab / kBlock;
 
 int token(int step, int mb) {
@@ -259,23 +259,28 @@ void block_stats(const std::vector<float>& u, const float* y, int k, float* max,
   for (int j = 0; j < kBlock; ++j) *sum += std::exp(l[j] - *max);
 }
 
-// Block k's backward given every block's stats: dU rows += g y, acc += sum_j g_j U_j.
+// Block k's backward given every block's stats: dU rows += g y, part[kDim] = sum_j g_j U_j.
 void block_backward(const std::vector<float>& u, const VocabStats& st, const float* y, int k,
-                    int target, std::vector<float>& du, float* acc) {
+                    int target, std::vector<float>& du, float* part) {
   const float top = *std::max_element(st.max, st.max + kBlocks);
   float total = 0;
   for (int b = 0; b < kBlocks; ++b) total += st.sum[b] * std::exp(st.max[b] - top);
-  float partial[kDim] = {};
+  std::fill(part, part + kDim, 0.0f);
   for (int j = k * kBlock; j < (k + 1) * kBlock; ++j) {
     float l = 0;
     for (int i = 0; i < kDim; ++i) l += u[j * kDim + i] * y[i];
     const float g = std::exp(l - top) / total - (j == target ? 1.0f : 0.0f);
     for (int i = 0; i < kDim; ++i) {
       du[j * kDim + i] += g * y[i];
-      partial[i] += g * u[j * kDim + i];
+      part[i] += g * u[j * kDim + i];
     }
   }
-  for (int i = 0; i < kDim; ++i) acc[i] += partial[i];
+}
+
+// acc[kDim] += each block's part of parts[blocks * kDim], in order.
+void add_parts(const std::vector<float>& parts, float* acc) {
+  for (size_t k = 0; k < parts.size(); k += kDim)
+    for (int i = 0; i < kDim; ++i) acc[i] += parts[k + i];
 }
 
 struct VocabModel {
@@ -304,10 +309,11 @@ VocabModel train_vocab_sequentially(int positions, int microbatches, int steps) 
       VocabStats st;
       for (int k = 0; k < kBlocks; ++k)
         block_stats(model.u, act[positions].data(), k, &st.max[k], &st.sum[k]);
-      std::vector<float> grad(kDim, 0), dx(kDim);
+      std::vector<float> grad(kDim, 0), dx(kDim), parts(kBlocks * kDim);
       for (int k = 0; k < kBlocks; ++k)
         block_backward(model.u, st, act[positions].data(), k, next_token(step, mb), du,
-                       grad.data());
+                       parts.data() + k * kDim);
+      add_parts(parts, grad.data());
       for (int q = positions - 1; q >= 0; --q) {
         layer_backward(model.w[q].data(), act[q].data(), t[q].data(), grad.data(), dw[q].data(),
                        dx.data());
@@ -356,8 +362,12 @@ class VocabStage : public ToyStage {
   }
 
   void backward(int mb, int chunk) override {
-    if (device_ == p_ - 1 && chunk == v_ - 1) {  // dL/dy from the output layer
-      const std::vector<float> dy = take(Buffer::kVocabGradientOut, mb, 0);
+    if (device_ == p_ - 1 && chunk == v_ - 1) {  // dL/dy: every stage's parts, in block order
+      std::vector<float> dy(kDim, 0.0f);
+      for (int q = 0; q < p_; ++q)
+        add_parts(q == device_ ? take(Buffer::kVocabGradient, mb, 0)
+                               : take(Buffer::kVocabGradientIn, mb, q),
+                  dy.data());
       std::copy(dy.begin(), dy.end(), ToyStage::buffer(Buffer::kGradientIn, mb, chunk).begin());
     }
     ToyStage::backward(mb, chunk);
@@ -397,12 +407,11 @@ class VocabStage : public ToyStage {
         st.sum[k] = stats[2 * (k - q * kBlocks / p_) + 1];
       }
     }
-    std::vector<float> acc(kDim, 0.0f);
-    if (device_ > 0) acc = take(Buffer::kVocabGradientIn, mb, 0);
     const std::vector<float> y = take(Buffer::kVocabInput, mb, 0);
+    std::vector<float>& parts = mine(Buffer::kVocabGradient, mb, 0);
     for (int k = first_; k < last_; ++k)
-      block_backward(u_, st, y.data(), k, next_token(step, mb), du_, acc.data());
-    mine(Buffer::kVocabGradientOut, mb, 0) = acc;
+      block_backward(u_, st, y.data(), k, next_token(step, mb), du_,
+                     parts.data() + (k - first_) * kDim);
   }
 
   void optimizer_step() override {
@@ -424,19 +433,23 @@ class VocabStage : public ToyStage {
   size_t live_vocab_buffers() const {
     size_t n = 0;
     for (const auto& [key, b] : vocab_)
-      n += std::get<0>(key) != Buffer::kEmbedding && std::get<0>(key) != Buffer::kVocabGradientOut;
+      n += std::get<0>(key) != Buffer::kEmbedding && std::get<0>(key) != Buffer::kVocabGradient;
     return n;
   }
 
  private:
   using Key = std::tuple<Buffer, int, int>;
   std::vector<float>& mine(Buffer which, int mb, int slot) {
-    // The stats of a stage: (max, sum) per block of its shard (`slot`: the stage, for stats in).
-    const int stage = which == Buffer::kVocabStatsIn ? slot : device_;
-    const size_t stats = 2 * ((stage + 1) * kBlocks / p_ - stage * kBlocks / p_);
-    const bool is_stats = which == Buffer::kVocabStats || which == Buffer::kVocabStatsIn;
+    // A stage's stats, (max, sum) per block of its shard, and its input gradient parts, kDim per
+    // block (`slot`: the stage, for those received).
+    const bool in = which == Buffer::kVocabStatsIn || which == Buffer::kVocabGradientIn;
+    const int stage = in ? slot : device_;
+    const size_t blocks = (stage + 1) * kBlocks / p_ - stage * kBlocks / p_;
+    size_t size = kDim;
+    if (which == Buffer::kVocabStats || which == Buffer::kVocabStatsIn) size = 2 * blocks;
+    if (which == Buffer::kVocabGradient || which == Buffer::kVocabGradientIn) size = kDim * blocks;
     std::vector<float>& b = vocab_[{which, mb, slot}];
-    b.resize(is_stats ? stats : kDim);
+    b.resize(size);
     return b;
   }
   std::vector<float> take(Buffer which, int mb, int slot) {

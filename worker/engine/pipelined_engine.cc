@@ -194,8 +194,8 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       case pipeline::Buffer::kVocabInput:
       case pipeline::Buffer::kVocabStats:
       case pipeline::Buffer::kVocabStatsIn:
+      case pipeline::Buffer::kVocabGradient:
       case pipeline::Buffer::kVocabGradientIn:
-      case pipeline::Buffer::kVocabGradientOut:
         break;  // the programs of this engine have no vocabulary passes
     }
     throw std::logic_error("pipeline stage: unknown buffer");
