@@ -8,6 +8,27 @@
 
 namespace hippo::pipeline {
 
+namespace {
+
+[[noreturn]] void no_vocab_passes() {
+  throw std::logic_error("this pipeline stage has no vocabulary passes");
+}
+
+}  // namespace
+
+void StageExecutor::embed_forward(int) {
+  no_vocab_passes();
+}
+void StageExecutor::embed_backward(int) {
+  no_vocab_passes();
+}
+void StageExecutor::vocab_forward(int) {
+  no_vocab_passes();
+}
+void StageExecutor::vocab_backward(int) {
+  no_vocab_passes();
+}
+
 void run_stage(const Program& program, int stage, StageExecutor& executor, Transport& transport) {
   for (const Instruction& ins : program.instructions.at(stage)) {
     const int mb = ins.microbatch, chunk = ins.chunk;
@@ -16,6 +37,10 @@ void run_stage(const Program& program, int stage, StageExecutor& executor, Trans
                         executor.buffer(into, mb, chunk));
     };
     auto send = [&](Buffer from) { transport.send(stage, ins, executor.buffer(from, mb, chunk)); };
+    auto receive_from_peer = [&](Buffer into) {  // a buffer per stage: the peer for the chunk
+      transport.receive(ins.peer, matching_send(program.stages, stage, ins),
+                        executor.buffer(into, mb, ins.peer));
+    };
     switch (ins.op) {
       case Op::kForward:
         executor.forward(mb, chunk);
@@ -51,6 +76,48 @@ void run_stage(const Program& program, int stage, StageExecutor& executor, Trans
         break;
       case Op::kReload:
         receive(Buffer::kStash);
+        break;
+      case Op::kEmbedForward:
+        executor.embed_forward(mb);
+        break;
+      case Op::kEmbedBackward:
+        executor.embed_backward(mb);
+        break;
+      case Op::kVocabForward:
+        executor.vocab_forward(mb);
+        break;
+      case Op::kVocabBackward:
+        executor.vocab_backward(mb);
+        break;
+      case Op::kSendEmbedding:
+        send(Buffer::kEmbedding);
+        break;
+      case Op::kRecvEmbedding:
+        receive_from_peer(Buffer::kEmbeddingIn);
+        break;
+      case Op::kSendEmbedGradient:
+        send(Buffer::kEmbedGradient);
+        break;
+      case Op::kRecvEmbedGradient:
+        receive(Buffer::kEmbedGradient);
+        break;
+      case Op::kSendVocabInput:
+        send(Buffer::kVocabInput);
+        break;
+      case Op::kRecvVocabInput:
+        receive(Buffer::kVocabInput);
+        break;
+      case Op::kSendVocabStats:
+        send(Buffer::kVocabStats);
+        break;
+      case Op::kRecvVocabStats:
+        receive_from_peer(Buffer::kVocabStatsIn);
+        break;
+      case Op::kSendVocabGradient:
+        send(Buffer::kVocabGradient);
+        break;
+      case Op::kRecvVocabGradient:
+        receive_from_peer(Buffer::kVocabGradientIn);
         break;
     }
   }

@@ -21,6 +21,16 @@ enum class Buffer {
   kGradientOut,    // the gradient w.r.t. the input, written by backward, read by a send gradient
   kStash,          // what backward(mb, chunk) needs from its forward; evicted and reloaded
   kLoan,           // a partner's kStash that this stage holds for it (same size)
+  // Vocabulary parallelism (program.h). For the kinds marked "per stage" the interpreter passes
+  // the other stage in place of the chunk (the passes themselves have chunk 0).
+  kEmbedding,        // this stage's shard of the embedding of mb, read by a send embedding
+  kEmbeddingIn,      // stage 0: another stage's shard (per stage), written by a receive embedding
+  kEmbedGradient,    // the gradient of the embedding of mb: sent by stage 0, received by the rest
+  kVocabInput,       // the output layer's input (final hidden state) of mb: sent by the last stage
+  kVocabStats,       // this stage's max and block sums of mb, read by a send vocab stats
+  kVocabStatsIn,     // another stage's (per stage), written by a receive vocab stats
+  kVocabGradient,    // the shard's input gradient per block of mb, read by a send vocab gradient
+  kVocabGradientIn,  // last stage: another stage's (per stage), written by a receive vocab gradient
 };
 
 class StageExecutor {
@@ -29,6 +39,12 @@ class StageExecutor {
   virtual void forward(int microbatch, int chunk) = 0;
   virtual void backward(int microbatch, int chunk) = 0;
   virtual void optimizer_step() = 0;
+  // The vocabulary passes of micro-batch mb (program.h); only a program with vocab_parallel has
+  // them, and an executor without them throws std::logic_error.
+  virtual void embed_forward(int microbatch);
+  virtual void embed_backward(int microbatch);
+  virtual void vocab_forward(int microbatch);
+  virtual void vocab_backward(int microbatch);
   // The memory of one buffer; a receive writes all of it, a send reads all of it.
   virtual std::span<float> buffer(Buffer which, int microbatch, int chunk) = 0;
   // The buffer's contents have left this stage (an evicted stash, a returned loan): free it.

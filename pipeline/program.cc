@@ -29,6 +29,34 @@ const char* op_name(Op op) {
       return "reload";
     case Op::kOptimizerStep:
       return "optimizer step";
+    case Op::kEmbedForward:
+      return "embed forward";
+    case Op::kEmbedBackward:
+      return "embed backward";
+    case Op::kVocabForward:
+      return "vocab forward";
+    case Op::kVocabBackward:
+      return "vocab backward";
+    case Op::kSendEmbedding:
+      return "send embedding";
+    case Op::kRecvEmbedding:
+      return "receive embedding";
+    case Op::kSendEmbedGradient:
+      return "send embed gradient";
+    case Op::kRecvEmbedGradient:
+      return "receive embed gradient";
+    case Op::kSendVocabInput:
+      return "send vocab input";
+    case Op::kRecvVocabInput:
+      return "receive vocab input";
+    case Op::kSendVocabStats:
+      return "send vocab stats";
+    case Op::kRecvVocabStats:
+      return "receive vocab stats";
+    case Op::kSendVocabGradient:
+      return "send vocab gradient";
+    case Op::kRecvVocabGradient:
+      return "receive vocab gradient";
   }
   return "?";
 }
@@ -47,6 +75,21 @@ Channel channel(Op op) {
     case Op::kReturn:
     case Op::kReload:
       return Channel::kGiveBack;
+    case Op::kSendEmbedding:
+    case Op::kRecvEmbedding:
+      return Channel::kEmbedding;
+    case Op::kSendEmbedGradient:
+    case Op::kRecvEmbedGradient:
+      return Channel::kEmbedGradient;
+    case Op::kSendVocabInput:
+    case Op::kRecvVocabInput:
+      return Channel::kVocabInput;
+    case Op::kSendVocabStats:
+    case Op::kRecvVocabStats:
+      return Channel::kVocabStats;
+    case Op::kSendVocabGradient:
+    case Op::kRecvVocabGradient:
+      return Channel::kVocabGradient;
     default:
       return Channel::kNone;
   }
@@ -54,12 +97,14 @@ Channel channel(Op op) {
 
 bool is_send(Op op) {
   return op == Op::kSendActivation || op == Op::kSendGradient || op == Op::kEvict ||
-         op == Op::kReturn;
+         op == Op::kReturn || op == Op::kSendEmbedding || op == Op::kSendEmbedGradient ||
+         op == Op::kSendVocabInput || op == Op::kSendVocabStats || op == Op::kSendVocabGradient;
 }
 
 bool is_receive(Op op) {
   return op == Op::kRecvActivation || op == Op::kRecvGradient || op == Op::kHold ||
-         op == Op::kReload;
+         op == Op::kReload || op == Op::kRecvEmbedding || op == Op::kRecvEmbedGradient ||
+         op == Op::kRecvVocabInput || op == Op::kRecvVocabStats || op == Op::kRecvVocabGradient;
 }
 
 Instruction matching_send(int stages, int stage, const Instruction& receive) {
@@ -77,6 +122,21 @@ Instruction matching_send(int stages, int stage, const Instruction& receive) {
       break;
     case Op::kReload:
       send.op = Op::kReturn;
+      break;
+    case Op::kRecvEmbedding:
+      send.op = Op::kSendEmbedding;
+      break;
+    case Op::kRecvEmbedGradient:
+      send.op = Op::kSendEmbedGradient;
+      break;
+    case Op::kRecvVocabInput:
+      send.op = Op::kSendVocabInput;
+      break;
+    case Op::kRecvVocabStats:
+      send.op = Op::kSendVocabStats;
+      break;
+    case Op::kRecvVocabGradient:
+      send.op = Op::kSendVocabGradient;
       break;
     default:
       throw std::invalid_argument("matching_send: " + describe(receive) + " is no receive");

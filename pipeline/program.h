@@ -32,15 +32,45 @@ enum class Op : uint8_t {
   kReturn,          // partner side of kReload: send the lent stash back, free it
   kReload,          // receive the own stash back from the partner, before its backward
   kOptimizerStep,   // apply the accumulated gradients (after the last backward of the stage)
+  // Vocabulary parallelism (Program::vocab_parallel): the token embedding and the output layer
+  // (projection, softmax, cross-entropy) are cut into p vocabulary shards, one per stage. Their
+  // passes and messages carry chunk 0; see schedules.h for where the generator puts them.
+  kEmbedForward,       // this stage's shard of micro-batch mb's token embedding (0 elsewhere)
+  kEmbedBackward,      // the shard's embedding gradient from the gradient of the embedding
+  kVocabForward,       // this stage's shard of the logits, their max and per-block sums of exp
+  kVocabBackward,      // the shard's softmax, loss, output-layer gradient and input gradient part
+  kSendEmbedding,      // the shard's embedding to stage 0 (peer)
+  kRecvEmbedding,      // stage 0: a stage's shard of the embedding (summed in stage order)
+  kSendEmbedGradient,  // stage 0: the gradient of the embedding to every other stage
+  kRecvEmbedGradient,  // that gradient, from stage 0
+  kSendVocabInput,     // last stage: the output layer's input (the final hidden state) to a stage
+  kRecvVocabInput,     // that input, from the last stage
+  kSendVocabStats,     // the shard's max and block sums to another stage (all to all)
+  kRecvVocabStats,     // another stage's max and block sums
+  kSendVocabGradient,  // the shard's input gradient, one part per vocabulary block, to the last
+                       // stage
+  kRecvVocabGradient,  // last stage: a stage's parts (summed in block order before the backward)
 };
-constexpr int kOpCount = 11;
+constexpr int kOpCount = 25;
 
 // Lower-case words for messages: "forward", "send activation", ...
 const char* op_name(Op op);
 
 // Sends and their receives pair up per channel: send activation -> receive activation, send
-// gradient -> receive gradient, evict -> hold, return -> reload.
-enum class Channel : uint8_t { kActivation, kGradient, kLend, kGiveBack, kNone };
+// gradient -> receive gradient, evict -> hold, return -> reload, and each vocabulary send to its
+// receive.
+enum class Channel : uint8_t {
+  kActivation,
+  kGradient,
+  kLend,
+  kGiveBack,
+  kEmbedding,
+  kEmbedGradient,
+  kVocabInput,
+  kVocabStats,
+  kVocabGradient,
+  kNone
+};
 Channel channel(Op op);
 bool is_send(Op op);
 bool is_receive(Op op);
@@ -81,6 +111,7 @@ struct Program {
   int microbatches = 0;                                // m: per optimizer step
   int chunks = 1;                                      // v: model chunks per device
   std::vector<std::vector<Instruction>> instructions;  // [stages]: each stage's list, in order
+  bool vocab_parallel = false;                         // with the vocabulary passes
 };
 
 // Every link that `program` sends on, once each, in (from, to, channel) order.

@@ -40,10 +40,12 @@ std::vector<Instruction> gpipe_stage(int p, int m, int device) {
 
 // 1F1B over v chunks (v = 1: plain 1F1B). Work unit u of a device walks micro-batches in groups
 // of p: group u / (p*v), chunk (u / p) % v (descending for backwards), micro-batch
-// group*p + u % p. Within one chunk both walks are in ascending micro-batch order.
-std::vector<Instruction> one_f_one_b_stage(int p, int m, int v, int device) {
+// group*p + u % p. Within one chunk both walks are in ascending micro-batch order. `extra` more
+// warm-up forwards on every stage (vocabulary parallelism: as if a stage followed the last).
+std::vector<Instruction> one_f_one_b_stage(int p, int m, int v, int device, int extra) {
   const int units = m * v;
-  const int warmup = std::min(units, v == 1 ? p - 1 - device : (p - 1 - device) * 2 + (v - 1) * p);
+  const int warmup =
+      std::min(units, extra + (v == 1 ? p - 1 - device : (p - 1 - device) * 2 + (v - 1) * p));
   auto microbatch = [&](int u) { return u / (p * v) * p + u % p; };
   auto forward = [&](std::vector<Instruction>& list, int u) {
     append_forward(list, p, v, device, microbatch(u), u / p % v);
@@ -153,6 +155,96 @@ void lend_stashes(Program& program, const std::vector<std::vector<TimedInstructi
   program.instructions[partner] = std::move(partner_list);
 }
 
+// The vocabulary passes of one micro-batch on every stage: a block per stage that goes into its
+// list at one instant of the plain program's timeline.
+enum class VocabBlock { kEmbed, kOutputForward, kOutputBackward, kEmbedGradient };
+
+std::vector<Instruction> vocab_block(VocabBlock kind, int p, int stage, int mb) {
+  std::vector<Instruction> list;
+  const int last = p - 1;
+  switch (kind) {
+    case VocabBlock::kEmbed:  // every shard's embedding, summed on stage 0 in stage order
+      list.push_back({Op::kEmbedForward, mb, 0, -1});
+      if (stage != 0) list.push_back({Op::kSendEmbedding, mb, 0, 0});
+      for (int q = 1; stage == 0 && q < p; ++q) list.push_back({Op::kRecvEmbedding, mb, 0, q});
+      break;
+    case VocabBlock::kOutputForward:  // the final hidden state out, stats to all
+      for (int q = 0; stage == last && q < last; ++q)
+        list.push_back({Op::kSendVocabInput, mb, 0, q});
+      if (stage != last) list.push_back({Op::kRecvVocabInput, mb, 0, last});
+      list.push_back({Op::kVocabForward, mb, 0, -1});
+      for (int q = 0; q < p; ++q)
+        if (q != stage) list.push_back({Op::kSendVocabStats, mb, 0, q});
+      break;
+    case VocabBlock::kOutputBackward:  // stats from all, input gradients to the last stage
+      for (int q = 0; q < p; ++q)
+        if (q != stage) list.push_back({Op::kRecvVocabStats, mb, 0, q});
+      list.push_back({Op::kVocabBackward, mb, 0, -1});
+      if (stage != last) list.push_back({Op::kSendVocabGradient, mb, 0, last});
+      for (int q = 0; stage == last && q < last; ++q)
+        list.push_back({Op::kRecvVocabGradient, mb, 0, q});
+      break;
+    case VocabBlock::kEmbedGradient:  // stage 0's gradient of the embedding to every shard
+      for (int q = 1; stage == 0 && q < p; ++q) list.push_back({Op::kSendEmbedGradient, mb, 0, q});
+      if (stage != 0) list.push_back({Op::kRecvEmbedGradient, mb, 0, 0});
+      list.push_back({Op::kEmbedBackward, mb, 0, -1});
+      break;
+  }
+  return list;
+}
+
+// Vocabulary parallelism: for micro-batch mb, the embedding block at the start of stage 0's
+// forward of (mb, chunk 0), the output-forward block at the end of the last stage's forward of
+// (mb, last chunk) and the output-backward block at the start of its backward (one more
+// warm-up forward in between: the program was generated with it, so the statistics' all-to-all
+// has other work to overlap), the embedding-gradient block at the end of stage 0's backward of
+// (mb, chunk 0), in the plain program's timeline (default costs). Each stage gets each block before
+// its first instruction that starts at or after that instant. The instructions of every stage that
+// start before one instant form a consistent cut (a receive that starts before it got a message
+// sent before it), so putting the blocks, in one global order, at such cuts adds no cycle even
+// though the output block is a barrier (its stats go all to all): the tests confirm it for every
+// shape.
+void add_vocab_passes(Program& program) {
+  const SimulationReport plain = simulate(program);
+  const int p = program.stages, v = program.chunks, last = p - 1;
+  struct Placed {
+    double time;
+    VocabBlock kind;
+    int mb;
+    auto operator<=>(const Placed&) const = default;
+  };
+  std::vector<Placed> blocks;
+  for (const TimedInstruction& t : plain.timeline[0]) {
+    if (t.instruction.chunk != 0) continue;
+    if (t.instruction.op == Op::kForward)
+      blocks.push_back({t.start, VocabBlock::kEmbed, t.instruction.microbatch});
+    if (t.instruction.op == Op::kBackward)
+      blocks.push_back({t.end, VocabBlock::kEmbedGradient, t.instruction.microbatch});
+  }
+  for (const TimedInstruction& t : plain.timeline[last]) {
+    if (t.instruction.chunk != v - 1) continue;
+    if (t.instruction.op == Op::kForward)
+      blocks.push_back({t.end, VocabBlock::kOutputForward, t.instruction.microbatch});
+    if (t.instruction.op == Op::kBackward)
+      blocks.push_back({t.start, VocabBlock::kOutputBackward, t.instruction.microbatch});
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (int s = 0; s < p; ++s) {
+    const std::vector<TimedInstruction>& timeline = plain.timeline[s];
+    std::vector<Instruction> list;
+    size_t next = 0;
+    for (const Placed& block : blocks) {
+      // Never after the optimizer step, the last instruction.
+      while (next + 1 < timeline.size() && timeline[next].start < block.time)
+        list.push_back(timeline[next++].instruction);
+      for (const Instruction& ins : vocab_block(block.kind, p, s, block.mb)) list.push_back(ins);
+    }
+    for (; next < timeline.size(); ++next) list.push_back(timeline[next].instruction);
+    program.instructions[s] = std::move(list);
+  }
+  program.vocab_parallel = true;
+}
+
 }  // namespace
 
 Program generate(const PipelineShape& shape) {
@@ -161,9 +253,10 @@ Program generate(const PipelineShape& shape) {
   const int p = shape.stages, m = shape.microbatches, v = shape.chunks;
   Program program{schedule_name(shape.schedule), p, m, v, {}};
   for (int device = 0; device < p; ++device) {
-    program.instructions.push_back(shape.schedule == Schedule::kGPipe
-                                       ? gpipe_stage(p, m, device)
-                                       : one_f_one_b_stage(p, m, v, device));
+    program.instructions.push_back(
+        shape.schedule == Schedule::kGPipe
+            ? gpipe_stage(p, m, device)
+            : one_f_one_b_stage(p, m, v, device, shape.vocab_parallel ? 1 : 0));
     program.instructions.back().push_back({Op::kOptimizerStep, -1, 0, -1});
   }
   if (shape.schedule == Schedule::kBPipe) {
@@ -171,6 +264,7 @@ Program generate(const PipelineShape& shape) {
     for (int lender = 0; lender < p - 1 - lender; ++lender)
       lend_stashes(program, one_f_one_b.timeline, lender, bpipe_cap(p));
   }
+  if (shape.vocab_parallel) add_vocab_passes(program);
   return program;
 }
 

@@ -11,6 +11,11 @@
 //                last to its partner p-1-x, and reloads each lent stash before its backward. The
 //                partner holds the lent stashes in its own memory, so no stage holds more than cap.
 //
+// Vocabulary parallelism (shape.vocab_parallel; 1f1b and interleaved): the program with one more
+// warm-up forward per stage, and each micro-batch's embedding, output-layer and embedding-
+// gradient passes and their messages put into every stage's list at instants of its timeline
+// (program.h lists the passes; pipeline/README.md explains why this never deadlocks).
+//
 // Bubble: the fraction of device time not spent computing, 1 - sum(busy) / (p * makespan) (see
 // simulator.h). With the same forward cost f and backward cost b on every stage and free
 // communication, gpipe and 1f1b both have makespan (m+p-1)(f+b), so their bubble is exactly

@@ -35,6 +35,12 @@ std::string check_shape(const PipelineShape& shape) {
     return out_of_range("microbatches", shape.microbatches, kMaxMicrobatches);
   if (shape.chunks < 1 || shape.chunks > kMaxChunks)
     return out_of_range("chunks", shape.chunks, kMaxChunks);
+  if (shape.vocab_parallel && (shape.stages < 2 || (shape.schedule != Schedule::kOneFOneB &&
+                                                    shape.schedule != Schedule::kInterleaved)))
+    return std::string(
+               "vocab_parallel: needs at least 2 stages and the 1f1b or interleaved "
+               "schedule, got ") +
+           std::to_string(shape.stages) + " stages of " + schedule_name(shape.schedule);
   if (shape.schedule != Schedule::kInterleaved) {
     if (shape.chunks != 1)
       return "chunks: only the interleaved schedule has more than one chunk per stage, got " +

@@ -21,6 +21,9 @@ struct PipelineShape {
   int microbatches = 1;  // m >= 1 (interleaved: a multiple of p)
   Schedule schedule = Schedule::kOneFOneB;
   int chunks = 1;  // v >= 1; more than 1 only for interleaved (and then p >= 2)
+  // The embedding and output layer cut by vocabulary across all stages (1f1b or interleaved,
+  // p >= 2): the program gets their passes (program.h).
+  bool vocab_parallel = false;
 };
 
 // Limits that keep programs and timelines a sensible size.

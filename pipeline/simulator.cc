@@ -33,7 +33,69 @@ std::string SimulationReport::error_text() const {
 namespace {
 
 bool is_compute(Op op) {
-  return op == Op::kForward || op == Op::kBackward || op == Op::kOptimizerStep;
+  return op == Op::kForward || op == Op::kBackward || op == Op::kOptimizerStep ||
+         op == Op::kEmbedForward || op == Op::kEmbedBackward || op == Op::kVocabForward ||
+         op == Op::kVocabBackward;
+}
+
+bool is_vocab(Op op) {
+  return op >= Op::kEmbedForward;
+}
+
+// The order the vocabulary passes of a stage's micro-batches need (program.h): each pass once per
+// micro-batch; embed forward before stage 0's forward of (mb, chunk 0), which comes after every
+// shard's embedding of mb; vocab forward after the last stage's forward of (mb, last chunk) and
+// before vocab backward, which comes before the last stage's backward of (mb, last chunk); embed
+// backward after stage 0's backward of (mb, chunk 0); vocab and embed backwards in ascending
+// micro-batch order (the gradients' sums in the unpipelined order). Returns the problems.
+std::vector<std::string> check_vocab_order(const Program& program) {
+  std::vector<std::string> problems;
+  const int p = program.stages, m = program.microbatches, last = p - 1;
+  for (int s = 0; s < p; ++s) {
+    // Per micro-batch, the position in the list of each pass and of the stage's forward and
+    // backward at the model's ends; -1: not yet.
+    std::map<std::pair<Op, int>, int> at;
+    std::map<Op, int> previous;     // the micro-batch of the last vocab / embed backward
+    std::map<int, int> embeddings;  // mb -> embeddings received (stage 0)
+    auto problem = [&](int index, const Instruction& ins, const std::string& what) {
+      problems.push_back("stage " + std::to_string(s) + " instruction " + std::to_string(index) +
+                         " (" + describe(ins) + "): " + what);
+    };
+    const std::vector<Instruction>& list = program.instructions[s];
+    for (int i = 0; i < std::ssize(list); ++i) {
+      const Instruction& ins = list[i];
+      const int mb = ins.microbatch;
+      const bool first_chunk = ins.chunk == 0, last_chunk = ins.chunk == program.chunks - 1;
+      if (ins.op == Op::kRecvEmbedding) ++embeddings[mb];
+      if (ins.op == Op::kForward && s == 0 && first_chunk &&
+          (!at.count({Op::kEmbedForward, mb}) || embeddings[mb] != p - 1))
+        problem(i, ins, "before every shard's embedding of the micro-batch");
+      if (ins.op == Op::kBackward && s == last && last_chunk && !at.count({Op::kVocabBackward, mb}))
+        problem(i, ins, "before the vocab backward of the micro-batch");
+      if (ins.op == Op::kVocabForward && s == last && !at.count({Op::kForward, mb}))
+        problem(i, ins, "before the forward of the micro-batch");
+      if (ins.op == Op::kVocabBackward && !at.count({Op::kVocabForward, mb}))
+        problem(i, ins, "before the vocab forward of the micro-batch");
+      if (ins.op == Op::kEmbedBackward && s == 0 && !at.count({Op::kBackward, mb}))
+        problem(i, ins, "before the backward of the micro-batch");
+      if (ins.op == Op::kVocabBackward || ins.op == Op::kEmbedBackward) {
+        auto [it, first] = previous.try_emplace(ins.op, mb);
+        if (!first && mb <= it->second) problem(i, ins, "out of ascending micro-batch order");
+        it->second = mb;
+      }
+      const bool end_pass = (ins.op == Op::kForward && s == last && last_chunk) ||
+                            (ins.op == Op::kBackward && s == 0 && first_chunk);
+      if ((ins.op >= Op::kEmbedForward && ins.op <= Op::kVocabBackward) || end_pass) {
+        if (!at.emplace(std::pair{ins.op, mb}, i).second && !end_pass)
+          problem(i, ins, "a second time");
+      }
+    }
+    for (Op op : {Op::kEmbedForward, Op::kEmbedBackward, Op::kVocabForward, Op::kVocabBackward})
+      for (int mb = 0; mb < m; ++mb)
+        if (!at.count({op, mb}))
+          problems.push_back("stage " + std::to_string(s) + " has no " + describe({op, mb, 0, -1}));
+  }
+  return problems;
 }
 
 int stash_delta(Op op) {
@@ -93,6 +155,16 @@ SimulationReport simulate(const Program& program, const Costs& costs) {
       if (!problem.empty()) report.problems.push_back(problem);
     }
   }
+  for (int s = 0; s < p && !program.vocab_parallel; ++s)
+    for (const Instruction& ins : program.instructions[s])
+      if (is_vocab(ins.op)) {
+        report.problems.push_back("stage " + std::to_string(s) + ": " + describe(ins) +
+                                  " in a program without vocabulary parallelism");
+        break;
+      }
+  if (program.vocab_parallel)
+    for (std::string& problem : check_vocab_order(program))
+      report.problems.push_back(std::move(problem));
   if (!report.problems.empty()) return report;
 
   // Messages in flight per (sender, receiver, channel), in send order.

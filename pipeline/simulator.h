@@ -3,11 +3,12 @@
 // ready when it ends; a receive waits for the matching send's message (the k-th receive of a
 // channel between two stages takes the k-th send, program.h) and then takes its own cost, so the
 // cost of a receive is the transfer time. The simulator checks the program (deadlock, unmatched
-// or mismatched messages, bad fields) and times it.
+// or mismatched messages, bad fields, and for a vocabulary-parallel program every micro-batch's
+// vocabulary passes, once per stage and in order) and times it.
 //
 // Bubble fraction: 1 - sum over stages of busy time / (p * makespan), where busy time is the time
-// spent in forward, backward and optimizer-step instructions. Waiting and communication count as
-// bubble.
+// spent in forward, backward, optimizer-step and vocabulary-pass instructions. Waiting and
+// communication count as bubble.
 //
 // Stash: the number of stashed activations resident on a stage, counted in program order: +1 at a
 // forward, a reload or a hold; -1 at a backward, an evict or a return. peak_stash is its maximum

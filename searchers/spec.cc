@@ -98,6 +98,9 @@ std::vector<Param> parse_model_leaves(const Field& model) {
 // worker refuses a corpus of other sizes; tests/searchers check that these agree with text_data.h).
 constexpr int64_t kFortunesTrainTokens = 588288, kFortunesEvalTokens = 68654;
 constexpr int64_t kFortunesVocab = 96;
+// The same text in the tokens of the `bpe32k` tokenizer (worker/engine/bpe.h).
+constexpr int64_t kFortunesBpe32kTrainTokens = 158863, kFortunesBpe32kEvalTokens = 18425;
+constexpr int64_t kBpe32kVocab = 32768;
 
 constexpr int64_t kFashionMnistTrain = 60000, kFashionMnistEval = 10000;
 constexpr int64_t kMaxSamples = 1'000'000'000'000;
@@ -124,22 +127,34 @@ DataSpec parse_external_data(const Field& f) {
 
 DataSpec parse_data(const Field& f, const Field& model) {
   if (model["type"].text() == "external") return parse_external_data(f);
-  f.check_keys({"name", "train_samples", "eval_samples"});
+  f.check_keys({"name", "train_samples", "eval_samples", "tokenizer"});
   DataSpec d;
   d.name = f["name"].text();
   const std::string& type = model["type"].text();
+  if (f.has("tokenizer") && d.name != "fortunes")
+    f["tokenizer"].fail("only the fortunes text takes a tokenizer");
   if (d.name == "fashion-mnist") {
     if (type == "gpt")
       f["name"].fail("model gpt reads \"fortunes\", not " + brief(f["name"].json()));
   } else if (d.name == "fortunes") {
     if (type == "mlp" || type == "cnn")
       f["name"].fail("model " + type + " reads \"fashion-mnist\", not \"fortunes\"");
+    int64_t train_tokens = kFortunesTrainTokens, eval_tokens = kFortunesEvalTokens;
+    int64_t vocab = kFortunesVocab;
+    if (f.has("tokenizer")) {  // absent: characters
+      if (f["tokenizer"].text() != "bpe32k")
+        f["tokenizer"].fail("unknown tokenizer " + brief(f["tokenizer"].json()) +
+                            " (known: bpe32k; absent: characters)");
+      d.fields["tokenizer"] = "bpe32k";
+      train_tokens = kFortunesBpe32kTrainTokens, eval_tokens = kFortunesBpe32kEvalTokens;
+      vocab = kBpe32kVocab;
+    }
     if (type == "gpt") {
       const int64_t context = model["context"].integer(1, kMaxContext);
-      d.train_samples = (kFortunesTrainTokens - 1) / context;
-      d.eval_samples = (kFortunesEvalTokens - 1) / context;
-      if (model["vocab"].integer(1, kMaxVocab) < kFortunesVocab)
-        model["vocab"].fail("the fortunes data has " + std::to_string(kFortunesVocab) +
+      d.train_samples = (train_tokens - 1) / context;
+      d.eval_samples = (eval_tokens - 1) / context;
+      if (model["vocab"].integer(1, kMaxVocab) < vocab)
+        model["vocab"].fail("the fortunes data has " + std::to_string(vocab) +
                             " tokens, more than a vocabulary of " +
                             std::to_string(model["vocab"].integer(1, kMaxVocab)));
     }

@@ -35,7 +35,8 @@ struct DataSpec {
   // 0 for an external model's own data set that does not give them (lengths must be in steps).
   int64_t train_samples = 60000;
   int64_t eval_samples = 10000;
-  // An external model's other data fields, as written: passed to its trainer as they are.
+  // An external model's other data fields, as written: passed to its trainer as they are; for
+  // fortunes, {"tokenizer": "bpe32k"} when the spec names it (absent: characters).
   nlohmann::json fields = nlohmann::json::object();
 };
 

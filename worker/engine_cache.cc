@@ -8,6 +8,7 @@ RunConfig run_config(const protocol::RunSpec& run) {
   RunConfig config;
   config.model = run.model;
   config.data = run.data;
+  config.tokenizer = run.data_fields.value("tokenizer", "");  // the spec checked it
   config.train_samples = run.train_samples;
   config.eval_samples = run.eval_samples;
   config.seed = run.seed;

@@ -1,10 +1,12 @@
-// `hippo pipeline-plan --stages P --microbatches M --schedule S [--chunks V]`: generates the
+// `hippo pipeline-plan --stages P --microbatches M --schedule S [--chunks V] [--vocab-cost C]
+// [--vocab-parallel]`: generates the
 // pipeline program, simulates it and prints a timeline per stage with the bubble and the peak
 // stash of each stage, so users can size a pipelined run before they start it. `--format json`
 // prints {"bubble_fraction", "peak_stash", "steps", ...} on one line; `--format csv` the steps.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,6 +29,10 @@ struct PlanOptions {
   double forward_cost = 1;   // of a whole stage's forward of one micro-batch
   double backward_cost = 2;  // of a whole stage's backward
   double transfer_cost = 0;  // of each transfer (activation, gradient, lent stash)
+  // The output layer's forward over the whole vocabulary (its backward twice): on the last stage,
+  // or with vocab_parallel a p-th of it on every stage (pipeline/README.md).
+  double vocab_cost = 0;
+  bool vocab_parallel = false;
 };
 
 pipeline::PipelineShape checked_shape(const PlanOptions& o) {
@@ -38,9 +44,11 @@ pipeline::PipelineShape checked_shape(const PlanOptions& o) {
   if (o.chunks_given && *schedule != pipeline::Schedule::kInterleaved)
     throw BadInput("--chunks: only the interleaved schedule has chunks, the schedule is " +
                    o.schedule);
-  pipeline::PipelineShape shape{o.stages, o.microbatches, *schedule, o.chunks};
+  pipeline::PipelineShape shape{o.stages, o.microbatches, *schedule, o.chunks, o.vocab_parallel};
   if (std::string problem = pipeline::check_shape(shape); !problem.empty())
-    throw BadInput("--" + problem);
+    throw BadInput("--" + (problem.starts_with("vocab_parallel")
+                               ? "vocab-parallel" + problem.substr(std::strlen("vocab_parallel"))
+                               : problem));
   auto check_cost = [](const char* name, double value, bool zero_allowed) {
     if (!std::isfinite(value) || value < 0 || (!zero_allowed && value == 0))
       throw BadInput(std::string(name) + ": expected a " + (zero_allowed ? "" : "positive ") +
@@ -49,16 +57,31 @@ pipeline::PipelineShape checked_shape(const PlanOptions& o) {
   check_cost("--forward-cost", o.forward_cost, false);
   check_cost("--backward-cost", o.backward_cost, false);
   check_cost("--transfer-cost", o.transfer_cost, true);
+  check_cost("--vocab-cost", o.vocab_cost, true);
   return shape;
 }
 
-// Forward and backward costs per chunk (a stage's divided by its chunks), transfers as given.
-pipeline::Costs costs_of(const PlanOptions& o, int chunks) {
+// Forward and backward costs per chunk (a stage's divided by its chunks), transfers as given;
+// the output layer's on the last stage's chunks, or a p-th of it in every stage's vocabulary
+// passes.
+pipeline::Costs costs_of(const PlanOptions& o, int stages, int chunks) {
   using pipeline::Op;
   pipeline::Costs costs =
       pipeline::Costs::uniform(o.forward_cost / chunks, o.backward_cost / chunks);
-  for (Op receive : {Op::kRecvActivation, Op::kRecvGradient, Op::kHold, Op::kReload})
+  for (Op receive :
+       {Op::kRecvActivation, Op::kRecvGradient, Op::kHold, Op::kReload, Op::kRecvEmbedding,
+        Op::kRecvEmbedGradient, Op::kRecvVocabInput, Op::kRecvVocabStats, Op::kRecvVocabGradient})
     costs.by_op[static_cast<int>(receive)] = o.transfer_cost;
+  if (o.vocab_cost == 0) return costs;
+  auto& by_op = costs.by_op;
+  if (o.vocab_parallel) {
+    by_op[static_cast<int>(Op::kVocabForward)] = o.vocab_cost / stages;
+    by_op[static_cast<int>(Op::kVocabBackward)] = 2 * o.vocab_cost / stages;
+    return costs;
+  }
+  costs.by_stage.assign(stages, by_op);
+  costs.by_stage.back()[static_cast<int>(Op::kForward)] += o.vocab_cost / chunks;
+  costs.by_stage.back()[static_cast<int>(Op::kBackward)] += 2 * o.vocab_cost / chunks;
   return costs;
 }
 
@@ -77,6 +100,8 @@ std::string timeline_row(const std::vector<pipeline::TimedInstruction>& steps, d
     if (step.instruction.op == Op::kForward) mark = char('a' + step.instruction.microbatch % 26);
     if (step.instruction.op == Op::kBackward) mark = char('A' + step.instruction.microbatch % 26);
     if (step.instruction.op == Op::kOptimizerStep) mark = 'o';
+    if (step.instruction.op >= Op::kEmbedForward && step.instruction.op <= Op::kVocabBackward)
+      mark = '*';
     // Columns whose middle lies inside the step.
     const int first = static_cast<int>(std::ceil(step.start / width - 0.5));
     const int last = static_cast<int>(std::ceil(step.end / width - 0.5)) - 1;
@@ -92,6 +117,10 @@ void print_plan(const pipeline::Program& program, const pipeline::SimulationRepo
   if (v > 1) std::printf(", %d chunks per stage", v);
   std::printf("; a stage's forward takes %g, its backward %g, a transfer %g\n", o.forward_cost,
               o.backward_cost, o.transfer_cost);
+  if (o.vocab_cost > 0)
+    std::printf("the output layer's forward takes %g, %s\n", o.vocab_cost,
+                program.vocab_parallel ? "a p-th of it in each stage's vocabulary passes"
+                                       : "on the last stage");
   std::printf(
       "makespan %g, bubble %.1f%% (1F1B theory with free transfers: (p-1)/(v*m+p-1) = "
       "%.1f%%)\n\n",
@@ -111,7 +140,7 @@ void print_plan(const pipeline::Program& program, const pipeline::SimulationRepo
   print_table(rows);
   std::printf(
       "\none column = %g time; a-z: forward of micro-batch 0-25 (mod 26), A-Z: its "
-      "backward, o: optimizer step, ~: transfer, .: idle\n",
+      "backward, o: optimizer step, *: vocabulary pass, ~: transfer, .: idle\n",
       width);
   std::printf("peak stash: stashed micro-batch activations held at once (own and lent%s)\n",
               v > 1 ? "; in chunk units, 1/v of a stage each" : "");
@@ -138,18 +167,23 @@ nlohmann::json steps_json(const pipeline::SimulationReport& report) {
 int pipeline_plan(const PlanOptions& o, Format format) {
   const pipeline::PipelineShape shape = checked_shape(o);
   const pipeline::Program program = pipeline::generate(shape);
-  const pipeline::SimulationReport report = pipeline::simulate(program, costs_of(o, shape.chunks));
+  const pipeline::SimulationReport report =
+      pipeline::simulate(program, costs_of(o, shape.stages, shape.chunks));
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.error_text().c_str());  // one line per broken instruction
     throw RunFailed("the generated program is broken (above)");
   }
   if (format == Format::kJson) {
-    nlohmann::json out = {
-        {"schedule", program.schedule},         {"stages", program.stages},
-        {"microbatches", program.microbatches}, {"chunks", program.chunks},
-        {"makespan", report.makespan},          {"bubble_fraction", report.bubble_fraction},
-        {"peak_stash", report.peak_stash},      {"busy", report.busy},
-        {"steps", steps_json(report)}};
+    nlohmann::json out = {{"schedule", program.schedule},
+                          {"stages", program.stages},
+                          {"microbatches", program.microbatches},
+                          {"chunks", program.chunks},
+                          {"vocab_parallel", program.vocab_parallel},
+                          {"makespan", report.makespan},
+                          {"bubble_fraction", report.bubble_fraction},
+                          {"peak_stash", report.peak_stash},
+                          {"busy", report.busy},
+                          {"steps", steps_json(report)}};
     std::printf("%s\n", out.dump().c_str());
   } else if (format == Format::kCsv) {
     std::vector<std::vector<std::string>> rows = {
@@ -186,6 +220,11 @@ void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* ac
   cmd->add_option("--forward-cost", o->forward_cost, "time of a stage's forward (default 1)");
   cmd->add_option("--backward-cost", o->backward_cost, "time of a stage's backward (default 2)");
   cmd->add_option("--transfer-cost", o->transfer_cost, "time of one transfer (default 0)");
+  cmd->add_option("--vocab-cost", o->vocab_cost,
+                  "time of the output layer's forward over the vocabulary (default 0)");
+  cmd->add_flag("--vocab-parallel", o->vocab_parallel,
+                "the embedding and output layer cut by vocabulary over all stages (1f1b, "
+                "interleaved)");
   set_action(cmd, action, kEveryFormat, [o, chunks, &global] {
     o->chunks_given = chunks->count() > 0;
     return pipeline_plan(*o, global.format);

@@ -53,6 +53,30 @@ TEST(PipelinePlanCli, TablePrintsOneTimelinePerStage) {
   EXPECT_NE(r.output.find("1      .abcAABBCC..  9     3     3"), std::string::npos) << r.output;
 }
 
+// A heavy output layer (8 stage forwards) on the last stage against a quarter of it on each of
+// 4 stages: the vocabulary-parallel plan's stages are evenly busy. (Its makespan is no measure of
+// the paper's schedules: each micro-batch's output passes are a barrier of all stages here.)
+TEST(PipelinePlanCli, VocabParallelSpreadsAHeavyOutputLayerOverTheStages) {
+  const std::string plan = "--format json pipeline-plan --stages 4 --microbatches 8 --vocab-cost 8";
+  Result r = hippo(plan + " --schedule 1f1b");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json last = nlohmann::json::parse(r.output);
+  EXPECT_EQ(last["vocab_parallel"], false);
+  EXPECT_EQ(last["busy"][3].get<double>(), 8 * (3 + 24));
+  r = hippo(plan + " --schedule 1f1b --vocab-parallel");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json parallel = nlohmann::json::parse(r.output);
+  EXPECT_EQ(parallel["vocab_parallel"], true);
+  for (const auto& busy : parallel["busy"]) EXPECT_EQ(busy.get<double>(), 8 * (3 + 6));
+  EXPECT_GE(parallel["makespan"].get<double>(), 8 * (3 + 6));
+  r = hippo(
+      "pipeline-plan --stages 2 --microbatches 2 --schedule 1f1b --vocab-cost 2 "
+      "--vocab-parallel");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("*: vocabulary pass"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a p-th of it in each stage's vocabulary passes"), std::string::npos);
+}
+
 TEST(PipelinePlanCli, BadArgumentsExitTwoWithTheReason) {
   const std::pair<const char*, const char*> cases[] = {
       {"--stages 0 --microbatches 4 --schedule 1f1b", "error: --stages: expected an integer"},
@@ -64,6 +88,10 @@ TEST(PipelinePlanCli, BadArgumentsExitTwoWithTheReason) {
        "error: --chunks: only the interleaved schedule has chunks"},
       {"--stages 2 --microbatches 4 --schedule bpipe --backward-cost 0",
        "error: --backward-cost: expected a positive finite time, got 0"},
+      {"--stages 2 --microbatches 4 --schedule gpipe --vocab-parallel",
+       "error: --vocab-parallel: needs at least 2 stages and the 1f1b or interleaved schedule"},
+      {"--stages 2 --microbatches 4 --schedule 1f1b --vocab-cost -1",
+       "error: --vocab-cost: expected a finite time, got -1"},
   };
   for (const auto& [args, error] : cases) {
     Result r = hippo(std::string("pipeline-plan ") + args);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <utility>
 
@@ -142,6 +143,104 @@ TEST(Schedules, BadShapesAreRefusedWithTheField) {
   EXPECT_THROW(generate({4, 6, Schedule::kInterleaved, 2}), std::invalid_argument);
   EXPECT_EQ(parse_schedule("1f1b"), Schedule::kOneFOneB);
   EXPECT_EQ(parse_schedule("zigzag"), std::nullopt);
+  for (PipelineShape bad : {PipelineShape{1, 4, Schedule::kOneFOneB, 1, true},
+                            PipelineShape{4, 4, Schedule::kGPipe, 1, true},
+                            PipelineShape{4, 4, Schedule::kBPipe, 1, true}})
+    EXPECT_EQ(check_shape(bad).rfind("vocab_parallel: needs at least 2 stages", 0), 0u);
+}
+
+bool is_vocab_op(Op op) {
+  return op >= Op::kEmbedForward;
+}
+
+// Costs where the vocabulary passes and every transfer take time, differently per stage.
+Costs vocab_costs(int p) {
+  Costs costs;
+  for (int s = 0; s < p; ++s) {
+    std::array<double, kOpCount> c{};
+    c.fill(0.05);
+    c[int(Op::kForward)] = 1 + 0.1 * s;
+    c[int(Op::kBackward)] = 2;
+    c[int(Op::kVocabForward)] = 0.3;
+    c[int(Op::kVocabBackward)] = 0.6;
+    c[int(Op::kEmbedForward)] = c[int(Op::kEmbedBackward)] = 0.02 * (s + 1);
+    costs.by_stage.push_back(c);
+  }
+  return costs;
+}
+
+// Vocabulary parallelism: 1f1b and interleaved programs with the passes run to the end under
+// default and uneven costs (no deadlock, every message matched, every micro-batch's passes once
+// per stage and in order: the simulator's checks); their forwards and backwards are those of the
+// plain schedule with one more warm-up forward per stage (as if one stage followed the last).
+TEST(Schedules, VocabParallelProgramsAreDeadlockFreeAndInOrder) {
+  int programs = 0;
+  for (Schedule schedule : {Schedule::kOneFOneB, Schedule::kInterleaved}) {
+    for (int p = 2; p <= 8; ++p) {
+      for (int m = 1; m <= 16; ++m) {
+        for (int v = 1; v <= (schedule == Schedule::kInterleaved ? 3 : 1); ++v) {
+          PipelineShape shape{p, m, schedule, v, true};
+          if (!check_shape(shape).empty()) continue;
+          const Program program = generate(shape);
+          SCOPED_TRACE(std::string(schedule_name(schedule)) + " p=" + std::to_string(p) +
+                       " m=" + std::to_string(m) + " v=" + std::to_string(v));
+          EXPECT_TRUE(program.vocab_parallel);
+          for (const Costs& costs : {Costs{}, vocab_costs(p)}) {
+            const SimulationReport report = simulate(program, costs);
+            ASSERT_TRUE(report.ok()) << report.error_text();
+          }
+          shape.vocab_parallel = false;
+          const Program plain = generate(shape);
+          for (int s = 0; s < p; ++s) {
+            std::vector<Instruction> rest, computed, plain_computed;
+            for (const Instruction& ins : program.instructions[s]) {
+              if (!is_vocab_op(ins.op)) rest.push_back(ins);
+              if (ins.op == Op::kForward || ins.op == Op::kBackward) computed.push_back(ins);
+            }
+            for (const Instruction& ins : plain.instructions[s])
+              if (ins.op == Op::kForward || ins.op == Op::kBackward) plain_computed.push_back(ins);
+            EXPECT_EQ(rest.size(), plain.instructions[s].size());
+            // The same forwards and backwards; the backwards in the same (ascending) order.
+            auto backwards = [](const std::vector<Instruction>& list) {
+              std::vector<Instruction> out;
+              for (const Instruction& ins : list)
+                if (ins.op == Op::kBackward) out.push_back(ins);
+              return out;
+            };
+            EXPECT_EQ(backwards(computed), backwards(plain_computed));
+            EXPECT_EQ(computed.size(), plain_computed.size());
+          }
+          ++programs;
+        }
+      }
+    }
+  }
+  EXPECT_GT(programs, 7 * 16);
+}
+
+// The simulator refuses vocabulary passes out of order, missing, repeated, or in a plain program.
+TEST(Schedules, MisplacedVocabPassesAreReported) {
+  const Program good = generate({2, 3, Schedule::kOneFOneB, 1, true});
+  auto problems = [](const Program& program) { return simulate(program).error_text(); };
+  ASSERT_EQ(problems(good), "");
+  auto find = [](std::vector<Instruction>& list, Op op, int mb) {
+    return std::find(list.begin(), list.end(), Instruction{op, mb, 0, -1});
+  };
+  Program swapped = good;  // the vocab backwards of micro-batches 0 and 1 on stage 0
+  std::iter_swap(find(swapped.instructions[0], Op::kVocabBackward, 0),
+                 find(swapped.instructions[0], Op::kVocabBackward, 1));
+  EXPECT_NE(problems(swapped).find("stage 0 instruction"), std::string::npos);
+  EXPECT_NE(problems(swapped).find("out of ascending micro-batch order"), std::string::npos);
+  Program missing = good;
+  missing.instructions[1].erase(find(missing.instructions[1], Op::kEmbedForward, 2));
+  EXPECT_NE(problems(missing).find("stage 1 has no embed forward mb 2"), std::string::npos);
+  Program early = good;  // stage 0's forward of micro-batch 0 before its shards' embeddings
+  auto& first = early.instructions[0];
+  first.insert(first.begin(), Instruction{Op::kForward, 0, 0, -1});
+  EXPECT_NE(problems(early).find("before every shard's embedding"), std::string::npos);
+  Program plain = good;
+  plain.vocab_parallel = false;
+  EXPECT_NE(problems(plain).find("in a program without vocabulary parallelism"), std::string::npos);
 }
 
 }  // namespace

@@ -288,6 +288,32 @@ TEST(Spec, GptExampleParses) {
   EXPECT_EQ(spec_error(spec), "model.tied: expected true or false, got 1");
 }
 
+// The fortunes text in bpe32k's subwords: its own sample counts and vocabulary, and a root key
+// apart from the characters'.
+TEST(Spec, GptOverBpe32kHasItsOwnWindowsVocabularyAndRootKey) {
+  std::ifstream in(HIPPO_SOURCE_DIR "/examples/gpt-fortunes-pipeline.json");
+  json spec = json::parse(in);
+  spec["data"].erase("eval_samples");
+  const std::string characters = parse_spec(spec).root_key;
+  spec["data"]["tokenizer"] = "bpe32k";
+  EXPECT_EQ(spec_error(spec),
+            "model.vocab: the fortunes data has 32768 tokens, more than a vocabulary of 96");
+  spec["model"]["vocab"] = 32768;
+  StudySpec s = parse_spec(spec);
+  EXPECT_EQ(s.data.train_samples, worker::text_samples(worker::kFortunesBpe32kTrainTokens, 64));
+  EXPECT_EQ(s.data.eval_samples, worker::text_samples(worker::kFortunesBpe32kEvalTokens, 64));
+  EXPECT_EQ(s.data.fields, json({{"tokenizer", "bpe32k"}}));
+  spec["data"].erase("tokenizer");
+  EXPECT_NE(s.root_key, parse_spec(spec).root_key);
+  EXPECT_NE(s.root_key, characters);
+  spec["data"]["tokenizer"] = "bpe64k";
+  EXPECT_EQ(spec_error(spec).rfind("data.tokenizer: unknown tokenizer \"bpe64k\"", 0), 0u);
+  spec["data"] = {{"name", "fashion-mnist"}, {"tokenizer", "bpe32k"}};
+  spec["model"] = {{"type", "mlp"}, {"hidden", {16}}};
+  spec.erase("pipeline");
+  EXPECT_EQ(spec_error(spec), "data.tokenizer: only the fortunes text takes a tokenizer");
+}
+
 }  // namespace
 }  // namespace hippo
 

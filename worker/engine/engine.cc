@@ -34,7 +34,8 @@ Engine::Engine(const RunConfig& config, int threads, const std::string& device)
           fnv1a("hippo-engine/1|" + config.model.dump() + "|" + config.data + "|" +
                 std::to_string(config.train_samples) + "|" + std::to_string(config.eval_samples) +
                 "|" + std::to_string(config.seed) +
-                (config.microbatches == 1 ? "" : "|m" + std::to_string(config.microbatches)))),
+                (config.microbatches == 1 ? "" : "|m" + std::to_string(config.microbatches)) +
+                (config.tokenizer.empty() ? "" : "|t" + config.tokenizer))),
       backend_(kernels::make_backend(state_device(config, device), threads)),
       network_(make_network(config, backend_)),
       order_(config.train_samples, config.seed),

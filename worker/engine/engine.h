@@ -36,7 +36,10 @@ struct RunConfig {
   nlohmann::json model;  // {"type":"mlp","hidden":[256,128]},
                          // {"type":"cnn","channels":[32,64],"fc":[128]} or
                          // {"type":"gpt","layers":2,"heads":4,"dim":128,"context":64,"vocab":96}
-  std::string data = "fashion-mnist";                   // or "fortunes" (gpt)
+  std::string data = "fashion-mnist";  // or "fortunes" (gpt)
+  // fortunes' tokenizer (text_data.h): empty for characters, or "bpe32k" (bpe.h); hashed when
+  // given.
+  std::string tokenizer;
   int64_t train_samples = 60000, eval_samples = 10000;  // prefixes of the train / eval sets
   uint64_t seed = 0;
   // Micro-batches per optimizer step (network.h); 1 is the plain step. Other values change the

@@ -19,11 +19,11 @@ constexpr int kEvalSequences = 16;
 std::shared_ptr<const TextCorpus> load_corpus(const RunConfig& c, const GptShape& shape) {
   if (c.data != "fortunes")
     throw std::invalid_argument("data: model gpt reads \"fortunes\", got \"" + c.data + "\"");
-  if (shape.vocab < kTextVocab)
+  auto corpus = load_fortunes(c.data_dir.empty() ? kFortunesDir : c.data_dir, c.tokenizer);
+  if (shape.vocab < corpus->vocab)
     throw std::invalid_argument("model.vocab: " + std::to_string(shape.vocab) +
                                 " is less than the fortunes vocabulary (" +
-                                std::to_string(kTextVocab) + " tokens)");
-  auto corpus = load_fortunes(c.data_dir.empty() ? kFortunesDir : c.data_dir);
+                                std::to_string(corpus->vocab) + " tokens)");
   auto check = [&](int64_t samples, int64_t tokens, const char* field) {
     const int64_t windows = text_samples(tokens, shape.context);
     if (samples < 1 || samples > windows)

@@ -188,6 +188,15 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
         kernels::Buffer<float>& loan = this->loan(mb, chunk);
         return {loan.data(), static_cast<size_t>(loan.size())};
       }
+      case pipeline::Buffer::kEmbedding:
+      case pipeline::Buffer::kEmbeddingIn:
+      case pipeline::Buffer::kEmbedGradient:
+      case pipeline::Buffer::kVocabInput:
+      case pipeline::Buffer::kVocabStats:
+      case pipeline::Buffer::kVocabStatsIn:
+      case pipeline::Buffer::kVocabGradient:
+      case pipeline::Buffer::kVocabGradientIn:
+        break;  // the programs of this engine have no vocabulary passes
     }
     throw std::logic_error("pipeline stage: unknown buffer");
   }

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "worker/engine/bpe.h"
+
 namespace hippo::worker {
 namespace {
 
@@ -62,6 +64,29 @@ std::shared_ptr<const TextCorpus> read_corpus(const std::string& dir) {
   return corpus;
 }
 
+// The characters' text of each split, encoded by the tokenizer.
+std::shared_ptr<const TextCorpus> encode_corpus(const TextCorpus& characters,
+                                                const std::string& name, const std::string& dir) {
+  const Bpe& bpe = tokenizer(name);
+  auto corpus = std::make_shared<TextCorpus>();
+  corpus->vocab = bpe.vocab();
+  auto encode = [&](const std::vector<int32_t>& tokens) {
+    std::string text;
+    for (int32_t t : tokens) text += token_char(t);
+    return bpe.encode(text);
+  };
+  corpus->train = encode(characters.train);
+  corpus->eval = encode(characters.eval);
+  if (std::ssize(corpus->train) != kFortunesBpe32kTrainTokens ||
+      std::ssize(corpus->eval) != kFortunesBpe32kEvalTokens)
+    throw std::runtime_error(dir + ": the fortunes corpus has " +
+                             std::to_string(corpus->train.size()) + " training and " +
+                             std::to_string(corpus->eval.size()) + " evaluation " + name +
+                             " tokens, expected " + std::to_string(kFortunesBpe32kTrainTokens) +
+                             " and " + std::to_string(kFortunesBpe32kEvalTokens));
+  return corpus;
+}
+
 }  // namespace
 
 int32_t text_token(unsigned char byte) {
@@ -75,12 +100,16 @@ char token_char(int32_t token) {
   return token == 0 ? '\n' : static_cast<char>(token + 31);
 }
 
-std::shared_ptr<const TextCorpus> load_fortunes(const std::string& dir) {
+std::shared_ptr<const TextCorpus> load_fortunes(const std::string& dir,
+                                                const std::string& tokenizer) {
   static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const TextCorpus>> cache;
+  static std::map<std::pair<std::string, std::string>, std::shared_ptr<const TextCorpus>> cache;
   std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<const TextCorpus>& slot = cache[dir];
-  if (!slot) slot = read_corpus(dir);
+  std::shared_ptr<const TextCorpus>& characters = cache[{dir, ""}];
+  if (!characters) characters = read_corpus(dir);
+  if (tokenizer.empty()) return characters;
+  std::shared_ptr<const TextCorpus>& slot = cache[{dir, tokenizer}];
+  if (!slot) slot = encode_corpus(*characters, tokenizer, dir);
   return slot;
 }
 

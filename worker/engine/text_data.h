@@ -11,6 +11,9 @@
 // Vocabulary (kTextVocab = 96 tokens): '\n' is token 0, the printable ASCII bytes ' ' (32) to '~'
 // (126) are tokens 1 to 95 (byte - 31).
 //
+// Subwords. With a tokenizer (bpe.h: "bpe32k", the data spec's "tokenizer"), each split is the
+// same text, the characters of its tokens above, encoded by that tokenizer instead.
+//
 // Samples. Sample i of a split of context T is the window tokens[i T, i T + T + 1): inputs are its
 // first T tokens, targets the last T (each position predicts the next token). Consecutive windows
 // share one token, so every token but the first is a target exactly once; a split of n tokens has
@@ -34,6 +37,9 @@ inline constexpr std::array<const char*, 7> kFortunesFiles = {
 // spec may ask for from them; the loader refuses a corpus of other sizes).
 inline constexpr int64_t kFortunesTrainTokens = 588288;
 inline constexpr int64_t kFortunesEvalTokens = 68654;
+// The same splits in bpe32k's tokens.
+inline constexpr int64_t kFortunesBpe32kTrainTokens = 158863;
+inline constexpr int64_t kFortunesBpe32kEvalTokens = 18425;
 
 // The token of a byte, or -1 for a byte outside the vocabulary ('\t' is a space's token).
 int32_t text_token(unsigned char byte);
@@ -41,13 +47,16 @@ int32_t text_token(unsigned char byte);
 char token_char(int32_t token);
 
 struct TextCorpus {
-  std::vector<int32_t> train, eval;  // tokens, each in [0, kTextVocab)
+  std::vector<int32_t> train, eval;  // tokens, each in [0, vocab)
+  int vocab = kTextVocab;
 };
 
-// The corpus from `dir` (normally kFortunesDir), read once per process and shared; throws
-// std::runtime_error naming the file when one is missing or unreadable, or the sizes differ from
-// kFortunes*Tokens (another version of the package).
-std::shared_ptr<const TextCorpus> load_fortunes(const std::string& dir);
+// The corpus from `dir` (normally kFortunesDir) in the tokens of `tokenizer` (empty: characters),
+// read once per process and shared; throws std::runtime_error naming the file when one is missing
+// or unreadable, or the sizes differ from kFortunes*Tokens (another version of the package), and
+// std::invalid_argument for an unknown tokenizer.
+std::shared_ptr<const TextCorpus> load_fortunes(const std::string& dir,
+                                                const std::string& tokenizer = "");
 
 // Samples of context `context` in a split of `tokens` tokens: (tokens - 1) / context.
 inline int64_t text_samples(int64_t tokens, int context) {

@@ -46,6 +46,26 @@ TEST(PipelinedTest, EverySchedulePipelinedEqualsUnpipelinedBitForBit) {
   }
 }
 
+// The gpt over bpe32k's subwords (a vocabulary of 32,768): pipelined equals unpipelined, and the
+// tokenizer is part of the config hash.
+TEST(PipelinedTest, Bpe32kGptPipelinedEqualsUnpipelined) {
+  RunConfig c = config(1, "1f1b", 1);
+  c.model["layers"] = 2;
+  c.model["vocab"] = 32768;
+  c.tokenizer = "bpe32k";
+  const PipelineRun alone = train(c);
+  EXPECT_GT(alone.metrics.loss, 9.0);  // about ln 32768 = 10.4 after 3 steps
+  EXPECT_LT(alone.metrics.loss, 11.0);
+  c.pipeline_stages = 2;
+  const PipelineRun piped = train(c);
+  EXPECT_TRUE(piped.state == alone.state);
+  EXPECT_EQ(piped.metrics.loss, alone.metrics.loss);
+  c.tokenizer.clear();
+  EXPECT_NE(Engine(c, 1).config_hash(), alone.hash);
+  c.tokenizer = "bpe64k";
+  EXPECT_THROW(Engine(c, 1), std::invalid_argument);
+}
+
 // Micro-batches change the sums: another state and another config hash (so that a checkpoint
 // of one is refused by the other), while the loss stays close.
 TEST(PipelinedTest, MicrobatchesBelongToTheConfig) {
