@@ -226,6 +226,13 @@ TEST_F(Lifecycle, AWorkerThatCannotWriteIsSetAside) {
     if (w["name"] == "a-bad")
       said = w.value("unavailable", "").find("File too large") != std::string::npos;
   EXPECT_TRUE(said) << workers;
+  // The table says it too, in place of "idle".
+  const std::string table = sh(kHippo + " --master " + address + " workers").out;
+  const size_t row = table.find("a-bad");
+  ASSERT_NE(row, std::string::npos) << table;
+  const std::string line = table.substr(row, table.find('\n', row) - row);
+  EXPECT_NE(line.find("no work: "), std::string::npos) << table;
+  EXPECT_NE(line.find("File too large"), std::string::npos) << table;
 }
 
 // Two workers on checkpoint directories of their own; the first trains alone until the second
