@@ -249,6 +249,9 @@ class StudyDriver {
   int64_t trained_length(const TrackedTrial& t) const;
   // Stages trained further since the last call (the scheduler's priorities forget trained ones).
   std::vector<StageId> take_trained_stages() { return std::exchange(trained_stages_, {}); }
+  // Studies whose summary is to be recorded in the plan since the last call: those that ended,
+  // and ended ones whose account grew (a job that served them ended late).
+  std::set<int64_t> take_summaries_due() { return std::exchange(summaries_due_, {}); }
 
   // Whether something changed what can be scheduled since the last call (and resets it).
   bool take_schedule_change();
@@ -337,6 +340,7 @@ class StudyDriver {
   int64_t studies_ended_ = 0;
   std::set<StageId> failed_stages_;
   std::vector<StageId> trained_stages_;  // since take_trained_stages
+  std::set<int64_t> summaries_due_;      // since take_summaries_due
   std::set<int64_t> charged_;            // studies whose edits were applied since the last charge
   Clock::time_point accounts_saved_{};
   TrialId next_trial_ = 0;

@@ -41,7 +41,8 @@ def test_a_study_from_python_end_to_end(tmp_path):
 
     rows = hippo.metrics("from-python", db=db)
     assert len(rows) == sum(len(t["metrics"]) for t in trials) == 4 * 3 * 3  # accuracy, loss, params
-    assert set(rows[0]) == {"trial", "status", "step", "metric", "value", "lr.init", "lr.every"}
+    assert set(rows[0]) == {"trial", "status", "end_step", "step", "metric", "value", "lr.init",
+                            "lr.every"}
     pandas = pytest.importorskip("pandas")
     frame = hippo.dataframe("from-python", db=db)
     assert isinstance(frame, pandas.DataFrame)
