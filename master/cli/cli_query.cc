@@ -365,12 +365,18 @@ int best(const std::string& name, const GlobalOptions& global) {
                     " yet");
   // Its params in the spec's order, in JSON as in the table.
   const nlohmann::ordered_json params = master::ordered_params(b->first->params, v.param_names);
-  nlohmann::ordered_json out = {{"study", v.row.name},      {"trial", b->first->number},
+  // Its status too: the best value may be a trial's that its searcher stopped (at end_step).
+  const TrialRow& t = *b->first;
+  nlohmann::ordered_json out = {{"study", v.row.name},      {"trial", t.number},
                                 {"params", params},         {"metric", v.metric},
-                                {"value", b->second.value}, {"step", b->second.step}};
+                                {"value", b->second.value}, {"step", b->second.step},
+                                {"status", to_string(t.status)}};
+  if (t.end_step) out["end_step"] = *t.end_step;
+  const std::string status =
+      to_string(t.status) + (t.end_step ? " at " + std::to_string(*t.end_step) : "");
   const std::vector<std::vector<std::string>> rows = {
-      {"trial", "metric", "value", "step", "params"},
-      {std::to_string(b->first->number), v.metric, number_text(b->second.value),
+      {"trial", "status", "metric", "value", "step", "params"},
+      {std::to_string(t.number), status, v.metric, number_text(b->second.value),
        std::to_string(b->second.step), params.dump()}};
   if (global.format == Format::kJson)
     std::printf("%s\n", out.dump().c_str());

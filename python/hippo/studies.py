@@ -158,7 +158,8 @@ def trials(study, db=None):
 
 
 def best(study, db=None):
-    """The best trial: {"study", "trial", "params", "metric", "value", "step"}; for a study of
+    """The best trial: {"study", "trial", "params", "metric", "value", "step", "status"} (and
+    "end_step" when it was stopped early); for a study of
     several objectives, its Pareto front: a list of {"trial", "params", "values": {metric:
     value}, "step"}, the feasible trials that no feasible trial dominates."""
     return _last_json(_call(["best", str(study)], db=db)[1])

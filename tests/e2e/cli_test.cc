@@ -380,6 +380,9 @@ TEST_F(Cli, AshaStopsWhatItLeavesBelowMaxLengthAndSummaryRepeatsRun) {
     const std::string best = sh(hippo("a.db") + "--format " + format + " best asha").out;
     EXPECT_LT(best.find("lr.init"), best.find("lr.every")) << best;
   }
+  // best says its trial's status: the best loss at any step may be a stopped trial's.
+  const json best = json::parse(sh(hippo("a.db") + "--format json best asha").out);
+  EXPECT_EQ(best["status"], trials[best["trial"].get<int>() - 1]["status"]) << best;
   // The JSON line too: run's last line is summary's.
   Result line =
       sh(hippo("a.db") + "--format json run " + spec("line", json::object()) + " --workers 2");
