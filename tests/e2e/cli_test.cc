@@ -1,7 +1,10 @@
 // The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
 // against a real study's, `resume` without a plan, the output formats of every command (each prints
 // the format asked for or refuses it, exit 2, changing nothing), `submit --wait`'s summary,
-// --version, --help and `hippo worker`.
+// --version, --help and `hippo worker`; results as an Optuna user expects them: ASHA's stopped
+// trials, parameter columns in the spec's order, `summary` equal to what `run` printed, `wait` on a
+// cluster's study, steps shared between studies, bf16 refused where it would fail, and messages
+// that suggest what works.
 #include <map>
 #include <sstream>
 
