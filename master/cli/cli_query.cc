@@ -367,10 +367,10 @@ int best(const std::string& name, const GlobalOptions& global) {
   const nlohmann::ordered_json params = master::ordered_params(b->first->params, v.param_names);
   // Its status too: the best value may be a trial's that its searcher stopped (at end_step).
   const TrialRow& t = *b->first;
-  nlohmann::ordered_json out = {{"study", v.row.name},      {"trial", t.number},
-                                {"params", params},         {"metric", v.metric},
-                                {"value", b->second.value}, {"step", b->second.step},
-                                {"status", to_string(t.status)}};
+  nlohmann::ordered_json out = {
+      {"study", v.row.name},          {"trial", t.number},        {"params", params},
+      {"metric", v.metric},           {"value", b->second.value}, {"step", b->second.step},
+      {"status", to_string(t.status)}};
   if (t.end_step) out["end_step"] = *t.end_step;
   const std::string status =
       to_string(t.status) + (t.end_step ? " at " + std::to_string(*t.end_step) : "");
