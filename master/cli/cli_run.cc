@@ -411,6 +411,7 @@ int resume_study(const std::string& name, const LocalRun& local, const GlobalOpt
   StudySpec spec;
   try {
     spec = parse_spec(row->spec);
+    check_devices(spec, !local.gpus.empty());  // before it is taken up: nothing changes
     m.resume(row->id);
   } catch (const SpecError& e) {
     throw BadInput(e.what());
