@@ -980,7 +980,7 @@ void StudyDriver::apply_op(const edit::Count& op) {
       a.bytes_moved += op.bytes;
       a.transfer_s += op.transfer_s;
       it->second.account_changed = true;
-      if (it->second.status != StudyStatus::kRunning) summaries_due_.insert(id);
+      if (it->second.status != StudyStatus::kRunning) grown_after_end_.insert(id);
     }
 }
 
@@ -1002,6 +1002,15 @@ void StudyDriver::apply_op(const edit::SaveAccounts& op) {
 
 // ---------------------------------------------------------------------------------------------
 // Accounting and what the scheduler reads.
+
+std::set<int64_t> StudyDriver::take_summaries_due() {
+  if (!grown_after_end_.empty() && seconds_since(late_summaries_) >= kLateSummaryEvery_s) {
+    summaries_due_.merge(grown_after_end_);
+    grown_after_end_.clear();
+    late_summaries_ = Clock::now();
+  }
+  return std::exchange(summaries_due_, {});
+}
 
 bool StudyDriver::take_schedule_change() {
   return std::exchange(schedule_changed_, false);
