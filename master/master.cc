@@ -121,7 +121,10 @@ void Master::sweep_checkpoints() {
 void Master::in_process(const std::function<void()>& fn) {
   outbox_.emplace();
   try {
-    plan_.transaction(fn);
+    plan_.transaction([&] {
+      fn();
+      record_due_summaries();
+    });
   } catch (...) {
     outbox_.reset();  // nothing was committed: nothing is sent
     if (events_) events_->discard();
@@ -176,6 +179,23 @@ std::optional<double> Master::seconds_to_wake() const {
 
 StudySummary Master::summary(int64_t study) {
   return summarize(driver_, tree_, plan_, study, pool_.size());
+}
+
+json Master::record(int64_t study) {
+  json s = summary(study).to_json();
+  std::optional<EventRow> last = plan_.last_event(study, "summary");
+  if (!last || last->detail != s) apply(Edit{}.add(edit::AddEvent{study, "summary", s}));
+  return s;
+}
+
+void Master::record_due_summaries() {
+  for (int64_t study : driver_.take_summaries_due()) record(study);
+}
+
+json Master::record_summary(int64_t study) {
+  json s;
+  in_process([&] { s = record(study); });
+  return s;
 }
 
 Progress Master::progress(int64_t study) const {
@@ -282,6 +302,7 @@ void Master::step(std::vector<protocol::Envelope>& batch) {
     }
     if (!storages_.deletions().empty()) apply(copies_.deletions());
     apply(Edit{}.add(edit::SaveAccounts{5}));
+    record_due_summaries();
   });
   if (began) {
     if (!busy_error_.empty()) spdlog::info("the search plan is writable again");

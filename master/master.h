@@ -145,6 +145,9 @@ class Master {
   // The search plan written to a new file (SearchPlan::save_copy): an in-memory plan's way out.
   void save_plan_copy(const std::string& path) { plan_.save_copy(path); }
   StudySummary summary(int64_t study);
+  // The study's summary as JSON, recorded in the plan (a `summary` event, what `hippo summary`
+  // prints) when it differs from the last one recorded: `run` prints what it returns.
+  json record_summary(int64_t study);
   Progress progress(int64_t study) const;
   // Handles messages until no job runs any more, for at most patience_s: the jobs of a study that
   // ended finish (their Done is on the way) instead of being cut off.
@@ -181,6 +184,10 @@ class Master {
   // What the CLI asks between polls (submit, resume, ...): fn in a transaction of its own (that
   // waits for the lock as long as the plan's busy timeout), its sends after the commit.
   void in_process(const std::function<void()>& fn);
+  // In a transaction: records the summary of each study the driver says is due (one that ended,
+  // or whose account grew after its end), as record_summary does (record: one study's).
+  void record_due_summaries();
+  json record(int64_t study);
   // Whether anything but messages asks for a round now (lost workers, work queued, a retry due).
   bool housekeeping_due() const;
   // Handles one message; a bad one is refused and logged (rate-limited).

@@ -63,6 +63,31 @@ json values_json(const TrialResult& r, const Goals& goals) {
   return values;
 }
 
+std::vector<std::string> param_order(const json& spec, const std::vector<TrialRow>& trials) {
+  std::vector<std::string> order;
+  std::set<std::string> seen;
+  try {
+    const StudySpec parsed = parse_spec(spec);
+    for (const Param& leaf : parsed.space.params())
+      if (seen.insert(leaf.name).second) order.push_back(leaf.name);
+  } catch (const SpecError&) {
+    // A spec stored by another version that this one refuses: the trials' names still show.
+  }
+  for (const TrialRow& t : trials)
+    for (const auto& [name, value] : t.params.items())
+      if (seen.insert(name).second) order.push_back(name);
+  return order;
+}
+
+nlohmann::ordered_json ordered_params(const json& params, const std::vector<std::string>& order) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const std::string& name : order)
+    if (auto it = params.find(name); it != params.end()) out[name] = *it;
+  for (const auto& [name, value] : params.items())
+    if (!out.contains(name)) out[name] = value;
+  return out;
+}
+
 json StudySummary::to_json() const {
   json j{{"study", name},
          {"status", status},
@@ -73,6 +98,7 @@ json StudySummary::to_json() const {
          {"steps_reused", steps_reused},
          {"steps_earlier_runs", steps_earlier_runs},
          {"steps_redone", steps_redone},
+         {"steps_shared", steps_shared},
          {"critical_path_steps", critical_path_steps},
          {"bytes_moved", bytes_moved},
          {"transfer_s", std::round(transfer_s * 1000) / 1000},
@@ -111,11 +137,12 @@ Progress progress(const StudyDriver& driver, const StageTree& tree, int64_t stud
 
 namespace {
 
-// The steps of the study's needed paths that its own jobs trained (each once), and those that
-// its jobs that ended before `since` (unix seconds) trained: executions mapped onto the tree's
-// stages, as unions of step ranges clipped to what the study needs.
+// The steps of the study's needed paths that its own jobs trained (each once), those that its
+// jobs that ended before `since` (unix seconds) trained, and those that its jobs trained for
+// other studies too (a job serves every study whose trials need its stage): executions mapped
+// onto the tree's stages, as unions of step ranges clipped to what the study needs.
 struct OwnSteps {
-  int64_t trained = 0, before = 0;
+  int64_t trained = 0, before = 0, shared = 0;
 };
 OwnSteps own_steps(const StageTree& tree, const std::map<TrialId, int64_t>& needed,
                    const std::vector<ExecutionRow>& executions, double since) {
@@ -128,7 +155,7 @@ OwnSteps own_steps(const StageTree& tree, const std::map<TrialId, int64_t>& need
       end = std::max(end, std::min(x.end, length));
     }
   using Ranges = std::vector<std::pair<int64_t, int64_t>>;
-  std::unordered_map<StageId, Ranges> all, early;
+  std::unordered_map<StageId, Ranges> all, early, shared;
   for (const ExecutionRow& e : executions) {
     if (e.reached <= e.from || !tree.has_trial(e.trial)) continue;
     for (StageId id : tree.path(e.trial)) {
@@ -140,6 +167,7 @@ OwnSteps own_steps(const StageTree& tree, const std::map<TrialId, int64_t>& need
       if (from >= to) continue;
       all[id].push_back({from, to});
       if (e.ended_at < since) early[id].push_back({from, to});
+      if (e.studies.size() > 1) shared[id].push_back({from, to});
     }
   }
   auto union_length = [](std::unordered_map<StageId, Ranges>& by_stage) {
@@ -155,7 +183,7 @@ OwnSteps own_steps(const StageTree& tree, const std::map<TrialId, int64_t>& need
     }
     return total;
   };
-  return {union_length(all), union_length(early)};
+  return {union_length(all), union_length(early), union_length(shared)};
 }
 
 }  // namespace
@@ -192,6 +220,7 @@ StudySummary summarize(const StudyDriver& driver, const StageTree& tree, SearchP
   // Of what is trained so far (all of it, once the study is done), what its own jobs did not.
   out.steps_reused = std::max<int64_t>(0, p.steps_trained - own.trained);
   out.steps_earlier_runs = own.before;
+  out.steps_shared = own.shared;
   out.steps_redone = std::max<int64_t>(0, out.steps_executed - own.trained);
   out.wall_s = s.wall_s();
   out.active_s = s.run_s();

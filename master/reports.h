@@ -47,6 +47,14 @@ std::vector<TrialResult> pareto_optimal(const std::vector<TrialResult>& results,
 // {metric: value} of a result, by objective.
 json values_json(const TrialResult& r, const Goals& goals);
 
+// A study's parameter names in the order of its spec: its search space's leaves (docs/spec.md:
+// by setting name, then the schedule's field order, then list position; model leaves last), then
+// any other name its trials' params hold, in the order met. The one order of parameter columns
+// (`trials`, `best`, `export`); a stored spec this binary cannot read gives the trials' order.
+std::vector<std::string> param_order(const json& spec, const std::vector<TrialRow>& trials);
+// `params` with its names in that order (names not in `order` last, as they come).
+nlohmann::ordered_json ordered_params(const json& params, const std::vector<std::string>& order);
+
 struct StudySummary {
   int64_t study = 0;
   std::string name;
@@ -64,6 +72,9 @@ struct StudySummary {
   int64_t steps_reused = 0;
   int64_t steps_earlier_runs = 0;
   int64_t steps_redone = 0;
+  // Of the steps its jobs trained, those the same jobs trained for other studies too (studies
+  // running at the same time that need the same stages): counted in each one's steps_executed.
+  int64_t steps_shared = 0;
   int64_t critical_path_steps = 0;
   // Checkpoint bytes fetched from other storages for its jobs (no shared disk), and the seconds
   // those fetches took.

@@ -69,9 +69,24 @@ std::string names_in(const json& metrics) {
   return out;
 }
 
-const char* kCommandsHint =
-    "resume it with `hippo resume {}` if it was interrupted, give this spec another \"name\", or "
-    "delete the old study with `hippo delete {}`";
+// How to go on when a study of the name exists: only an interrupted one can be resumed; an ended
+// one keeps its results (`hippo summary`), and a new run needs another name or its deletion.
+std::string commands_hint(const StudyRow& old) {
+  if (old.status == StudyStatus::kInterrupted)
+    return fmt::format(
+        "resume it with `hippo resume {0}`, give this spec another \"name\", or delete the old "
+        "study with `hippo delete {0}`",
+        old.name);
+  if (old.status == StudyStatus::kRunning)
+    return fmt::format(
+        "it is running: wait for it (`hippo wait {0}`), cancel it (`hippo cancel {0}`), or give "
+        "this spec another \"name\"",
+        old.name);
+  return fmt::format(
+      "it has ended (`hippo summary {0}` shows its results): give this spec another \"name\", or "
+      "delete the old study with `hippo delete {0}` to run it again",
+      old.name);
+}
 
 }  // namespace
 
@@ -241,7 +256,7 @@ Edit StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy po
   if (std::optional<StudyRow> old = plan_.study_by_name(spec.name))
     throw std::invalid_argument(
         fmt::format("a study named {} exists already ({}); ", spec.name, to_string(old->status)) +
-        fmt::format(fmt::runtime(kCommandsHint), spec.name, spec.name));
+        commands_hint(*old));
   auto created = std::make_shared<TrackedStudy>();
   TrackedStudy& s = *created;
   s.spec = spec;
@@ -880,6 +895,7 @@ void StudyDriver::apply_op(const edit::EndStudy& op) {
   s.account_changed = false;
   plan_.add_event(s.id, op.status == StudyStatus::kDone ? "finished" : to_string(op.status),
                   {{"error", op.error}});
+  summaries_due_.insert(s.id);
   touched(s.id);
   if (op.status == StudyStatus::kFailed)
     spdlog::error("study {} failed: {}", s.spec.name, op.error);
@@ -964,6 +980,7 @@ void StudyDriver::apply_op(const edit::Count& op) {
       a.bytes_moved += op.bytes;
       a.transfer_s += op.transfer_s;
       it->second.account_changed = true;
+      if (it->second.status != StudyStatus::kRunning) grown_after_end_.insert(id);
     }
 }
 
@@ -985,6 +1002,15 @@ void StudyDriver::apply_op(const edit::SaveAccounts& op) {
 
 // ---------------------------------------------------------------------------------------------
 // Accounting and what the scheduler reads.
+
+std::set<int64_t> StudyDriver::take_summaries_due() {
+  if (!grown_after_end_.empty() && seconds_since(late_summaries_) >= kLateSummaryEvery_s) {
+    summaries_due_.merge(grown_after_end_);
+    grown_after_end_.clear();
+    late_summaries_ = Clock::now();
+  }
+  return std::exchange(summaries_due_, {});
+}
 
 bool StudyDriver::take_schedule_change() {
   return std::exchange(schedule_changed_, false);

@@ -249,6 +249,11 @@ class StudyDriver {
   int64_t trained_length(const TrackedTrial& t) const;
   // Stages trained further since the last call (the scheduler's priorities forget trained ones).
   std::vector<StageId> take_trained_stages() { return std::exchange(trained_stages_, {}); }
+  // Studies whose summary is to be recorded in the plan since the last call: those that ended,
+  // and, at most every kLateSummaryEvery_s, ended ones whose account grew since (a job that served
+  // them went on or ended late): a summary costs a pass over the study's trials and executions.
+  std::set<int64_t> take_summaries_due();
+  static constexpr double kLateSummaryEvery_s = 5;
 
   // Whether something changed what can be scheduled since the last call (and resets it).
   bool take_schedule_change();
@@ -337,6 +342,9 @@ class StudyDriver {
   int64_t studies_ended_ = 0;
   std::set<StageId> failed_stages_;
   std::vector<StageId> trained_stages_;  // since take_trained_stages
+  std::set<int64_t> summaries_due_;      // since take_summaries_due
+  std::set<int64_t> grown_after_end_;    // ended studies whose account grew since then
+  Clock::time_point late_summaries_{};   // when those were last taken
   std::set<int64_t> charged_;            // studies whose edits were applied since the last charge
   Clock::time_point accounts_saved_{};
   TrialId next_trial_ = 0;

@@ -69,6 +69,8 @@ class RungRanking {
   virtual void promote(RequestId id, const ParetoPoint& p) = 0;
   // The best waiting trial, when its place in the ranking is below floor(count / eta).
   virtual std::optional<RequestId> promotable(int64_t eta) const = 0;
+  // The trials that wait there, not promoted, best first.
+  virtual std::vector<RequestId> waiting() const = 0;
 };
 
 // A trial's place in a rung's ranking: its value there (negated when the mode is max) and its id,
@@ -95,6 +97,11 @@ class ValueRanking : public RungRanking {
     const RankKey& best = *waiting_.begin();
     if (ranked_.order_of_key(best) < ranked_.size() / static_cast<size_t>(eta)) return best.second;
     return std::nullopt;
+  }
+  std::vector<RequestId> waiting() const override {
+    std::vector<RequestId> ids;
+    for (const RankKey& k : waiting_) ids.push_back(k.second);
+    return ids;
   }
 
  private:
@@ -126,6 +133,13 @@ class ParetoRanking : public RungRanking {
     for (size_t place = 0; place < limit; ++place)
       if (waiting_.count(order_[place])) return order_[place];
     return std::nullopt;
+  }
+  std::vector<RequestId> waiting() const override {  // in the ranking's order, as asha's
+    if (order_.empty()) order_ = ranking();
+    std::vector<RequestId> ids;
+    for (RequestId id : order_)
+      if (waiting_.count(id)) ids.push_back(id);
+    return ids;
   }
 
  private:
@@ -400,6 +414,7 @@ class HalvingSearcher : public Searcher {
     trials_.push_back(new_trial(id));
     ++running_;
     ++bracket_running_[trials_.back().bracket];
+    ++running_at(0);
     ops.push_back(Create{id, trials_.back().params, std::nullopt});
     ops.push_back(train(id));
   }
@@ -412,6 +427,7 @@ class HalvingSearcher : public Searcher {
     t.running = true;
     ++running_;
     ++bracket_running_[t.bracket];
+    ++running_at(t.rung());
     ops.push_back(train(id));
   }
 
@@ -428,12 +444,14 @@ class HalvingSearcher : public Searcher {
   void reindex() {
     running_ = 0;
     bracket_running_.assign(brackets_.size(), 0);
+    running_at_.clear();
     for (std::unique_ptr<RungRanking>& r : rungs_) r = new_ranking();
     for (RequestId id = 0; id < static_cast<RequestId>(trials_.size()); ++id) {
       const TrialState& t = trials_[id];
       if (t.running) {
         ++running_;
         ++bracket_running_[t.bracket];
+        ++running_at(t.rung());
       }
       for (int k = 0; k <= t.rung() && static_cast<size_t>(k) < rungs_.size(); ++k) {
         if (!t.values[k] || (k == t.rung() && t.running)) continue;
@@ -441,6 +459,9 @@ class HalvingSearcher : public Searcher {
         if (k < t.rung()) rungs_[k]->promote(id, *t.values[k]);
       }
     }
+    // The rungs settled before the state was saved had their trials stopped then.
+    settled_ = 0;
+    while (settled(settled_)) ++settled_;
   }
 
   // The master applies operations in order, and a Train whose steps are already trained and
@@ -458,11 +479,30 @@ class HalvingSearcher : public Searcher {
     t.running = false;
     --running_;
     --bracket_running_[t.bracket];
+    --running_at(t.rung());
     if (failed) t.values.back().reset();
     rank_at_rung(trial);
     std::vector<Operation> ops = asynchronous() ? fill() : halve(t.bracket);
+    // asha, moasha: the trials of a rung that has settled stay below max_length: stopped there.
+    for (; settled(settled_); ++settled_)
+      for (RequestId id : rungs_[settled_]->waiting()) ops.push_back(Stop{id});
     if (running_ == 0) ops.push_back(Finish{});
     return ops;
+  }
+
+  // asha, moasha: rung k (below the top) has settled when no trial can join it any more and none
+  // of it can be promoted: every trial is created, none runs to rung k or below, the rungs below
+  // have settled, and none of rung k's waiting trials is among the first floor(count / eta) of
+  // its ranking. Nothing changes a settled rung again, so its waiting trials are stopped there.
+  // Rungs settle in order, from 0; at the study's end (nothing in flight) all have.
+  bool settled(size_t k) {
+    if (k >= rungs_.size() || static_cast<int64_t>(trials_.size()) < brackets_[0].size)
+      return false;
+    return running_at(static_cast<int>(k)) == 0 && !rungs_[k]->promotable(eta_);
+  }
+  int64_t& running_at(int rung) {
+    if (static_cast<size_t>(rung) >= running_at_.size()) running_at_.resize(rung + 1, 0);
+    return running_at_[rung];
   }
 
   // The trials among [first, last) that finished rung k with a value, best first (sha and
@@ -537,6 +577,8 @@ class HalvingSearcher : public Searcher {
   std::vector<int64_t> bracket_running_;  // by bracket
   // asha, moasha: rungs 0 .. top - 1; empty for sha, hyperband.
   std::vector<std::unique_ptr<RungRanking>> rungs_;
+  std::vector<int64_t> running_at_;  // trials running, by the rung they are trained to
+  size_t settled_ = 0;               // asha, moasha: rungs 0 .. settled_ - 1 have settled
 };
 
 SearcherKind halving_kind(Kind kind, std::vector<std::string> extra) {

@@ -1209,6 +1209,15 @@ std::vector<EventRow> SearchPlan::events(std::optional<int64_t> study, int64_t l
   return rows;
 }
 
+std::optional<EventRow> SearchPlan::last_event(int64_t study, const std::string& kind) {
+  Query q(*this,
+          "SELECT id, time, study_id, kind, detail FROM events WHERE study_id = ? AND kind = ? "
+          "ORDER BY id DESC LIMIT 1",
+          study, kind);
+  if (!q.next()) return std::nullopt;
+  return EventRow{q.int64(0), q.real(1), q.int64(2), q.text(3), q.json(4)};
+}
+
 std::vector<EventRow> SearchPlan::events_of_kind(const std::string& kind) {
   Query q(*this, "SELECT id, time, study_id, kind, detail FROM events WHERE kind = ? ORDER BY id",
           kind);

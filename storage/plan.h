@@ -367,6 +367,8 @@ class SearchPlan {
   std::vector<EventRow> events(std::optional<int64_t> study, int64_t limit);
   // Every event of one kind, oldest first.
   std::vector<EventRow> events_of_kind(const std::string& kind);
+  // The newest event of one kind of a study, if any (the master's recorded `summary` of a study).
+  std::optional<EventRow> last_event(int64_t study, const std::string& kind);
 
   // The stage tree. Trials are stored by add_trial (and their lengths by set_trial_length);
   // these store the stages. save_tree writes every stage; save_change writes only those that

@@ -101,6 +101,12 @@ struct LoadedSpec {
   nlohmann::json spec_json;
 };
 LoadedSpec load_spec_file(const std::string& path);
+// A study's summary (master::StudySummary::to_json's fields), as `run`, `resume`, `submit --wait`,
+// `summary` and `wait` print it: one JSON line, or the table.
+void print_summary(const nlohmann::json& summary, Format format);
+// BadInput when the spec needs a GPU (precision bf16 on a built-in model) and `on_gpus` is false:
+// for `run` without --gpus, and for `preview` on a machine without a CUDA device.
+void check_devices(const StudySpec& spec, bool on_gpus);
 // --policy: shared or trial-based; BadInput otherwise.
 Policy policy_of(const std::string& text);
 

@@ -49,6 +49,9 @@ int workers(const GlobalOptions& global) {
              cell(job["step"]);
     }
     if (w.value("draining", false)) work += " (draining)";
+    // Why it gets no work (its own fault, or set aside after failures): idle is not the word.
+    if (w.contains("unavailable") && !w.contains("job"))
+      work = "no work: " + w["unavailable"].get<std::string>();
     std::string environment = w.value("environment", "");
     if (w.contains("trainer_environment"))
       environment += "; trainers: " + w["trainer_environment"].get<std::string>();

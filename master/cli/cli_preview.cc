@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
 #include "master/state_registry.h"
@@ -43,6 +44,7 @@ Preview build_preview(const std::string& path, const Budget& budget) {
   try {
     p.spec = load_spec(path);
     check_budget(p.spec, budget);
+    check_devices(p.spec, kernels::cuda_device_count() > 0);  // what `run` would refuse
     if (runs_a_command(p.spec)) return p;
     std::unique_ptr<Searcher> searcher = make_searcher(p.spec);
     std::vector<Operation> ops = searcher->on_study_start();

@@ -2,11 +2,13 @@
 // file directly (WAL lets them read while a master writes), so they work with or without a
 // master running. A study is named by its name or its id.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
@@ -32,7 +34,8 @@ struct StudyView {
   std::string metric;  // the first objective's
   Goals goals;
   std::vector<TrialRow> trials;
-  std::vector<MetricRow> all_metrics;  // by (trial, step, name)
+  std::vector<std::string> param_names;  // in the spec's order (master::param_order)
+  std::vector<MetricRow> all_metrics;    // by (trial, step, name)
   std::map<TrialId, std::vector<MetricRow>> metrics;
   std::set<TrialId> diverged;
   // With several objectives or constraints (goals.multi()): each trial's result, and which are
@@ -51,6 +54,7 @@ StudyView view(SearchPlan& plan, const StudyRow& row) {
   }
   v.metric = v.goals.objectives[0].metric;
   v.trials = plan.trials(row.id);
+  v.param_names = master::param_order(row.spec, v.trials);
   v.all_metrics = plan.study_metrics(row.id);
   for (const MetricRow& m : v.all_metrics) v.metrics[m.trial].push_back(m);
   for (const TrialRow& t : v.trials)
@@ -182,15 +186,12 @@ int studies(const GlobalOptions& global) {
   return 0;
 }
 
-// One row per trial: number, status, length, every parameter, the last value of the metric.
+// One row per trial: number, status, length, where it ended early (a stopped, diverged or failed
+// trial's step), every parameter in the spec's order, the last value of the metric.
 std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_metric) {
-  std::vector<std::string> params;
-  std::set<std::string> seen;
-  for (const TrialRow& t : v.trials)
-    for (const auto& [name, value] : t.params.items())
-      if (seen.insert(name).second) params.push_back(name);
+  const std::vector<std::string>& params = v.param_names;
   std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = {"trial", "status", "length"};
+  std::vector<std::string> header = {"trial", "status", "length", "end_step"};
   header.insert(header.end(), params.begin(), params.end());
   if (every_metric) {
     header.insert(header.end(), {"step", "metric", "value"});
@@ -206,7 +207,8 @@ std::vector<std::vector<std::string>> trial_rows(const StudyView& v, bool every_
   rows.push_back(header);
   for (const TrialRow& t : v.trials) {
     std::vector<std::string> row = {std::to_string(t.number), to_string(t.status),
-                                    std::to_string(t.length)};
+                                    std::to_string(t.length),
+                                    t.end_step ? std::to_string(*t.end_step) : ""};
     for (const std::string& p : params)
       row.push_back(t.params.contains(p) ? cell(t.params[p]) : "");
     auto it = v.metrics.find(t.id);
@@ -346,16 +348,7 @@ int trials(const std::string& name, const GlobalOptions& global, bool export_all
 int export_wide(const std::string& name, const GlobalOptions& global) {
   SearchPlan plan = open_existing_plan(global.db);
   StudyView v = view(plan, find_study(plan, name));
-  std::vector<std::string> params;
-  try {
-    const StudySpec spec = parse_spec(v.row.spec);
-    for (const Param& leaf : spec.space.params()) params.push_back(leaf.name);
-  } catch (const SpecError& e) {
-    throw RunFailed("study " + v.row.name + ": its stored spec is unreadable: " + e.what());
-  }
-  for (const TrialRow& t : v.trials)  // a searcher's params outside the space (none today)
-    for (const auto& [leaf, value] : t.params.items())
-      if (std::find(params.begin(), params.end(), leaf) == params.end()) params.push_back(leaf);
+  const std::vector<std::string>& params = v.param_names;
   std::vector<std::string> metrics;  // the objectives', then the others by name
   for (const Objective& o : v.goals.objectives) metrics.push_back(o.metric);
   std::set<std::string> others;
@@ -439,7 +432,7 @@ int print_front(const StudyView& v, const GlobalOptions& global) {
                    {"step", r.step}});
     rows.push_back({std::to_string(t.number), std::to_string(r.step)});
     for (double value : r.values) rows.back().push_back(number_text(value));
-    rows.back().push_back(t.params.dump());
+    rows.back().push_back(master::ordered_params(t.params, v.param_names).dump());
   }
   print_as(global.format, out, rows);
   return 0;
@@ -452,14 +445,27 @@ int best(const std::string& name, const GlobalOptions& global) {
   auto b = best_of(v);
   if (!b)
     throw RunFailed("study " + v.row.name + " has no " +
-                    (v.goals.multi() ? "feasible trial with " : "") + "a value of " + v.metric +
+                    (v.goals.multi() ? "feasible trial with a value of " : "value of ") + v.metric +
                     " yet");
-  json out = {{"study", v.row.name}, {"trial", b->first->number}, {"params", b->first->params},
-              {"metric", v.metric},  {"value", b->second.value},  {"step", b->second.step}};
-  print_as(global.format, out,
-           {{"trial", "metric", "value", "step", "params"},
-            {std::to_string(b->first->number), v.metric, number_text(b->second.value),
-             std::to_string(b->second.step), b->first->params.dump()}});
+  // Its params in the spec's order, in JSON as in the table.
+  const nlohmann::ordered_json params = master::ordered_params(b->first->params, v.param_names);
+  // Its status too: the best value may be a trial's that its searcher stopped (at end_step).
+  const TrialRow& t = *b->first;
+  nlohmann::ordered_json out = {
+      {"study", v.row.name},          {"trial", t.number},        {"params", params},
+      {"metric", v.metric},           {"value", b->second.value}, {"step", b->second.step},
+      {"status", to_string(t.status)}};
+  if (t.end_step) out["end_step"] = *t.end_step;
+  const std::string status =
+      to_string(t.status) + (t.end_step ? " at " + std::to_string(*t.end_step) : "");
+  const std::vector<std::vector<std::string>> rows = {
+      {"trial", "status", "metric", "value", "step", "params"},
+      {std::to_string(t.number), status, v.metric, number_text(b->second.value),
+       std::to_string(b->second.step), params.dump()}};
+  if (global.format == Format::kJson)
+    std::printf("%s\n", out.dump().c_str());
+  else
+    print_as(global.format, json(), rows);
   return 0;
 }
 
@@ -545,6 +551,63 @@ int delete_study(const std::string& name, const GlobalOptions& global) {
   return 0;
 }
 
+// What the master recorded when the study ended (`run` printed the same, master/master.h's
+// record_summary); a study that ended before summaries were recorded has its account only.
+json summary_of(SearchPlan& plan, const StudyRow& row) {
+  if (row.status == StudyStatus::kRunning)
+    throw BadInput("study " + row.name +
+                   " is running: its summary comes when it ends (hippo wait " + row.name + ")");
+  if (std::optional<EventRow> e = plan.last_event(row.id, "summary")) return e->detail;
+  std::fprintf(stderr, "study %s ended before its summary was recorded: its account only\n",
+               protocol::printable(row.name).c_str());
+  const int64_t trials = static_cast<int64_t>(plan.trials(row.id).size());
+  const StudyAccount& a = row.account;
+  json s = {{"study", row.name},
+            {"status", to_string(row.status)},
+            {"trials", trials},
+            {"steps_executed", a.steps_executed},
+            {"wall_s",
+             std::max(0.0, row.ended_at.value_or(row.created_at) - row.created_at - a.paused_s)},
+            {"active_s", a.run_s},
+            {"makespan_ratio", 0},
+            {"master_ms_per_trial", trials > 0 ? 1000 * a.master_s / trials : 0.0}};
+  if (!row.error.empty()) s["error"] = row.error;
+  return s;
+}
+
+int summary(const std::string& name, const GlobalOptions& global) {
+  SearchPlan plan = open_existing_plan(global.db);
+  print_summary(summary_of(plan, find_study(plan, name)), global.format);
+  return 0;
+}
+
+// `hippo wait STUDY`: reads the plan every quarter second until the study is no longer running
+// (a cluster's master ends it), prints its summary, and says how it ended in its exit status:
+// 0 done, 1 failed or cancelled, 3 interrupted (resumable), 124 still running after --timeout.
+int wait_for(const std::string& name, double timeout_s, const GlobalOptions& global) {
+  if (!(timeout_s >= 0)) throw BadInput("--timeout: expected seconds >= 0 (0: no limit)");
+  SearchPlan plan = open_existing_plan(global.db);
+  const int64_t id = find_study(plan, name).id;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    std::optional<StudyRow> row = plan.study(id);
+    if (!row || row->deleted_at) throw RunFailed("study " + name + " was deleted meanwhile");
+    if (row->status != StudyStatus::kRunning) {
+      print_summary(summary_of(plan, *row), global.format);
+      if (row->status == StudyStatus::kDone) return 0;
+      return row->status == StudyStatus::kInterrupted ? 3 : 1;
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_s > 0 && waited >= timeout_s) {
+      std::fprintf(stderr, "study %s is still running after %.0f s (--timeout)\n",
+                   protocol::printable(row->name).c_str(), waited);
+      return 124;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
 }  // namespace
 
 void require_plan(const std::string& path) {
@@ -577,6 +640,8 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
       {"tree", "the stage tree of a study, with trained progress", kEveryFormat, tree},
       {"delete", "remove a study that has ended from the plan (its name is free again)",
        kTableOrJson, delete_study},
+      {"summary", "the summary of a study that has ended, as `run` printed it", kTableOrJson,
+       summary},
   };
   for (const Named& c : commands) {
     CLI::App* cmd = app.add_subcommand(c.name, c.help);
@@ -619,6 +684,16 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
   set_action(cmd, action, kEveryFormat, [args, &global] {
     return trials(args->study, global, false, parse_choice(args->where, args->sort, args->limit));
   });
+  CLI::App* wait = app.add_subcommand(
+      "wait",
+      "wait for a study (of a cluster's master) to end, print its summary; exit status 0 done, 1 "
+      "failed or cancelled, 3 interrupted, 124 --timeout");
+  wait->fallthrough();
+  auto waited = std::make_shared<std::pair<std::string, double>>("", 0.0);
+  add_study_argument(wait, &waited->first);
+  wait->add_option("--timeout", waited->second, "give up after this many seconds (default: never)");
+  set_action(wait, action, kTableOrJson,
+             [waited, &global] { return wait_for(waited->first, waited->second, global); });
 }
 
 }  // namespace hippo::cli

@@ -47,9 +47,11 @@ SearchPlan open_plan(const std::string& path) {
   }
 }
 
+}  // namespace
+
 // Where each worker's time went (TimeSplit::to_json): seconds per part, each worker's adding to
 // the wall time, and the parts' shares of all workers' time.
-void print_time_split(const json& split) {
+static void print_time_split(const json& split) {
   const json& workers = split.at("workers");
   if (workers.empty()) return;
   auto width = [](const char* part) { return std::max(8, static_cast<int>(std::strlen(part))); };
@@ -77,7 +79,6 @@ void print_time_split(const json& split) {
   std::printf("  time of all workers  %s\n", shares.c_str());
 }
 
-// A study's summary, StudySummary::to_json's fields (`run`, `resume`, `submit --wait`).
 void print_summary(const json& s, Format format) {
   if (format == Format::kJson) {
     std::printf("%s\n", s.dump().c_str());
@@ -106,6 +107,11 @@ void print_summary(const json& s, Format format) {
     std::printf(
         "  steps of earlier runs %lld (of those executed: this study's runs before this one)\n",
         count("steps_earlier_runs"));
+  if (count("steps_shared") > 0)
+    std::printf(
+        "  steps shared         %lld (of those executed: trained once for this study and others "
+        "running with it)\n",
+        count("steps_shared"));
   if (count("steps_redone") > 0)
     std::printf(
         "  steps redone         %lld (of those executed: trained again after a lost state "
@@ -152,6 +158,8 @@ void print_summary(const json& s, Format format) {
     }
   }
 }
+
+namespace {
 
 void draw_progress(const master::Progress& p) {
   double done = p.steps_unique ? double(p.steps_trained) / double(p.steps_unique) : 0;
@@ -350,10 +358,11 @@ int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pip
   m.remove_unreported_checkpoints();
   if (g_interrupted) why = std::string("interrupted by ") + strsignal(g_interrupted);
   if (!why.empty() && m.study_running(study)) m.interrupt(study, why);
-  master::StudySummary summary = m.summary(study);
-  print_summary(summary.to_json(), global.format);
-  if (summary.status == "interrupted") std::fprintf(stderr, "%s\n", resume_hint.c_str());
-  return summary.status == "done" ? 0 : 1;
+  // What `hippo summary` prints later: the same, recorded in the plan.
+  const json summary = m.record_summary(study);
+  print_summary(summary, global.format);
+  if (summary["status"] == "interrupted") std::fprintf(stderr, "%s\n", resume_hint.c_str());
+  return summary["status"] == "done" ? 0 : 1;
 }
 
 std::string resume_hint(const std::string& spec_path, const std::string& name) {
@@ -365,11 +374,12 @@ int run(const std::string& path, const std::string& policy_text, bool resume, co
         const GlobalOptions& global) {
   Policy policy = policy_of(policy_text);
   LoadedSpec l = load_spec_file(path);
+  check_devices(l.spec, !local.gpus.empty());
   EmbeddedMaster em(local, global);
   master::Master& m = *em.master;
   int64_t study = 0;
+  std::optional<StudyRow> old = m.study_named(l.spec.name);
   try {
-    std::optional<StudyRow> old = m.study_named(l.spec.name);
     if (resume && old) {
       if (old->status != StudyStatus::kInterrupted)
         throw BadInput("study " + old->name + " is " + to_string(old->status) +
@@ -389,8 +399,10 @@ int run(const std::string& path, const std::string& policy_text, bool resume, co
   } catch (const SpecError& e) {
     throw BadInput(e.what());
   } catch (const std::invalid_argument& e) {
+    // Only an interrupted study can be resumed: --resume is suggested for it alone.
+    const bool resumable = !resume && old && old->status == StudyStatus::kInterrupted;
     throw BadInput(std::string(e.what()) +
-                   (resume ? "" : " (or `hippo run " + path + " --resume`)"));
+                   (resumable ? " (or `hippo run " + path + " --resume`)" : ""));
   }
   return run_to_end(em, study, local, l.spec.pipeline.stages, resume_hint(path, l.spec.name),
                     global);
@@ -416,6 +428,7 @@ int resume_study(const std::string& name, const LocalRun& local, const GlobalOpt
   StudySpec spec;
   try {
     spec = parse_spec(row->spec);
+    check_devices(spec, !local.gpus.empty());  // before it is taken up: nothing changes
     m.resume(row->id);
   } catch (const SpecError& e) {
     throw BadInput(e.what());
@@ -571,6 +584,24 @@ LoadedSpec load_spec_file(const std::string& path) {
   } catch (const SpecError& e) {
     throw BadInput(e.what());
   }
+}
+
+void check_devices(const StudySpec& spec, bool on_gpus) {
+  if (spec.external_model() || on_gpus) return;
+  // bf16 is the CUDA backend's alone (the CPU backend refuses it): on CPU workers every trial
+  // would fail, so it is refused before anything runs.
+  std::string where;
+  if (spec.fixed.value("precision", json()) == "bf16") where = "fixed.precision";
+  if (const json* v = spec.space.value_of("precision");
+      v && v->dump().find("\"bf16\"") != std::string::npos)
+    where = "hyperparameters.precision";
+  if (where.empty()) return;
+  const int present = kernels::cuda_device_count();
+  throw BadInput(where + ": bf16 trains on a CUDA GPU only, and " +
+                 (present == 0
+                      ? "this machine has none (" + kernels::cuda_devices_unseen_reason() + ")"
+                      : std::string("this run's workers are on the CPU (give --gpus)")) +
+                 ": every trial would fail; use \"fp32\"");
 }
 
 Policy policy_of(const std::string& text) {

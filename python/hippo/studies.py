@@ -153,28 +153,31 @@ def studies(db=None):
 
 def trials(study, db=None):
     """A study's trials (name or id): [{"trial", "params", "status", "length", "metrics": [{"step",
-    "name", "value"}]}] (and "error" for a failed trial)."""
+    "name", "value"}]}] (and "error" for a failed trial, "end_step" for one that ended early:
+    status "stopped" (its searcher stopped it there), "diverged" or "failed")."""
     return _last_json(_call(["trials", str(study)], db=db)[1])
 
 
 def best(study, db=None):
-    """The best trial: {"study", "trial", "params", "metric", "value", "step"}; for a study of
+    """The best trial: {"study", "trial", "params", "metric", "value", "step", "status"} (and
+    "end_step" when it was stopped early); for a study of
     several objectives, its Pareto front: a list of {"trial", "params", "values": {metric:
     value}, "step"}, the feasible trials that no feasible trial dominates."""
     return _last_json(_call(["best", str(study)], db=db)[1])
 
 
 def metrics(study, db=None):
-    """Every metric of a study as rows: {"trial", "status", "step", "metric", "value", and each
-    parameter by its leaf name (e.g. "lr.init")}; a parameter whose name is one of those five
-    columns is prefixed with "param:"."""
+    """Every metric of a study as rows: {"trial", "status", "end_step" (where a stopped, diverged
+    or failed trial ended; None otherwise), "step", "metric", "value", and each parameter by its
+    leaf name (e.g. "lr.init")}; a parameter whose name is one of those six columns is prefixed
+    with "param:"."""
     rows = []
-    columns = {"trial", "status", "step", "metric", "value"}
+    columns = {"trial", "status", "end_step", "step", "metric", "value"}
     for t in trials(study, db=db):
         params = {(f"param:{k}" if k in columns else k): v for k, v in t["params"].items()}
         for m in t["metrics"]:
-            row = {"trial": t["trial"], "status": t["status"], "step": m["step"],
-                   "metric": m["name"], "value": m["value"]}
+            row = {"trial": t["trial"], "status": t["status"], "end_step": t.get("end_step"),
+                   "step": m["step"], "metric": m["name"], "value": m["value"]}
             row.update(params)
             rows.append(row)
     return rows

@@ -1,7 +1,10 @@
 // The `hippo` command line as a user meets it, against the real binaries: preview's trial numbers
 // against a real study's, `resume` without a plan, the output formats of every command (each prints
 // the format asked for or refuses it, exit 2, changing nothing), `submit --wait`'s summary,
-// --version, --help and `hippo worker`.
+// --version, --help and `hippo worker`; results as an Optuna user expects them: ASHA's stopped
+// trials, parameter columns in the spec's order, `summary` equal to what `run` printed, `wait` on a
+// cluster's study, steps shared between studies, bf16 refused where it would fail, and messages
+// that suggest what works.
 #include <map>
 #include <sstream>
 
@@ -107,6 +110,8 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
       {db + "{F} tree fmnist-mlp-ci", {table, json_, csv}, kSucceeds},
       {db + "{F} export fmnist-mlp-ci", {csv, json_, table}, kSucceeds},
       {db + "{F} export --wide fmnist-mlp-ci", {csv, json_, table}, kSucceeds},
+      {db + "{F} summary fmnist-mlp-ci", {table, json_}, kSucceeds},
+      {db + "{F} wait fmnist-mlp-ci", {table, json_}, kSucceeds},
       {db + "{F} checkpoints", {table, json_, csv}, kSucceeds},
       {db + "{F} checkpoints --free-to 0", {table, json_}, kNotRun},
       {db + "{F} delete fmnist-mlp-ci", {table, json_}, kNotRun},
@@ -180,9 +185,13 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
   // export without --format is the CSV of every metric, with --format table the same rows aligned.
   Result export_csv = sh(db + "export fmnist-mlp-ci");
   Result export_table = sh(db + "--format table export fmnist-mlp-ci");
-  EXPECT_EQ(export_csv.out.rfind("trial,status,length,lr.every,lr.init,step,metric,value\n", 0), 0u)
+  EXPECT_EQ(
+      export_csv.out.rfind("trial,status,length,end_step,lr.init,lr.every,step,metric,value\n", 0),
+      0u)
       << export_csv.out;
-  EXPECT_EQ(export_table.out.rfind("trial  status  length  lr.every  lr.init  step  metric", 0), 0u)
+  EXPECT_EQ(
+      export_table.out.rfind("trial  status  length  end_step  lr.init  lr.every  step  metric", 0),
+      0u)
       << export_table.out;
   EXPECT_EQ(std::count(export_csv.out.begin(), export_csv.out.end(), '\n'),
             std::count(export_table.out.begin(), export_table.out.end(), '\n'));
@@ -345,6 +354,138 @@ TEST_F(Cli, ControlCharactersInNamesAreEscapedOnTheTerminal) {
   EXPECT_NE(run.out.find("study " + escaped + ": done"), std::string::npos) << run.out;
   for (size_t i : {1, 2, 5, 6, 7})  // studies, tree, preview, the error, delete
     EXPECT_NE(outputs[i].out.find(escaped), std::string::npos) << outputs[i].out;
+}
+
+// An ASHA study run for real: the trials it leaves below max_length are `stopped` at their rung
+// (status and end_step in `trials`, `export`), the others trained to max_length `done`;
+// parameter columns come in the spec's order (lr.init before lr.every: step_decay's fields), in
+// `trials`, `export` and `best`; and `summary` prints what `run` printed, in both formats.
+TEST_F(Cli, AshaStopsWhatItLeavesBelowMaxLengthAndSummaryRepeatsRun) {
+  const json asha = {{"searcher",
+                      {{"name", "asha"},
+                       {"max_trials", 6},
+                       {"eta", 3},
+                       {"min_length", {{"epochs", 1}}},
+                       {"max_length", {{"epochs", 3}}},
+                       {"parallel", 1}}}};  // one at a time: its decisions do not race
+  Result run = sh(hippo("a.db") + "run " + spec("asha", asha) + " --workers 1");
+  ASSERT_EQ(run.status, 0) << run.out;
+  Result summary = sh(hippo("a.db") + "summary asha");
+  ASSERT_EQ(summary.status, 0) << summary.out;
+  EXPECT_EQ(summary.out, run.out);
+  const json trials = json::parse(sh(hippo("a.db") + "--format json trials asha").out);
+  ASSERT_EQ(trials.size(), 6u) << trials;
+  int stopped = 0;
+  for (const json& t : trials) {
+    if (t["status"] == "stopped") {
+      ++stopped;
+      EXPECT_EQ(t["length"], 32) << t;  // rung 0: one epoch of 32 steps
+      EXPECT_EQ(t["end_step"], 32) << t;
+    } else {
+      EXPECT_EQ(t["status"], "done") << t;
+      EXPECT_EQ(t["length"], 96) << t;  // max_length
+    }
+  }
+  // Those promoted against few results early on go on too: at least one is stopped.
+  EXPECT_GE(stopped, 1) << trials;
+  const std::string csv = sh(hippo("a.db") + "--format csv trials asha").out;
+  EXPECT_EQ(csv.rfind("trial,status,length,end_step,lr.init,lr.every,step,accuracy\n", 0), 0u)
+      << csv;
+  EXPECT_NE(csv.find(",stopped,32,32,"), std::string::npos) << csv;
+  EXPECT_NE(sh(hippo("a.db") + "export asha").out.find(",stopped,32,32,"), std::string::npos);
+  for (const char* format : {"table", "json"}) {
+    const std::string best = sh(hippo("a.db") + "--format " + format + " best asha").out;
+    EXPECT_LT(best.find("lr.init"), best.find("lr.every")) << best;
+  }
+  // best says its trial's status: the best loss at any step may be a stopped trial's.
+  const json best = json::parse(sh(hippo("a.db") + "--format json best asha").out);
+  EXPECT_EQ(best["status"], trials[best["trial"].get<int>() - 1]["status"]) << best;
+  // The JSON line too: run's last line is summary's.
+  Result line =
+      sh(hippo("a.db") + "--format json run " + spec("line", json::object()) + " --workers 2");
+  ASSERT_EQ(line.status, 0) << line.out;
+  EXPECT_EQ(sh(hippo("a.db") + "--format json summary line").out,
+            line.out.substr(line.out.rfind('\n', line.out.size() - 2) + 1));
+  // A study that is running has no summary yet; an unknown one is bad input.
+  EXPECT_EQ(sh(hippo("a.db") + "summary nothing 2>/dev/null").status, 2);
+}
+
+// Two studies submitted together to one master share the stages of their common trials: each
+// summary shows the steps trained once for both (steps_shared). `hippo wait` returns when a
+// study ends, with its summary and status; with --timeout, while it runs, 124.
+TEST_F(Cli, WaitReturnsWhenAClusterStudyEndsAndSummariesShowSharedSteps) {
+  const std::string address = "ipc://" + path("master.sock"), db = path("cluster.db");
+  spawn({kHippo, "--db", db, "master", "--bind", address});
+  spawn({kHippo, "worker", "--master", address, "--checkpoints", path("checkpoints")});
+  const std::string client = kHippo + " --master " + address + " ";
+  ASSERT_EQ(sh(client + "submit " + spec("one", json::object())).status, 0);
+  ASSERT_EQ(sh(client + "submit " + spec("two", json::object())).status, 0);
+  Result early = sh(hippo("cluster.db") + "wait two --timeout 0.2 2>&1");
+  EXPECT_EQ(early.status, 124) << early.out;
+  EXPECT_NE(early.out.find("still running"), std::string::npos) << early.out;
+  EXPECT_EQ(sh(hippo("cluster.db") + "summary two 2>&1").status, 2);  // not yet
+  for (const char* name : {"one", "two"})
+    ASSERT_EQ(sh(hippo("cluster.db") + "wait " + name + " --timeout 120 >/dev/null").status, 0);
+  // Both ended: wait prints what summary does (a job that served a study and reported after its
+  // end records a later summary within 5 s: the two reads are retried until it has).
+  for (const char* name : {"one", "two"}) {
+    Result waited, recorded;
+    for (int i = 0; i < 12 && (i == 0 || waited.out != recorded.out); ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      waited = sh(hippo("cluster.db") + "--format json wait " + name + " --timeout 120");
+      recorded = sh(hippo("cluster.db") + "--format json summary " + name);
+    }
+    ASSERT_EQ(waited.status, 0) << waited.out;
+    EXPECT_EQ(waited.out, recorded.out);
+    const json s = json::parse(waited.out);
+    EXPECT_EQ(s["status"], "done");
+    // The jobs that came once both were submitted trained for both.
+    EXPECT_GT(s["steps_shared"].get<int64_t>(), 0) << s;
+    EXPECT_LE(s["steps_shared"], s["steps_executed"]) << s;
+    EXPECT_NE(sh(hippo("cluster.db") + "summary " + name).out.find("\n  steps shared  "),
+              std::string::npos);
+  }
+}
+
+// bf16 trains on a GPU only: `run` without --gpus refuses it before it makes anything, and
+// `preview` refuses it where no CUDA device is seen (CI), naming the field.
+TEST_F(Cli, Bf16IsRefusedWhereItWouldFailEveryTrial) {
+  const std::string file = spec("bf16", {{"fixed", {{"precision", "bf16"}}}});
+  Result run = sh(hippo("b.db") + "run " + file + " --workers 1 2>&1");
+  EXPECT_EQ(run.status, 2) << run.out;
+  EXPECT_NE(run.out.find("fixed.precision: bf16 trains on a CUDA GPU only"), std::string::npos)
+      << run.out;
+  EXPECT_FALSE(fs::exists(path("b.db")));
+  Result preview = sh(hippo("b.db") + "preview " + file + " 2>&1");
+  const bool gpu = sh("nvidia-smi -L 2>/dev/null | grep -q GPU").status == 0;
+  if (preview.status == 0) {
+    EXPECT_TRUE(gpu) << "preview accepted bf16 on a machine without a GPU";
+  } else {
+    EXPECT_EQ(preview.status, 2) << preview.out;
+    EXPECT_NE(preview.out.find("fixed.precision: bf16 trains on a CUDA GPU only"),
+              std::string::npos)
+        << preview.out;
+  }
+}
+
+// The messages of a name taken: a study that ended is not offered --resume (which would be
+// refused), but its summary and delete; `best` of a study without a value says so in English.
+TEST_F(Cli, ATakenNameSuggestsWhatWorks) {
+  const std::string file = spec("taken", json::object());
+  ASSERT_EQ(sh(hippo("t.db") + "run " + file + " --workers 1 >/dev/null").status, 0);
+  Result again = sh(hippo("t.db") + "run " + file + " --workers 1 2>&1");
+  EXPECT_EQ(again.status, 2) << again.out;
+  EXPECT_EQ(again.out.find("--resume"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("hippo resume"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("hippo summary taken"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("hippo delete taken"), std::string::npos) << again.out;
+  // A learning rate of 10^6: its one trial diverges at its first evaluation, and `best` has none.
+  const std::string diverging =
+      spec("nan", {{"hyperparameters", constant_lr({1e6})}, {"length", {{"epochs", 1}}}});
+  EXPECT_EQ(sh(hippo("t.db") + "run " + diverging + " --workers 1 >/dev/null 2>&1").status, 1);
+  Result best = sh(hippo("t.db") + "best nan 2>&1");
+  EXPECT_EQ(best.status, 1) << best.out;
+  EXPECT_NE(best.out.find("study nan has no value of accuracy yet"), std::string::npos) << best.out;
 }
 
 }  // namespace

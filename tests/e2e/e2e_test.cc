@@ -196,7 +196,8 @@ TEST_F(E2E, QueriesReadTheSearchPlan) {
 
   Result csv = sh(hippo("q.db") + "export q");
   ASSERT_EQ(csv.status, 0);
-  EXPECT_EQ(csv.out.rfind("trial,status,length,lr.every,lr.init,step,metric,value\n", 0), 0u)
+  EXPECT_EQ(csv.out.rfind("trial,status,length,end_step,lr.init,lr.every,step,metric,value\n", 0),
+            0u)
       << csv.out;
 
   EXPECT_EQ(sh(hippo("q.db") + "trials nosuchstudy 2>/dev/null").status, 2);

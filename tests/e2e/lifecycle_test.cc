@@ -140,6 +140,12 @@ TEST_F(Lifecycle, AnInterruptedRunIsResumedAfterAStudySharingItsTree) {
   EXPECT_NE(read_file(out).find("hippo run " + first + " --resume"), std::string::npos)
       << read_file(out);
   EXPECT_EQ(study_row(db, "first")["status"], "interrupted");
+  // Its summary is what the run printed; `wait` returns at once, saying interrupted (exit 3).
+  Result recorded = sh(hippo("plan.db") + "--format json summary first");
+  EXPECT_EQ(json::parse(recorded.out), last_json(read_file(out))) << recorded.out;
+  Result waited = sh(hippo("plan.db") + "--format json wait first");
+  EXPECT_EQ(waited.status, 3) << waited.out;
+  EXPECT_EQ(waited.out, recorded.out);
 
   // The same spec again, without --resume: refused, saying how to go on; nothing changes.
   Result again = sh(hippo("plan.db") + "run " + first + " --workers 2 2>&1");
@@ -226,6 +232,13 @@ TEST_F(Lifecycle, AWorkerThatCannotWriteIsSetAside) {
     if (w["name"] == "a-bad")
       said = w.value("unavailable", "").find("File too large") != std::string::npos;
   EXPECT_TRUE(said) << workers;
+  // The table says it too, in place of "idle".
+  const std::string table = sh(kHippo + " --master " + address + " workers").out;
+  const size_t row = table.find("a-bad");
+  ASSERT_NE(row, std::string::npos) << table;
+  const std::string line = table.substr(row, table.find('\n', row) - row);
+  EXPECT_NE(line.find("no work: "), std::string::npos) << table;
+  EXPECT_NE(line.find("File too large"), std::string::npos) << table;
 }
 
 // Two workers on checkpoint directories of their own; the first trains alone until the second

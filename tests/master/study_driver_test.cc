@@ -307,14 +307,15 @@ TEST_F(StudyDriverTest, ACancelStopsOpenTrialsAndARefusedOperationFailsOnlyItsSt
   for (const TrialRow& t : trials(study)) EXPECT_EQ(t.status, TrialStatus::kStopped);
   // Cancelled twice: refused, nothing changed.
   EXPECT_THROW(driver_->cancel(study), std::invalid_argument);
-  // A name that exists: refused with how to go on.
+  // A name that exists: refused with how to go on (an ended study is not offered resume).
   json again = spec_with({{"name", "grid"}, {"metric", "accuracy"}, {"mode", "max"}},
                          {{"lr", {{"grid", {0.1}}}}});
   try {
     submit(again);
     FAIL() << "a second study named study was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("hippo resume study"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("resume"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hippo summary study"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("hippo delete study"), std::string::npos) << e.what();
   }
 }

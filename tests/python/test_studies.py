@@ -41,7 +41,8 @@ def test_a_study_from_python_end_to_end(tmp_path):
 
     rows = hippo.metrics("from-python", db=db)
     assert len(rows) == sum(len(t["metrics"]) for t in trials) == 4 * 3 * 3  # accuracy, loss, params
-    assert set(rows[0]) == {"trial", "status", "step", "metric", "value", "lr.init", "lr.every"}
+    assert set(rows[0]) == {"trial", "status", "end_step", "step", "metric", "value", "lr.init",
+                            "lr.every"}
     pandas = pytest.importorskip("pandas")
     frame = hippo.dataframe("from-python", db=db)
     assert isinstance(frame, pandas.DataFrame)
@@ -67,7 +68,9 @@ def test_resume_starts_a_new_study_and_refuses_one_that_is_done(tmp_path):
     assert e.value.status == 2 and "is done: there is nothing to resume" in str(e.value)
     with pytest.raises(hippo.HippoError) as e:
         hippo.run(spec, workers=2, db=db)
-    assert "hippo resume resumable" in str(e.value)
+    # A study that is done is not offered resume (refused above), but its summary and delete.
+    assert "resume" not in str(e.value) and "hippo summary resumable" in str(e.value)
+    assert "hippo delete resumable" in str(e.value)
 
 
 def test_bad_input_raises_the_commands_error(tmp_path):

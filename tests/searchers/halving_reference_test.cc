@@ -108,6 +108,10 @@ class Reference {
     t.running = false;
     if (failed) t.values.back().reset();
     std::vector<Operation> ops = c_.name == "asha" ? fill() : halve(t.bracket);
+    if (c_.name == "asha")
+      for (; settled(settled_); ++settled_)
+        for (RequestId waiting : ranked(0, static_cast<RequestId>(trials_.size()), settled_))
+          if (trials_[waiting].rung() == settled_) ops.push_back(Stop{waiting});
     if (std::none_of(trials_.begin(), trials_.end(), [](const Trial& x) { return x.running; }))
       ops.push_back(Finish{});
     return ops;
@@ -229,18 +233,32 @@ class Reference {
   }
 
   std::optional<RequestId> promotable() const {
-    for (int k = brackets_[0].rungs - 2; k >= 0; --k) {
-      std::vector<RequestId> ids = ranked(0, static_cast<RequestId>(trials_.size()), k);
-      for (size_t i = 0; i < ids.size() / c_.eta; ++i)
-        if (trials_[ids[i]].rung() == k) return ids[i];
-    }
+    for (int k = brackets_[0].rungs - 2; k >= 0; --k)
+      if (std::optional<RequestId> id = promotable_at(k)) return id;
     return std::nullopt;
+  }
+  std::optional<RequestId> promotable_at(int k) const {
+    std::vector<RequestId> ids = ranked(0, static_cast<RequestId>(trials_.size()), k);
+    for (size_t i = 0; i < ids.size() / c_.eta; ++i)
+      if (trials_[ids[i]].rung() == k) return ids[i];
+    return std::nullopt;
+  }
+
+  // Rung k below the top has settled: every trial created, none running to rung k (the rungs
+  // below settled first), none of it promotable.
+  bool settled(int k) const {
+    if (k >= brackets_[0].rungs - 1 || static_cast<int64_t>(trials_.size()) < brackets_[0].size)
+      return false;
+    for (const Trial& t : trials_)
+      if (t.running && t.rung() == k) return false;
+    return !promotable_at(k);
   }
 
   Config c_;
   const StudySpec& spec_;
   std::vector<Bracket> brackets_;
   std::vector<Trial> trials_;
+  int settled_ = 0;  // asha: rungs 0 .. settled_ - 1 have settled (their waiting trials stopped)
 };
 
 // A random configuration of the searcher `name`: eta 2 to 4, one to seven rungs, either mode.

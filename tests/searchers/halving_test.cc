@@ -241,6 +241,7 @@ TEST(Asha, PromotesAsSoonAsATrialIsInTheTopThird) {
     int64_t rung_step;
     double value;  // NaN: the trial fails
     std::string then;
+    std::string stops = "";  // the trials stopped, when their rung has settled
   };
   const double kFail = std::nan("");
   const std::vector<Step> steps = {
@@ -254,9 +255,11 @@ TEST(Asha, PromotesAsSoonAsATrialIsInTheTopThird) {
       {6, 4, kFail, "new 7"},   // a failure frees its slot
       {5, 12, 0.6, "new 8"},    // rung 1: [5, 2]
       {7, 4, 0.85, ""},         // all 9 created, nothing to promote: one in flight
-      {8, 4, 0.92, "8 -> 12"},  // [5, 8, 2, 7, 4, 1, 0, 3]: 8 is in the top 2
-      {8, 12, 0.7, "8 -> 36"},  // rung 1: [8, 5, 2]: the top 1
-      {8, 36, 0.1, "finish"},   // nothing in flight, nothing to promote
+      // [5, 8, 2, 7, 4, 1, 0, 3]: 8 is in the top 2; rung 0 has settled (none runs to it, none
+      // of it can be promoted): its waiting trials are stopped, best first.
+      {8, 4, 0.92, "8 -> 12", "7 4 1 0 3"},
+      {8, 12, 0.7, "8 -> 36", "5 2"},  // rung 1: [8, 5, 2]: the top 1; then it has settled
+      {8, 36, 0.1, "finish"},          // nothing in flight, nothing to promote
   };
   for (const Step& st : steps) {
     SCOPED_TRACE(st.trial);
@@ -266,7 +269,7 @@ TEST(Asha, PromotesAsSoonAsATrialIsInTheTopThird) {
       EXPECT_TRUE(s->on_validation(st.trial, st.rung_step, st.value).empty());
       ops = s->on_trial_closed(st.trial);
     }
-    std::string then;
+    std::string then, stops;
     for (const Operation& op : ops) {
       if (const Create* c = std::get_if<Create>(&op)) then = "new " + std::to_string(c->trial);
       if (const Train* t = std::get_if<Train>(&op)) {
@@ -277,9 +280,11 @@ TEST(Asha, PromotesAsSoonAsATrialIsInTheTopThird) {
         }
       }
       if (std::holds_alternative<Finish>(op)) then = "finish";
-      EXPECT_FALSE(std::holds_alternative<Stop>(op));
+      if (const Stop* stop = std::get_if<Stop>(&op))
+        stops += (stops.empty() ? "" : " ") + std::to_string(stop->trial);
     }
     EXPECT_EQ(then, st.then);
+    EXPECT_EQ(stops, st.stops);
   }
 }
 
