@@ -202,7 +202,7 @@ std::pair<double, double> value_range(const StudyView& study, bool every_point) 
   return {lo, hi};
 }
 
-// Parameter names of the study, sorted; and whether each is numeric in every trial.
+// Parameter names of the study, in the spec's order; and whether each is numeric in every trial.
 std::vector<std::pair<std::string, bool>> parameters(const StudyView& study) {
   std::map<std::string, bool> numeric;
   for (const TrialView& t : study.trials)
@@ -211,7 +211,10 @@ std::vector<std::pair<std::string, bool>> parameters(const StudyView& study) {
         auto [it, fresh] = numeric.emplace(name, value.is_number());
         if (!fresh) it->second = it->second && value.is_number();
       }
-  return {numeric.begin(), numeric.end()};
+  std::vector<std::pair<std::string, bool>> out;
+  for (const std::string& name : study.param_names)
+    if (auto it = numeric.find(name); it != numeric.end()) out.emplace_back(name, it->second);
+  return out;
 }
 
 // A parameter's axis: numeric values on a linear or log scale, others as evenly spaced categories.

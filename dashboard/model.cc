@@ -88,6 +88,9 @@ StudyView read_study(SearchPlan& plan, const StudyRow& row, const StageTree& tre
     index[t.id] = v.trials.size();
     v.trials.push_back({std::move(t), {}, {}, std::nullopt, 0, 0, std::nullopt});
   }
+  std::vector<const nlohmann::json*> params;
+  for (const TrialView& t : v.trials) params.push_back(&t.row.params);
+  v.param_names = master::param_order(row.spec, params);
   const std::vector<MetricRow> metrics = plan.study_metrics(row.id);
   for (const MetricRow& m : metrics) {
     auto it = index.find(m.trial);

@@ -55,7 +55,8 @@ struct StudyView {
   Goals goals;  // of the stored spec (goals_of); metric and maximize are its first objective's
   std::string metric = "accuracy";
   bool maximize = true;
-  std::vector<TrialView> trials;  // by number
+  std::vector<TrialView> trials;         // by number
+  std::vector<std::string> param_names;  // in the spec's order (master::param_order)
   std::vector<StageView> stages;  // the study's part of the tree, each parent before its children
   std::vector<ExecutionRow> executions;  // those that served the study, by start
   int64_t trials_closed = 0;

@@ -63,7 +63,7 @@ json values_json(const TrialResult& r, const Goals& goals) {
   return values;
 }
 
-std::vector<std::string> param_order(const json& spec, const std::vector<TrialRow>& trials) {
+std::vector<std::string> param_order(const json& spec, const std::vector<const json*>& params) {
   std::vector<std::string> order;
   std::set<std::string> seen;
   try {
@@ -73,9 +73,10 @@ std::vector<std::string> param_order(const json& spec, const std::vector<TrialRo
   } catch (const SpecError&) {
     // A spec stored by another version that this one refuses: the trials' names still show.
   }
-  for (const TrialRow& t : trials)
-    for (const auto& [name, value] : t.params.items())
-      if (seen.insert(name).second) order.push_back(name);
+  for (const json* p : params)
+    if (p->is_object())
+      for (const auto& [name, value] : p->items())
+        if (seen.insert(name).second) order.push_back(name);
   return order;
 }
 

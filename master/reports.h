@@ -51,7 +51,8 @@ json values_json(const TrialResult& r, const Goals& goals);
 // by setting name, then the schedule's field order, then list position; model leaves last), then
 // any other name its trials' params hold, in the order met. The one order of parameter columns
 // (`trials`, `best`, `export`); a stored spec this binary cannot read gives the trials' order.
-std::vector<std::string> param_order(const json& spec, const std::vector<TrialRow>& trials);
+// `params` holds each trial's params object (TrialRow::params).
+std::vector<std::string> param_order(const json& spec, const std::vector<const json*>& params);
 // `params` with its names in that order (names not in `order` last, as they come).
 nlohmann::ordered_json ordered_params(const json& params, const std::vector<std::string>& order);
 

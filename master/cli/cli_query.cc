@@ -54,7 +54,9 @@ StudyView view(SearchPlan& plan, const StudyRow& row) {
   }
   v.metric = v.goals.objectives[0].metric;
   v.trials = plan.trials(row.id);
-  v.param_names = master::param_order(row.spec, v.trials);
+  std::vector<const json*> params;
+  for (const TrialRow& t : v.trials) params.push_back(&t.params);
+  v.param_names = master::param_order(row.spec, params);
   v.all_metrics = plan.study_metrics(row.id);
   for (const MetricRow& m : v.all_metrics) v.metrics[m.trial].push_back(m);
   for (const TrialRow& t : v.trials)
