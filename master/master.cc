@@ -973,6 +973,8 @@ json Master::on_resume(const Sender& from, const protocol::Resume& m) {
     throw std::invalid_argument("study " + row->name +
                                 " was submitted by another key: only its owner or an admin may "
                                 "resume it");
+  // Read and resumed in one transaction: a `hippo delete` waits (tests/e2e/race_test.cc).
+  protocol::failpoint("master.resume_read");
   apply(driver_.resume(row->id));
   schedule_changed_ = true;
   return {{"study", row->id}, {"name", row->name}};

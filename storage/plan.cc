@@ -909,7 +909,8 @@ std::vector<CheckpointRow> SearchPlan::checkpoints() {
 }
 
 std::vector<CheckpointRow> SearchPlan::checkpoints_resting_on(const std::string& key) {
-  if (schema_version() < kProvenanceVersion) return {};  // an older file (read only): unknown
+  // An older file (read only) knows no provenance; no key is "" (the unknown of older rows).
+  if (schema_version() < kProvenanceVersion || key.empty()) return {};
   return read_checkpoints("WHERE instr(' ' || lineage || ' ', ' ' || ? || ' ') > 0 ", key);
 }
 
@@ -1029,7 +1030,7 @@ std::vector<MetricRow> SearchPlan::study_metrics(int64_t study) {
 }
 
 std::vector<MetricRow> SearchPlan::metrics_resting_on(const std::string& key) {
-  if (schema_version() < kProvenanceVersion) return {};  // an older file (read only): unknown
+  if (schema_version() < kProvenanceVersion || key.empty()) return {};  // as checkpoints_...
   const std::string sql = metric_columns() +
                           "WHERE instr(' ' || m.lineage || ' ', ' ' || ? || ' ') > 0 "
                           "ORDER BY m.trial_id, m.step, m.name";

@@ -287,7 +287,7 @@ TEST(StateRegistry, StatesAndMetricsAboveASplitMoveToTheUpperStage) {
   EXPECT_EQ(order.file, "state-abc-1.ckpt");
   states.add(order.state, {.stage = top, .step = 200, .file = order.file});
   states.add(states.new_snapshot_order(50).state, {.stage = top, .step = 50, .file = ""});
-  states.cache_metrics({top, 200}, {{"accuracy", 0.5}});
+  states.cache_metrics({top, 200}, Measured{{{"accuracy", 0.5}}});
   Change change = tree.add_trial(1, "r", lr_until(100, 2), 150);
   ASSERT_EQ(change.splits.size(), 1u);
   states.on_split(change.splits[0]);
