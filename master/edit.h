@@ -310,9 +310,11 @@ struct DrainWorker {
   std::string peer;
   bool handed_over = false;
 };
-// An idle worker is told to start a long-lived trainer ahead of its stages (Prepare).
+// An idle worker is told to start a long-lived trainer ahead of its stages (Prepare), or, `keeps`
+// false, to end the one it keeps (EndTrainer: no running study has one any more).
 struct KeepTrainer {
   std::string peer;
+  bool keeps = true;
 };
 
 }  // namespace edit

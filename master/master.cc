@@ -1273,7 +1273,17 @@ void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
       spec = &s.spec;
       break;
     }
-  if (!spec) return;
+  if (!spec) {
+    // Their study ended: the trainers kept for it go now, not after the workers' --trainer-idle.
+    for (const IdleWorker& i : idle) {
+      if (const ConnectedWorker& w = *pool_.find(i.peer); !w.keeps_trainer || w.job >= 0) continue;
+      Edit e;
+      e.add(edit::KeepTrainer{i.peer, false});
+      e.sends.emplace_back(i.peer, protocol::EndTrainer{}.to_json());
+      apply(e);
+    }
+    return;
+  }
   for (const IdleWorker& i : idle) {
     ConnectedWorker& w = *pool_.find(i.peer);
     if (w.job >= 0 || !w.hello.runs_trainers || w.keeps_trainer || w.draining) continue;

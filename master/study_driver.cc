@@ -486,8 +486,12 @@ Edit StudyDriver::decide(const Deliver& w) {
   if (s.status != StudyStatus::kRunning) return e;
   if (t.remeasure) {
     // Measured again after a key was distrusted: recorded, never fed to its searcher.
-    if (w.metrics.empty()) e.add(edit::EndTrial{t.id, TrialStatus::kFailed, w.absent, w.step});
-    e.next.push_back(Close{t.id});
+    if (!w.metrics.empty()) {
+      e.next.push_back(Close{t.id});
+      return e;
+    }
+    e.add(edit::EndTrial{t.id, TrialStatus::kFailed, w.absent, w.step});
+    end_if_remeasured(t, e);
     return e;
   }
   const Goals& goals = s.spec.searcher.goals;
@@ -532,9 +536,14 @@ Edit StudyDriver::decide(const Close& w) {
     e.next.push_back(searcher_work(t.study, SearcherEvent::Kind::kClosed, t.request));
     return e;
   }
-  // Its searcher closed it long ago; its study, if the searcher had finished, ends with the last
-  // of these.
+  // Its searcher closed it long ago.
   e.add(edit::EndTrial{t.id, TrialStatus::kDone, "measured again (a key was distrusted)"});
+  end_if_remeasured(t, e);
+  return e;
+}
+
+void StudyDriver::end_if_remeasured(const TrackedTrial& t, Edit& e) const {
+  // A study whose searcher had finished ends with the last trial it measures again.
   const TrackedStudy& s = studies_.at(t.study);
   if (s.remeasure && std::none_of(s.trials.begin(), s.trials.end(), [&](const auto& rt) {
         return rt.second != t.id && is_open(trials_.at(rt.second).status);
@@ -542,7 +551,6 @@ Edit StudyDriver::decide(const Close& w) {
     e.add(edit::EndStudy{s.id, StudyStatus::kDone, ""});
     e.later.push_back(Collect{});
   }
-  return e;
 }
 
 Edit StudyDriver::decide(const Feed& w) {

@@ -266,6 +266,9 @@ class StudyDriver {
   // The decisions on each kind of work.
   Edit decide(const Deliver& w);
   Edit decide(const Close& w);
+  // After a trial that was measured again (TrackedTrial::remeasure) ended: its study ends done
+  // when its searcher had finished and no other trial is open.
+  void end_if_remeasured(const TrackedTrial& t, Edit& e) const;
   Edit decide(const Feed& w);
   Edit decide(const Operate& w);
   Edit decide(const Collect& w);
