@@ -406,4 +406,14 @@ TEST(Scheduler, LimitedWorkIsTheBestOfAll) {
   EXPECT_EQ(best[1], all[1]);
 }
 
+// Provenance: a job's states and metrics rest on its worker's key and on every key of its
+// parent's lineage (a fresh model: its worker's alone); an anonymous peer is named so.
+TEST(Provenance, MadeByAddsTheWorkerToItsParentsLineage) {
+  EXPECT_EQ(made_by("b", {}), (Provenance{"b", "b"}));
+  EXPECT_EQ(made_by("a", {"b", "b c"}), (Provenance{"a", "a b c"}));
+  EXPECT_EQ(made_by("c", {"b", "b c"}), (Provenance{"c", "b c"}));
+  EXPECT_EQ(producer_of(protocol::PeerIdentity{}), "anonymous");
+  EXPECT_EQ(producer_of(protocol::PeerIdentity{.key = "k", .roles = 0, .name = "w"}), "k");
+}
+
 }  // namespace hippo::master
