@@ -163,7 +163,7 @@ void Master::apply_worker_op(const edit::DrainWorker& op) {
 }
 
 void Master::apply_worker_op(const edit::KeepTrainer& op) {
-  if (ConnectedWorker* w = pool_.find(op.peer)) w->keeps_trainer = true;
+  if (ConnectedWorker* w = pool_.find(op.peer)) w->keeps_trainer = op.keeps;
 }
 
 std::string Master::worker_name(const std::string& peer) {

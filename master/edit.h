@@ -51,6 +51,7 @@ struct Deliver {
   int64_t step = 0;
   json metrics = json::object();
   std::string absent{};
+  Provenance provenance{};  // who measured them
 };
 // The trial may be trained to its length and evaluated: it closes if it is.
 struct Close {
@@ -118,11 +119,12 @@ struct RecordMetrics {
   TrialId trial = -1;
   int64_t step = 0;
   json metrics;
+  Provenance provenance{};
 };
 // The metrics measured on a state, kept for the trials that will ask for them.
 struct CacheMetrics {
   StateKey state;
-  json metrics;
+  Measured measured;
 };
 // An event fed to a study's searcher: journaled (Searcher::replays_exactly), or its whole state
 // saved (`state`, when due).
@@ -308,9 +310,11 @@ struct DrainWorker {
   std::string peer;
   bool handed_over = false;
 };
-// An idle worker is told to start a long-lived trainer ahead of its stages (Prepare).
+// An idle worker is told to start a long-lived trainer ahead of its stages (Prepare), or, `keeps`
+// false, to end the one it keeps (EndTrainer: no running study has one any more).
 struct KeepTrainer {
   std::string peer;
+  bool keeps = true;
 };
 
 }  // namespace edit

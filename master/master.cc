@@ -547,7 +547,7 @@ void Master::on_hello(const Sender& from, const protocol::Hello& hello) {
   // Its record of its latest job: what it trained, wrote and measured while we did not hear it.
   const std::set<std::string> files(hello.files.begin(), hello.files.end());
   for (const protocol::DroppedJob& d : hello.dropped)
-    adopt(e, d, hello.name, storage, hello.environment, files);
+    adopt(e, d, hello.name, producer_of(from.identity), storage, hello.environment, files);
   e.add(edit::JoinWorker{from.peer, from.identity, hello});
   e.add(edit::AddEvent{
       std::nullopt,
@@ -567,8 +567,8 @@ void Master::on_hello(const Sender& from, const protocol::Hello& hello) {
 }
 
 void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& worker,
-                   const std::string& storage, const std::string& environment,
-                   const std::set<std::string>& files) {
+                   const std::string& producer, const std::string& storage,
+                   const std::string& environment, const std::set<std::string>& files) {
   // The job as its master recorded it: this master's own (a worker that reconnected), or an
   // earlier master's (running_jobs). A record of neither was settled already (its Done came, or
   // it was given up): the worker keeps its record until its next job, and says it again.
@@ -590,6 +590,12 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
   }
   if (!tree_.has_trial(d.trial) || d.to > tree_.trial(d.trial).length) return;
   RunningJob job = mine ? *mine : running_job_of(*earlier);
+  if (!mine) {
+    // An earlier master's job: it started from the state at its first step, if that is known.
+    std::optional<int64_t> parent;
+    if (d.from > 0) parent = states_.state_at(state_key(tree_, d.trial, d.from));
+    job.provenance = made_by(producer, parent ? states_.info(*parent).provenance : Provenance{});
+  }
   const int64_t counted = job.reported_step;
   // The steps it trained past what was counted: once.
   if (d.reached > counted) e.add(edit::Count{job.studies, d.reached - counted, d.busy_s});
@@ -604,7 +610,8 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
                    .file = snap.file,
                    .bytes = snap.bytes,
                    .checksum = snap.checksum,
-                   .environment = environment};
+                   .environment = environment,
+                   .provenance = job.provenance};
     info.storages = {storage};
     e.add(edit::AddState{states_.new_state_id(), info});
     adopted_to = snap.step;
@@ -612,7 +619,8 @@ void Master::adopt(Edit& e, const protocol::DroppedJob& d, const std::string& wo
   }
   // The evaluations it measured: delivered to the trials that wait for them.
   for (const protocol::DroppedMetric& metric : d.metrics)
-    merge(e, driver_.deliver_metrics(state_key(tree_, d.trial, metric.step), metric.metrics));
+    merge(e, driver_.deliver_metrics(state_key(tree_, d.trial, metric.step),
+                                     {metric.metrics, job.provenance}));
   // Its execution: done when it ran to its end, else abandoned where it got.
   edit::AddExecution row =
       execution(job, tree_, worker, d.done ? ExecutionOutcome::kDone : ExecutionOutcome::kLost,
@@ -686,7 +694,8 @@ void Master::on_metric(ConnectedWorker& w, const protocol::Metric& m) {
     throw protocol::ProtocolError("metric.step: " + std::to_string(m.step) + " is outside [" +
                                   std::to_string(job.order.from) + ", " +
                                   std::to_string(job.order.to) + "]");
-  Edit e = driver_.deliver_metrics(state_key(tree_, job.representative, m.step), m.metrics);
+  Edit e = driver_.deliver_metrics(state_key(tree_, job.representative, m.step),
+                                   {m.metrics, job.provenance});
   e.add(edit::JobProgress{.job = job.order.id, .progress = m.step, .evaluated = m.step});
   apply(e);
 }
@@ -719,7 +728,8 @@ void Master::on_snapshot(ConnectedWorker& w, const protocol::Snapshot& m) {
                    .file = order->file,
                    .bytes = order->file.empty() ? 0 : m.bytes,
                    .checksum = order->file.empty() ? "" : m.checksum,
-                   .environment = job.environment};
+                   .environment = job.environment,
+                   .provenance = job.provenance};
     if (!order->file.empty()) info.storages = {storage};
     e.add(edit::AddState{m.state, info});
     // Over the disk budget with states kept for later studies: some of those go (never for a
@@ -991,6 +1001,8 @@ json Master::on_resume(const Sender& from, const protocol::Resume& m) {
     throw std::invalid_argument("study " + row->name +
                                 " was submitted by another key: only its owner or an admin may "
                                 "resume it");
+  // Read and resumed in one transaction: a `hippo delete` waits (tests/e2e/race_test.cc).
+  protocol::failpoint("master.resume_read");
   apply(driver_.resume(row->id));
   schedule_changed_ = true;
   return {{"study", row->id}, {"name", row->name}};
@@ -1289,7 +1301,17 @@ void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
       spec = &s.spec;
       break;
     }
-  if (!spec) return;
+  if (!spec) {
+    // Their study ended: the trainers kept for it go now, not after the workers' --trainer-idle.
+    for (const IdleWorker& i : idle) {
+      if (const ConnectedWorker& w = *pool_.find(i.peer); !w.keeps_trainer || w.job >= 0) continue;
+      Edit e;
+      e.add(edit::KeepTrainer{i.peer, false});
+      e.sends.emplace_back(i.peer, protocol::EndTrainer{}.to_json());
+      apply(e);
+    }
+    return;
+  }
   for (const IdleWorker& i : idle) {
     ConnectedWorker& w = *pool_.find(i.peer);
     if (w.job >= 0 || !w.hello.runs_trainers || w.keeps_trainer || w.draining) continue;
@@ -1314,6 +1336,9 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
   job.environment = worker_environment(w.hello, spec);
   if (job.environment.empty() && work.parent_state >= 0)
     job.environment = states_.info(work.parent_state).environment;
+  job.provenance =
+      made_by(producer_of(w.identity),
+              work.parent_state >= 0 ? states_.info(work.parent_state).provenance : Provenance{});
   std::string order = protocol::serialize(job.order.to_json());
   const size_t bytes = order.size();
   if (static_cast<int64_t>(bytes) > protocol::kMaxMessageBytes) {

@@ -282,8 +282,8 @@ class Master {
   // (its storage holds their files, hashed), the evaluations delivered, and the steps past what
   // the earlier master counted (its running_jobs row) counted once.
   void adopt(Edit& e, const protocol::DroppedJob& record, const std::string& worker,
-             const std::string& storage, const std::string& environment,
-             const std::set<std::string>& files);
+             const std::string& producer, const std::string& storage,
+             const std::string& environment, const std::set<std::string>& files);
   // Jobs of earlier masters whose workers never said what became of them (running_jobs rows of
   // other incarnations) are given up once every worker has had time to say hello: recorded
   // `lost` at the step their master counted.

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "master/state_registry.h"
 #include "protocol/message.h"
 #include "searchers/spec.h"
 #include "stagetree/tree.h"
@@ -34,6 +35,8 @@ struct RunningJob {
   // The environment of its worker for its model (worker_environment below): the states it
   // reports were computed in it.
   std::string environment{};
+  // Who its states and metrics are recorded as made by: its worker, on its parent's lineage.
+  Provenance provenance{};
 };
 
 // The stage a job over [from, to) of `trial`'s path trains first: the one that holds step

@@ -356,7 +356,8 @@ void Simulation::from_master(const std::string& peer, const std::string& body) {
   } else if (type == protocol::Reset::kType) {
     deliver(w, hello(w));
   }
-  // Shutdown: the simulation ends on its own; Prepare: simulated workers start no trainers.
+  // Shutdown: the simulation ends on its own; Prepare, EndTrainer: simulated workers start no
+  // trainers.
 }
 
 void Simulation::start_job(Worker& w, protocol::Job order) {

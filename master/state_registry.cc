@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <sstream>
 
 #include "master/checkpoint_files.h"
 
@@ -33,7 +34,22 @@ StateInfo state_of(const CheckpointRow& row, const std::string& own_storage) {
           .checksum = protocol::content_hash_error(row.checksum).empty() ? row.checksum : "",
           .retained_at = row.retained_at,
           .needed = !row.retained_at,
-          .environment = row.environment};
+          .environment = row.environment,
+          .provenance = {row.producer, row.lineage}};
+}
+
+std::string producer_of(const protocol::PeerIdentity& peer) {
+  return peer.anonymous() ? "anonymous" : peer.key;
+}
+
+Provenance made_by(const std::string& producer, const Provenance& parent) {
+  std::set<std::string> keys;
+  std::istringstream in(parent.lineage);
+  for (std::string key; in >> key;) keys.insert(key);
+  keys.insert(producer);
+  std::string lineage;
+  for (const std::string& key : keys) lineage += (lineage.empty() ? "" : " ") + key;
+  return {producer, lineage};
 }
 
 StateRegistry::StateRegistry(std::string incarnation) : incarnation_(std::move(incarnation)) {}
@@ -85,18 +101,18 @@ std::pair<int64_t, int64_t> StateRegistry::nearest_before(const StageTree& tree,
   return {-1, 0};
 }
 
-void StateRegistry::cache_metrics(const StateKey& key, const nlohmann::json& metrics) {
-  metrics_[key] = metrics;
+void StateRegistry::cache_metrics(const StateKey& key, const Measured& measured) {
+  metrics_[key] = measured;
 }
 
-const nlohmann::json* StateRegistry::cached_metrics(const StateKey& key) const {
+const Measured* StateRegistry::cached_metrics(const StateKey& key) const {
   auto it = metrics_.find(key);
   return it == metrics_.end() ? nullptr : &it->second;
 }
 
 void StateRegistry::on_split(const Split& split) {
   move_above(index_, split, [&](const StateKey&, int64_t id) { states_[id].stage = split.upper; });
-  move_above(metrics_, split, [](const StateKey&, const nlohmann::json&) {});
+  move_above(metrics_, split, [](const StateKey&, const Measured&) {});
 }
 
 StateInfo StateRegistry::forget(int64_t id) {

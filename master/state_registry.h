@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "protocol/message.h"
+#include "protocol/trust.h"
 #include "stagetree/tree.h"
 #include "storage/plan.h"
 
@@ -47,6 +48,24 @@ void move_above(Map& index, const Split& split, OnMove on_move) {
   }
 }
 
+// Who produced a state or a metric (the plan's provenance, schema 14): the key of the worker
+// that wrote or measured it, and the keys of every worker whose work it rests on (its own and
+// its parent state's lineage), space-separated and sorted; "" when unknown (a row from before).
+struct Provenance {
+  std::string producer{}, lineage{};
+  bool operator==(const Provenance&) const = default;
+};
+// The producer a peer's work is recorded under: its key, or "anonymous" (--insecure).
+std::string producer_of(const protocol::PeerIdentity& peer);
+// What a worker of `producer` makes from a state of `parent` (a fresh model: {}).
+Provenance made_by(const std::string& producer, const Provenance& parent);
+
+// The metrics measured on a state, and who measured them.
+struct Measured {
+  nlohmann::json metrics;
+  Provenance provenance{};
+};
+
 struct StateInfo {
   StageId stage = kNoStage;
   int64_t step = 0;
@@ -68,6 +87,7 @@ struct StateInfo {
   bool needed = true;
   // The environment it was computed in (worker_environment, running_job.h); "" when unknown.
   std::string environment{};
+  Provenance provenance{};
 };
 
 // The largest checkpoint file a snapshot may say it wrote: 1 TiB, the whole training state (fp32
@@ -112,8 +132,8 @@ class StateRegistry {
                                              int64_t step) const;
 
   // The metrics measured on a state, whichever trial asked for them.
-  void cache_metrics(const StateKey& key, const nlohmann::json& metrics);
-  const nlohmann::json* cached_metrics(const StateKey& key) const;
+  void cache_metrics(const StateKey& key, const Measured& measured);
+  const Measured* cached_metrics(const StateKey& key) const;
 
   // The tree split `split.stage` at `split.at`: states and metrics above it move to the upper part.
   void on_split(const Split& split);
@@ -139,11 +159,11 @@ class StateRegistry {
  private:
   std::string incarnation_;
   int64_t next_state_ = 1;
-  std::map<int64_t, StateInfo> states_;         // by id
-  int64_t bytes_ = 0;                           // the sum of their bytes
-  int64_t kept_ = 0;                            // kept(): counted as states come and go
-  std::map<StateKey, int64_t> index_;           // key -> id
-  std::map<StateKey, nlohmann::json> metrics_;  // key -> {"accuracy": .., "loss": ..}
+  std::map<int64_t, StateInfo> states_;   // by id
+  int64_t bytes_ = 0;                     // the sum of their bytes
+  int64_t kept_ = 0;                      // kept(): counted as states come and go
+  std::map<StateKey, int64_t> index_;     // key -> id
+  std::map<StateKey, Measured> metrics_;  // key -> {"accuracy": .., "loss": ..}, and by whom
 };
 
 }  // namespace hippo::master

@@ -109,11 +109,15 @@ Edit StudyDriver::restore(bool resume_running) {
   next_trial_ = plan_.next_trial_id();
   // Metrics of every trial in the tree (a deleted study's too: its trials stay in the shared
   // tree) feed the cache, so a new study reuses evaluations of shared states.
-  std::map<std::pair<TrialId, int64_t>, json> by_state;
-  for (const MetricRow& m : plan_.every_metric()) by_state[{m.trial, m.step}][m.name] = m.value;
-  for (const auto& [ts, metrics] : by_state)
+  std::map<std::pair<TrialId, int64_t>, Measured> by_state;
+  for (const MetricRow& m : plan_.every_metric()) {
+    Measured& measured = by_state[{m.trial, m.step}];
+    measured.metrics[m.name] = m.value;
+    measured.provenance = {m.producer, m.lineage};
+  }
+  for (const auto& [ts, measured] : by_state)
     if (tree_.has_trial(ts.first) && tree_.trial(ts.first).length >= ts.second)
-      states_.cache_metrics(state_key(tree_, ts.first, ts.second), metrics);
+      states_.cache_metrics(state_key(tree_, ts.first, ts.second), measured);
   Edit e;
   for (const StudyRow& row : plan_.studies()) {
     if (row.status != StudyStatus::kRunning) continue;
@@ -150,6 +154,7 @@ LoadedStudy StudyDriver::load_study(const StudyRow& row) const {
     s.account.paused_s += std::max(0.0, unix_seconds() - *row.ended_at);
   s.account_changed = true;
   s.spec = parse_spec(row.spec);
+  s.remeasure = row.remeasure;
   // Its command runs only if this master's operator allows it, whoever allowed it before.
   check_commands(s.spec, rules_.exec);
   s.searcher = make_searcher(s.spec);
@@ -169,6 +174,7 @@ LoadedStudy StudyDriver::load_study(const StudyRow& row) const {
     t.length = tr.length;
     t.in_tree = tree_.has_trial(tr.id);
     t.status = tr.status;  // set_status once the study is running here (take_up)
+    t.remeasure = tr.remeasure;
     const std::vector<int64_t> requested = plan_.eval_requests(tr.id);
     s.requested_steps += t.length;
     s.requested_evaluations += static_cast<int64_t>(requested.size());
@@ -436,18 +442,19 @@ Edit StudyDriver::close_trials_ending(TrialId trial, int64_t from, int64_t to) c
   return e;
 }
 
-Edit StudyDriver::deliver_metrics(const StateKey& state, const json& metrics) const {
+Edit StudyDriver::deliver_metrics(const StateKey& state, const Measured& measured) const {
   Edit e;
-  e.add(edit::CacheMetrics{state, metrics});
-  for (TrialId t : pending_.waiting(state)) e.later.push_back(Deliver{t, state.second, metrics});
+  e.add(edit::CacheMetrics{state, measured});
+  for (TrialId t : pending_.waiting(state))
+    e.later.push_back(Deliver{t, state.second, measured.metrics, "", measured.provenance});
   return e;
 }
 
 Edit StudyDriver::deliver_nothing(const StateKey& state, const std::string& why) const {
   Edit e;
-  const json* cached = states_.cached_metrics(state);
+  const Measured* cached = states_.cached_metrics(state);
   for (TrialId t : pending_.waiting(state))
-    e.later.push_back(cached ? Deliver{t, state.second, *cached}
+    e.later.push_back(cached ? Deliver{t, state.second, cached->metrics, "", cached->provenance}
                              : Deliver{t, state.second, {}, why});
   return e;
 }
@@ -490,8 +497,18 @@ Edit StudyDriver::decide(const Deliver& w) {
   const TrackedTrial& t = it->second;
   const TrackedStudy& s = studies_.at(t.study);
   Edit e;
-  if (!w.metrics.empty()) e.add(edit::RecordMetrics{t.id, w.step, w.metrics});
+  if (!w.metrics.empty()) e.add(edit::RecordMetrics{t.id, w.step, w.metrics, w.provenance});
   if (s.status != StudyStatus::kRunning) return e;
+  if (t.remeasure) {
+    // Measured again after a key was distrusted: recorded, never fed to its searcher.
+    if (!w.metrics.empty()) {
+      e.next.push_back(Close{t.id});
+      return e;
+    }
+    e.add(edit::EndTrial{t.id, TrialStatus::kFailed, w.absent, w.step});
+    end_if_remeasured(t, e);
+    return e;
+  }
   const Goals& goals = s.spec.searcher.goals;
   const std::string at = " at step " + std::to_string(w.step);
   for (const std::string& metric : goals.metrics())
@@ -529,9 +546,26 @@ Edit StudyDriver::decide(const Close& w) {
       !trial_trained(t))
     return {};
   Edit e;
-  e.add(edit::EndTrial{t.id, TrialStatus::kDone, "trained to its length"});
-  e.next.push_back(searcher_work(t.study, SearcherEvent::Kind::kClosed, t.request));
+  if (!t.remeasure) {
+    e.add(edit::EndTrial{t.id, TrialStatus::kDone, "trained to its length"});
+    e.next.push_back(searcher_work(t.study, SearcherEvent::Kind::kClosed, t.request));
+    return e;
+  }
+  // Its searcher closed it long ago.
+  e.add(edit::EndTrial{t.id, TrialStatus::kDone, "measured again (a key was distrusted)"});
+  end_if_remeasured(t, e);
   return e;
+}
+
+void StudyDriver::end_if_remeasured(const TrackedTrial& t, Edit& e) const {
+  // A study whose searcher had finished ends with the last trial it measures again.
+  const TrackedStudy& s = studies_.at(t.study);
+  if (s.remeasure && std::none_of(s.trials.begin(), s.trials.end(), [&](const auto& rt) {
+        return rt.second != t.id && is_open(trials_.at(rt.second).status);
+      })) {
+    e.add(edit::EndStudy{s.id, StudyStatus::kDone, ""});
+    e.later.push_back(Collect{});
+  }
 }
 
 Edit StudyDriver::decide(const Feed& w) {
@@ -824,14 +858,15 @@ void StudyDriver::apply_op(const edit::PlaceTrial& op) {
   for (int64_t step : op.evals) {
     t.pending_evals.insert(step);
     pending_.add(tree_, t.id, step);
-    if (const json* m = states_.cached_metrics(state_key(tree_, t.id, step)))
-      queue_.push_back(Deliver{t.id, step, *m});
+    if (const Measured* m = states_.cached_metrics(state_key(tree_, t.id, step)))
+      queue_.push_back(Deliver{t.id, step, m->metrics, "", m->provenance});
   }
 }
 
 void StudyDriver::apply_op(const edit::EndTrial& op) {
   TrackedTrial& t = trials_.at(op.trial);
   forget_pending(t);
+  t.remeasure = false;  // as set_trial_status writes
   if (op.status == TrialStatus::kStopped || op.status == TrialStatus::kDiverged)
     t.stopped_at = op.step.value_or(trained_length(t));
   if (op.status == TrialStatus::kFailed) t.error = op.reason;
@@ -852,7 +887,8 @@ void StudyDriver::apply_op(const edit::RecordMetrics& op) {
   for (const auto& [name, value] : op.metrics.items())
     // Measured again with another value (a trainer that is not deterministic): the first stays.
     if (std::optional<std::string> kept =
-            plan_.add_metric({t.id, op.step, name, value.get<double>()}))
+            plan_.add_metric({t.id, op.step, name, value.get<double>(), op.provenance.producer,
+                              op.provenance.lineage}))
       spdlog::warn("trial {}: {}", t.number, *kept);
   t.pending_evals.erase(op.step);
   pending_.remove(tree_, t.id, op.step);
@@ -860,7 +896,7 @@ void StudyDriver::apply_op(const edit::RecordMetrics& op) {
 }
 
 void StudyDriver::apply_op(const edit::CacheMetrics& op) {
-  states_.cache_metrics(op.state, op.metrics);
+  states_.cache_metrics(op.state, op.measured);
 }
 
 void StudyDriver::apply_op(const edit::Journal& op) {
@@ -924,6 +960,8 @@ void StudyDriver::apply_op(const edit::AddState& op) {
     CheckpointRow row{0, info.stage, info.step, info.file, info.bytes, info.checksum, 0};
     row.storages.assign(info.storages.begin(), info.storages.end());
     row.environment = info.environment;
+    row.producer = info.provenance.producer;
+    row.lineage = info.provenance.lineage;
     info.checkpoint_row = plan_.add_checkpoint(row);
   }
   states_.add(op.id, info);

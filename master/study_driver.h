@@ -77,6 +77,9 @@ struct TrackedTrial {
   int64_t history_steps = 0;
   TrialStatus status = TrialStatus::kPending;
   std::string error;  // why it failed
+  // It was done when evaluations of its were distrusted (TrialRow::remeasure): it measures them
+  // again and closes without telling its searcher, which saw them and decided already.
+  bool remeasure = false;
 
   // The steps it still needs: its length, or where it was stopped.
   int64_t needed_length() const { return stopped_at >= 0 ? std::min(stopped_at, length) : length; }
@@ -103,6 +106,9 @@ struct TrackedStudy {
   bool expanding = true;
   // Events fed to the searcher since its state was last saved whole (the plan's journal).
   int64_t journaled = 0;
+  // Its searcher had finished when evaluations were distrusted (StudyRow::remeasure): it ends
+  // done once its trials have measured them again.
+  bool remeasure = false;
 
   // The time some master ran it, this master's part included ("active").
   double run_s() const;
@@ -177,7 +183,7 @@ class StudyDriver {
   // The trials ending on `trial`'s path in [from, to] may be trained: Close work for each.
   Edit close_trials_ending(TrialId trial, int64_t from, int64_t to) const;
   // The metrics measured on `state`: cached, and delivered to the trials that wait for it.
-  Edit deliver_metrics(const StateKey& state, const json& metrics) const;
+  Edit deliver_metrics(const StateKey& state, const Measured& measured) const;
   // A job ended without evaluating `state` as it was asked to: the trials that wait for it hear
   // why (they fail, naming the metric and the step).
   Edit deliver_nothing(const StateKey& state, const std::string& why) const;
@@ -265,6 +271,9 @@ class StudyDriver {
   // The decisions on each kind of work.
   Edit decide(const Deliver& w);
   Edit decide(const Close& w);
+  // After a trial that was measured again (TrackedTrial::remeasure) ended: its study ends done
+  // when its searcher had finished and no other trial is open.
+  void end_if_remeasured(const TrackedTrial& t, Edit& e) const;
   Edit decide(const Feed& w);
   Edit decide(const Operate& w);
   Edit decide(const Collect& w);

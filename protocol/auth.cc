@@ -25,11 +25,6 @@ constexpr int kHandshakeEvents =
     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 constexpr int kSilentFailuresForGood = 3;
 
-bool is_key_text(const std::string& text) {
-  uint8_t bytes[32];
-  return text.size() == kKeyLength && zmq_z85_decode(bytes, text.c_str()) != nullptr;
-}
-
 // The key in a key file: one line of 40 Z85 characters.
 std::string read_key_file(const std::string& path, const char* what) {
   std::ifstream in(path);
@@ -44,6 +39,15 @@ std::string read_key_file(const std::string& path, const char* what) {
                     " key file (one line of 40 Z85 characters, as `hippo keygen` writes)");
   return key;
 }
+
+}  // namespace
+
+bool is_key_text(const std::string& text) {
+  uint8_t bytes[32];
+  return text.size() == kKeyLength && zmq_z85_decode(bytes, text.c_str()) != nullptr;
+}
+
+namespace {
 
 void write_new_file(const std::string& path, const std::string& text, mode_t mode) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);

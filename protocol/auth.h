@@ -53,6 +53,8 @@ KeyPair generate_key_pair();
 void write_key_pair(const std::string& name, const KeyPair& keys);
 // A .pub file's key.
 std::string read_public_key(const std::string& path);
+// Whether `text` is a key as a .pub file holds it: 40 characters of Z85.
+bool is_key_text(const std::string& text);
 // A .key file's key, with its public half derived from it. Warns on stderr when the file can be
 // read by other users.
 KeyPair read_secret_key(const std::string& path);

@@ -14,8 +14,8 @@
 //
 // Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
 // FileBytes (a chunk the master asked for), Fetched.
-// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Prepare, Reset, Refused, Shutdown,
-// ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles.
+// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Prepare, EndTrainer, Reset, Refused,
+// Shutdown, ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles.
 // Client -> master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply.
 // AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
 //
@@ -568,6 +568,17 @@ struct Prepare {
   static Prepare from_json(const json& m);
 };
 
+// No running study has a long-lived trainer any more (the study of the worker's kept one ended):
+// an idle worker ends its kept trainer now, not --trainer-idle seconds later (on a GPU it holds
+// memory for nothing).
+struct EndTrainer {
+  static constexpr const char* kType = "end_trainer";
+  bool operator==(const EndTrainer&) const = default;
+  static constexpr std::tuple<> kFields{};
+  json to_json() const;
+  static EndTrainer from_json(const json& m);
+};
+
 // The master does not know this peer (it restarted): say hello again.
 struct Reset {
   static constexpr const char* kType = "reset";
@@ -714,10 +725,11 @@ struct Reply {
   static Reply from_json(const json& m);
 };
 
-using AnyMessage = std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned,
-                                FetchParent, FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon,
-                                Prepare, Reset, Refused, Shutdown, ReadFile, DeleteFiles, Submit,
-                                Status, Cancel, Resume, ListWorkers, Drain, Reply>;
+using AnyMessage =
+    std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
+                 FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Prepare, EndTrainer, Reset,
+                 Refused, Shutdown, ReadFile, DeleteFiles, Submit, Status, Cancel, Resume,
+                 ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

@@ -58,6 +58,7 @@ constexpr int kStorageOwnersVersion = 10;
 constexpr int kEvaluationsVersion = 11;
 constexpr int kRunningJobsVersion = 12;
 constexpr int kTrialEndsVersion = 13;
+constexpr int kProvenanceVersion = 14;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -538,7 +539,10 @@ void SearchPlan::set_study_status(int64_t study, StudyStatus status, const std::
   std::optional<std::string> err;
   if (!error.empty()) err = error;
   single_write([&] {
-    Query(*this, "UPDATE studies SET status = ?, ended_at = ?, error = ? WHERE id = ?",
+    // A study that ends (done, failed, cancelled) has nothing left to measure again.
+    Query(*this,
+          "UPDATE studies SET status = ?1, ended_at = ?2, error = ?3, remeasure = "
+          "CASE WHEN ?1 IN ('running', 'interrupted') THEN remeasure ELSE 0 END WHERE id = ?4",
           to_string(status), ended, err, study)
         .run();
     if (sqlite3_changes(db_) == 0)
@@ -665,6 +669,7 @@ std::string SearchPlan::study_columns() {
   return std::string(
              "id, name, spec, policy, status, created_at, ended_at, searcher_state, error, "
              "deleted_at, ") +
+         (version_ >= kProvenanceVersion ? "remeasure, " : "0, ") +
          (version_ >= kAccountsVersion
               ? "COALESCE(a.steps_executed, 0), COALESCE(a.busy_s, 0), "
                 "COALESCE(a.bytes_moved, 0), COALESCE(a.transfer_s, 0), COALESCE(a.master_s, 0), "
@@ -686,8 +691,9 @@ StudyRow SearchPlan::read_study(Query& q) {
   r.searcher_state = q.json(7);
   r.error = q.text(8);
   r.deleted_at = q.optional_real(9);
-  r.account = {q.int64(10), q.real(11), q.int64(12), q.real(13),
-               q.real(14),  q.real(15), q.real(16)};
+  r.remeasure = q.int64(10) != 0;
+  r.account = {q.int64(11), q.real(12), q.int64(13), q.real(14),
+               q.real(15),  q.real(16), q.real(17)};
   return r;
 }
 
@@ -774,7 +780,8 @@ void SearchPlan::set_trial_status(TrialId trial, TrialStatus status, const std::
     std::optional<double> ended_at;
     if (status != TrialStatus::kPending && status != TrialStatus::kRunning) ended_at = now();
     Query(*this,
-          "UPDATE trials SET status = ?, end_reason = ?, end_step = ?, ended_at = ? WHERE id = ?",
+          "UPDATE trials SET status = ?, end_reason = ?, end_step = ?, ended_at = ?, "
+          "remeasure = 0 WHERE id = ?",
           to_string(status), reason, end_step, ended_at, trial)
         .run();
     if (sqlite3_changes(db_) == 0)
@@ -787,7 +794,8 @@ std::string SearchPlan::trial_columns() {
              "id, study_id, number, root_key, params, hyperparams, length, status, "
              "end_reason, created_at, ") +
          (version_ >= kAccountsVersion ? "end_step" : "NULL") +
-         (version_ >= kTrialEndsVersion ? ", ended_at" : ", NULL");
+         (version_ >= kTrialEndsVersion ? ", ended_at" : ", NULL") +
+         (version_ >= kProvenanceVersion ? ", remeasure" : ", 0");
 }
 
 namespace {
@@ -818,6 +826,7 @@ TrialRow SearchPlan::read_trial(Query& q, ParsedTrialValues* parsed) {
   r.created_at = q.real(9);
   if (!q.is_null(10)) r.end_step = q.int64(10);
   if (!q.is_null(11)) r.ended_at = q.real(11);
+  r.remeasure = q.int64(12) != 0;
   return r;
 }
 
@@ -883,9 +892,9 @@ int64_t SearchPlan::add_checkpoint(const CheckpointRow& row) {
     }
     Query(*this,
           "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at, storages, "
-          "environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+          "environment, producer, lineage) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
           row.stage, row.step, row.file, row.size, row.checksum, now(), join_storages(row.storages),
-          row.environment)
+          row.environment, row.producer, row.lineage)
         .run();
     id = sqlite3_last_insert_rowid(db_);
   });
@@ -918,6 +927,17 @@ void SearchPlan::set_checkpoint_storages(int64_t id, const std::vector<std::stri
 }
 
 std::vector<CheckpointRow> SearchPlan::checkpoints() {
+  return read_checkpoints("", "");
+}
+
+std::vector<CheckpointRow> SearchPlan::checkpoints_resting_on(const std::string& key) {
+  // An older file (read only) knows no provenance; no key is "" (the unknown of older rows).
+  if (schema_version() < kProvenanceVersion || key.empty()) return {};
+  return read_checkpoints("WHERE instr(' ' || lineage || ' ', ' ' || ? || ' ') > 0 ", key);
+}
+
+std::vector<CheckpointRow> SearchPlan::read_checkpoints(const std::string& where,
+                                                        const std::string& key) {
   std::vector<CheckpointRow> rows;
   // An older file (read only) has no retained_at (version 3: none is retained) or no storages
   // (before 6: all in the master's directory).
@@ -926,15 +946,18 @@ std::vector<CheckpointRow> SearchPlan::checkpoints() {
       std::string("SELECT id, stage_id, step, file, size, checksum, created_at, ") +
       (version >= kRetentionVersion ? "retained_at" : "NULL") + ", " +
       (version >= kStoragesVersion ? "storages" : "''") + ", " +
-      (version >= kEnvironmentVersion ? "environment" : "''") +
-      " FROM checkpoints ORDER BY stage_id, step";
-  Query q(*this, query.c_str());
+      (version >= kEnvironmentVersion ? "environment" : "''") + ", " +
+      (version >= kProvenanceVersion ? "producer, lineage" : "'', ''") + " FROM checkpoints " +
+      where + "ORDER BY stage_id, step";
+  Query q = where.empty() ? Query(*this, query.c_str()) : Query(*this, query.c_str(), key);
   while (q.next()) {
     CheckpointRow row{q.int64(0), q.int64(1), q.int64(2), q.text(3),
                       q.int64(4), q.text(5),  q.real(6)};
     row.retained_at = q.optional_real(7);
     row.storages = split_storages(q.text(8));
     row.environment = q.text(9);
+    row.producer = q.text(10);
+    row.lineage = q.text(11);
     rows.push_back(std::move(row));
   }
   return rows;
@@ -969,8 +992,10 @@ std::optional<std::string> SearchPlan::add_metric(const MetricRow& row) {
   std::optional<std::string> kept;
   single_write([&] {
     auto refusal =
-        Query(*this, "INSERT INTO metrics (trial_id, step, name, value) VALUES (?, ?, ?, ?)",
-              row.trial, row.step, row.name, value)
+        Query(*this,
+              "INSERT INTO metrics (trial_id, step, name, value, producer, lineage) VALUES (?, ?, "
+              "?, ?, ?, ?)",
+              row.trial, row.step, row.name, value, row.producer, row.lineage)
             .refused();
     if (!refusal) return;
     Query old(*this, "SELECT value FROM metrics WHERE trial_id = ? AND step = ? AND name = ?",
@@ -990,33 +1015,87 @@ std::optional<std::string> SearchPlan::add_metric(const MetricRow& row) {
   return kept;
 }
 
+// The columns read_metrics reads, of the metrics table `m`: a file older than version 14 (read
+// only) has no provenance.
+std::string SearchPlan::metric_columns() {
+  return std::string("SELECT m.trial_id, m.step, m.name, m.value, ") +
+         (version_ >= kProvenanceVersion ? "m.producer, m.lineage" : "'', ''") + " FROM metrics m ";
+}
+
 std::vector<MetricRow> SearchPlan::read_metrics(Query& q) {
   std::vector<MetricRow> rows;
   while (q.next()) {
-    rows.push_back({q.int64(0), q.int64(1), q.text(2), q.optional_real(3).value_or(NAN)});
+    rows.push_back({q.int64(0), q.int64(1), q.text(2), q.optional_real(3).value_or(NAN), q.text(4),
+                    q.text(5)});
   }
   return rows;
 }
 
 std::vector<MetricRow> SearchPlan::metrics(TrialId trial) {
-  Query q(*this,
-          "SELECT trial_id, step, name, value FROM metrics WHERE trial_id = ? ORDER BY step, name",
-          trial);
+  const std::string sql = metric_columns() + "WHERE m.trial_id = ? ORDER BY m.step, m.name";
+  Query q(*this, sql.c_str(), trial);
   return read_metrics(q);
 }
 
 std::vector<MetricRow> SearchPlan::every_metric() {
-  Query q(*this, "SELECT trial_id, step, name, value FROM metrics ORDER BY trial_id, step, name");
+  const std::string sql = metric_columns() + "ORDER BY m.trial_id, m.step, m.name";
+  Query q(*this, sql.c_str());
   return read_metrics(q);
 }
 
 std::vector<MetricRow> SearchPlan::study_metrics(int64_t study) {
-  Query q(*this,
-          "SELECT m.trial_id, m.step, m.name, m.value FROM metrics m "
-          "JOIN trials t ON t.id = m.trial_id WHERE t.study_id = ? "
-          "ORDER BY m.trial_id, m.step, m.name",
-          study);
+  const std::string sql = metric_columns() +
+                          "JOIN trials t ON t.id = m.trial_id WHERE t.study_id = ? "
+                          "ORDER BY m.trial_id, m.step, m.name";
+  Query q(*this, sql.c_str(), study);
   return read_metrics(q);
+}
+
+std::vector<MetricRow> SearchPlan::metrics_resting_on(const std::string& key) {
+  if (schema_version() < kProvenanceVersion || key.empty()) return {};  // as checkpoints_...
+  const std::string sql = metric_columns() +
+                          "WHERE instr(' ' || m.lineage || ' ', ' ' || ? || ' ') > 0 "
+                          "ORDER BY m.trial_id, m.step, m.name";
+  Query q(*this, sql.c_str(), key);
+  return read_metrics(q);
+}
+
+void SearchPlan::delete_metric(TrialId trial, int64_t step, const std::string& name) {
+  single_write([&] {
+    Query(*this, "DELETE FROM metrics WHERE trial_id = ? AND step = ? AND name = ?", trial, step,
+          name)
+        .run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("no metric " + name + " of trial " + std::to_string(trial) +
+                                  " at step " + std::to_string(step));
+  });
+}
+
+void SearchPlan::reopen_trial_to_remeasure(TrialId trial) {
+  single_write([&] {
+    Query(*this,
+          "UPDATE trials SET status = 'running', end_reason = NULL, end_step = NULL, remeasure = 1 "
+          "WHERE id = ? AND status = 'done'",
+          trial)
+        .run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("trial " + std::to_string(trial) + " is not done");
+  });
+}
+
+void SearchPlan::interrupt_study_to_remeasure(int64_t study, const std::string& why) {
+  single_write([&] {
+    // Checked and changed in one statement, as resume_study.
+    Query(*this,
+          "UPDATE studies SET remeasure = (remeasure OR status = 'done'), status = 'interrupted', "
+          "ended_at = ?, error = ? WHERE id = ? AND status IN ('done', 'interrupted') AND "
+          "deleted_at IS NULL",
+          now(), why, study)
+        .run();
+    if (sqlite3_changes(db_) == 0)
+      throw std::invalid_argument("study " + std::to_string(study) +
+                                  " is neither done nor interrupted");
+  });
 }
 
 // ---- executions ----

@@ -99,6 +99,9 @@ struct StudyRow {
   std::string error;                 // why a failed study failed
   std::optional<double> deleted_at;  // deleted studies are hidden from studies()
   StudyAccount account;
+  // Schema 14: it had ended done when some of its evaluations were distrusted; once its trials
+  // have measured them again (TrialRow::remeasure), it ends done again.
+  bool remeasure = false;
 };
 
 struct TrialRow {
@@ -117,13 +120,21 @@ struct TrialRow {
   // and for trials that ended under a plan schema before 13).
   double created_at = 0;
   std::optional<double> ended_at;
+  // Schema 14: it was done when some of its evaluations were distrusted; it runs again to
+  // measure them, without telling its searcher (which saw them and decided already).
+  bool remeasure = false;
 };
 
 struct MetricRow {
   TrialId trial = 0;
   int64_t step = 0;  // the metric was measured after this many steps
   std::string name;
-  double value = 0;                         // may be NaN (a diverged loss)
+  double value = 0;  // may be NaN (a diverged loss)
+  // Provenance (schema 14): the key of the worker that measured it, and the keys of every worker
+  // whose work it rests on (its state's lineage and the producer), space-separated and sorted;
+  // '' when unknown (older rows). Not part of equality: the same value from another worker is
+  // the same metric.
+  std::string producer{}, lineage{};
   bool operator==(const MetricRow&) const;  // NaN equals NaN
 };
 
@@ -153,6 +164,10 @@ struct CheckpointRow {
   // The environment its state was computed in (schema version 9; master/running_job.h's
   // worker_environment); "" when unknown (written before).
   std::string environment{};
+  // Provenance (schema 14): the key of the worker that wrote it, and the keys of every worker
+  // whose work it rests on (its producer's and its parent state's lineage), space-separated and
+  // sorted; '' when unknown (older rows, or a state the master itself made).
+  std::string producer{}, lineage{};
 };
 
 // One job a worker ran (schema version 3): what `hippo dashboard` draws on its timeline.
@@ -328,6 +343,16 @@ class SearchPlan {
   // The storages that hold a checkpoint's file now (a fetch added one, a lost copy went).
   void set_checkpoint_storages(int64_t id, const std::vector<std::string>& storages);
   std::vector<CheckpointRow> checkpoints();  // by (stage, step)
+  // Provenance (schema 14): the checkpoints and metrics whose lineage holds `key`.
+  std::vector<CheckpointRow> checkpoints_resting_on(const std::string& key);
+  std::vector<MetricRow> metrics_resting_on(const std::string& key);
+  // A distrusted metric goes (throws std::invalid_argument for one that is not there).
+  void delete_metric(TrialId trial, int64_t step, const std::string& name);
+  // A trial that was done runs again to measure distrusted evaluations (TrialRow::remeasure); a
+  // study that was done or interrupted is interrupted, saying `why` (remeasure when it was done:
+  // StudyRow::remeasure). Both throw std::invalid_argument, writing nothing, for another status.
+  void reopen_trial_to_remeasure(TrialId trial);
+  void interrupt_study_to_remeasure(int64_t study, const std::string& why);
 
   // Storage owners (schema version 10): the key that first named each storage. Setting the owner
   // of a storage that has one already changes nothing (the first key keeps it).
@@ -413,7 +438,9 @@ class SearchPlan {
   std::string trial_columns();
   StudyRow read_study(Query& q);
   TrialRow read_trial(Query& q, ParsedTrialValues* parsed = nullptr);
+  std::string metric_columns();
   std::vector<MetricRow> read_metrics(Query& q);
+  std::vector<CheckpointRow> read_checkpoints(const std::string& where, const std::string& key);
 
   std::string path_;
   bool in_memory_ = false;  // Options::in_memory

@@ -282,10 +282,27 @@ static const char* const kVersion13 = R"sql(
 ALTER TABLE trials ADD COLUMN ended_at REAL;
 )sql";
 
+// Version 14: provenance. Who produced each state and each metric: `producer`, the Z85 public key
+// of the worker that wrote the checkpoint or measured the metric ('anonymous' for a peer of a
+// master with --insecure), and `lineage`, the keys of every worker whose work the value rests on
+// (the producer's, and those of the states it was trained from), space-separated and sorted. ''
+// on older rows: unknown. trials.remeasure: 1 for a trial that was done when evaluations of its
+// were distrusted (`hippo checkpoints --produced-by KEY --forget`): a resumed study measures them
+// again without telling its searcher, which saw them and decided already. studies.remeasure: 1
+// for a study that had ended done then: it ends done again once those are measured.
+static const char* const kVersion14 = R"sql(
+ALTER TABLE checkpoints ADD COLUMN producer TEXT NOT NULL DEFAULT '';
+ALTER TABLE checkpoints ADD COLUMN lineage TEXT NOT NULL DEFAULT '';
+ALTER TABLE metrics ADD COLUMN producer TEXT NOT NULL DEFAULT '';
+ALTER TABLE metrics ADD COLUMN lineage TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN remeasure INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE studies ADD COLUMN remeasure INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
   static const std::vector<std::string_view> steps = {
-      kVersion1, kVersion2, kVersion3,  kVersion4,  kVersion5,  kVersion6, kVersion7,
-      kVersion8, kVersion9, kVersion10, kVersion11, kVersion12, kVersion13};
+      kVersion1, kVersion2, kVersion3,  kVersion4,  kVersion5,  kVersion6,  kVersion7,
+      kVersion8, kVersion9, kVersion10, kVersion11, kVersion12, kVersion13, kVersion14};
   return steps;
 }
 

@@ -184,6 +184,13 @@ bool JobRunner::stop_idle_trainer(double seconds) {
   return true;
 }
 
+bool JobRunner::end_trainer() {
+  if (trainer_.kept_pid() < 0) return false;
+  trainer_.stop();
+  cache_.set_trainer_states(trainer_.held());
+  return true;
+}
+
 // The stage on the study's own trainer command (external_trainer.h).
 bool JobRunner::run_external(const JobHost& host) {
   if (!options_.allow_trainers)

@@ -50,6 +50,8 @@ class JobRunner {
   // Ends the kept trainer when it has trained nothing for `seconds`
   // (ExternalTrainer::stop_if_idle); what it held is then held no more.
   bool stop_idle_trainer(double seconds);
+  // Ends the long-lived trainer kept between stages; whether one was running.
+  bool end_trainer();
   // A SnapshotAt for the running job (call from between_steps). Returns why it is refused, or ""
   // once it is taken: too late (the job is past that step) or an external trainer (it got its
   // checkpoints when it started); the master then replays that state itself.

@@ -225,6 +225,12 @@ void Worker::on(const protocol::Prepare& m) {
   }
 }
 
+void Worker::on(const protocol::EndTrainer&) {
+  // A running job has its trainer in use (a stage of another study's); an idle one is ended.
+  if (running_job_ >= 0 || !runner_.end_trainer()) return;
+  spdlog::info("ended the external trainer kept for a study that has ended");
+}
+
 void Worker::on(const protocol::Reset&) {
   // The master restarted and does not know a running job: the job goes on to its end, and the
   // hello after it carries its record.

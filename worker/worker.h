@@ -65,6 +65,7 @@ class Worker {
   void on(const protocol::SnapshotAt& m);
   void on(const protocol::Abandon& m);
   void on(const protocol::Prepare& m);
+  void on(const protocol::EndTrainer& m);
   void on(const protocol::Reset& m);
   void on(const protocol::Refused& m);
   void on(const protocol::Shutdown& m);

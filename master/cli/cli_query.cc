@@ -13,6 +13,7 @@
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
 #include "master/reports.h"
+#include "protocol/failpoint.h"
 #include "protocol/text.h"
 #include "searchers/spec.h"
 #include "storage/plan.h"
@@ -536,6 +537,7 @@ int tree(const std::string& name, const GlobalOptions& global) {
 int delete_study(const std::string& name, const GlobalOptions& global) {
   SearchPlan plan = open_existing_plan(global.db);
   StudyRow row = find_study(plan, name);
+  protocol::failpoint("delete.read");  // a master may resume it now (tests/e2e/race_test.cc)
   try {
     // Its status is checked by the statement that deletes it (a master may resume it meanwhile).
     plan.delete_study(row.id);

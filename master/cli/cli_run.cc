@@ -20,6 +20,7 @@
 #include "master/cli/cli.h"
 #include "master/master.h"
 #include "protocol/auth.h"
+#include "protocol/failpoint.h"
 #include "protocol/log.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
@@ -425,6 +426,7 @@ int resume_study(const std::string& name, const LocalRun& local, const GlobalOpt
   master::Master& m = *em.master;
   std::optional<StudyRow> row = m.study_named(name);
   if (!row) throw BadInput("no study named " + name + " in " + global.db);
+  protocol::failpoint("resume.read");  // it may be deleted now (tests/e2e/race_test.cc)
   StudySpec spec;
   try {
     spec = parse_spec(row->spec);

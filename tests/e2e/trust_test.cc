@@ -171,6 +171,8 @@ struct AnswerTimes {
 class Trust : public E2ETest {
  protected:
   std::string log_path(pid_t pid) const { return path("process-" + std::to_string(pid) + ".log"); }
+  // A long-lived trainer's study on two workers (issue 43, item 7; below).
+  void trainers_end_after_their_study(const std::string& trainer_idle);
 
   // `hippo keygen NAME`, the public half also into authorized/ROLE/ when given.
   void keygen(const std::string& name, const std::string& role = "") {
@@ -1127,9 +1129,9 @@ TEST_F(Trust, IdsAndNamesNeverCollide) {
 
 // Issue 43, item 7: long-lived trainers, started ahead of their stages (prepare) or kept after
 // them, stayed alive for ever: after a 1-trial study, 3 trainer processes, 2 of which never
-// trained (on a GPU, memory held for nothing). A worker ends a kept trainer that has trained
-// nothing for --trainer-idle seconds.
-TEST_F(Trust, IdleTrainersAreEnded) {
+// trained (on a GPU, memory held for nothing). A 1-trial study of a long-lived trainer on two
+// workers with this --trainer-idle: every trainer that started is gone within 10 s of its end.
+void Trust::trainers_end_after_their_study(const std::string& trainer_idle) {
   const std::string trainer = path("trainer.py"), pids = path("pids");
   std::ofstream(trainer) << R"(
 import json, os, sys
@@ -1149,7 +1151,7 @@ for line in sys.stdin:
   const std::string address = start_master("plan.db", {"--allow-exec", "trainer"}, &master);
   for (const std::string name : {"w1", "w2"})
     spawn({kHippo, "worker", "--master", address, "--checkpoints", path(name + ".ck"), "--name",
-           name, "--allow-exec", "trainer", "--trainer-idle", "1"});
+           name, "--allow-exec", "trainer", "--trainer-idle", trainer_idle});
   const std::string one = spec("one", {{"model",
                                         {{"type", "external"},
                                          {"command", {"/usr/bin/python3", trainer, pids}},
@@ -1172,6 +1174,17 @@ for line in sys.stdin:
     }
     EXPECT_TRUE(gone) << "trainer " << pid << " is alive after its study";
   }
+}
+
+// A worker ends a kept trainer that has trained nothing for --trainer-idle seconds.
+TEST_F(Trust, IdleTrainersAreEnded) {
+  trainers_end_after_their_study("1");
+}
+
+// And at once when its study ends: the master tells the idle workers that keep one
+// (end_trainer), long before an idle bound of 10 minutes.
+TEST_F(Trust, TrainersEndWithTheirStudy) {
+  trainers_end_after_their_study("600");
 }
 
 }  // namespace

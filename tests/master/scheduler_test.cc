@@ -287,7 +287,7 @@ TEST(StateRegistry, StatesAndMetricsAboveASplitMoveToTheUpperStage) {
   EXPECT_EQ(order.file, "state-abc-1.ckpt");
   states.add(order.state, {.stage = top, .step = 200, .file = order.file});
   states.add(states.new_snapshot_order(50).state, {.stage = top, .step = 50, .file = ""});
-  states.cache_metrics({top, 200}, {{"accuracy", 0.5}});
+  states.cache_metrics({top, 200}, Measured{{{"accuracy", 0.5}}});
   Change change = tree.add_trial(1, "r", lr_until(100, 2), 150);
   ASSERT_EQ(change.splits.size(), 1u);
   states.on_split(change.splits[0]);
@@ -404,6 +404,16 @@ TEST(Scheduler, LimitedWorkIsTheBestOfAll) {
   ASSERT_EQ(best.size(), 2u);
   EXPECT_EQ(best[0], all[0]);
   EXPECT_EQ(best[1], all[1]);
+}
+
+// Provenance: a job's states and metrics rest on its worker's key and on every key of its
+// parent's lineage (a fresh model: its worker's alone); an anonymous peer is named so.
+TEST(Provenance, MadeByAddsTheWorkerToItsParentsLineage) {
+  EXPECT_EQ(made_by("b", {}), (Provenance{"b", "b"}));
+  EXPECT_EQ(made_by("a", {"b", "b c"}), (Provenance{"a", "a b c"}));
+  EXPECT_EQ(made_by("c", {"b", "b c"}), (Provenance{"c", "b c"}));
+  EXPECT_EQ(producer_of(protocol::PeerIdentity{}), "anonymous");
+  EXPECT_EQ(producer_of(protocol::PeerIdentity{.key = "k", .roles = 0, .name = "w"}), "k");
 }
 
 }  // namespace hippo::master

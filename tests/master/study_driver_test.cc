@@ -104,7 +104,7 @@ class StudyDriverTest : public ::testing::Test {
           const std::set<TrialId>& trials = driver_->pending_evaluations().waiting(key);
           if (trials.empty()) continue;
           const TrackedTrial* t = driver_->trial(*trials.begin());
-          apply(driver_->deliver_metrics(key, metrics(t->params, key.second)));
+          apply(driver_->deliver_metrics(key, {metrics(t->params, key.second)}));
         }
         driver_->close_trained_trials();
         apply({});
@@ -332,7 +332,7 @@ TEST_F(StudyDriverTest, AnInterruptedStudyResumesWhereItStopped) {
     apply(trained);
     for (const TrialRow& t : trials(study))
       for (int64_t step : {10, 20})
-        apply(driver_->deliver_metrics(state_key(tree_, t.id, step), curve(t.params, step)));
+        apply(driver_->deliver_metrics(state_key(tree_, t.id, step), {curve(t.params, step)}));
   });
   plan_->transaction([&] { apply(driver_->interrupt(study, "interrupted by SIGINT")); });
   EXPECT_EQ(plan_->study(study)->status, StudyStatus::kInterrupted);

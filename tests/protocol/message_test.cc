@@ -67,6 +67,7 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(SnapshotAt{3, {25, 9, "state-x-9.ckpt"}});
   expect_round_trip(Abandon{3});
   expect_round_trip(Prepare{job.run});
+  expect_round_trip(EndTrainer{});
   expect_round_trip(Reset{});
   expect_round_trip(Refused{"hello.storage: storage abc belongs to the key k"});
   expect_round_trip(Shutdown{});

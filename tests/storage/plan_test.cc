@@ -853,5 +853,78 @@ TEST_F(PlanTest, SearcherEventsKeepEveryObjectiveValueAndTheViolation) {
   EXPECT_EQ(again.searcher_events(study), events);
 }
 
+// Provenance (schema 13): who made each state and metric, found by any key of its lineage (a
+// key's characters are matched as text, never as a pattern: Z85 has '%'); distrusted metrics go,
+// a done trial reopens to be measured again, and its study is interrupted until then.
+TEST_F(PlanTest, RecordsProvenanceAndReopensWhatADistrustedKeyMade) {
+  auto plan = SearchPlan::open(file_.string());
+  const int64_t study = study_with_trials(plan, "s", 2, 0);
+  StageTree tree;
+  tree.add_trial(0, "root", plan.trial(0)->hyperparams, 10);
+  plan.save_tree(tree);
+  CheckpointRow state{0, 0, 5, "ckpt/0-5", 1000, "", 0};
+  state.producer = "a%b";
+  state.lineage = "a%b c";
+  plan.add_checkpoint(state);
+  plan.add_metric({0, 5, "loss", 0.5, "a%b", "a%b c"});
+  plan.add_metric({0, 10, "loss", 0.25, "c", "c"});
+  plan.add_metric({1, 10, "loss", 0.75, "d", "d"});
+  EXPECT_EQ(plan.checkpoints()[0].lineage, "a%b c");
+  EXPECT_EQ(plan.checkpoints_resting_on("c").size(), 1u);
+  EXPECT_TRUE(plan.checkpoints_resting_on("a").empty());  // a key is matched whole
+  EXPECT_TRUE(plan.checkpoints_resting_on("%").empty());
+  ASSERT_EQ(plan.metrics_resting_on("c").size(), 2u);
+  EXPECT_EQ(plan.metrics_resting_on("c")[0].producer, "a%b");
+  EXPECT_EQ(plan.metrics(1)[0].lineage, "d");
+
+  plan.set_trial_status(0, TrialStatus::kDone);
+  plan.set_study_status(study, StudyStatus::kDone);
+  plan.delete_metric(0, 5, "loss");
+  EXPECT_THROW(plan.delete_metric(0, 5, "loss"), std::invalid_argument);
+  plan.reopen_trial_to_remeasure(0);
+  EXPECT_THROW(plan.reopen_trial_to_remeasure(1), std::invalid_argument);  // not done
+  EXPECT_EQ(plan.trial(0)->status, TrialStatus::kRunning);
+  EXPECT_TRUE(plan.trial(0)->remeasure);
+  plan.interrupt_study_to_remeasure(study, "distrusted");
+  EXPECT_EQ(plan.study(study)->status, StudyStatus::kInterrupted);
+  EXPECT_TRUE(plan.study(study)->remeasure);
+  plan.resume_study(study);
+  EXPECT_TRUE(plan.study(study)->remeasure);  // until the study ends
+  plan.set_trial_status(0, TrialStatus::kDone);
+  EXPECT_FALSE(plan.trial(0)->remeasure);
+  plan.set_study_status(study, StudyStatus::kDone);
+  EXPECT_FALSE(plan.study(study)->remeasure);
+  plan.set_study_status(study, StudyStatus::kFailed);
+  EXPECT_THROW(plan.interrupt_study_to_remeasure(study, "x"), std::invalid_argument);
+}
+
+TEST_F(PlanTest, MigratesAVersion12FileToUnknownProvenance) {
+  std::string sql;
+  for (int i = 0; i < 12; ++i) sql += std::string(migrations()[i]);
+  raw_exec(file_, sql +
+                      "PRAGMA user_version = 12;"
+                      "INSERT INTO studies (name, spec, policy, status, created_at) "
+                      "VALUES ('old', '{}', 'shared', 'done', 1.7e9);"
+                      "INSERT INTO trials (id, study_id, number, root_key, params, hyperparams, "
+                      "length, status, created_at) VALUES (0, 1, 1, 'r', '{}', '{}', 10, 'done', "
+                      "1.7e9);"
+                      "INSERT INTO stages VALUES (0, 'r', NULL, 0, 10, 10, 0);"
+                      "INSERT INTO checkpoints (stage_id, step, file, size, checksum, created_at) "
+                      "VALUES (0, 10, 'a.ckpt', 5, '', 1.7e9);"
+                      "INSERT INTO metrics VALUES (0, 10, 'loss', 0.5);");
+  {
+    auto reader = SearchPlan::open_read_only(file_.string());  // as it is: unknown, no error
+    EXPECT_EQ(reader.checkpoints()[0].producer, "");
+    EXPECT_EQ(reader.metrics(0)[0].lineage, "");
+    EXPECT_TRUE(reader.metrics_resting_on("").empty());
+    EXPECT_FALSE(reader.trial(0)->remeasure);
+  }
+  auto plan = SearchPlan::open(file_.string());
+  EXPECT_EQ(plan.schema_version(), latest_schema_version());
+  EXPECT_EQ(plan.checkpoints()[0].lineage, "");
+  EXPECT_EQ(plan.metrics(0)[0].producer, "");
+  EXPECT_FALSE(plan.study(1)->remeasure);
+}
+
 }  // namespace
 }  // namespace hippo
