@@ -147,4 +147,13 @@ const SearcherKind& searcher_kind(const Field& name);
 std::string searchers_of_several_objectives();
 std::unique_ptr<Searcher> make_searcher(const StudySpec& spec);
 
+// The cluster used by default: a spec whose searcher reads `parallel` (the trials it keeps in
+// flight) and leaves it out, with searcher.parallel = max(1, workers) written in; any other spec
+// (a malformed one too: parse_spec says what is wrong) as it is. Resolved once, when a study is
+// submitted (`run`: its workers; `submit`: the master's then), and kept in the stored spec, so
+// that a restart replays the same events; a spec stored without it keeps the old default, 2.
+nlohmann::json with_parallel(const nlohmann::json& spec, int64_t workers);
+// The `parallel` a searcher spec gives, if any (a stored spec's, for resume and the master's log).
+std::optional<int64_t> parallel_of(const nlohmann::json& spec);
+
 }  // namespace hippo

@@ -101,6 +101,9 @@ struct LoadedSpec {
   nlohmann::json spec_json;
 };
 LoadedSpec load_spec_file(const std::string& path);
+// The spec as a study is stored when `workers` run it: searcher.parallel resolved
+// (master::resolve_parallel), parsed again.
+LoadedSpec resolved(LoadedSpec l, int64_t workers);
 // --policy: shared or trial-based; BadInput otherwise.
 Policy policy_of(const std::string& text);
 

@@ -24,6 +24,7 @@
 #include "protocol/message.h"
 #include "protocol/socket.h"
 #include "protocol/text.h"
+#include "searchers/searcher.h"
 #include "storage/time_split.h"
 
 extern char** environ;
@@ -360,13 +361,16 @@ int run(const std::string& path, const std::string& policy_text, bool resume, co
                        "` shows it; to run the spec again, give it another \"name\" or `hippo "
                        "delete " +
                        old->name + "`)");
-      if (old->spec != l.spec_json)
+      // A file without `parallel` is the spec it was stored as, with the value resolved then.
+      std::optional<int64_t> parallel = parallel_of(old->spec);
+      if (old->spec != (parallel ? with_parallel(l.spec_json, *parallel) : l.spec_json))
         throw BadInput("study " + old->name + " was submitted with another spec than " + path +
                        ": resume it as it was with `hippo resume " + old->name +
                        "`, or give this spec another \"name\"");
       m.resume(old->id);
       study = old->id;
     } else {
+      l = resolved(std::move(l), local.workers);
       study = m.submit(l.spec, l.spec_json, policy);
     }
   } catch (const SpecError& e) {
@@ -549,6 +553,16 @@ LoadedSpec load_spec_file(const std::string& path) {
     l.spec = load_spec(path);
     std::ifstream in(path);
     l.spec_json = json::parse(in);
+    return l;
+  } catch (const SpecError& e) {
+    throw BadInput(e.what());
+  }
+}
+
+LoadedSpec resolved(LoadedSpec l, int64_t workers) {
+  try {
+    l.spec_json = master::resolve_parallel(l.spec_json, workers);
+    l.spec = parse_spec(l.spec_json);
     return l;
   } catch (const SpecError& e) {
     throw BadInput(e.what());

@@ -98,6 +98,22 @@ TEST_F(Simulate, ReplaysALongerAshaStudyWithin15Percent) {
   EXPECT_NEAR(predicted / measured, 1.0, 0.15);
 }
 
+// The cluster used by default (no `parallel`): an ASHA study keeps all 16 workers busy.
+// With the old default of 2 in flight it used an eighth of them.
+TEST_F(Simulate, AnAshaStudyWithoutParallelUsesEveryWorker) {
+  json asha = json::parse(read_file(kExamples + "/fmnist-mlp-asha.json"));
+  asha["searcher"].erase("parallel");
+  asha["searcher"]["max_trials"] = 256;
+  const std::string file = path("asha.json");
+  std::ofstream(file) << asha.dump();
+  Result r = sh(kHippo + " --format json simulate " + file +
+                " --workers 16 --step-time 0.01 --policy shared");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json shared = last_json(r.out)["shared"];
+  EXPECT_EQ(shared["studies"][0]["status"], "done") << shared;
+  EXPECT_GE(shared["utilization"].get<double>(), 0.8) << shared;
+}
+
 TEST_F(Simulate, RefusesBadInputAndKeepsAPlanWhenAsked) {
   const std::string file = kExamples + "/fmnist-mlp-ci.json";
   auto refused = [&](const std::string& options, const std::string& says) {
