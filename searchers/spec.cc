@@ -573,7 +573,7 @@ void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
 StudySpec parse_spec(const json& spec) {
   Field root(spec, "");
   root.check_keys({"name", "model", "data", "seed", "fixed", "hyperparameters", "searcher",
-                   "length", "eval", "pipeline"});
+                   "length", "eval", "pipeline", "budget"});
   StudySpec s;
   s.name = root["name"].text();
   // Bounded, and never what reads as an id: one rule for every command (protocol/names.h).
@@ -656,6 +656,20 @@ StudySpec parse_spec(const json& spec) {
     s.pipeline = parse_pipeline(root["pipeline"], architectures.front());
     if (root["pipeline"].has("microbatches"))
       check_microbatches(s, root["pipeline"]["microbatches"]);
+  }
+
+  if (root.has("budget")) {
+    Field budget = root["budget"];
+    budget.check_keys({"steps", "wall_s"});
+    if (budget.has("steps") == budget.has("wall_s"))
+      budget.fail("expected {\"steps\": N} or {\"wall_s\": T}, got " + brief(budget.json()));
+    if (budget.has("steps")) s.budget_steps = budget["steps"].integer(1, INT64_MAX);
+    if (budget.has("wall_s")) {
+      s.budget_wall_s = budget["wall_s"].number();
+      if (!(*s.budget_wall_s > 0))
+        budget["wall_s"].fail("expected a number of seconds > 0, got " +
+                              brief(budget["wall_s"].json()));
+    }
   }
 
   s.root_key = root_key_for(s, s.model);
