@@ -96,7 +96,11 @@ class UpFrontSearcher : public Searcher {
   }
 
  private:
-  Params params_of(uint64_t i) const {
+  // The enqueued configurations first, then the searcher's own points from the first.
+  Params params_of(uint64_t trial) const {
+    const uint64_t k = spec_.enqueued.size();
+    if (trial < k) return spec_.enqueued[trial];
+    const uint64_t i = trial - k;
     switch (points_) {
       case Points::kGrid:
         return spec_.space.draw(spec_.seed, i, i);
@@ -140,12 +144,14 @@ SearcherKind grid_searcher_kind() {
 SearcherKind random_searcher_kind() {
   return {{},
           [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, Points::kRandom); },
+          true,
           true};
 }
 
 SearcherKind sobol_searcher_kind() {
   return {{},
           [](const StudySpec& s) { return std::make_unique<UpFrontSearcher>(s, Points::kSobol); },
+          true,
           true};
 }
 

@@ -297,7 +297,8 @@ std::unique_ptr<Sampler> make_cmaes_sampler(const StudySpec& spec, const Field& 
 SearcherKind cmaes_searcher_kind() {
   std::vector<std::string> options = {"parallel"};
   for (const std::string& o : sampler_options().at("cmaes")) options.push_back(o);
-  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "cmaes"); }};
+  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "cmaes"); }, false,
+          true};
 }
 
 }  // namespace hippo

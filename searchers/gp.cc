@@ -347,7 +347,7 @@ std::unique_ptr<Sampler> make_gp_sampler(const StudySpec& spec, const Field& opt
 SearcherKind gp_searcher_kind() {
   std::vector<std::string> options = {"parallel"};
   for (const std::string& o : sampler_options().at("gp")) options.push_back(o);
-  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "gp"); }};
+  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "gp"); }, false, true};
 }
 
 }  // namespace hippo

@@ -268,6 +268,7 @@ class HalvingSearcher : public Searcher {
       Field x = list[id];
       x.check_keys({"running", "values", "params"});
       TrialState t = new_trial(id);
+      if (static_cast<size_t>(id) < spec_.enqueued.size()) t.params = spec_.enqueued[id];
       if (sampler_) {
         if (!x["params"].is_object()) x["params"].fail("expected an object");
         t.params = x["params"].json();
@@ -433,7 +434,10 @@ class HalvingSearcher : public Searcher {
   void create(std::vector<Operation>& ops) {
     RequestId id = static_cast<RequestId>(trials_.size());
     TrialState t = new_trial(id);
-    if (sampler_) t.params = sampler_->propose(static_cast<uint64_t>(id), view());
+    if (static_cast<size_t>(id) < spec_.enqueued.size())
+      t.params = spec_.enqueued[id];
+    else if (sampler_)
+      t.params = sampler_->propose(static_cast<uint64_t>(id), view());
     trials_.push_back(std::move(t));
     ++running_;
     ++bracket_running_[trials_.back().bracket];
@@ -592,7 +596,7 @@ SearcherKind halving_kind(Kind kind, std::vector<std::string> extra) {
   options.insert(options.end(), extra.begin(), extra.end());
   return {options,
           [kind](const StudySpec& s) { return std::make_unique<HalvingSearcher>(s, kind); },
-          kind == Kind::kMoAsha};
+          kind == Kind::kMoAsha, true};
 }
 
 }  // namespace

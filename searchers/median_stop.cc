@@ -64,6 +64,8 @@ class MedianStopSearcher : public PoolSearcher {
       if (lower_ > upper_) threshold.fail("lower is above upper");
     }
     sampler_ = scheduler_sampler(spec_, *most_trials());
+    if (grid_ && !spec.enqueued.empty())
+      throw SpecError("enqueue: median_stop over a grid evaluates its grid points");
   }
 
  private:
@@ -174,7 +176,9 @@ class MedianStopSearcher : public PoolSearcher {
 SearcherKind median_stop_searcher_kind() {
   return {{"parallel", "grace", "min_trials", "percentile", "interval", "patience", "threshold",
            "sampler"},
-          [](const StudySpec& s) { return std::make_unique<MedianStopSearcher>(s); }};
+          [](const StudySpec& s) { return std::make_unique<MedianStopSearcher>(s); },
+          false,
+          true};
 }
 
 }  // namespace hippo

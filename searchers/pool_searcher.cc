@@ -91,7 +91,8 @@ std::vector<Operation> PoolSearcher::fill() {
   std::vector<Operation> ops;
   for (; running < parallel_ && trials_.size() < max_trials_; ++running) {
     RequestId id = static_cast<RequestId>(trials_.size());
-    Params params = propose(trials_.size());
+    Params params = trials_.size() < spec_.enqueued.size() ? spec_.enqueued[trials_.size()]
+                                                           : propose(trials_.size());
     ops.emplace_back(Create{id, params, std::nullopt});
     ops.emplace_back(Train{id, spec_.length_steps(params), spec_.eval_steps(params)});
     trials_.push_back({std::move(params), {}, Status::kRunning});

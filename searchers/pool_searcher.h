@@ -1,11 +1,13 @@
-// What the population searchers (median_stop.h, pbt.h, tpe.h) share: a pool of trials,
-// counter-based randomness and length options.
+// What the population searchers (median_stop.h, and tpe.h, gp.h and cmaes.h through their
+// samplers, sampler.h) share: a pool of trials, and counter-based randomness (pbt.h too).
 //
 // A pool runs up to max_trials trials, each to the spec's length with the spec's evaluation steps,
 // keeping `parallel` of them in flight (default: the workers, with_parallel in searcher.h; 2 in a
 // spec stored without it): when one ends (closed, stopped or failed) the next one is created, and
-// the pool finishes once every trial has ended. Pool searchers differ in where a trial's params
-// come from (propose) and in whether a validation stops it (should_stop).
+// the pool finishes once every trial has ended. The spec's enqueued configurations are its first
+// trials. Pool searchers differ in where a trial's params come from (propose: a sampler by
+// default) and in whether a validation stops it (should_stop). A trial closed on a value that is
+// not finite (diverged) counts as failed.
 #pragma once
 
 #include <cstdint>

@@ -131,6 +131,9 @@ struct SearcherKind {
   // Whether it takes a spec of several objectives (its on_evaluation reads every value); the spec
   // parser refuses several objectives for the others.
   bool several_objectives = false;
+  // Whether its first trials are the spec's `enqueue` (StudySpec::enqueued); the spec parser
+  // refuses `enqueue` for the others.
+  bool takes_enqueued = false;
 };
 
 // Adds a searcher name; throws std::invalid_argument if the name is taken.

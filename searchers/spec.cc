@@ -573,7 +573,7 @@ void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
 StudySpec parse_spec(const json& spec) {
   Field root(spec, "");
   root.check_keys({"name", "model", "data", "seed", "fixed", "hyperparameters", "searcher",
-                   "length", "eval", "pipeline", "budget"});
+                   "length", "eval", "pipeline", "budget", "enqueue"});
   StudySpec s;
   s.name = root["name"].text();
   // Bounded, and never what reads as an id: one rule for every command (protocol/names.h).
@@ -670,6 +670,25 @@ StudySpec parse_spec(const json& spec) {
         budget["wall_s"].fail("expected a number of seconds > 0, got " +
                               brief(budget["wall_s"].json()));
     }
+  }
+
+  if (root.has("enqueue")) {
+    Field list = root["enqueue"];
+    for (size_t i = 0, n = list.items(1); i < n; ++i) {
+      if (!list[i].is_object()) list[i].fail("expected an object: a value for every leaf");
+      try {
+        s.hyperparams(list[i].json());
+        s.model_of(list[i].json());
+      } catch (const SpecError& e) {
+        throw SpecError(list[i].path() + "." + e.what());
+      }
+      s.enqueued.push_back(list[i].json());
+    }
+    if (!searcher_kind(root["searcher"]["name"]).takes_enqueued)
+      list.fail("searcher " + s.searcher.name + " does not take enqueued configurations");
+    if (s.searcher.max_trials && s.enqueued.size() > *s.searcher.max_trials)
+      list.fail("more configurations than max_trials (" + std::to_string(*s.searcher.max_trials) +
+                ")");
   }
 
   s.root_key = root_key_for(s, s.model);

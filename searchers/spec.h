@@ -116,6 +116,10 @@ struct StudySpec {
   // submitted (its wall time: simulated seconds under `simulate`). It is no part of the root key.
   std::optional<int64_t> budget_steps;
   std::optional<double> budget_wall_s;
+  // `enqueue`: given params (a value for every leaf) that are the study's first trials, 0, 1, ...,
+  // before the searcher's own (random, sobol and the pool and halving searchers; the others
+  // refuse them).
+  std::vector<Params> enqueued;
   // Why lengths in epochs are refused (no batch size constant within a trial, or an external
   // data set without train_samples); empty when they are possible.
   std::string no_epochs;

@@ -299,7 +299,7 @@ std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& op
 SearcherKind tpe_searcher_kind() {
   std::vector<std::string> options = {"parallel"};
   for (const std::string& o : sampler_options().at("tpe")) options.push_back(o);
-  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "tpe"); }};
+  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "tpe"); }, false, true};
 }
 
 }  // namespace hippo

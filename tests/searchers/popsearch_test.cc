@@ -1112,5 +1112,65 @@ TEST(Sampler, OptionErrors) {
   EXPECT_EQ(spec_error(moasha), "searcher.sampler: unknown field");
 }
 
+// ---------------------------------------------------------------------------------------------
+// enqueue
+
+// The spec's enqueued configurations are the first trials, then the searcher's own: a pool
+// searcher proposes from then on (tpe), a scheduler draws (asha), random and sobol continue with
+// their first points; a replay after a restart keeps them.
+TEST(Enqueue, GivenConfigurationsAreTheFirstTrials) {
+  auto first_params = [](const json& j) {
+    std::vector<Params> out;
+    for (const Operation& op : make_searcher(parse_spec(j))->on_study_start())
+      if (const Create* c = std::get_if<Create>(&op)) out.push_back(c->params);
+    return out;
+  };
+  const json given = {{{"lr", 0.25}}, {{"lr", 0.75}}};
+  json tpe = tpe_study({{"lr", {{"uniform", {0.0, 1.0}}}}}, {{"max_trials", 5}, {"parallel", 3}});
+  tpe["enqueue"] = given;
+  std::vector<Params> ps = first_params(tpe);
+  ASSERT_EQ(ps.size(), 3u);
+  EXPECT_EQ(ps[0], given[0]);
+  EXPECT_EQ(ps[1], given[1]);
+  EXPECT_EQ(ps[2], parse_spec(tpe).space.draw(7, 2, std::nullopt));  // a startup draw
+  json asha = asha_with({{"name", "sobol"}}, {{"parallel", 3}});
+  asha["searcher"].erase("sampler");
+  asha["enqueue"] = given;
+  ps = first_params(asha);
+  ASSERT_EQ(ps.size(), 3u);
+  EXPECT_EQ(ps[1], given[1]);
+  json sobol = tpe;
+  sobol["searcher"] = {{"name", "sobol"}, {"metric", "loss"}, {"mode", "min"}, {"max_trials", 4}};
+  ps = first_params(sobol);
+  ASSERT_EQ(ps.size(), 4u);
+  EXPECT_EQ(ps[0], given[0]);
+  EXPECT_EQ(ps[2], parse_spec(sobol).space.at(sobol_point(0, 1, 7), std::nullopt));
+  std::vector<Event> events = {validation(0, 40, 0.3), closed(0), validation(2, 40, 0.1), closed(2),
+                               validation(1, 40, 0.2), closed(1)};
+  expect_restores_identically(tpe, events);
+  std::vector<Event> asha_events = {validation(0, 10, 0.3), closed(0), validation(1, 10, 0.2),
+                                    closed(1)};
+  expect_restores_identically(asha, asha_events);
+}
+
+TEST(Enqueue, Errors) {
+  json tpe = tpe_study({{"lr", {{"uniform", {0.0, 1.0}}}}}, {{"max_trials", 1}});
+  tpe["enqueue"] = {{{"lr", 2}}};
+  EXPECT_EQ(spec_error(tpe), "enqueue[0].lr: value 2 is not in its range");
+  tpe["enqueue"] = {{{"momentum", 0.5}}};
+  EXPECT_EQ(spec_error(tpe), "enqueue[0].lr: missing parameter");
+  tpe["enqueue"] = {{{"lr", 0.5}}, {{"lr", 0.6}}};
+  EXPECT_EQ(spec_error(tpe), "enqueue: more configurations than max_trials (1)");
+  tpe["enqueue"] = json::array();
+  EXPECT_EQ(spec_error(tpe), "enqueue: expected at least 1 element, got []");
+  json grid = median_study();
+  grid["searcher"] = {{"name", "grid"}, {"metric", "accuracy"}, {"mode", "max"}};
+  grid["enqueue"] = {{{"lr", 0.2}}};
+  EXPECT_EQ(spec_error(grid), "enqueue: searcher grid does not take enqueued configurations");
+  json median = median_study();
+  median["enqueue"] = {{{"lr", 0.2}}};
+  EXPECT_EQ(spec_error(median), "enqueue: median_stop over a grid evaluates its grid points");
+}
+
 }  // namespace
 }  // namespace hippo
