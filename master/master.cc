@@ -10,6 +10,8 @@
 #include "protocol/log.h"
 #include "protocol/random_token.h"
 #include "protocol/socket.h"
+#include "protocol/text.h"
+#include "searchers/searcher.h"
 
 namespace hippo::master {
 namespace {
@@ -134,6 +136,19 @@ void Master::in_process(const std::function<void()>& fn) {
   outbox_.reset();
   if (events_) events_->commit();
   for (const auto& [peer, body] : sent) transport_->send(peer, body);
+}
+
+json resolve_parallel(const json& spec_json, int64_t workers) {
+  const json name = spec_json.is_object() ? spec_json.value("name", json()) : json();
+  if (std::optional<int64_t> parallel = parallel_of(spec_json);
+      parallel && *parallel < workers && name.is_string())
+    spdlog::warn(
+        "study {}: searcher.parallel = {} keeps at most {} trials in flight, so {} of the {} "
+        "workers idle unless other studies have work (without `parallel` it keeps as many as "
+        "there are workers)",
+        protocol::printable(name.get<std::string>()), *parallel, *parallel, workers - *parallel,
+        workers);
+  return with_parallel(spec_json, workers);
 }
 
 int64_t Master::submit(const StudySpec& spec, const json& spec_json, Policy policy) {
@@ -944,8 +959,9 @@ void Master::on_fetched(ConnectedWorker& w, const protocol::Fetched& m) {
 json Master::on_submit(const Sender& from, const protocol::Submit& m) {
   require_writable();
   Policy policy = parse_policy(m.policy);
-  StudySpec spec = parse_spec(m.spec);
-  apply(driver_.submit(spec, m.spec, policy, from.identity.key));
+  const json spec_json = resolve_parallel(m.spec, std::max<int64_t>(1, pool_.size()));
+  StudySpec spec = parse_spec(spec_json);
+  apply(driver_.submit(spec, spec_json, policy, from.identity.key));
   const int64_t id = driver_.created();
   schedule_changed_ = true;
   return {{"study", id}, {"name", spec.name}};

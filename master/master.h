@@ -108,6 +108,11 @@ struct MasterCosts {
   int64_t jobs = 0;  // sent
 };
 
+// The spec a study is stored with when `workers` are there to run it: searcher.parallel resolved
+// (searchers/searcher.h's with_parallel). An explicit `parallel` below `workers` leaves workers
+// idle for this study: said once, here.
+json resolve_parallel(const json& spec_json, int64_t workers);
+
 class Master {
  public:
   // Listens on options.bind (transport.h's ZmqTransport), restores the tree, the checkpoints and

@@ -568,10 +568,29 @@ void StudyDriver::end_if_remeasured(const TrackedTrial& t, Edit& e) const {
   }
 }
 
+namespace {
+
+// Why the study's budget (spec.h) is spent, or "" while it is not.
+std::string budget_spent(const TrackedStudy& s) {
+  const StudySpec& spec = s.spec;
+  if (spec.budget_steps && s.account.steps_executed >= *spec.budget_steps)
+    return fmt::format("its budget of {} steps is spent ({} trained)", *spec.budget_steps,
+                       s.account.steps_executed);
+  if (spec.budget_wall_s && s.wall_s() >= *spec.budget_wall_s)
+    return fmt::format("its budget of {} s is spent ({:.1f} s since it was submitted)",
+                       *spec.budget_wall_s, s.wall_s());
+  return "";
+}
+
+}  // namespace
+
 Edit StudyDriver::decide(const Feed& w) {
   auto it = studies_.find(w.study);
   if (it == studies_.end() || it->second.status != StudyStatus::kRunning) return {};
   TrackedStudy& s = it->second;
+  // Spent: no new trial, and those in flight stop where they are.
+  if (std::string spent = budget_spent(s); !spent.empty())
+    return end_study(s, StudyStatus::kDone, spent, "the study's budget was spent");
   std::vector<Operation> ops;
   try {
     ops = feed(*s.searcher, w.event);

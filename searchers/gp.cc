@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "searchers/pool_searcher.h"
+#include "searchers/sampler.h"
 
 namespace hippo {
 namespace {
@@ -204,9 +205,10 @@ double expected_improvement(std::pair<double, double> posterior, double best) {
   return (best - mean) * cdf + sd * pdf;
 }
 
-class GpSearcher : public PoolSearcher {
+class GpSampler : public Sampler {
  public:
-  explicit GpSearcher(const StudySpec& spec) : PoolSearcher(spec, max_trials(spec)) {
+  // `spec` must outlive the sampler (it is its searcher's).
+  GpSampler(const StudySpec& spec, const Field& options, uint64_t trials) : spec_(spec) {
     for (const Param& p : spec_.space.params()) {
       if (p.kind == DistKind::kGrid || p.kind == DistKind::kChoice)
         throw SpecError(spec_.space.written_at(p) +
@@ -214,23 +216,17 @@ class GpSearcher : public PoolSearcher {
                         " is a " + (p.kind == DistKind::kGrid ? "grid" : "choice") +
                         " (tpe handles those)");
     }
-    Field options(spec.searcher.options, "searcher");
+    if (trials > kMostTrials)
+      Field(spec.searcher.options, "searcher.max_trials")
+          .fail("gp runs at most " + std::to_string(kMostTrials) +
+                " trials (each proposal costs O(n^3) in the trials so far), got " +
+                std::to_string(trials));
     n_startup_ = std::max<uint64_t>(5, spec_.space.params().size() + 1);
     if (options.has("n_startup")) n_startup_ = options["n_startup"].integer(0, 1'000'000);
     if (options.has("candidates")) candidates_ = options["candidates"].integer(1, 1'000'000);
   }
 
  private:
-  static uint64_t max_trials(const StudySpec& spec) {
-    Field field(spec.searcher.options, "searcher.max_trials");
-    if (!spec.searcher.max_trials) field.fail("missing (gp needs it)");
-    if (*spec.searcher.max_trials > kMostTrials)
-      field.fail("gp runs at most " + std::to_string(kMostTrials) +
-                 " trials (each proposal costs O(n^3) in the trials so far), got " +
-                 std::to_string(*spec.searcher.max_trials));
-    return *spec.searcher.max_trials;
-  }
-
   // A leaf's value as a coordinate in [0, 1], and back.
   static std::pair<double, double> bounds(const Param& p) {
     if (p.kind == DistKind::kLogUniform) return {std::log(p.lo), std::log(p.hi)};
@@ -262,17 +258,23 @@ class GpSearcher : public PoolSearcher {
     return out;
   }
 
-  Params propose(uint64_t index) override {
-    std::vector<const PoolTrial*> scored = ranked();
+ public:
+  Params propose(uint64_t index, const SamplerView& view) override {
+    // Best first, the earlier trial first among equals.
+    std::vector<SampledTrial> scored = view.observed;
+    std::stable_sort(scored.begin(), scored.end(),
+                     [&](const SampledTrial& a, const SampledTrial& b) {
+                       return better(a.value, b.value, spec_.searcher.maximize);
+                     });
     size_t d = spec_.space.params().size();
     if (index < n_startup_ || scored.size() < 2 || d == 0)
       return spec_.space.draw(spec_.seed, index, std::nullopt);
     // Standardized values, to be minimized.
     std::vector<Point> x;
     std::vector<double> y;
-    for (const PoolTrial* t : scored) {
-      x.push_back(coordinates(t->params));
-      double v = t->values.rbegin()->second;
+    for (const SampledTrial& t : scored) {
+      x.push_back(coordinates(*t.params));
+      double v = t.value;
       y.push_back(spec_.searcher.maximize ? -v : v);
     }
     double mean = 0, var = 0;
@@ -286,9 +288,8 @@ class GpSearcher : public PoolSearcher {
     if (theta.empty()) return spec_.space.draw(spec_.seed, index, std::nullopt);
     // Kriging believer: running trials observed at the model's mean.
     Gp observed(x, y, theta);
-    for (const PoolTrial& t : trials_) {
-      if (t.status != Status::kRunning) continue;
-      Point p = coordinates(t.params);
+    for (const SampledTrial& t : view.running) {
+      Point p = coordinates(*t.params);
       y.push_back(observed.predict(p).first);
       x.push_back(std::move(p));
     }
@@ -330,17 +331,23 @@ class GpSearcher : public PoolSearcher {
     return params(winner);
   }
 
-  bool should_stop(RequestId, int64_t) override { return false; }
-
+ private:
+  const StudySpec& spec_;
   uint64_t n_startup_;
   int64_t candidates_ = 2000;
 };
 
 }  // namespace
 
+std::unique_ptr<Sampler> make_gp_sampler(const StudySpec& spec, const Field& options,
+                                         uint64_t trials) {
+  return std::make_unique<GpSampler>(spec, options, trials);
+}
+
 SearcherKind gp_searcher_kind() {
-  return {{"parallel", "n_startup", "candidates"},
-          [](const StudySpec& s) { return std::make_unique<GpSearcher>(s); }};
+  std::vector<std::string> options = {"parallel"};
+  for (const std::string& o : sampler_options().at("gp")) options.push_back(o);
+  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "gp"); }, false, true};
 }
 
 }  // namespace hippo

@@ -1,6 +1,6 @@
 // `gp`: Bayesian optimization with a Gaussian process, for small continuous spaces. A pool
 // searcher (pool_searcher.h): max_trials (required, at most 300) trials, `parallel` in flight
-// (default 2), each trained to the spec's length.
+// (default: the workers, with_parallel), each trained to the spec's length.
 //
 // The first `n_startup` trials (default max(5, d + 1) for d leaves) are seeded draws. For each
 // later trial a GP is fitted to the closed trials (their value at their last evaluation): inputs

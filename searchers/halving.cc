@@ -14,6 +14,7 @@
 
 #include "searchers/basic.h"
 #include "searchers/pareto.h"
+#include "searchers/sampler.h"
 #include "stagetree/json_number.h"
 
 namespace hippo {
@@ -199,6 +200,7 @@ class HalvingSearcher : public Searcher {
       // No trial is promoted from the top rung: it needs no index.
       if (asynchronous())
         for (int k = 0; k < top; ++k) rungs_.push_back(new_ranking());
+      make_sampler();
       return;
     }
     int count = options.has("brackets") ? options["brackets"].integer(1, top + 1) : top + 1;
@@ -214,7 +216,11 @@ class HalvingSearcher : public Searcher {
       max_trials.fail("hyperband's brackets have " + std::to_string(next) +
                       " trials; give max_trials to cap them");
     bracket_running_.assign(brackets_.size(), 0);
+    make_sampler();
   }
+
+  // Made after the brackets, which say how many trials it may be asked for.
+  void make_sampler() { sampler_ = scheduler_sampler(spec_, *most_trials()); }
 
   std::optional<uint64_t> most_trials() const override {
     return static_cast<uint64_t>(brackets_.back().first + brackets_.back().size);
@@ -223,8 +229,7 @@ class HalvingSearcher : public Searcher {
   std::vector<Operation> on_study_start() override {
     if (asynchronous()) return fill();
     std::vector<Operation> ops;
-    for (const Bracket& b : brackets_)
-      for (int64_t i = 0; i < b.size; ++i) create(ops);
+    for (size_t b = 0; b < (sequential() ? 1 : brackets_.size()); ++b) start_bracket(b, ops);
     return creates_first(std::move(ops));
   }
 
@@ -254,13 +259,18 @@ class HalvingSearcher : public Searcher {
       json values = json::array();
       for (const std::optional<ParetoPoint>& v : t.values) values.push_back(rung_value_json(v));
       trials.push_back({{"running", t.running}, {"values", values}});
+      // A sampler's values depend on the study so far: they are kept (draws are made again).
+      if (sampler_) trials.back()["params"] = t.params;
     }
-    return {{"trials", trials}};
+    json out = {{"trials", trials}};
+    if (json sampler = sampler_ ? sampler_->save() : nullptr; !sampler.is_null())
+      out["sampler"] = std::move(sampler);
+    return out;
   }
 
   void load(const json& state) override {
     Field f(state, "state");
-    f.check_keys({"trials"});
+    f.check_keys({"trials", "sampler"});
     Field list = f["trials"];
     int64_t capacity = brackets_.back().first + brackets_.back().size;
     int64_t n = static_cast<int64_t>(list.items(0));
@@ -270,8 +280,13 @@ class HalvingSearcher : public Searcher {
     std::vector<TrialState> trials;
     for (RequestId id = 0; id < n; ++id) {
       Field x = list[id];
-      x.check_keys({"running", "values"});
+      x.check_keys({"running", "values", "params"});
       TrialState t = new_trial(id);
+      if (static_cast<size_t>(id) < spec_.enqueued.size()) t.params = spec_.enqueued[id];
+      if (sampler_) {
+        if (!x["params"].is_object()) x["params"].fail("expected an object");
+        t.params = x["params"].json();
+      }
       t.running = x["running"].boolean();
       Field values = x["values"];
       size_t rungs = values.items(1);
@@ -283,12 +298,16 @@ class HalvingSearcher : public Searcher {
     }
     trials_ = std::move(trials);
     reindex();
+    if (f.has("sampler") && sampler_) sampler_->load(f["sampler"]);
   }
 
  private:
   const std::string& name() const { return spec_.searcher.name; }
   // asha and moasha: trials start and are promoted one by one, without waiting for a rung.
   bool asynchronous() const { return kind_ == Kind::kAsha || kind_ == Kind::kMoAsha; }
+  // hyperband with a model: a bracket's trials are drawn when the bracket before it has finished
+  // its first rung, so that each bracket learns from the ones before (BOHB); else all at once.
+  bool sequential() const { return kind_ == Kind::kHyperband && sampler_ && sampler_->learns(); }
 
   std::unique_ptr<RungRanking> new_ranking() const {
     if (kind_ == Kind::kMoAsha) return std::make_unique<ParetoRanking>(directions_);
@@ -376,7 +395,8 @@ class HalvingSearcher : public Searcher {
     return trials_[trial];
   }
 
-  // Grid points first when the space has a grid, then seeded draws (as `grid` and `random` do).
+  // Its bracket, and its values: grid points first when the space has a grid, then seeded draws
+  // (as `grid` and `random` do); with a sampler, create() asks it instead.
   TrialState new_trial(RequestId id) const {
     TrialState t;
     while (id >= brackets_[t.bracket].first + brackets_[t.bracket].size) ++t.bracket;
@@ -409,9 +429,30 @@ class HalvingSearcher : public Searcher {
     return Train{id, length, std::move(evals)};
   }
 
+  // A sampler's view of the trials: observations by BOHB's rule over the rung lengths (each trial
+  // at every rung it finished with a value) and the trials in flight.
+  SamplerView view() const {
+    std::map<int64_t, std::vector<SampledTrial>> by_length;
+    SamplerView v;
+    for (RequestId id = 0; id < static_cast<RequestId>(trials_.size()); ++id) {
+      const TrialState& t = trials_[id];
+      if (t.running) v.running.push_back({id, &t.params, 0});
+      for (int k = 0; k <= t.rung(); ++k)
+        if (t.values[k] && !(k == t.rung() && t.running))
+          by_length[rung_length(t, k)].push_back({id, &t.params, t.values[k]->values[0]});
+    }
+    v.observed = bohb_observations(spec_, by_length);
+    return v;
+  }
+
   void create(std::vector<Operation>& ops) {
     RequestId id = static_cast<RequestId>(trials_.size());
-    trials_.push_back(new_trial(id));
+    TrialState t = new_trial(id);
+    if (static_cast<size_t>(id) < spec_.enqueued.size())
+      t.params = spec_.enqueued[id];
+    else if (sampler_)
+      t.params = sampler_->propose(static_cast<uint64_t>(id), view());
+    trials_.push_back(std::move(t));
     ++running_;
     ++bracket_running_[trials_.back().bracket];
     ++running_at(0);
@@ -521,6 +562,11 @@ class HalvingSearcher : public Searcher {
     return ids;
   }
 
+  // Creates every trial of bracket b.
+  void start_bracket(size_t b, std::vector<Operation>& ops) {
+    for (int64_t i = 0; i < brackets_[b].size; ++i) create(ops);
+  }
+
   // sha, hyperband: once no trial of the bracket is running, the best of its current rung go on.
   std::vector<Operation> halve(size_t bracket) {
     if (bracket_running_[bracket] > 0) return {};
@@ -529,17 +575,21 @@ class HalvingSearcher : public Searcher {
     RequestId last = b.first + b.size;
     int k = 0;
     for (RequestId id = b.first; id < last; ++id) k = std::max(k, trials_[id].rung());
-    if (k + 1 == b.rungs) return {};
+    std::vector<Operation> ops;
+    // Sequential brackets: the next one starts once this one has finished its first rung.
+    if (sequential() && k == 0 && bracket + 1 < brackets_.size() &&
+        static_cast<RequestId>(trials_.size()) == last)
+      start_bracket(bracket + 1, ops);
+    if (k + 1 == b.rungs) return creates_first(std::move(ops));
     std::vector<RequestId> ids = ranked(b.first, last, k);
     size_t keep = std::max<size_t>(1, ids.size() / eta_);
-    std::vector<Operation> ops;
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i < keep)
         promote(ids[i], ops);
       else
         ops.push_back(Stop{ids[i]});
     }
-    return ops;
+    return creates_first(std::move(ops));
   }
 
   // asha, moasha: keeps `parallel` trials in flight, promoting where it can, else creating.
@@ -579,6 +629,8 @@ class HalvingSearcher : public Searcher {
   std::vector<std::unique_ptr<RungRanking>> rungs_;
   std::vector<int64_t> running_at_;  // trials running, by the rung they are trained to
   size_t settled_ = 0;               // asha, moasha: rungs 0 .. settled_ - 1 have settled
+  // `searcher.sampler`: where new trials' values come from; none: grid points, then draws.
+  std::unique_ptr<Sampler> sampler_;
 };
 
 SearcherKind halving_kind(Kind kind, std::vector<std::string> extra) {
@@ -586,22 +638,22 @@ SearcherKind halving_kind(Kind kind, std::vector<std::string> extra) {
   options.insert(options.end(), extra.begin(), extra.end());
   return {options,
           [kind](const StudySpec& s) { return std::make_unique<HalvingSearcher>(s, kind); },
-          kind == Kind::kMoAsha};
+          kind == Kind::kMoAsha, true};
 }
 
 }  // namespace
 
 SearcherKind sha_searcher_kind() {
-  return halving_kind(Kind::kSha, {});
+  return halving_kind(Kind::kSha, {"sampler"});
 }
 SearcherKind asha_searcher_kind() {
-  return halving_kind(Kind::kAsha, {"parallel"});
+  return halving_kind(Kind::kAsha, {"parallel", "sampler"});
 }
 SearcherKind moasha_searcher_kind() {
   return halving_kind(Kind::kMoAsha, {"parallel"});
 }
 SearcherKind hyperband_searcher_kind() {
-  return halving_kind(Kind::kHyperband, {"brackets"});
+  return halving_kind(Kind::kHyperband, {"brackets", "sampler"});
 }
 
 }  // namespace hippo

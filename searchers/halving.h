@@ -9,7 +9,7 @@
 //   eta         an integer >= 2, default 3
 //   min_length  {"steps": N} or {"epochs": E}, required: the shortest rung
 //   max_length  the same, default the spec's length: no rung is longer
-//   parallel    asha, moasha: how many trials to keep in flight, default 2 (the workers you expect)
+//   parallel    asha, moasha: how many trials to keep in flight, default the workers (searcher.h)
 //   brackets    hyperband only: how many brackets to run, the most aggressive first; default all
 // Lengths in epochs are converted per trial, as the spec's length is. A trial at a rung of length
 // L is trained to L and evaluated at the spec's evaluation steps below L, and at L.

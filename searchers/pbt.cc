@@ -88,8 +88,18 @@ class PbtSearcher : public Searcher {
     return {};
   }
 
+  // A member closed without a finite value at the generation's end diverged (the master fed it
+  // the worst value of its mode where it diverged, then closed it; its evaluations always include
+  // target_): it is replaced like a failed one, never trained on from a diverged state. So is one
+  // that breaks a constraint there (the same worst value).
   std::vector<Operation> on_trial_closed(RequestId trial) override {
-    if (Member* m = find(trial)) m->reported = true;
+    if (Member* m = find(trial)) {
+      m->reported = true;
+      if (!m->value || !std::isfinite(*m->value)) {
+        m->failed = true;
+        m->value.reset();
+      }
+    }
     return advance();
   }
 

@@ -5,8 +5,9 @@
 // trials (population + replacements), so max_trials is refused.
 //
 // The population starts as `population` seeded draws, each trained to `interval`. When every
-// member has reported its value at the end of generation k (step k * interval), or failed, the
-// members are ranked (ties: the older trial first; failed members last) and the worst q =
+// member has reported its value at the end of generation k (step k * interval), or failed (a
+// member that diverged, closed without a finite value there, counts as failed), the members are
+// ranked (ties: the older trial first; failed members last) and the worst q =
 // round(fraction * n) of them (at least 1, at most n / 2), and every failed member, are replaced,
 // so that the population keeps its size: each gets Stop (unless it failed), and a new trial takes
 // its place,

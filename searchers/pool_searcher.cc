@@ -44,24 +44,31 @@ std::vector<Operation> PoolSearcher::on_validation(RequestId trial, int64_t step
   return ops;
 }
 
+// The master feeds a diverged trial the worst value of its mode (an infinity) and then closes it:
+// such a trial never completed, it failed (Optuna's FAIL), and median_stop never counts it. So
+// does a trial whose last evaluation broke a constraint (it has the same worst value there).
 std::vector<Operation> PoolSearcher::on_trial_closed(RequestId trial) {
-  return end(trial, Status::kClosed);
+  const PoolTrial& t = at(trial);
+  bool diverged = !t.values.empty() && !std::isfinite(t.values.rbegin()->second);
+  return end(trial, diverged ? Status::kFailed : Status::kClosed);
 }
 
 std::vector<Operation> PoolSearcher::on_trial_failed(RequestId trial) {
   return end(trial, Status::kFailed);
 }
 
-std::vector<const PoolSearcher::PoolTrial*> PoolSearcher::ranked() const {
-  std::vector<const PoolTrial*> out;
-  for (const PoolTrial& t : trials_)
-    if (t.status == Status::kClosed && !t.values.empty() &&
-        std::isfinite(t.values.rbegin()->second))
-      out.push_back(&t);
-  std::stable_sort(out.begin(), out.end(), [&](const PoolTrial* a, const PoolTrial* b) {
-    return better(a->values.rbegin()->second, b->values.rbegin()->second);
-  });
-  return out;
+SamplerView PoolSearcher::view() const {
+  SamplerView v;
+  for (size_t i = 0; i < trials_.size(); ++i) {
+    const PoolTrial& t = trials_[i];
+    const RequestId id = static_cast<RequestId>(i);
+    if (t.status == Status::kRunning)
+      v.running.push_back({id, &t.params, 0});
+    else if (t.status == Status::kClosed && !t.values.empty() &&
+             std::isfinite(t.values.rbegin()->second))
+      v.observed.push_back({id, &t.params, t.values.rbegin()->second});
+  }
+  return v;
 }
 
 PoolSearcher::PoolTrial& PoolSearcher::at(RequestId trial) {
@@ -84,7 +91,8 @@ std::vector<Operation> PoolSearcher::fill() {
   std::vector<Operation> ops;
   for (; running < parallel_ && trials_.size() < max_trials_; ++running) {
     RequestId id = static_cast<RequestId>(trials_.size());
-    Params params = propose(trials_.size());
+    Params params = trials_.size() < spec_.enqueued.size() ? spec_.enqueued[trials_.size()]
+                                                           : propose(trials_.size());
     ops.emplace_back(Create{id, params, std::nullopt});
     ops.emplace_back(Train{id, spec_.length_steps(params), spec_.eval_steps(params)});
     trials_.push_back({std::move(params), {}, Status::kRunning});
@@ -102,12 +110,15 @@ nlohmann::json PoolSearcher::save() const {
                       {"values", values},
                       {"status", kStatusNames[static_cast<int>(t.status)]}});
   }
-  return {{"trials", trials}};
+  nlohmann::json out = {{"trials", trials}};
+  if (nlohmann::json sampler = sampler_ ? sampler_->save() : nullptr; !sampler.is_null())
+    out["sampler"] = std::move(sampler);
+  return out;
 }
 
 void PoolSearcher::load(const nlohmann::json& state) {
   Field f(state, "state");
-  f.check_keys({"trials"});
+  f.check_keys({"trials", "sampler"});
   Field list = f["trials"];
   std::vector<PoolTrial> trials(list.items(0));
   if (trials.size() > max_trials_) list.fail("more than max_trials trials");
@@ -127,6 +138,32 @@ void PoolSearcher::load(const nlohmann::json& state) {
     trials[i].status = static_cast<Status>(it - std::begin(kStatusNames));
   }
   trials_ = std::move(trials);
+  if (f.has("sampler") && sampler_) sampler_->load(f["sampler"]);
+}
+
+namespace {
+
+class SamplerSearcher final : public PoolSearcher {
+ public:
+  SamplerSearcher(const StudySpec& spec, const std::string& name)
+      : PoolSearcher(spec, max_trials(spec, name)) {
+    sampler_ = make_sampler(spec_, name, Field(spec_.searcher.options, "searcher"),
+                            *spec_.searcher.max_trials);
+  }
+
+ private:
+  static uint64_t max_trials(const StudySpec& spec, const std::string& name) {
+    if (!spec.searcher.max_trials)
+      Field(spec.searcher.options, "searcher.max_trials").fail("missing (" + name + " needs it)");
+    return *spec.searcher.max_trials;
+  }
+  bool should_stop(RequestId, int64_t) override { return false; }
+};
+
+}  // namespace
+
+std::unique_ptr<Searcher> make_sampler_searcher(const StudySpec& spec, const std::string& name) {
+  return std::make_unique<SamplerSearcher>(spec, name);
 }
 
 }  // namespace hippo

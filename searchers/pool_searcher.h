@@ -1,10 +1,13 @@
-// What the population searchers (median_stop.h, pbt.h, tpe.h) share: a pool of trials,
-// counter-based randomness and length options.
+// What the population searchers (median_stop.h, and tpe.h, gp.h and cmaes.h through their
+// samplers, sampler.h) share: a pool of trials, and counter-based randomness (pbt.h too).
 //
 // A pool runs up to max_trials trials, each to the spec's length with the spec's evaluation steps,
-// keeping `parallel` of them in flight (default 2): when one ends (closed, stopped or failed) the
-// next one is created, and the pool finishes once every trial has ended. Pool searchers differ in
-// where a trial's params come from (propose) and in whether a validation stops it (should_stop).
+// keeping `parallel` of them in flight (default: the workers, with_parallel in searcher.h; 2 in a
+// spec stored without it): when one ends (closed, stopped or failed) the next one is created, and
+// the pool finishes once every trial has ended. The spec's enqueued configurations are its first
+// trials. Pool searchers differ in where a trial's params come from (propose: a sampler by
+// default) and in whether a validation stops it (should_stop). A trial closed on a value that is
+// not finite (diverged) counts as failed.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "searchers/sampler.h"
 #include "searchers/searcher.h"
 
 namespace hippo {
@@ -52,19 +56,23 @@ class PoolSearcher : public Searcher {
 
   // Reads `parallel` from the spec's searcher options.
   PoolSearcher(const StudySpec& spec, uint64_t max_trials);
-  // The params of trial `index` (the trials before it are in trials()).
-  virtual Params propose(uint64_t index) = 0;
+  // The params of trial `index` (the trials before it are in trials_): by default the sampler's,
+  // from what the pool has seen (view()).
+  virtual Params propose(uint64_t index) { return sampler_->propose(index, view()); }
   // Whether to stop the running trial now that its value at `step` is recorded.
   virtual bool should_stop(RequestId trial, int64_t step) = 0;
 
   // Whether metric value a is better than b (the spec's mode).
   bool better(double a, double b) const { return hippo::better(a, b, spec_.searcher.maximize); }
-  // The closed trials whose last value is finite, best first (the earlier trial first among
-  // equals): what the model-based searchers (tpe, gp) learn from.
-  std::vector<const PoolTrial*> ranked() const;
+  // A sampler's view of the pool: the closed trials whose last value is finite (observed), and
+  // the running ones, by id.
+  SamplerView view() const;
 
   const StudySpec spec_;
   std::vector<PoolTrial> trials_;  // by id
+  // Where values come from (made from spec_ by the derived class); its state is saved with the
+  // pool's, as "sampler", when it has any.
+  std::unique_ptr<Sampler> sampler_;
 
  private:
   PoolTrial& at(RequestId trial);
@@ -75,5 +83,9 @@ class PoolSearcher : public Searcher {
   uint64_t max_trials_;
   int64_t parallel_;
 };
+
+// A pool searcher whose values come from the sampler `name` (its options the searcher's) and that
+// stops no trial: the `tpe`, `gp` and `cmaes` searchers. max_trials is required.
+std::unique_ptr<Searcher> make_sampler_searcher(const StudySpec& spec, const std::string& name);
 
 }  // namespace hippo

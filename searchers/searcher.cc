@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "searchers/basic.h"
+#include "searchers/cmaes.h"
 #include "searchers/external.h"
 #include "searchers/gp.h"
 #include "searchers/halving.h"
@@ -21,6 +22,7 @@ std::map<std::string, SearcherKind>& registry() {
   static std::map<std::string, SearcherKind> kinds = {
       {"grid", grid_searcher_kind()},
       {"random", random_searcher_kind()},
+      {"sobol", sobol_searcher_kind()},
       {"external", external_searcher_kind()},
       {"sha", sha_searcher_kind()},
       {"asha", asha_searcher_kind()},
@@ -29,6 +31,7 @@ std::map<std::string, SearcherKind>& registry() {
       {"pbt", pbt_searcher_kind()},
       {"tpe", tpe_searcher_kind()},
       {"gp", gp_searcher_kind()},
+      {"cmaes", cmaes_searcher_kind()},
       {"nsga2", nsga2_searcher_kind()},
       {"moasha", moasha_searcher_kind()},
   };
@@ -63,6 +66,28 @@ std::unique_ptr<Searcher> make_searcher(const StudySpec& spec) {
   if (it == registry().end())
     throw SpecError("searcher.name: unknown searcher \"" + spec.searcher.name + "\"");
   return it->second.make(spec);
+}
+
+nlohmann::json with_parallel(const nlohmann::json& spec, int64_t workers) {
+  if (!spec.is_object() || !spec.contains("searcher")) return spec;
+  const nlohmann::json& searcher = spec["searcher"];
+  if (!searcher.is_object() || searcher.contains("parallel") || !searcher.contains("name") ||
+      !searcher["name"].is_string())
+    return spec;
+  auto it = registry().find(searcher["name"].get<std::string>());
+  if (it == registry().end()) return spec;
+  const std::vector<std::string>& options = it->second.options;
+  if (std::find(options.begin(), options.end(), "parallel") == options.end()) return spec;
+  nlohmann::json out = spec;
+  out["searcher"]["parallel"] = std::max<int64_t>(1, workers);
+  return out;
+}
+
+std::optional<int64_t> parallel_of(const nlohmann::json& spec) {
+  if (!spec.is_object() || !spec.contains("searcher") || !spec["searcher"].is_object()) return {};
+  const nlohmann::json& searcher = spec["searcher"];
+  if (!searcher.contains("parallel") || !searcher["parallel"].is_number_integer()) return {};
+  return searcher["parallel"].get<int64_t>();
 }
 
 }  // namespace hippo

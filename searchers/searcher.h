@@ -131,6 +131,9 @@ struct SearcherKind {
   // Whether it takes a spec of several objectives (its on_evaluation reads every value); the spec
   // parser refuses several objectives for the others.
   bool several_objectives = false;
+  // Whether its first trials are the spec's `enqueue` (StudySpec::enqueued); the spec parser
+  // refuses `enqueue` for the others.
+  bool takes_enqueued = false;
 };
 
 // Adds a searcher name; throws std::invalid_argument if the name is taken.
@@ -146,5 +149,14 @@ const SearcherKind& searcher_kind(const Field& name);
 // The searchers that take several objectives, for messages: "external, grid, ...".
 std::string searchers_of_several_objectives();
 std::unique_ptr<Searcher> make_searcher(const StudySpec& spec);
+
+// The cluster used by default: a spec whose searcher reads `parallel` (the trials it keeps in
+// flight) and leaves it out, with searcher.parallel = max(1, workers) written in; any other spec
+// (a malformed one too: parse_spec says what is wrong) as it is. Resolved once, when a study is
+// submitted (`run`: its workers; `submit`: the master's then), and kept in the stored spec, so
+// that a restart replays the same events; a spec stored without it keeps the old default, 2.
+nlohmann::json with_parallel(const nlohmann::json& spec, int64_t workers);
+// The `parallel` a searcher spec gives, if any (a stored spec's, for resume and the master's log).
+std::optional<int64_t> parallel_of(const nlohmann::json& spec);
 
 }  // namespace hippo

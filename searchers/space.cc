@@ -498,11 +498,17 @@ uint64_t SearchSpace::grid_size() const {
 
 Params SearchSpace::draw(uint64_t seed, uint64_t counter,
                          std::optional<uint64_t> grid_index) const {
+  std::vector<double> u(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) u[i] = uniform01(seed, counter, i);
+  return at(u, grid_index);
+}
+
+Params SearchSpace::at(const std::vector<double>& point, std::optional<uint64_t> grid_index) const {
   Params out = Params::object();
   uint64_t rest = grid_index.value_or(0);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& p = params_[i];
-    double u = uniform01(seed, counter, i);
+    const double u = point.at(i);
     json v;
     switch (p.kind) {
       case DistKind::kGrid:

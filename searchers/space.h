@@ -127,6 +127,9 @@ class SearchSpace {
   // every other leaf is drawn; without, every leaf is drawn (a grid leaf like a choice). Draws
   // depend only on (seed, counter, leaf).
   Params draw(uint64_t seed, uint64_t counter, std::optional<uint64_t> grid_index) const;
+  // The values at a point of [0, 1)^leaves (one number per leaf, in params() order), each leaf's
+  // inverse distribution function: what draw gives for uniform draws (and sobol for its points).
+  Params at(const std::vector<double>& point, std::optional<uint64_t> grid_index) const;
 
   // The trial's sequences, every length in steps (`unit: epoch` uses steps_per_epoch); model
   // leaves are no sequence. Throws SpecError naming the leaf when params miss a leaf, have an

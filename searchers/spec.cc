@@ -588,7 +588,7 @@ void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
 StudySpec parse_spec(const json& spec) {
   Field root(spec, "");
   root.check_keys({"name", "model", "data", "seed", "fixed", "hyperparameters", "searcher",
-                   "length", "eval", "pipeline"});
+                   "length", "eval", "pipeline", "budget", "enqueue"});
   StudySpec s;
   s.name = root["name"].text();
   // Bounded, and never what reads as an id: one rule for every command (protocol/names.h).
@@ -671,6 +671,39 @@ StudySpec parse_spec(const json& spec) {
     s.pipeline = parse_pipeline(root["pipeline"], architectures.front());
     if (root["pipeline"].has("microbatches"))
       check_microbatches(s, root["pipeline"]["microbatches"]);
+  }
+
+  if (root.has("budget")) {
+    Field budget = root["budget"];
+    budget.check_keys({"steps", "wall_s"});
+    if (budget.has("steps") == budget.has("wall_s"))
+      budget.fail("expected {\"steps\": N} or {\"wall_s\": T}, got " + brief(budget.json()));
+    if (budget.has("steps")) s.budget_steps = budget["steps"].integer(1, INT64_MAX);
+    if (budget.has("wall_s")) {
+      s.budget_wall_s = budget["wall_s"].number();
+      if (!(*s.budget_wall_s > 0))
+        budget["wall_s"].fail("expected a number of seconds > 0, got " +
+                              brief(budget["wall_s"].json()));
+    }
+  }
+
+  if (root.has("enqueue")) {
+    Field list = root["enqueue"];
+    for (size_t i = 0, n = list.items(1); i < n; ++i) {
+      if (!list[i].is_object()) list[i].fail("expected an object: a value for every leaf");
+      try {
+        s.hyperparams(list[i].json());
+        s.model_of(list[i].json());
+      } catch (const SpecError& e) {
+        throw SpecError(list[i].path() + "." + e.what());
+      }
+      s.enqueued.push_back(list[i].json());
+    }
+    if (!searcher_kind(root["searcher"]["name"]).takes_enqueued)
+      list.fail("searcher " + s.searcher.name + " does not take enqueued configurations");
+    if (s.searcher.max_trials && s.enqueued.size() > *s.searcher.max_trials)
+      list.fail("more configurations than max_trials (" + std::to_string(*s.searcher.max_trials) +
+                ")");
   }
 
   s.root_key = root_key_for(s, s.model);

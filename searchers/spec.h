@@ -112,6 +112,15 @@ struct StudySpec {
   std::string length_end_of;
   std::optional<Span> eval_every;  // none: evaluate at the end only
   PipelineSpec pipeline;
+  // `budget`: {"steps": N} ends the study (done, saying so) at its first event once its trials have
+  // trained N steps (the study's account), {"wall_s": T} once T seconds have passed since it was
+  // submitted (its wall time: simulated seconds under `simulate`). It is no part of the root key.
+  std::optional<int64_t> budget_steps;
+  std::optional<double> budget_wall_s;
+  // `enqueue`: given params (a value for every leaf) that are the study's first trials, 0, 1, ...,
+  // before the searcher's own (random, sobol and the pool and halving searchers; the others
+  // refuse them).
+  std::vector<Params> enqueued;
   // Why lengths in epochs are refused (no batch size constant within a trial, or an external
   // data set without train_samples); empty when they are possible.
   std::string no_epochs;

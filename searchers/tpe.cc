@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "searchers/pool_searcher.h"
+#include "searchers/sampler.h"
 
 namespace hippo {
 namespace {
@@ -202,10 +203,10 @@ class Parzen {
   std::vector<Kernels> kernels_;  // by dimension
 };
 
-class TpeSearcher : public PoolSearcher {
+class TpeSampler : public Sampler {
  public:
-  explicit TpeSearcher(const StudySpec& spec) : PoolSearcher(spec, max_trials(spec)) {
-    Field options(spec.searcher.options, "searcher");
+  // `spec` must outlive the sampler (it is its searcher's).
+  TpeSampler(const StudySpec& spec, const Field& options) : spec_(spec) {
     if (options.has("n_startup")) n_startup_ = options["n_startup"].integer(0, 1'000'000);
     if (options.has("candidates")) candidates_ = options["candidates"].integer(1, 1'000'000);
     if (options.has("gamma")) {
@@ -224,31 +225,28 @@ class TpeSearcher : public PoolSearcher {
     for (const Param& p : spec_.space.params()) dims_.emplace_back(p);
   }
 
- private:
-  static uint64_t max_trials(const StudySpec& spec) {
-    if (!spec.searcher.max_trials)
-      Field(spec.searcher.options, "searcher.max_trials").fail("missing (tpe needs it)");
-    return *spec.searcher.max_trials;
-  }
-
-  Params propose(uint64_t index) override {
+  Params propose(uint64_t index, const SamplerView& view) override {
     if (index < n_startup_) return spec_.space.draw(spec_.seed, index, std::nullopt);
-    std::vector<const PoolTrial*> scored = ranked();
+    // Best first, the earlier trial first among equals.
+    std::vector<SampledTrial> scored = view.observed;
+    std::stable_sort(scored.begin(), scored.end(),
+                     [&](const SampledTrial& a, const SampledTrial& b) {
+                       return better(a.value, b.value, spec_.searcher.maximize);
+                     });
     size_t n = scored.size();
     // Optuna's good-set size unless `gamma` is given: a tenth of the trials, at most 25.
     size_t n_good = gamma_ ? std::max<size_t>(1, size_t(std::ceil(*gamma_ * double(n))))
                            : std::min<size_t>(25, size_t(std::ceil(0.1 * double(n))));
     n_good = std::min(n, n_good);
-    std::vector<const PoolTrial*> good(scored.begin(), scored.begin() + n_good),
+    std::vector<SampledTrial> good(scored.begin(), scored.begin() + n_good),
         bad(scored.begin() + n_good, scored.end());
     // The constant liar: a running trial counts as the worst, so that the next proposal moves away
     // from where the other workers already are.
-    if (constant_liar_)
-      for (const PoolTrial& t : trials_)
-        if (t.status == Status::kRunning) bad.push_back(&t);
-    // Oldest first, for the observation weights (trials_ holds them in id order).
-    std::sort(good.begin(), good.end());
-    std::sort(bad.begin(), bad.end());
+    if (constant_liar_) bad.insert(bad.end(), view.running.begin(), view.running.end());
+    // Oldest first, for the observation weights.
+    auto by_id = [](const SampledTrial& a, const SampledTrial& b) { return a.trial < b.trial; };
+    std::sort(good.begin(), good.end(), by_id);
+    std::sort(bad.begin(), bad.end(), by_id);
     CounterRandom random(spec_.seed, index);
     if (multivariate_) return choose(dims_, good, bad, random);
     Params out = Params::object();
@@ -256,14 +254,15 @@ class TpeSearcher : public PoolSearcher {
     return out;
   }
 
+ private:
   // Of `candidates` draws from l (the good trials' estimator), the one with the largest l/g.
-  Params choose(const std::vector<Dim>& dims, const std::vector<const PoolTrial*>& good,
-                const std::vector<const PoolTrial*>& bad, CounterRandom& random) const {
-    auto points = [&](const std::vector<const PoolTrial*>& trials) {
+  Params choose(const std::vector<Dim>& dims, const std::vector<SampledTrial>& good,
+                const std::vector<SampledTrial>& bad, CounterRandom& random) const {
+    auto points = [&](const std::vector<SampledTrial>& trials) {
       std::vector<std::vector<double>> out;
-      for (const PoolTrial* t : trials) {
+      for (const SampledTrial& t : trials) {
         std::vector<double>& x = out.emplace_back();
-        for (const Dim& d : dims) x.push_back(d.coordinate(t->params.at(d.param->name)));
+        for (const Dim& d : dims) x.push_back(d.coordinate(t.params->at(d.param->name)));
       }
       return out;
     };
@@ -281,8 +280,7 @@ class TpeSearcher : public PoolSearcher {
     return out;
   }
 
-  bool should_stop(RequestId, int64_t) override { return false; }
-
+  const StudySpec& spec_;
   uint64_t n_startup_ = 10;
   std::optional<double> gamma_;
   int64_t candidates_ = 24;
@@ -294,10 +292,14 @@ class TpeSearcher : public PoolSearcher {
 
 }  // namespace
 
+std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& options) {
+  return std::make_unique<TpeSampler>(spec, options);
+}
+
 SearcherKind tpe_searcher_kind() {
-  return {{"parallel", "n_startup", "gamma", "candidates", "prior_weight", "multivariate",
-           "constant_liar"},
-          [](const StudySpec& s) { return std::make_unique<TpeSearcher>(s); }};
+  std::vector<std::string> options = {"parallel"};
+  for (const std::string& o : sampler_options().at("tpe")) options.push_back(o);
+  return {options, [](const StudySpec& s) { return make_sampler_searcher(s, "tpe"); }, false, true};
 }
 
 }  // namespace hippo

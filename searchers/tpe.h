@@ -1,7 +1,7 @@
 // `tpe`: a Tree-structured Parzen Estimator (Bergstra et al., 2011) as Optuna's TPESampler has it,
 // over the space's leaves, schedule fields included since they are leaves too. A pool searcher
-// (pool_searcher.h): max_trials (required) trials, `parallel` in flight (default 2), each trained
-// to the spec's length.
+// (pool_searcher.h): max_trials (required) trials, `parallel` in flight (default: the workers,
+// with_parallel), each trained to the spec's length.
 //
 // The first `n_startup` trials (default 10, Optuna's) are seeded draws. For each later trial the
 // closed trials (scored by their value at their last evaluation) are split into a good set,

@@ -107,6 +107,9 @@ void print_summary(const nlohmann::json& summary, Format format);
 // BadInput when the spec needs a GPU (precision bf16 on a built-in model) and `on_gpus` is false:
 // for `run` without --gpus, and for `preview` on a machine without a CUDA device.
 void check_devices(const StudySpec& spec, bool on_gpus);
+// The spec as a study is stored when `workers` run it: searcher.parallel resolved
+// (master::resolve_parallel), parsed again.
+LoadedSpec resolved(LoadedSpec l, int64_t workers);
 // --policy: shared or trial-based; BadInput otherwise.
 Policy policy_of(const std::string& text);
 

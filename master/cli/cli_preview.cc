@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -39,10 +40,11 @@ bool runs_a_command(const StudySpec& spec) {
   return spec.searcher.name == "external";
 }
 
-Preview build_preview(const std::string& path, const Budget& budget) {
+Preview build_preview(const std::string& path, const Budget& budget, int64_t workers) {
   Preview p;
   try {
-    p.spec = load_spec(path);
+    // As `run --workers` would store it: searcher.parallel resolved.
+    p.spec = parse_spec(with_parallel(load_spec_file(path).spec_json, workers));
     check_budget(p.spec, budget);
     check_devices(p.spec, kernels::cuda_device_count() > 0);  // what `run` would refuse
     if (runs_a_command(p.spec)) return p;
@@ -114,14 +116,20 @@ std::vector<std::vector<std::string>> trial_rows(const Preview& p) {
   return rows;
 }
 
+// "asha", or "asha (parallel 8)" where it keeps trials in flight.
+std::string searcher_shown(const StudySpec& spec) {
+  std::optional<int64_t> parallel = parallel_of({{"searcher", spec.searcher.options}});
+  return spec.searcher.name + (parallel ? " (parallel " + std::to_string(*parallel) + ")" : "");
+}
+
 void print_preview(const Preview& p) {
   const TreeCounts counts = p.tree.counts();
   if (p.spec.architectures.size() == 1)
     std::printf("study %s: searcher %s, root key %s\n\n", protocol::printable(p.spec.name).c_str(),
-                p.spec.searcher.name.c_str(), p.spec.architectures.begin()->first.c_str());
+                searcher_shown(p.spec).c_str(), p.spec.architectures.begin()->first.c_str());
   else
     std::printf("study %s: searcher %s, %zu architectures (a root key each)\n\n",
-                protocol::printable(p.spec.name).c_str(), p.spec.searcher.name.c_str(),
+                protocol::printable(p.spec.name).c_str(), searcher_shown(p.spec).c_str(),
                 p.spec.architectures.size());
   if (runs_a_command(p.spec))
     std::printf(
@@ -141,9 +149,10 @@ void print_preview(const Preview& p) {
                 static_cast<long long>(p.steps_reused));
 }
 
-int preview(const std::string& path, const Budget& budget, const GlobalOptions& global) {
+int preview(const std::string& path, const Budget& budget, int64_t workers,
+            const GlobalOptions& global) {
   const Format format = global.format;
-  Preview p = build_preview(path, budget);
+  Preview p = build_preview(path, budget, workers);
   p.steps_reused = steps_reused(p, global.db);
   if (format == Format::kCsv) {
     print_csv(trial_rows(p));
@@ -155,6 +164,8 @@ int preview(const std::string& path, const Budget& budget, const GlobalOptions& 
                           {"steps_unique", counts.steps_unique},
                           {"steps_reused", p.steps_reused},
                           {"critical_path_steps", counts.critical_path_steps}};
+    if (std::optional<int64_t> parallel = parallel_of({{"searcher", p.spec.searcher.options}}))
+      out["parallel"] = *parallel;
     std::printf("%s\n", out.dump().c_str());
   } else {
     print_preview(p);
@@ -170,10 +181,16 @@ void add_preview_command(CLI::App& app, const GlobalOptions& global, Action* act
   cmd->fallthrough();  // global options may also follow the subcommand
   auto path = std::make_shared<std::string>();
   auto budget = std::make_shared<Budget>();
+  auto workers = std::make_shared<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   cmd->add_option("spec", *path, "study spec (JSON file)")->required();
   add_budget_options(cmd, budget.get());
-  set_action(cmd, action, kEveryFormat,
-             [path, budget, &global] { return preview(*path, *budget, global); });
+  cmd->add_option("--workers", *workers,
+                  "the workers it will run on: a searcher without `parallel` keeps as many trials "
+                  "in flight (default: one per core, as `run`)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  set_action(cmd, action, kEveryFormat, [path, budget, workers, &global] {
+    return preview(*path, *budget, *workers, global);
+  });
 }
 
 }  // namespace hippo::cli

@@ -25,6 +25,7 @@
 #include "protocol/message.h"
 #include "protocol/socket.h"
 #include "protocol/text.h"
+#include "searchers/searcher.h"
 #include "storage/time_split.h"
 
 extern char** environ;
@@ -388,13 +389,16 @@ int run(const std::string& path, const std::string& policy_text, bool resume, co
                        "` shows it; to run the spec again, give it another \"name\" or `hippo "
                        "delete " +
                        old->name + "`)");
-      if (old->spec != l.spec_json)
+      // A file without `parallel` is the spec it was stored as, with the value resolved then.
+      std::optional<int64_t> parallel = parallel_of(old->spec);
+      if (old->spec != (parallel ? with_parallel(l.spec_json, *parallel) : l.spec_json))
         throw BadInput("study " + old->name + " was submitted with another spec than " + path +
                        ": resume it as it was with `hippo resume " + old->name +
                        "`, or give this spec another \"name\"");
       m.resume(old->id);
       study = old->id;
     } else {
+      l = resolved(std::move(l), local.workers);
       study = m.submit(l.spec, l.spec_json, policy);
     }
   } catch (const SpecError& e) {
@@ -604,6 +608,16 @@ void check_devices(const StudySpec& spec, bool on_gpus) {
                       ? "this machine has none (" + kernels::cuda_devices_unseen_reason() + ")"
                       : std::string("this run's workers are on the CPU (give --gpus)")) +
                  ": every trial would fail; use \"fp32\"");
+}
+
+LoadedSpec resolved(LoadedSpec l, int64_t workers) {
+  try {
+    l.spec_json = master::resolve_parallel(l.spec_json, workers);
+    l.spec = parse_spec(l.spec_json);
+    return l;
+  } catch (const SpecError& e) {
+    throw BadInput(e.what());
+  }
 }
 
 Policy policy_of(const std::string& text) {

@@ -175,7 +175,7 @@ int simulate(const Args& a, const GlobalOptions& global) {
   std::vector<master::SimulatedStudy> studies;
   int64_t stages = 1;
   for (size_t i = 0; i < a.specs.size(); ++i) {
-    LoadedSpec l = load_spec_file(a.specs[i]);
+    LoadedSpec l = resolved(load_spec_file(a.specs[i]), a.workers);
     stages = std::max<int64_t>(stages, l.spec.pipeline.stages);
     studies.push_back({l.spec, l.spec_json, a.submit_at.empty() ? 0 : a.submit_at[i]});
   }

@@ -10,6 +10,7 @@
 
 #include "protocol/version.h"
 #include "protocol/wire.h"
+#include "storage/plan.h"
 #include "storage/schema.h"
 #include "tests/e2e/e2e_helper.h"
 
@@ -63,6 +64,44 @@ TEST_F(Cli, PreviewNumbersTrialsAsTheStudyWill) {
   EXPECT_EQ(foreseen.size(), 4u) << preview.out;
   EXPECT_EQ(foreseen.begin()->first, "1") << preview.out;
   EXPECT_EQ(foreseen, csv_by_trial(trials.out, columns)) << preview.out << trials.out;
+}
+
+// Without `parallel`, a searcher keeps as many trials in flight as there are workers, resolved
+// once when the study is submitted: preview shows it for its --workers, `run` stores it in the
+// study's spec (a restart replays it), the same file resumes as that study, and an explicit
+// `parallel` below the workers is said once.
+TEST_F(Cli, ParallelIsResolvedFromTheWorkersAtSubmit) {
+  json asha = json::parse(read_file(kExamples + "/fmnist-mlp-asha.json"));
+  asha["searcher"].erase("parallel");
+  asha["searcher"]["max_trials"] = 3;
+  asha["searcher"]["max_length"] = {{"epochs", 3}};
+  asha["length"] = {{"epochs", 3}};
+  asha["model"]["hidden"] = {8};
+  asha["data"] = {{"name", "fashion-mnist"}, {"train_samples", 512}, {"eval_samples", 128}};
+  const std::string file = path("asha.json");
+  std::ofstream(file) << asha.dump();
+  for (int workers : {2, 3}) {
+    Result preview =
+        sh(kHippo + " --format json preview " + file + " --workers " + std::to_string(workers));
+    ASSERT_EQ(preview.status, 0) << preview.out;
+    EXPECT_EQ(json::parse(preview.out)["parallel"], workers) << preview.out;
+    EXPECT_EQ(json::parse(preview.out)["trials"], workers) << preview.out;
+  }
+  Result table = sh(kHippo + " preview " + file + " --workers 3");
+  EXPECT_NE(table.out.find("searcher asha (parallel 3)"), std::string::npos) << table.out;
+  ASSERT_EQ(sh(hippo("p.db") + "run " + file + " --workers 2 >/dev/null 2>&1").status, 0);
+  const std::vector<StudyRow> studies = SearchPlan::open_read_only(path("p.db")).studies();
+  ASSERT_EQ(studies.size(), 1u);
+  EXPECT_EQ(studies[0].spec["searcher"]["parallel"], 2) << studies[0].spec;
+  Result again = sh(hippo("p.db") + "run " + file + " --resume --workers 1 2>&1");
+  EXPECT_EQ(again.status, 2) << again.out;
+  EXPECT_NE(again.out.find("there is nothing to resume"), std::string::npos) << again.out;
+  asha["searcher"]["parallel"] = 1;
+  std::ofstream(file) << asha.dump();
+  Result idle = sh(kHippo + " simulate " + file + " --workers 4 --step-time 0.01 2>&1");
+  ASSERT_EQ(idle.status, 0) << idle.out;
+  const std::string says = "searcher.parallel = 1 keeps at most 1 trials in flight, so 3 of the 4";
+  EXPECT_NE(idle.out.find(says), std::string::npos) << idle.out;
 }
 
 // `resume` without --master resumes from the plan at --db: where there is none, it says so and

@@ -85,6 +85,45 @@ TEST_F(Lifecycle, ADivergingTrialIsAResultAndTheOthersAreAsWithoutIt) {
   EXPECT_NE(json::parse(best.out)["params"]["lr"], 1e6);
 }
 
+// Issue 46's counterexample: median_stop in max mode, min_trials 2, one trial at a time,
+// evaluations at 6/12/18/24 given by a trainer that serves fixed curves. Trial 1 diverges at 12: it
+// never completed (Optuna counts it FAIL), so when trial 2 reports 0.45 at 18 only one trial has
+// completed and trial 2 is not judged; it trains to its length. (Counted as completed, trial 1
+// made the median at 18 trial 0's 0.8, and trial 2 was stopped there.)
+TEST_F(Lifecycle, ADivergedTrialNeverCountsAsCompletedForMedianStop) {
+  const std::string trainer = path("curves.py");
+  std::ofstream(trainer)
+      << "import math, pickle\n"
+         "import hippo\n"
+         "CURVES = [[0.6, 0.7, 0.8, 0.85], [0.5, math.nan], [0.3, 0.4, 0.45, 0.5]]\n"
+         "def train(stage):\n"
+         "    model = {}\n"
+         "    stage.restore(lambda f: model.update(pickle.load(f)))\n"
+         "    for step in stage.steps(save=lambda f: pickle.dump(model, f)):\n"
+         "        if step + 1 in stage.eval_steps:\n"
+         "            curve = CURVES[int(stage.value('curve', step))]\n"
+         "            stage.report(step + 1, accuracy=curve[(step + 1) // 6 - 1])\n"
+         "hippo.serve(train)\n";
+  const std::string file = spec(
+      "curves",
+      {{"model",
+        {{"type", "external"}, {"hidden", nullptr}, {"command", {"/usr/bin/python3", trainer}}}},
+       {"data", {{"name", "curves"}, {"train_samples", nullptr}, {"eval_samples", nullptr}}},
+       {"hyperparameters", {{"lr", nullptr}, {"curve", {{"grid", {0, 1, 2}}}}}},
+       {"searcher", {{"name", "median_stop"}, {"min_trials", 2}, {"parallel", 1}}},
+       {"length", {{"epochs", nullptr}, {"steps", 24}}},
+       {"eval", {{"every", {{"epochs", nullptr}, {"steps", 6}}}}}});
+  Result r = sh("PYTHONPATH=" + kExamples + "/../python " + hippo("m.db") + "--format json run " +
+                file + " --workers 1 --allow-exec trainer 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json t = trials(path("m.db"), "curves");
+  ASSERT_EQ(t.size(), 3u) << t;
+  EXPECT_EQ(t[0]["status"], "done");
+  EXPECT_EQ(t[1]["status"], "diverged");
+  EXPECT_EQ(t[2]["status"], "done") << t[2];
+  EXPECT_EQ(t[2]["metrics"].size(), 4u) << t[2];  // 6, 12, 18 and 24
+}
+
 // A trainer that reports its loss and never the study's metric (accuracy): each trial fails,
 // naming the metric, the step and what came instead; the study fails with that message and the
 // run exits 1.

@@ -98,6 +98,53 @@ TEST_F(Simulate, ReplaysALongerAshaStudyWithin15Percent) {
   EXPECT_NEAR(predicted / measured, 1.0, 0.15);
 }
 
+// The cluster used by default (no `parallel`): an ASHA study keeps all 16 workers busy.
+// With the old default of 2 in flight it used an eighth of them.
+TEST_F(Simulate, AnAshaStudyWithoutParallelUsesEveryWorker) {
+  json asha = json::parse(read_file(kExamples + "/fmnist-mlp-asha.json"));
+  asha["searcher"].erase("parallel");
+  asha["searcher"]["max_trials"] = 256;
+  const std::string file = path("asha.json");
+  std::ofstream(file) << asha.dump();
+  Result r = sh(kHippo + " --format json simulate " + file +
+                " --workers 16 --step-time 0.01 --policy shared");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json shared = last_json(r.out)["shared"];
+  EXPECT_EQ(shared["studies"][0]["status"], "done") << shared;
+  EXPECT_GE(shared["utilization"].get<double>(), 0.8) << shared;
+}
+
+// A study budget ends an ASHA study done, saying so, at its first event once spent: simulated
+// seconds, or steps trained.
+TEST_F(Simulate, AStudyBudgetEndsTheStudyDoneWhenSpent) {
+  json asha = json::parse(read_file(kExamples + "/fmnist-mlp-asha.json"));
+  asha["searcher"]["max_trials"] = 256;
+  const std::string file = path("asha.json");
+  auto simulate_with = [&](const json& budget) {
+    asha["budget"] = budget;
+    std::ofstream(file) << asha.dump();
+    Result r = sh(kHippo + " --format json simulate " + file +
+                  " --workers 4 --step-time 0.01 --policy shared");
+    EXPECT_EQ(r.status, 0) << r.out;
+    return r.status == 0 ? last_json(r.out)["shared"] : json();
+  };
+  json timed = simulate_with({{"wall_s", 3}});
+  ASSERT_FALSE(timed.is_null());
+  EXPECT_EQ(timed["studies"][0]["status"], "done") << timed;
+  EXPECT_NE(timed["studies"][0]["error"].get<std::string>().find("its budget of 3 s is spent"),
+            std::string::npos)
+      << timed;
+  EXPECT_GE(timed["makespan_s"].get<double>(), 3.0);
+  EXPECT_LT(timed["makespan_s"].get<double>(), 3.5);
+  json stepped = simulate_with({{"steps", 2000}});
+  ASSERT_FALSE(stepped.is_null());
+  const json& study = stepped["studies"][0];
+  EXPECT_EQ(study["status"], "done") << study;
+  EXPECT_GE(study["steps_executed"].get<int64_t>(), 2000);
+  EXPECT_LT(study["steps_executed"].get<int64_t>(), 2600);  // stopped soon after
+  EXPECT_LT(study["trials"].get<int64_t>(), 256);
+}
+
 TEST_F(Simulate, RefusesBadInputAndKeepsAPlanWhenAsked) {
   const std::string file = kExamples + "/fmnist-mlp-ci.json";
   auto refused = [&](const std::string& options, const std::string& says) {

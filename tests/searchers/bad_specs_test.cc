@@ -146,6 +146,15 @@ const std::map<std::string, std::string> kExpected = {
     {"109-all-digit-name.json", "name: \"42\" reads as a study id"},
     {"110-id-as-name.json", "name: \"#7\" reads as a study id"},
     {"111-name-too-long.json", "name: a name of 300 bytes; a study's name has at most 256"},
+    {"460-budget-steps-and-seconds.json", "budget: expected {\"steps\": N} or {\"wall_s\": T}"},
+    {"461-unknown-sampler.json", "searcher.sampler.name: unknown sampler \"anneal\""},
+    {"462-sampler-option-of-the-scheduler.json", "searcher.sampler.max_trials: unknown field"},
+    {"463-percentile-out-of-range.json",
+     "searcher.percentile: expected a number in [0, 100], got 150"},
+    {"464-threshold-lower-above-upper.json", "searcher.threshold: lower is above upper"},
+    {"465-grid-order-unknown.json", "searcher.order: expected \"grid\" or \"random\""},
+    {"466-cmaes-grid-leaf.json",
+     "hyperparameters.lr: cmaes searches uniform, loguniform and int leaves only"},
 };
 
 TEST(BadSpecs, EveryFileIsRefusedWithItsPath) {

@@ -74,6 +74,27 @@ TEST(Spec, BatchSizeDistributionGivesEachTrialItsUnit) {
   EXPECT_EQ(s.hyperparams(p).at("batch_size"), Sequence::constant(128));
 }
 
+// A study budget: steps or seconds, one of them, named by its path when wrong; no part of the
+// root key (it changes no training).
+TEST(Spec, BudgetIsStepsOrSeconds) {
+  json j = json::parse(std::ifstream(HIPPO_SOURCE_DIR "/examples/fmnist-mlp-ci.json"));
+  const std::string root_key = parse_spec(j).root_key;
+  j["budget"] = {{"steps", 500}};
+  EXPECT_EQ(parse_spec(j).budget_steps, 500);
+  EXPECT_EQ(parse_spec(j).root_key, root_key);
+  j["budget"] = {{"wall_s", 2.5}};
+  EXPECT_EQ(parse_spec(j).budget_wall_s, 2.5);
+  j["budget"] = json::object();
+  EXPECT_EQ(spec_error(j), "budget: expected {\"steps\": N} or {\"wall_s\": T}, got {}");
+  j["budget"] = {{"steps", 0}};
+  EXPECT_EQ(spec_error(j).rfind("budget.steps: expected an integer in [1, ", 0), 0u)
+      << spec_error(j);
+  j["budget"] = {{"wall_s", -1}};
+  EXPECT_EQ(spec_error(j), "budget.wall_s: expected a number of seconds > 0, got -1");
+  j["budget"] = {{"minutes", 3}};
+  EXPECT_EQ(spec_error(j), "budget.minutes: unknown field");
+}
+
 TEST(Spec, NoEvalMeansTheEndOnly) {
   json j = example_spec();
   j.erase("eval");

@@ -1,0 +1,79 @@
+// Samplers: where a new trial's values come from (Optuna's samplers), apart from when trials start
+// and stop (the schedulers). `random`, `sobol`, `tpe`, `gp` and `cmaes` are searchers of their own
+// (a pool of trials, pool_searcher.h, each trained to the spec's length) and, as
+// `"searcher": {"name": "asha", ..., "sampler": {"name": "tpe", ...}}`, the proposers inside the
+// schedulers that create trials as they go (asha, sha, hyperband, median_stop).
+//
+// A sampler is asked for trial `index`'s values with what the study has seen: observations
+// (params and one value each: a pool's closed trials at their last value; a scheduler's trials at
+// one level, below) and the trials in flight (for a constant liar). Its randomness comes from
+// (seed, index), so the same history gives the same proposal; cmaes also keeps a distribution
+// across generations (save/load).
+//
+// Inside a scheduler a model learns by the BOHB rule (Falkner et al., ICML 2018): of the levels a
+// trial is judged at (a halving scheduler's rung lengths, median_stop's evaluation steps), the
+// highest one where at least d + 1 trials (d leaves: BOHB's min_points_in_model) have a finite
+// value; below that nowhere, no observation (the models then draw from their prior). The trials in
+// flight are the constant liar (tpe) or the kriging believer (gp) there.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "searchers/field.h"
+#include "searchers/spec.h"
+
+namespace hippo {
+
+using RequestId = int64_t;
+
+// A trial as a sampler sees it.
+struct SampledTrial {
+  RequestId trial = 0;
+  const Params* params = nullptr;
+  double value = 0;  // observations only: finite, in the spec's mode
+};
+
+struct SamplerView {
+  std::vector<SampledTrial> observed;  // by trial id
+  std::vector<SampledTrial> running;   // by trial id (no value)
+};
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  virtual Params propose(uint64_t index, const SamplerView& view) = 0;
+  // Whether its proposals depend on the observations (tpe, gp, cmaes): a model.
+  virtual bool learns() const { return true; }
+  // What it keeps beyond the trials (cmaes: its distribution); null when nothing.
+  virtual nlohmann::json save() const { return nullptr; }
+  virtual void load(const Field&) {}
+};
+
+// The samplers' names and their options (besides `name`).
+const std::map<std::string, std::vector<std::string>>& sampler_options();
+// The sampler `name` (a key of sampler_options()), its options read from `options` (the searcher's
+// options for a sampler searcher, `searcher.sampler` inside a scheduler). `trials`: the most
+// trials it may be asked for (gp refuses more than 300). `spec` must outlive it.
+std::unique_ptr<Sampler> make_sampler(const StudySpec& spec, const std::string& name,
+                                      const Field& options, uint64_t trials);
+
+// A scheduler's sampler, `searcher.sampler`: null when the spec has none; its keys checked.
+std::unique_ptr<Sampler> scheduler_sampler(const StudySpec& spec, uint64_t trials);
+
+// BOHB's rule over observations by level (a step): the highest level with at least
+// spec.space.params().size() + 1 of them, or none.
+std::vector<SampledTrial> bohb_observations(
+    const StudySpec& spec, const std::map<int64_t, std::vector<SampledTrial>>& by_level);
+
+// Each sampler's factory (tpe.cc, gp.cc, cmaes.cc; random and sobol in sampler.cc).
+std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& options);
+std::unique_ptr<Sampler> make_gp_sampler(const StudySpec& spec, const Field& options,
+                                         uint64_t trials);
+std::unique_ptr<Sampler> make_cmaes_sampler(const StudySpec& spec, const Field& options);
+
+}  // namespace hippo
