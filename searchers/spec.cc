@@ -701,7 +701,7 @@ StudySpec parse_spec(const json& spec) {
     }
     if (!searcher_kind(root["searcher"]["name"]).takes_enqueued)
       list.fail("searcher " + s.searcher.name + " does not take enqueued configurations");
-    if (s.searcher.max_trials && s.enqueued.size() > *s.searcher.max_trials)
+    if (s.searcher.max_trials && static_cast<int64_t>(s.enqueued.size()) > *s.searcher.max_trials)
       list.fail("more configurations than max_trials (" + std::to_string(*s.searcher.max_trials) +
                 ")");
   }
