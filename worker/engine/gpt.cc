@@ -228,7 +228,9 @@ class Head final : public GptBlock {
       const int blocks = vocab_blocks(V);
       float* parts = scratch + n * C;
       vocab_output_backward(be, n, C, V, 0, blocks, dlogits, lnf, weight(params), g + 2 * C, parts);
-      sum_vocab_parts(be, parts, blocks, n, C, scratch);
+      std::vector<const float*> part(blocks);
+      for (int k = 0; k < blocks; ++k) part[k] = parts + k * n * C;
+      sum_vocab_parts(be, part, n, C, scratch);
     } else {
       linear_backward(be, n, C, V, lnf, weight(params), dlogits, scratch, g + 2 * C, nullptr);
     }
@@ -308,11 +310,11 @@ void vocab_output_backward(const kernels::Backend& be, int64_t rows, int C, int 
   }
 }
 
-void sum_vocab_parts(const kernels::Backend& be, const float* parts, int blocks, int64_t rows,
-                     int C, float* dx) {
+void sum_vocab_parts(const kernels::Backend& be, const std::vector<const float*>& parts,
+                     int64_t rows, int C, float* dx) {
   const int64_t n = rows * C;
-  be.add(parts, parts + n, dx, n);
-  for (int k = 2; k < blocks; ++k) be.add(dx, parts + k * n, dx, n);
+  be.add(parts[0], parts[1], dx, n);
+  for (size_t k = 2; k < parts.size(); ++k) be.add(dx, parts[k], dx, n);
 }
 
 namespace {

@@ -88,9 +88,9 @@ void vocab_softmax(const float* logits, int64_t rows, int ld, int vocab, int fir
 void vocab_output_backward(const kernels::Backend& be, int64_t rows, int C, int vocab, int first,
                            int last, const float* dlogits, const float* x, const float* w,
                            float* dw, float* parts);
-// dx[rows, C] = the sum of parts[blocks][rows][C] in block order (blocks >= 2).
-void sum_vocab_parts(const kernels::Backend& be, const float* parts, int blocks, int64_t rows,
-                     int C, float* dx);
+// dx[rows, C] = the sum of the blocks' parts (each [rows, C]) in block order (at least 2).
+void sum_vocab_parts(const kernels::Backend& be, const std::vector<const float*>& parts,
+                     int64_t rows, int C, float* dx);
 
 class GptBlock {
  public:
