@@ -35,6 +35,7 @@
 
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "pipeline/shape.h"
 
 namespace hippo::worker {
 
@@ -66,7 +67,7 @@ struct TokenBatch {
 // number of stages. With one block (vocab <= kVocabBlock, e.g. the character-level gpt) these are
 // the softmax kernel's bits; with more, the head computes them in host memory (a CPU backend;
 // on CUDA it keeps the kernel over the whole vocabulary, and vocab_parallel is refused there).
-constexpr int kVocabBlock = 4096;
+constexpr int kVocabBlock = pipeline::kVocabBlock;
 inline int vocab_blocks(int vocab) {
   return (vocab + kVocabBlock - 1) / kVocabBlock;
 }
