@@ -213,6 +213,11 @@ TEST(PipelinedTest, CutBalancesComputeWithEmbeddingAndHeadAtTheEnds) {
   spec["vocab"] = 4096;
   spec["layers"] = 2;
   EXPECT_EQ(cut_blocks(Gpt(GptShape::parse(spec)), 2), (std::vector<size_t>{0, 3, 4}));
+  // With vocabulary parallelism the output layer is every stage's: only the transformer blocks
+  // are cut, one at least per position.
+  EXPECT_EQ(cut_blocks(Gpt(GptShape::parse(spec)), 2, true), (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(cut_blocks(model, 4, true), (std::vector<size_t>{0, 2, 3, 4, 6}));
+  EXPECT_THROW(cut_blocks(model, 5, true), std::invalid_argument);
 }
 
 }  // namespace
