@@ -8,15 +8,19 @@
 //    "product_flops_per_step": 1.289e8, "product_gflops": 12.4}
 // (cpu_seconds: CPU time of the timed steps, all threads; isa: the CPU kernels' instruction set,
 // --device cpu:avx2 etc. picks one; product_*: the matrix products' flops per step and their
-// rate, mlp and cnn only; gpt adds its shape, "microbatches", "stages", "schedule" and
-// "tokens_per_s"). With
+// rate, mlp and cnn only; gpt adds its shape, "microbatches", "stages", "schedule",
+// "vocab_parallel", "tokenizer" (when given), "tokens_per_s" and "peak_rss_mib", the process's
+// peak resident memory). With
 // --checkpoint-dir, it then saves the trained state there 5 times and adds the median times of
 // the part of a save that stalls training (the copy to host memory, encode_checkpoint) and of the
 // part a worker does in the background (the durable write, write_checkpoint_file, which includes
 // hashing the bytes), in ms, and of the content hash alone of the same bytes (checkpoint_hash_ms,
 // BLAKE2b-256: what issue 29's content hashes add to a write, and to each load or fetch).
 // bench/engine_vs_pytorch.sh runs it next to the same model in PyTorch on the CPU,
-// bench/gpu_vs_pytorch.sh with --device cuda:0 next to PyTorch on the same GPU.
+// bench/gpu_vs_pytorch.sh with --device cuda:0 next to PyTorch on the same GPU,
+// bench/vocab_parallel.sh a bpe32k gpt on 2 stages with --vocab-parallel against without.
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -95,6 +99,10 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", config.pipeline_schedule, "gpt: gpipe, 1f1b, interleaved, bpipe");
   app.add_option("--chunks", config.pipeline_chunks, "gpt: model chunks per stage (interleaved)")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--vocab-parallel", config.pipeline_vocab_parallel,
+               "gpt: the embedding and output layer cut by vocabulary across the stages");
+  app.add_option("--tokenizer", config.tokenizer, "gpt: the fortunes text's tokenizer (bpe32k)")
+      ->check(CLI::IsMember({"", "bpe32k"}));
   app.add_option("--data-dir", config.data_dir, "Fashion-MNIST directory (*-ubyte.gz files)");
   app.add_option("--precision", precision, "fp32, or bf16 (matrix products; CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -111,7 +119,10 @@ int main(int argc, char** argv) {
                     {"dim", dim},    {"context", context}, {"vocab", vocab}};
     config.data = "fortunes";
     config.train_samples =  // every window
-        hippo::worker::text_samples(hippo::worker::kFortunesTrainTokens, context);
+        hippo::worker::text_samples(config.tokenizer.empty()
+                                        ? hippo::worker::kFortunesTrainTokens
+                                        : hippo::worker::kFortunesBpe32kTrainTokens,
+                                    context);
     config.eval_samples = 1;
   }
   try {
@@ -155,7 +166,12 @@ int main(int argc, char** argv) {
       line["stages"] = config.pipeline_stages;
       if (!config.pipeline_devices.empty()) line["devices"] = config.pipeline_devices;
       line["schedule"] = config.pipeline_schedule;
+      line["vocab_parallel"] = config.pipeline_vocab_parallel;
+      if (!config.tokenizer.empty()) line["tokenizer"] = config.tokenizer;
       line["tokens_per_s"] = samples_per_s * context;
+      rusage usage;  // the whole process: its stages share it
+      getrusage(RUSAGE_SELF, &usage);
+      line["peak_rss_mib"] = double(usage.ru_maxrss) / 1024;
     }
     if (!checkpoint_dir.empty()) {
       using Ms = std::chrono::duration<double, std::milli>;

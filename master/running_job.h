@@ -74,6 +74,7 @@ inline protocol::RunSpec run_spec(const StudySpec& spec, const nlohmann::json& m
   run.pipeline_stages = spec.pipeline.stages;
   run.pipeline_schedule = spec.pipeline.schedule;
   run.pipeline_chunks = spec.pipeline.chunks;
+  run.pipeline_vocab_parallel = spec.pipeline.vocab_parallel;
   return run;
 }
 

@@ -26,6 +26,10 @@ struct PipelineShape {
   bool vocab_parallel = false;
 };
 
+// The vocabulary of a vocabulary-parallel pipeline is cut into blocks of this many tokens (the
+// last may be shorter): each stage gets whole blocks, and the softmax reduces them in block order.
+constexpr int kVocabBlock = 4096;
+
 // Limits that keep programs and timelines a sensible size.
 constexpr int kMaxStages = 256;
 constexpr int kMaxMicrobatches = 4096;

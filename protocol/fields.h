@@ -237,19 +237,20 @@ struct NestedList : Field<NestedList<M, T>, M> {
 };
 
 // An object on the wire whose fields are members of M itself (RunSpec's "pipeline": stages,
-// microbatches, ...). Its inner fields are required once the object is there.
+// microbatches, ...). Its inner fields are required once the object is there, unless marked
+// otherwise (.omitted(): one that an older sender does not know).
 template <class M, class Inner>
 struct Group : Field<Group<M, Inner>, M> {
   Inner inner;  // a tuple of descriptors over M
   constexpr Group(const char* name, Inner inner) : Field<Group, M>(name), inner(inner) {}
   void write(const M& from, json& m) const {
     json object = json::object();
-    std::apply([&](const auto&... f) { (f.write(from, object), ...); }, inner);
+    std::apply([&](const auto&... f) { (write_field(f, from, object), ...); }, inner);
     m[this->name] = std::move(object);
   }
   void read(const json& m, M& to) const {
     const json object = nested(get_object(m, this->name), field_path(m, this->name));
-    std::apply([&](const auto&... f) { (f.read(object, to), ...); }, inner);
+    std::apply([&](const auto&... f) { (read_field(f, object, to), ...); }, inner);
   }
 };
 template <class F0, class... F>

@@ -449,6 +449,7 @@ struct RunSpec {
   int pipeline_stages = 1;
   std::string pipeline_schedule = "1f1b";
   int pipeline_chunks = 1;
+  bool pipeline_vocab_parallel = false;  // absent: false
   bool operator==(const RunSpec&) const = default;
   static constexpr auto kFields = std::tuple{
       fields::Object{"model", &RunSpec::model},
@@ -462,7 +463,10 @@ struct RunSpec {
                     std::tuple{fields::Int{"stages", &RunSpec::pipeline_stages, 1, 256},
                                fields::Int{"microbatches", &RunSpec::microbatches, 1, 4096},
                                fields::Text{"schedule", &RunSpec::pipeline_schedule, 32},
-                               fields::Int{"chunks", &RunSpec::pipeline_chunks, 1, 64}}}
+                               fields::Int{"chunks", &RunSpec::pipeline_chunks, 1, 64},
+                               fields::Bool{"vocab_parallel",
+                                            &RunSpec::pipeline_vocab_parallel}
+                                   .omitted()}}
           .defaulted()};
   // An engine's data set has a size; an external model's own data set may leave it out (0).
   void check() const;

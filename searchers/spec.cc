@@ -259,7 +259,7 @@ SearcherSpec parse_searcher(const Field& f, bool builtin_model) {
 
 // Checks "pipeline" against the generators' rules (pipeline/schedules.h) and the model.
 PipelineSpec parse_pipeline(const Field& f, const json& model) {
-  f.check_keys({"stages", "microbatches", "schedule", "chunks"});
+  f.check_keys({"stages", "microbatches", "schedule", "chunks", "vocab_parallel"});
   PipelineSpec p;
   p.stages = static_cast<int>(f["stages"].integer(1, pipeline::kMaxStages));
   if (f.has("microbatches"))
@@ -270,8 +270,10 @@ PipelineSpec parse_pipeline(const Field& f, const json& model) {
     f["schedule"].fail("unknown schedule " + brief(f["schedule"].json()) +
                        " (known: " + pipeline::kScheduleNames + ")");
   if (f.has("chunks")) p.chunks = static_cast<int>(f["chunks"].integer(1, pipeline::kMaxChunks));
+  if (f.has("vocab_parallel")) p.vocab_parallel = f["vocab_parallel"].boolean();
   // check_shape names the field first: "microbatches: ...".
-  std::string problem = pipeline::check_shape({p.stages, p.microbatches, *schedule, p.chunks});
+  std::string problem =
+      pipeline::check_shape({p.stages, p.microbatches, *schedule, p.chunks, p.vocab_parallel});
   if (!problem.empty()) {
     std::string field = problem.substr(0, problem.find(':'));
     std::string what = problem.substr(problem.find(':') + 2);
@@ -287,6 +289,21 @@ PipelineSpec parse_pipeline(const Field& f, const json& model) {
                      " pipeline positions (stages x chunks) for a gpt of " +
                      std::to_string(model.at("layers").get<int64_t>() + 2) +
                      " blocks (the embedding, model.layers transformer blocks, the head)");
+  if (p.vocab_parallel) {
+    // Every stage gets whole vocabulary blocks, every position a transformer block.
+    const int64_t vocab = model.at("vocab").get<int64_t>(),
+                  layers = model.at("layers").get<int64_t>();
+    const int64_t blocks = (vocab + pipeline::kVocabBlock - 1) / pipeline::kVocabBlock;
+    if (blocks < p.stages)
+      f["vocab_parallel"].fail("a vocabulary of " + std::to_string(vocab) + " tokens is " +
+                               std::to_string(blocks) + " blocks of " +
+                               std::to_string(pipeline::kVocabBlock) + ", fewer than the " +
+                               std::to_string(p.stages) + " stages");
+    if (layers < p.stages * p.chunks)
+      f["vocab_parallel"].fail(
+          std::to_string(p.stages * p.chunks) + " pipeline positions (stages x chunks) for " +
+          std::to_string(layers) + " transformer blocks: each position needs one");
+  }
   return p;
 }
 

@@ -49,6 +49,9 @@ struct PipelineSpec {
   int microbatches = 1;
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, bpipe
   int chunks = 1;                 // model chunks per stage (interleaved)
+  // The embedding and output layer cut by vocabulary across the stages: the same results, so
+  // not part of the root key.
+  bool vocab_parallel = false;
 };
 
 // A metric a study optimizes and its direction.

@@ -16,6 +16,7 @@ RunConfig run_config(const protocol::RunSpec& run) {
   config.pipeline_stages = run.pipeline_stages;
   config.pipeline_schedule = run.pipeline_schedule;
   config.pipeline_chunks = run.pipeline_chunks;
+  config.pipeline_vocab_parallel = run.pipeline_vocab_parallel;
   return config;
 }
 

@@ -52,7 +52,8 @@ TEST_F(PipelinedStudy, HasTheMetricsOfTheUnpipelinedStudyBitForBit) {
 }
 
 // The gpt over bpe32k's subwords: the tokenizer reaches the worker with the job (the loss starts
-// near ln 32768, not ln 96), and 2 stages give the unpipelined metrics bit for bit.
+// near ln 32768, not ln 96), and 2 stages give the unpipelined metrics bit for bit, with the
+// vocabulary cut across them too ("vocab_parallel" reaches the worker with the job).
 TEST_F(PipelinedStudy, Bpe32kStudyHasTheUnpipelinedMetrics) {
   auto spec = [&](const json& pipeline) {
     std::string file = gpt_spec("bpe", pipeline);
@@ -71,10 +72,16 @@ TEST_F(PipelinedStudy, Bpe32kStudyHasTheUnpipelinedMetrics) {
   Result b = sh("timeout 300 " + hippo("b.db") + "--format json run " +
                 spec({{"stages", 1}, {"microbatches", 2}}) + " --workers 1");
   ASSERT_EQ(b.status, 0) << b.out;
+  Result c =
+      sh("timeout 300 " + hippo("c.db") + "--format json run " +
+         spec({{"stages", 2}, {"microbatches", 2}, {"vocab_parallel", true}}) + " --workers 1");
+  ASSERT_EQ(c.status, 0) << c.out;
   json ta = json::parse(sh(hippo("a.db") + "--format json trials bpe").out);
   json tb = json::parse(sh(hippo("b.db") + "--format json trials bpe").out);
+  json tc = json::parse(sh(hippo("c.db") + "--format json trials bpe").out);
   ASSERT_EQ(ta.size(), 2u);
   EXPECT_EQ(metrics_by_trial(ta), metrics_by_trial(tb));
+  EXPECT_EQ(metrics_by_trial(tc), metrics_by_trial(tb));
   for (const json& m : ta[0]["metrics"]) {
     if (m["name"] == "loss") {
       EXPECT_GT(m["value"].get<double>(), 8.0) << m;  // ln 96 = 4.6

@@ -103,6 +103,11 @@ TEST(PipelineRunSpec, TravelsInTheJob) {
   run.pipeline_chunks = 2;
   json wire = protocol::to_json(run);
   EXPECT_EQ(protocol::run_spec_from_json(wire), run);
+  EXPECT_FALSE(wire["pipeline"].contains("vocab_parallel"));  // omitted when false
+  run.pipeline_vocab_parallel = true;
+  EXPECT_EQ(protocol::run_spec_from_json(protocol::to_json(run)), run);
+  EXPECT_EQ(protocol::to_json(run)["pipeline"]["vocab_parallel"], true);
+  EXPECT_FALSE(protocol::run_spec_from_json(wire).pipeline_vocab_parallel);  // an older master's
   // Older masters send no pipeline: none.
   wire.erase("pipeline");
   protocol::RunSpec old = protocol::run_spec_from_json(wire);

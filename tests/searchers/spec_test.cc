@@ -335,6 +335,38 @@ TEST(Spec, GptOverBpe32kHasItsOwnWindowsVocabularyAndRootKey) {
   EXPECT_EQ(spec_error(spec), "data.tokenizer: only the fortunes text takes a tokenizer");
 }
 
+// "pipeline.vocab_parallel": checked (a boolean, the schedule, whole vocabulary blocks per stage,
+// a transformer block per position) and, giving the same results, not part of the root key.
+TEST(Spec, VocabParallelIsCheckedAndKeepsTheRootKey) {
+  std::ifstream in(HIPPO_SOURCE_DIR "/examples/gpt-fortunes-pipeline.json");
+  json spec = json::parse(in);
+  spec["data"]["tokenizer"] = "bpe32k";
+  spec["model"]["vocab"] = 32768;
+  spec["model"]["layers"] = 4;
+  const std::string key = parse_spec(spec).root_key;
+  spec["pipeline"]["vocab_parallel"] = true;
+  const StudySpec s = parse_spec(spec);
+  EXPECT_TRUE(s.pipeline.vocab_parallel);
+  EXPECT_EQ(s.root_key, key);
+  spec["model"]["layers"] = 1;
+  EXPECT_EQ(spec_error(spec),
+            "pipeline.vocab_parallel: 2 pipeline positions (stages x chunks) for 1 transformer "
+            "blocks: each position needs one");
+  spec["pipeline"]["stages"] = 10;
+  spec["pipeline"]["microbatches"] = 10;
+  spec["model"]["layers"] = 12;
+  spec["fixed"]["batch_size"] = 20;
+  EXPECT_EQ(spec_error(spec),
+            "pipeline.vocab_parallel: a vocabulary of 32768 tokens is 8 blocks of 4096, fewer "
+            "than the 10 stages");
+  spec["pipeline"] = {{"stages", 2}, {"schedule", "gpipe"}, {"vocab_parallel", true}};
+  EXPECT_EQ(spec_error(spec),
+            "pipeline.vocab_parallel: needs at least 2 stages and the 1f1b or interleaved "
+            "schedule, got 2 stages of gpipe");
+  spec["pipeline"] = {{"stages", 2}, {"vocab_parallel", "yes"}};
+  EXPECT_EQ(spec_error(spec), "pipeline.vocab_parallel: expected true or false, got \"yes\"");
+}
+
 }  // namespace
 }  // namespace hippo
 

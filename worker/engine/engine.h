@@ -51,6 +51,9 @@ struct RunConfig {
   int pipeline_stages = 1;
   std::string pipeline_schedule = "1f1b";
   int pipeline_chunks = 1;
+  // The embedding and the output layer cut by vocabulary across the stages (1f1b or interleaved,
+  // CPU stages): the same bits as without (the softmax in vocabulary blocks, gpt.h), not hashed.
+  bool pipeline_vocab_parallel = false;
   // Where the stages compute (not hashed): a device group, "cpu:N" or "cuda:A-B"
   // (device_group.h), whose first device then holds the state; empty: the engine's device (all
   // stages on it: CPU threads, or streams of one GPU). Ignored by an unpipelined config.

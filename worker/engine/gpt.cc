@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "worker/engine/rng.h"
 
@@ -175,7 +176,9 @@ class Transformer final : public GptBlock {
 
 // Final layer norm, output layer and the loss. Parameters: lnf w[C], b[C], then (untied) W[V, C].
 // Gradient region: dlnf w, b, then dW[V, C] (when tied, wte's share, which reduce_tied adds in).
-// Saved (N = B T): lnf[N, C], mean[N], rstd[N], logits[N, V], dlogits[N, V]. Scratch: dlnf[N, C].
+// Saved (N = B T): lnf[N, C], mean[N], rstd[N], logits[N, V], dlogits[N, V] (block by block when
+// the softmax is blocked). Scratch: dlnf[N, C], then, with more than one vocabulary block, each
+// block's part of it [blocks, N, C].
 class Head final : public GptBlock {
  public:
   Head(const GptShape& s, int64_t offset) : s_(s), offset_(offset) {}
@@ -187,7 +190,10 @@ class Head final : public GptBlock {
   double cost() const override { return static_cast<double>(s_.vocab) * s_.dim; }
   int64_t out_size(int B) const override { return N(B); }
   int64_t saved_size(int B) const override { return N(B) * (s_.dim + 2 + 2 * int64_t{s_.vocab}); }
-  int64_t scratch_size(int B) const override { return N(B) * s_.dim; }
+  int64_t scratch_size(int B) const override {
+    const int blocks = vocab_blocks(s_.vocab);
+    return N(B) * s_.dim * (blocks > 1 ? 1 + blocks : 1);
+  }
 
   void forward(const Backend& be, const TokenBatch& batch, const float* params, const float* x,
                float* y, float* saved) const override {
@@ -198,8 +204,17 @@ class Head final : public GptBlock {
           *dlogits = logits + n * V;
     be.layernorm_forward(x, lnfw, lnfw + C, lnf, mean, rstd, n, C);
     linear_forward(be, n, C, V, lnf, weight(params), nullptr, logits);
-    be.softmax_cross_entropy(logits, batch.targets, static_cast<int>(n), V, y,
-                             batch.grad_scale != 0 ? dlogits : nullptr, batch.grad_scale);
+    float* into = batch.grad_scale != 0 ? dlogits : nullptr;
+    if (!blocked(be, saved)) {
+      be.softmax_cross_entropy(logits, batch.targets, static_cast<int>(n), V, y, into,
+                               batch.grad_scale);
+      return;
+    }
+    const int blocks = vocab_blocks(V);
+    std::vector<float> stats(static_cast<size_t>(blocks) * n * 2);
+    vocab_block_stats(logits, n, V, V, 0, blocks, stats.data());
+    vocab_softmax(logits, n, V, V, 0, blocks, stats.data(), batch.targets, y, into,
+                  batch.grad_scale);
   }
 
   void backward(const Backend& be, const TokenBatch& batch, const float* params, const float* x,
@@ -209,7 +224,16 @@ class Head final : public GptBlock {
     const float *lnfw = params + offset_, *lnf = saved, *mean = lnf + n * C, *rstd = mean + n,
                 *dlogits = rstd + n + n * V;
     float* g = grads + offset_;  // dlnf w, b, then dW
-    linear_backward(be, n, C, V, lnf, weight(params), dlogits, scratch, g + 2 * C, nullptr);
+    if (blocked(be, scratch)) {
+      const int blocks = vocab_blocks(V);
+      float* parts = scratch + n * C;
+      vocab_output_backward(be, n, C, V, 0, blocks, dlogits, lnf, weight(params), g + 2 * C, parts);
+      std::vector<const float*> part(blocks);
+      for (int k = 0; k < blocks; ++k) part[k] = parts + k * n * C;
+      sum_vocab_parts(be, part, n, C, scratch);
+    } else {
+      linear_backward(be, n, C, V, lnf, weight(params), dlogits, scratch, g + 2 * C, nullptr);
+    }
     be.fill_zero(grad, n * C * int64_t{sizeof(float)});  // the head starts the gradient
     be.layernorm_backward(scratch, x, lnfw, mean, rstd, grad, g, g + C, n, C);
   }
@@ -218,6 +242,10 @@ class Head final : public GptBlock {
 
  private:
   int64_t N(int B) const { return int64_t{B} * s_.context; }
+  // The softmax in vocabulary blocks (gpt.h): more than one, and the backend's memory on the host.
+  bool blocked(const Backend& be, float* memory) const {
+    return vocab_blocks(s_.vocab) > 1 && be.host_address(memory) != nullptr;
+  }
   const float* weight(const float* params) const {
     return s_.tied ? params : params + offset_ + 2 * int64_t{s_.dim};  // wte is at offset 0
   }
@@ -225,6 +253,71 @@ class Head final : public GptBlock {
   GptShape s_;
   int64_t offset_;
 };
+
+}  // namespace
+
+void vocab_block_stats(const float* logits, int64_t rows, int ld, int vocab, int first, int last,
+                       float* stats) {
+  for (int k = first; k < last; ++k) {
+    const int size = std::min(kVocabBlock, vocab - k * kVocabBlock);
+    float* st = stats + int64_t{k - first} * rows * 2;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* z = logits + r * ld + int64_t{k - first} * kVocabBlock;
+      const float m = *std::max_element(z, z + size);
+      float sum = 0;
+      for (int j = 0; j < size; ++j) sum += std::exp(z[j] - m);
+      st[2 * r] = m;
+      st[2 * r + 1] = sum;
+    }
+  }
+}
+
+void vocab_softmax(const float* logits, int64_t rows, int ld, int vocab, int first, int last,
+                   const float* stats, const int32_t* targets, float* losses, float* dlogits,
+                   float grad_scale) {
+  const int blocks = vocab_blocks(vocab);
+  const int lo = first * kVocabBlock, hi = std::min(vocab, last * kVocabBlock);
+  for (int64_t r = 0; r < rows; ++r) {
+    float top = stats[2 * r];
+    for (int k = 1; k < blocks; ++k) top = std::max(top, stats[(k * rows + r) * 2]);
+    float total = 0;
+    for (int k = 0; k < blocks; ++k)
+      total += stats[(k * rows + r) * 2 + 1] * std::exp(stats[(k * rows + r) * 2] - top);
+    const int target = targets[r];
+    const float* z = logits + r * ld;  // token lo + j at z[j]
+    if (losses && target >= lo && target < hi) losses[r] = std::log(total) - (z[target - lo] - top);
+    if (!dlogits) continue;
+    for (int k = first; k < last; ++k) {
+      const int start = k * kVocabBlock, size = std::min(kVocabBlock, vocab - start);
+      float* d = dlogits + int64_t{k - first} * rows * kVocabBlock + r * size;
+      const float* zk = z + (start - lo);
+      for (int j = 0; j < size; ++j) d[j] = grad_scale * (std::exp(zk[j] - top) / total);
+      if (target >= start && target < start + size) d[target - start] -= grad_scale;
+    }
+  }
+}
+
+void vocab_output_backward(const kernels::Backend& be, int64_t rows, int C, int vocab, int first,
+                           int last, const float* dlogits, const float* x, const float* w,
+                           float* dw, float* parts) {
+  const int n = static_cast<int>(rows);
+  for (int k = first; k < last; ++k) {
+    const int size = std::min(kVocabBlock, vocab - k * kVocabBlock);
+    const float* d = dlogits + int64_t{k - first} * rows * kVocabBlock;
+    const int64_t row0 = int64_t{k - first} * kVocabBlock * C;  // the block's first row of W
+    be.gemm(true, false, size, C, n, 1.0f, d, x, 0.0f, dw + row0);
+    be.gemm(false, false, n, C, size, 1.0f, d, w + row0, 0.0f, parts + (k - first) * rows * C);
+  }
+}
+
+void sum_vocab_parts(const kernels::Backend& be, const std::vector<const float*>& parts,
+                     int64_t rows, int C, float* dx) {
+  const int64_t n = rows * C;
+  be.add(parts[0], parts[1], dx, n);
+  for (size_t k = 2; k < parts.size(); ++k) be.add(dx, parts[k], dx, n);
+}
+
+namespace {
 
 int field(const nlohmann::json& spec, const char* name, int lo, int hi) {
   const std::string path = std::string("model.") + name;

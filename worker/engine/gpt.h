@@ -35,6 +35,7 @@
 
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "pipeline/shape.h"
 
 namespace hippo::worker {
 
@@ -55,6 +56,42 @@ struct TokenBatch {
   // (the head then computes no logit gradients).
   float grad_scale = 0;
 };
+
+// The vocabulary in fixed blocks of kVocabBlock tokens (the last may be shorter). The output
+// layer's softmax reduces them in block order: block k's max m_k and sum s_k of exp(l - m_k) over
+// its tokens in order; then M = the largest m_k and total = the sum over k in order of
+// s_k exp(m_k - M); loss = log(total) - (l[target] - M), dlogits_j = g (exp(l_j - M) / total),
+// minus g at the target (g = grad_scale). The gradient of the output layer's input sums each
+// block's part (its dlogits times its rows of W) in block order. A vocabulary-parallel pipeline
+// (pipelined_engine.h) gives each stage whole blocks, so it computes the same bits whatever the
+// number of stages. With one block (vocab <= kVocabBlock, e.g. the character-level gpt) these are
+// the softmax kernel's bits; with more, the head computes them in host memory (a CPU backend;
+// on CUDA it keeps the kernel over the whole vocabulary, and vocab_parallel is refused there).
+constexpr int kVocabBlock = pipeline::kVocabBlock;
+inline int vocab_blocks(int vocab) {
+  return (vocab + kVocabBlock - 1) / kVocabBlock;
+}
+
+// Host memory. logits[rows, ld]: column 0 is token first * kVocabBlock, blocks [first, last).
+// Writes stats[(k - first) * rows * 2 + 2 r + {0: m_k, 1: s_k}] of each block k in the range.
+void vocab_block_stats(const float* logits, int64_t rows, int ld, int vocab, int first, int last,
+                       float* stats);
+// From every block's stats [vocab_blocks(vocab)][rows][2] (as above, first = 0): the loss of each
+// row whose target is in blocks [first, last) into losses (others untouched; losses may be null),
+// and, unless dlogits is null, the range's dlogits block by block: block k's [rows, its tokens]
+// at dlogits + (k - first) * rows * kVocabBlock.
+void vocab_softmax(const float* logits, int64_t rows, int ld, int vocab, int first, int last,
+                   const float* stats, const int32_t* targets, float* losses, float* dlogits,
+                   float grad_scale);
+// The output layer's backward over blocks [first, last) from their dlogits (as vocab_softmax
+// writes them), with x[rows, C] its input and w, dw the range's rows of W[vocab, C] and of its
+// gradient (dw overwritten): each block's part of dL/dx into parts[(k - first) * rows * C].
+void vocab_output_backward(const kernels::Backend& be, int64_t rows, int C, int vocab, int first,
+                           int last, const float* dlogits, const float* x, const float* w,
+                           float* dw, float* parts);
+// dx[rows, C] = the sum of the blocks' parts (each [rows, C]) in block order (at least 2).
+void sum_vocab_parts(const kernels::Backend& be, const std::vector<const float*>& parts,
+                     int64_t rows, int C, float* dx);
 
 class GptBlock {
  public:

@@ -52,7 +52,7 @@ class GptNetwork final : public Network {
                                     config.pipeline_schedule +
                                     "\" (known: " + pipeline::kScheduleNames + ")");
       pipeline_shape_ = {config.pipeline_stages, config.microbatches, *schedule,
-                         config.pipeline_chunks};
+                         config.pipeline_chunks, config.pipeline_vocab_parallel};
       const DeviceGroup group = config.pipeline_devices.empty()
                                     ? DeviceGroup::of_device(backend_->name())
                                     : DeviceGroup::parse(config.pipeline_devices);

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "pipeline/interpreter.h"
 #include "pipeline/queue_transport.h"
@@ -15,23 +18,28 @@
 
 namespace hippo::worker {
 
-std::vector<size_t> cut_blocks(const Gpt& model, int positions) {
+std::vector<size_t> cut_blocks(const Gpt& model, int positions, bool vocab_parallel) {
   const size_t n = model.blocks().size();
-  if (positions < 1 || static_cast<size_t>(positions) > n)
-    throw std::invalid_argument("pipeline: " + std::to_string(positions) +
-                                " pipeline positions (stages x chunks) for a model of " +
-                                std::to_string(n) + " blocks (embedding, " + std::to_string(n - 2) +
-                                " transformer blocks, head)");
+  // With vocabulary parallelism the embedding and the head are computed by every stage: only
+  // the transformer blocks are cut, the first and last ranges then take the two ends along.
+  const size_t lo = vocab_parallel ? 1 : 0, hi = vocab_parallel ? n - 1 : n;
+  if (positions < 1 || static_cast<size_t>(positions) > hi - lo)
+    throw std::invalid_argument(
+        "pipeline: " + std::to_string(positions) +
+        " pipeline positions (stages x chunks) for a model of " + std::to_string(n) +
+        " blocks (embedding, " + std::to_string(n - 2) + " transformer blocks, head)" +
+        (vocab_parallel ? ": with vocab_parallel each position needs a transformer block" : ""));
   std::vector<double> prefix = {0};
-  for (const auto& block : model.blocks()) prefix.push_back(prefix.back() + block->cost());
+  for (size_t b = lo; b < hi; ++b) prefix.push_back(prefix.back() + model.blocks()[b]->cost());
+  const size_t cut_count = hi - lo;
   // best[k][j]: the smallest largest cost of cutting blocks [0, j) into k ranges; from[k][j] the
   // start of the last of them. The first minimum wins ties, so the cut is a function of the model.
   constexpr double kNone = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(positions + 1, std::vector<double>(n + 1, kNone));
-  std::vector<std::vector<size_t>> from(positions + 1, std::vector<size_t>(n + 1, 0));
+  std::vector<std::vector<double>> best(positions + 1, std::vector<double>(cut_count + 1, kNone));
+  std::vector<std::vector<size_t>> from(positions + 1, std::vector<size_t>(cut_count + 1, 0));
   best[0][0] = 0;
   for (int k = 1; k <= positions; ++k)
-    for (size_t j = k; j <= n; ++j)
+    for (size_t j = k; j <= cut_count; ++j)
       for (size_t i = k - 1; i < j; ++i) {
         const double worst = std::max(best[k - 1][i], prefix[j] - prefix[i]);
         if (worst < best[k][j]) {
@@ -40,8 +48,10 @@ std::vector<size_t> cut_blocks(const Gpt& model, int positions) {
         }
       }
   std::vector<size_t> cut(positions + 1);
-  cut[positions] = n;
+  cut[positions] = cut_count;
   for (int k = positions; k > 0; --k) cut[k - 1] = from[k][cut[k]];
+  for (size_t& c : cut) c += lo;
+  cut.front() = 0, cut.back() = n;
   return cut;
 }
 
@@ -54,6 +64,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
         stage_(stage),
         be_(std::move(be)),
         mirrored_(std::string(be_->name()) != owner.home_->name()),
+        vocab_(owner.program_.vocab_parallel),
         spare_acts_(owner.program_.chunks),
         spare_loans_(owner.program_.chunks) {
     const int chunks = owner.program_.chunks;
@@ -63,6 +74,11 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       scratch = std::max(scratch, GptActivations::scratch_size(owner.model_, first, last, 1));
     }
     scratch_per_sequence_ = scratch;
+    if (vocab_) {
+      block0_ = first_block(stage), block1_ = first_block(stage + 1);
+      token0_ = block0_ * kVocabBlock;
+      token1_ = std::min(owner.model_.shape().vocab, block1_ * kVocabBlock);
+    }
   }
 
   const kernels::Backend& backend() const { return *be_; }
@@ -80,6 +96,10 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     acts_.clear();  // a failed step may have left some
     loans_.clear();
     grad_.clear();
+    vocab_buffers_.clear();
+    logits_.clear();
+    norms_.clear();
+    next_vocab_backward_ = next_embed_backward_ = 0;
     sequences_ = sequences;
     grad_scale_ = grad_scale;
     next_backward_.assign(owner_.program_.chunks, 0);
@@ -132,6 +152,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
                              " ended a step with stashed activations");
     for (auto& [key, g] : grad_) spare_grads_.push_back(std::move(g));
     grad_.clear();
+    vocab_buffers_.clear();  // what was only sent: a shard's embedding, its input gradient
     if (!mirrored_) {
       owner_.home_->wait_for(*be_);
       return;
@@ -144,7 +165,12 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     }
   }
 
-  void forward(int mb, int chunk) override { activations(mb, chunk).forward(batch(mb), params_); }
+  void forward(int mb, int chunk) override {
+    GptActivations& a = activations(mb, chunk);
+    if (vocab_ && first_position(chunk)) embedding_sum(mb, a.input());
+    a.forward(batch(mb), params_);
+    if (vocab_ && last_position(chunk)) final_norm(mb, a.output());
+  }
 
   void backward(int mb, int chunk) override {
     if (mb != next_backward_[chunk]++)
@@ -158,13 +184,123 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     // Micro-batch 0 writes the position's region of the gradient buffer, later ones add theirs
     // to it: the unpipelined path's sums, region by region.
     float* into = mb == 0 ? grads_ : micro_grads_;
-    it->second->backward(batch(mb), params_, gradient(mb, chunk).data(), into, scratch_.data());
-    if (mb > 0) {
-      const auto [first, last] = blocks(chunk);
-      const int64_t lo = owner_.model_.grad_offset(first), hi = owner_.model_.grad_offset(last);
-      be_->add(grads_ + lo, micro_grads_ + lo, grads_ + lo, hi - lo);
-    }
+    float* grad = gradient(mb, chunk).data();
+    if (vocab_ && last_position(chunk)) final_norm_backward(mb, it->second->output(), grad, into);
+    it->second->backward(batch(mb), params_, grad, into, scratch_.data());
+    const auto [first, last] = blocks(chunk);
+    accumulate(mb, owner_.model_.grad_offset(first), owner_.model_.grad_offset(last));
+    if (vocab_ && first_position(chunk))  // dL/d(embedding), for every shard's embed backward
+      be_->copy(vocab_buffer(pipeline::Buffer::kEmbedGradient, mb, 0).data(), grad,
+                rows() * owner_.model_.shape().dim * int64_t{sizeof(float)});
     keep(acts_, it, spare_acts_[chunk]);
+  }
+
+  // The vocabulary passes (pipelined_engine.h): this stage's shard, vocabulary blocks
+  // [block0_, block1_), tokens [token0_, token1_). Host memory (CPU stages only).
+
+  // The shard's rows of wte for the micro-batch's tokens, 0 for the others' tokens.
+  void embed_forward(int mb) override {
+    if (stage_ != 0) drop_before(pipeline::Buffer::kEmbedding, mb);  // sent already
+    const int C = owner_.model_.shape().dim;
+    float* out = vocab_buffer(pipeline::Buffer::kEmbedding, mb, 0).data();
+    const int32_t* tokens = batch(mb).inputs;
+    for (int64_t r = 0; r < rows(); ++r) {
+      float* o = out + r * C;
+      if (mine(tokens[r]))
+        std::copy_n(params_ + int64_t{tokens[r]} * C, C, o);
+      else
+        std::fill_n(o, C, 0.0f);
+    }
+  }
+
+  // Stage 0's forward input: the shards' embeddings summed in stage order (one of them holds a
+  // token's row, the others 0: the row itself), plus wpe, as the embedding kernel adds them.
+  void embedding_sum(int mb, float* x) {
+    const GptShape& s = owner_.model_.shape();
+    const int64_t n = rows() * s.dim, per_sequence = int64_t{s.context} * s.dim;
+    using pipeline::Buffer;
+    be_->add(vocab_buffer(Buffer::kEmbedding, mb, 0).data(),
+             vocab_buffer(Buffer::kEmbeddingIn, mb, 1).data(), x, n);
+    for (int q = 2; q < owner_.program_.stages; ++q)
+      be_->add(x, vocab_buffer(Buffer::kEmbeddingIn, mb, q).data(), x, n);
+    const float* wpe = params_ + int64_t{s.vocab} * s.dim;
+    for (int b = 0; b < sequences_; ++b)
+      be_->add(x + b * per_sequence, wpe, x + b * per_sequence, per_sequence);
+    vocab_buffers_.erase({Buffer::kEmbedding, mb, 0});
+    for (int q = 1; q < owner_.program_.stages; ++q)
+      vocab_buffers_.erase({Buffer::kEmbeddingIn, mb, q});
+  }
+
+  // The shard's rows of wte's gradient (stage 0: and wpe's), as the embedding kernel sums them:
+  // each row from 0, the positions in ascending order.
+  void embed_backward(int mb) override {
+    check_order("embed backward", mb, next_embed_backward_);
+    const GptShape& s = owner_.model_.shape();
+    const int C = s.dim;
+    const float* g = vocab_buffer(pipeline::Buffer::kEmbedGradient, mb, 0).data();
+    float* into = mb == 0 ? grads_ : micro_grads_;
+    const int32_t* tokens = batch(mb).inputs;
+    std::fill(into + int64_t{token0_} * C, into + int64_t{token1_} * C, 0.0f);
+    for (int64_t r = 0; r < rows(); ++r) {
+      if (!mine(tokens[r])) continue;
+      float* d = into + int64_t{tokens[r]} * C;
+      for (int c = 0; c < C; ++c) d[c] += g[r * C + c];
+    }
+    accumulate(mb, int64_t{token0_} * C, int64_t{token1_} * C);
+    if (stage_ == 0) {
+      float* dwpe = into + int64_t{s.vocab} * C;
+      for (int t = 0; t < s.context; ++t) {
+        float* d = dwpe + int64_t{t} * C;
+        std::fill_n(d, C, 0.0f);
+        for (int b = 0; b < sequences_; ++b)
+          for (int c = 0; c < C; ++c) d[c] += g[(int64_t{b} * s.context + t) * C + c];
+      }
+      accumulate(mb, int64_t{s.vocab} * C, int64_t{s.vocab + s.context} * C);
+    }
+    vocab_buffers_.erase({pipeline::Buffer::kEmbedGradient, mb, 0});
+  }
+
+  // The shard's logits from the final hidden state, and its blocks' statistics.
+  void vocab_forward(int mb) override {
+    const GptShape& s = owner_.model_.shape();
+    const int tokens = token1_ - token0_;
+    kernels::Buffer<float>& logits = logits_[mb];
+    if (logits.size() != rows() * tokens) logits = kernels::Buffer<float>(be_, rows() * tokens);
+    be_->gemm(false, true, static_cast<int>(rows()), tokens, s.dim, 1.0f,
+              vocab_buffer(pipeline::Buffer::kVocabInput, mb, 0).data(), output_weight(), 0.0f,
+              logits.data());
+    vocab_block_stats(logits.data(), rows(), tokens, s.vocab, block0_, block1_,
+                      vocab_buffer(pipeline::Buffer::kVocabStats, mb, 0).data());
+  }
+
+  // With every block's statistics: the shard's dlogits, its rows of the output layer's gradient
+  // and its blocks' parts of the input gradient.
+  void vocab_backward(int mb) override {
+    using pipeline::Buffer;
+    check_order("vocab backward", mb, next_vocab_backward_);
+    if (stage_ != owner_.program_.stages - 1) drop_before(Buffer::kVocabGradient, mb);
+    const GptShape& s = owner_.model_.shape();
+    const int p = owner_.program_.stages, tokens = token1_ - token0_;
+    std::vector<float> stats(static_cast<size_t>(vocab_blocks(s.vocab)) * rows() * 2);
+    for (int q = 0; q < p; ++q) {
+      const std::span<float> from = q == stage_ ? vocab_buffer(Buffer::kVocabStats, mb, 0)
+                                                : vocab_buffer(Buffer::kVocabStatsIn, mb, q);
+      std::copy(from.begin(), from.end(), stats.begin() + first_block(q) * rows() * 2);
+    }
+    if (dlogits_.size() < rows() * tokens) dlogits_ = kernels::Buffer<float>(be_, rows() * tokens);
+    vocab_softmax(logits_.at(mb).data(), rows(), tokens, s.vocab, block0_, block1_, stats.data(),
+                  batch(mb).targets, nullptr, dlogits_.data(), grad_scale_);
+    float* into = mb == 0 ? grads_ : micro_grads_;
+    const int64_t dw = owner_.model_.grad_offset(owner_.model_.blocks().size() - 1) +
+                       2 * int64_t{s.dim} + int64_t{token0_} * s.dim;
+    vocab_output_backward(*be_, rows(), s.dim, s.vocab, block0_, block1_, dlogits_.data(),
+                          vocab_buffer(Buffer::kVocabInput, mb, 0).data(), output_weight(),
+                          into + dw, vocab_buffer(Buffer::kVocabGradient, mb, 0).data());
+    accumulate(mb, dw, dw + int64_t{tokens} * s.dim);
+    vocab_buffers_.erase({Buffer::kVocabInput, mb, 0});
+    vocab_buffers_.erase({Buffer::kVocabStats, mb, 0});
+    for (int q = 0; q < p; ++q) vocab_buffers_.erase({Buffer::kVocabStatsIn, mb, q});
+    logits_.erase(mb);
   }
 
   void optimizer_step() override {}  // the update runs over the whole buffer after the program
@@ -196,7 +332,8 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       case pipeline::Buffer::kVocabStatsIn:
       case pipeline::Buffer::kVocabGradient:
       case pipeline::Buffer::kVocabGradientIn:
-        break;  // the programs of this engine have no vocabulary passes
+        if (vocab_) return vocab_buffer(which, mb, chunk);
+        break;
     }
     throw std::logic_error("pipeline stage: unknown buffer");
   }
@@ -222,9 +359,106 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     map.erase(it);
   }
 
+  // The blocks this stage's chunk runs: with vocabulary parallelism the first and last
+  // positions leave the embedding and the head to the vocabulary passes.
   std::pair<size_t, size_t> blocks(int chunk) const {
     const int position = chunk * owner_.program_.stages + stage_;
-    return {owner_.cut_[position], owner_.cut_[position + 1]};
+    size_t first = owner_.cut_[position], last = owner_.cut_[position + 1];
+    if (vocab_) first = std::max<size_t>(first, 1), last = std::min(last, owner_.cut_.back() - 1);
+    return {first, last};
+  }
+  bool first_position(int chunk) const { return stage_ == 0 && chunk == 0; }
+  bool last_position(int chunk) const {
+    return stage_ == owner_.program_.stages - 1 && chunk == owner_.program_.chunks - 1;
+  }
+
+  // Micro-batch 1, 2, ...'s gradient of [lo, hi) added from micro_grads_ into grads_.
+  void accumulate(int mb, int64_t lo, int64_t hi) const {
+    if (mb > 0) be_->add(grads_ + lo, micro_grads_ + lo, grads_ + lo, hi - lo);
+  }
+
+  void check_order(const char* pass, int mb, int& next) const {
+    if (mb != next++)
+      throw std::logic_error("pipeline stage " + std::to_string(stage_) + ": " + pass +
+                             " of micro-batch " + std::to_string(mb) + " out of ascending order");
+  }
+
+  int64_t rows() const { return int64_t{sequences_} * owner_.model_.shape().context; }
+  bool mine(int32_t token) const { return token >= token0_ && token < token1_; }
+  int first_block(int stage) const {
+    return stage * vocab_blocks(owner_.model_.shape().vocab) / owner_.program_.stages;
+  }
+  // The shard's rows of the output layer's weight (wte when tied).
+  const float* output_weight() const {
+    const Gpt& model = owner_.model_;
+    const int64_t w = model.shape().tied
+                          ? 0
+                          : model.param_offset(model.blocks().size() - 1) + 2 * model.shape().dim;
+    return params_ + w + int64_t{token0_} * model.shape().dim;
+  }
+
+  // The last position's final layer norm: its output is the output layer's input, sent to every
+  // stage; its mean and rstd kept for the backward.
+  void final_norm(int mb, const float* x) {
+    const Gpt& model = owner_.model_;
+    const int C = model.shape().dim;
+    const float* w = params_ + model.param_offset(model.blocks().size() - 1);
+    kernels::Buffer<float>& norm = norms_[mb];
+    if (norm.size() != 2 * rows()) norm = kernels::Buffer<float>(be_, 2 * rows());
+    be_->layernorm_forward(x, w, w + C, vocab_buffer(pipeline::Buffer::kVocabInput, mb, 0).data(),
+                           norm.data(), norm.data() + rows(), rows(), C);
+  }
+
+  // Its backward, as the head's: the input gradient's parts from every stage summed in block
+  // order, then through the layer norm into grad (dL/d(x), which the head starts).
+  void final_norm_backward(int mb, const float* x, float* grad, float* into) {
+    using pipeline::Buffer;
+    const Gpt& model = owner_.model_;
+    const int C = model.shape().dim, p = owner_.program_.stages;
+    std::vector<const float*> parts;
+    for (int q = 0; q < p; ++q) {
+      const float* from = (q == stage_ ? vocab_buffer(Buffer::kVocabGradient, mb, 0)
+                                       : vocab_buffer(Buffer::kVocabGradientIn, mb, q))
+                              .data();
+      for (int k = first_block(q); k < first_block(q + 1); ++k)
+        parts.push_back(from + (k - first_block(q)) * rows() * C);
+    }
+    if (dnorm_.size() < rows() * C) dnorm_ = kernels::Buffer<float>(be_, rows() * C);
+    sum_vocab_parts(*be_, parts, rows(), C, dnorm_.data());
+    const int64_t head = model.param_offset(model.blocks().size() - 1);
+    const float* w = params_ + head;
+    const float* norm = norms_.at(mb).data();
+    be_->fill_zero(grad, rows() * C * int64_t{sizeof(float)});
+    be_->layernorm_backward(dnorm_.data(), x, w, norm, norm + rows(), grad, into + head,
+                            into + head + C, rows(), C);
+    accumulate(mb, head, head + 2 * int64_t{C});
+    norms_.erase(mb);
+    vocab_buffers_.erase({Buffer::kVocabGradient, mb, 0});
+    for (int q = 0; q < p; ++q) vocab_buffers_.erase({Buffer::kVocabGradientIn, mb, q});
+  }
+
+  // A vocabulary buffer of micro-batch mb (`slot`: the other stage for those received), sized
+  // by its kind.
+  std::span<float> vocab_buffer(pipeline::Buffer which, int mb, int slot) {
+    using pipeline::Buffer;
+    const int64_t C = owner_.model_.shape().dim;
+    const int stage =
+        which == Buffer::kVocabStatsIn || which == Buffer::kVocabGradientIn ? slot : stage_;
+    const int64_t blocks = first_block(stage + 1) - first_block(stage);
+    int64_t size = rows() * C;
+    if (which == Buffer::kVocabStats || which == Buffer::kVocabStatsIn) size = blocks * rows() * 2;
+    if (which == Buffer::kVocabGradient || which == Buffer::kVocabGradientIn)
+      size = blocks * rows() * C;
+    kernels::Buffer<float>& b = vocab_buffers_[{which, mb, slot}];
+    if (b.size() != size) b = kernels::Buffer<float>(be_, size);
+    return {b.data(), static_cast<size_t>(size)};
+  }
+
+  // Frees this stage's buffers of a kind for the micro-batches before mb (sent, so done with).
+  void drop_before(pipeline::Buffer which, int mb) {
+    std::erase_if(vocab_buffers_, [&](const auto& entry) {
+      return std::get<0>(entry.first) == which && std::get<1>(entry.first) < mb;
+    });
   }
 
   TokenBatch batch(int mb) const {
@@ -282,6 +516,16 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   int stage_;
   std::shared_ptr<const kernels::Backend> be_;
   bool mirrored_;  // on another device than the home: works on mirrors of the home's buffers
+  bool vocab_;     // the program has vocabulary passes
+  // This stage's vocabulary shard: blocks [block0_, block1_), tokens [token0_, token1_).
+  int block0_ = 0, block1_ = 0, token0_ = 0, token1_ = 0;
+  // Per micro-batch: the vocabulary buffers (kind, micro-batch, slot), the shard's logits from
+  // its forward to its backward, the final layer norm's mean and rstd (last stage); the
+  // backward's dlogits and the summed input gradient (reused).
+  std::map<std::tuple<pipeline::Buffer, int, int>, kernels::Buffer<float>> vocab_buffers_;
+  std::map<int, kernels::Buffer<float>> logits_, norms_;
+  kernels::Buffer<float> dlogits_, dnorm_;
+  int next_vocab_backward_ = 0, next_embed_backward_ = 0;
   int64_t scratch_per_sequence_ = 0;
   kernels::Buffer<float> scratch_;
   std::map<Key, std::unique_ptr<GptActivations>> acts_;
@@ -325,8 +569,20 @@ PipelinedGpt::PipelinedGpt(const Gpt& model, const pipeline::PipelineShape& shap
   if (home_->name() != group.home())
     throw std::invalid_argument("pipeline: the state is on " + std::string(home_->name()) +
                                 ", not on the first device of the stages (" + group.home() + ")");
+  if (shape.vocab_parallel) {
+    if (group.cuda)
+      throw std::invalid_argument(
+          "pipeline.vocab_parallel: the vocabulary passes run on CPU stages only, not on " +
+          group.home());
+    const int blocks = vocab_blocks(model.shape().vocab);
+    if (blocks < shape.stages)
+      throw std::invalid_argument(
+          "pipeline.vocab_parallel: a vocabulary of " + std::to_string(model.shape().vocab) +
+          " tokens is " + std::to_string(blocks) + " blocks of " + std::to_string(kVocabBlock) +
+          ", fewer than the " + std::to_string(shape.stages) + " stages");
+  }
   program_ = pipeline::generate(shape);
-  cut_ = cut_blocks(model, shape.stages * shape.chunks);
+  cut_ = cut_blocks(model, shape.stages * shape.chunks, shape.vocab_parallel);
   const std::vector<int> gpus = group.stage_gpus(shape.stages);
   for (int s = 0; s < shape.stages; ++s)
     stages_.push_back(

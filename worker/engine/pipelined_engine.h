@@ -32,6 +32,20 @@
 // last stage reads it from the parameter buffer (or its mirror) and writes its share of wte's
 // gradient into its own region (gpt.h), added in once per step.
 //
+// Vocabulary parallelism (shape.vocab_parallel; CPU stages only: the passes compute in host
+// memory). The embedding and the output layer are cut into p shards of whole vocabulary blocks
+// (gpt.h's kVocabBlock; stage q has blocks [q nb / p, (q + 1) nb / p)) and run in the program's
+// vocabulary passes; the cut divides only the transformer blocks. Each stage embeds its shard's
+// tokens (0 for the others'); stage 0 sums the shards in stage order and adds wpe. The last
+// position ends with the final layer norm, whose output every stage multiplies by its rows of the
+// output layer; the shards' block statistics go all to all, each stage computes its dlogits, its
+// rows of the output layer's gradient and its blocks' parts of the input gradient, which the last
+// stage sums in block order before the layer norm's backward. Stage 0 sends the embedding's
+// gradient to every stage, which writes its rows of wte's gradient (stage 0 also wpe's). These are
+// the unpipelined head's and embedding's sums in the same order, so the bits are the same.
+// Each stage writes only its shard's regions of the gradient buffer; the parameters, gradients
+// and optimizer state are still one buffer, updated after the program as above.
+//
 // Exactness. Each position's backward passes run in ascending micro-batch order (every generator
 // guarantees it; the stage checks it), and a position's micro-batch gradient is added to its
 // region of the gradient buffer exactly as the unpipelined path adds the whole buffer's, with the
@@ -57,8 +71,10 @@ namespace hippo::worker {
 
 // The first block of each of `positions` ranges, then the number of blocks: ranges
 // [cut[i], cut[i + 1]) minimizing the largest sum of costs. Throws std::invalid_argument when
-// there are fewer blocks than positions.
-std::vector<size_t> cut_blocks(const Gpt& model, int positions);
+// there are fewer blocks than positions. With `vocab_parallel` only the transformer blocks are
+// cut (each range gets at least one); the first range starts at the embedding, the last ends
+// with the head.
+std::vector<size_t> cut_blocks(const Gpt& model, int positions, bool vocab_parallel = false);
 
 class PipelinedGpt {
  public:

@@ -144,28 +144,57 @@ std::vector<float> random_params(const Gpt& model, uint32_t seed) {
   return p;
 }
 
-TEST(GptTest, GradientMatchesFiniteDifferences) {
+// The gradient of `model` at random parameters against central differences of the loss, at
+// every stride-th parameter.
+void expect_gradient_matches(const Gpt& model, int64_t stride) {
   std::shared_ptr<const kernels::Backend> be = kernels::make_cpu_backend(1);
-  for (bool tied : {true, false}) {
-    Gpt model(GptShape::parse(spec(tied)));
-    Runner run = make_runner(be, model, 2);
-    std::vector<float> params = random_params(model, 11), grads;
-    run.loss_and_grads(params, &grads);
-    const float e = 1e-2f;
-    int checked = 0;
-    for (int64_t i = 0; i < model.param_count(); i += 7, ++checked) {
-      const float saved = params[i];
-      params[i] = saved + e;
-      const double up = run.loss_and_grads(params, nullptr);
-      params[i] = saved - e;
-      const double down = run.loss_and_grads(params, nullptr);
-      params[i] = saved;
-      const double numeric = (up - down) / (2.0 * e);
-      ASSERT_NEAR(grads[i], numeric, 2e-4 + 2e-2 * std::abs(numeric))
-          << "tied=" << tied << " parameter " << i;
-    }
-    EXPECT_GT(checked, 250);
+  Runner run = make_runner(be, model, 2);
+  std::vector<float> params = random_params(model, 11), grads;
+  run.loss_and_grads(params, &grads);
+  const float e = 1e-2f;
+  int checked = 0;
+  for (int64_t i = 0; i < model.param_count(); i += stride, ++checked) {
+    const float saved = params[i];
+    params[i] = saved + e;
+    const double up = run.loss_and_grads(params, nullptr);
+    params[i] = saved - e;
+    const double down = run.loss_and_grads(params, nullptr);
+    params[i] = saved;
+    const double numeric = (up - down) / (2.0 * e);
+    ASSERT_NEAR(grads[i], numeric, 2e-4 + 2e-2 * std::abs(numeric)) << "parameter " << i;
   }
+  EXPECT_GT(checked, 250);
+}
+
+TEST(GptTest, GradientMatchesFiniteDifferences) {
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    expect_gradient_matches(Gpt(GptShape::parse(spec(tied))), 7);
+  }
+}
+
+// More than one vocabulary block (gpt.h): the softmax reduced block by block (the last one
+// shorter) has the whole vocabulary kernel's loss, up to rounding, and the right gradient.
+TEST(GptTest, BlockedSoftmaxHasTheLossAndGradientOfTheWholeVocabulary) {
+  json s = spec(true);
+  s["layers"] = 1;
+  s["vocab"] = 2 * kVocabBlock + 11;
+  const Gpt model(GptShape::parse(s));
+  ASSERT_EQ(vocab_blocks(model.shape().vocab), 3);
+  std::shared_ptr<const kernels::Backend> be = kernels::make_cpu_backend(1);
+  const Runner run = make_runner(be, model, 2);
+  const std::vector<float> params = random_params(model, 11);
+  const double blocked = run.loss_and_grads(params, nullptr);
+  GptActivations acts(be, model, 0, model.blocks().size(), 2);
+  acts.forward({2, run.inputs.data(), run.targets.data(), 0.0f}, params.data());
+  const int n = 2 * model.shape().context;
+  std::vector<float> losses(n);
+  be->softmax_cross_entropy(acts.logits(), run.targets.data(), n, model.shape().vocab,
+                            losses.data(), nullptr, 0.0f);
+  double whole = 0;
+  for (float l : losses) whole += l;
+  EXPECT_NEAR(blocked, whole / n, 1e-5);
+  expect_gradient_matches(model, model.param_count() / 300);
 }
 
 // What the pipelined engine relies on: the model cut into ranges of blocks, activations and

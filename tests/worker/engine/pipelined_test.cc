@@ -66,6 +66,39 @@ TEST(PipelinedTest, Bpe32kGptPipelinedEqualsUnpipelined) {
   EXPECT_THROW(Engine(c, 1), std::invalid_argument);
 }
 
+// Vocabulary parallelism (the embedding and output layer of bpe32k's 32,768 tokens cut into 8
+// blocks over the stages): the unpipelined parameters and optimizer state, bit for bit, for 2
+// and 3 stages (3, 3 and 2 blocks), tied and untied, and interleaved.
+TEST(PipelinedTest, VocabParallelEqualsUnpipelinedBitForBit) {
+  for (bool tied : {true, false}) {
+    RunConfig c = config(1, "1f1b", 1, tied);
+    c.model["layers"] = 4;
+    c.model["vocab"] = 32768;
+    c.tokenizer = "bpe32k";
+    const PipelineRun alone = train(c);
+    c.pipeline_vocab_parallel = true;
+    struct Shape {
+      int stages;
+      const char* schedule;
+      int chunks;
+    };
+    for (const Shape& p :
+         tied ? std::vector<Shape>{{2, "1f1b", 1}, {3, "1f1b", 1}, {2, "interleaved", 2}}
+              : std::vector<Shape>{{2, "1f1b", 1}}) {
+      SCOPED_TRACE(std::string(p.schedule) + " stages " + std::to_string(p.stages) +
+                   (tied ? " tied" : " untied"));
+      c.pipeline_stages = p.stages;
+      c.pipeline_schedule = p.schedule;
+      c.pipeline_chunks = p.chunks;
+      if (p.chunks > 1) c.microbatches = 4;
+      const PipelineRun piped = train(c);
+      EXPECT_TRUE(piped.state == alone.state);
+      EXPECT_EQ(piped.metrics.loss, alone.metrics.loss);
+      EXPECT_EQ(piped.hash, alone.hash);
+    }
+  }
+}
+
 // Micro-batches change the sums: another state and another config hash (so that a checkpoint
 // of one is refused by the other), while the loss stays close.
 TEST(PipelinedTest, MicrobatchesBelongToTheConfig) {
@@ -108,6 +141,11 @@ TEST(PipelinedTest, RefusesPipelinesThatDoNotFit) {
   EXPECT_EQ(error(c),
             "pipeline.stages: only a gpt model can be cut into pipeline stages, "
             "model.type is mlp");
+  c = config(2, "1f1b", 1);  // 96 characters: one vocabulary block for two stages
+  c.pipeline_vocab_parallel = true;
+  EXPECT_EQ(error(c),
+            "pipeline.vocab_parallel: a vocabulary of 96 tokens is 1 blocks of 4096, fewer than "
+            "the 2 stages");
   c = config(2, "1f1b", 1);  // batch 6 in 4 micro-batches
   EXPECT_EQ(error(c), "setting batch_size: 6 at step 0 is not a multiple of 4 micro-batches");
 }
@@ -175,6 +213,11 @@ TEST(PipelinedTest, CutBalancesComputeWithEmbeddingAndHeadAtTheEnds) {
   spec["vocab"] = 4096;
   spec["layers"] = 2;
   EXPECT_EQ(cut_blocks(Gpt(GptShape::parse(spec)), 2), (std::vector<size_t>{0, 3, 4}));
+  // With vocabulary parallelism the output layer is every stage's: only the transformer blocks
+  // are cut, one at least per position.
+  EXPECT_EQ(cut_blocks(Gpt(GptShape::parse(spec)), 2, true), (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(cut_blocks(model, 4, true), (std::vector<size_t>{0, 2, 3, 4, 6}));
+  EXPECT_THROW(cut_blocks(model, 5, true), std::invalid_argument);
 }
 
 }  // namespace

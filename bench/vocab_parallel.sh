@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Vocabulary parallelism on this machine (issue 48): the gpt over bpe32k's 32,768 subwords on 2
+# pipeline stages (1f1b, one CPU thread each), training throughput with the embedding and output
+# layer cut by vocabulary across the stages against without, measured in one run:
+#   bench/vocab_parallel.sh [BUILD_DIR] [REPS] [STEPS]
+# REPS runs of each, alternated (without, with, without, ...); the median samples/s of each and
+# their ratio (with / without), and each run's peak resident memory (the whole process: the
+# stages are threads of one process and share it, so a stage's own peak is not measurable here).
+set -euo pipefail
+build=${1:-build}
+reps=${2:-3}
+steps=${3:-10}
+[ -x "$build/bench_engine" ] || { echo "error: $build/bench_engine not found; build the bench_engine target" >&2; exit 2; }
+python=/usr/bin/python3
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+model=(--model gpt --tokenizer bpe32k --vocab 32768 --layers 4 --heads 4 --dim 128 --context 64
+  --batch 16 --microbatches 4 --stages 2 --schedule 1f1b --threads 1 --steps "$steps" --warmup 2)
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "gpt: ${model[*]}"
+for ((i = 0; i < reps; ++i)); do
+  "$build/bench_engine" "${model[@]}" >>"$out/without"
+  "$build/bench_engine" "${model[@]}" --vocab-parallel >>"$out/with"
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+$python - "$out" <<'PY'
+import json, statistics, sys
+runs = {k: [json.loads(l) for l in open(f"{sys.argv[1]}/{k}")] for k in ("without", "with")}
+med = {}
+for k, lines in runs.items():
+    rates = [l["samples_per_s"] for l in lines]
+    med[k] = statistics.median(rates)
+    print(f"{k:>8} vocab_parallel: {med[k]:.2f} samples/s (median of {len(rates)}: "
+          f"{min(rates):.2f}..{max(rates):.2f}), peak RSS "
+          f"{max(l['peak_rss_mib'] for l in lines):.0f} MiB")
+print(f"ratio with / without: {med['with'] / med['without']:.3f}")
+PY
