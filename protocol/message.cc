@@ -118,7 +118,8 @@ void DroppedJob::check() const {
   for (size_t i = 0; i < snapshots.size(); ++i)
     if (snapshots[i].step <= from || snapshots[i].step > reached ||
         (i > 0 && snapshots[i].step <= snapshots[i - 1].step))
-      throw ProtocolError("hello.dropped.snapshots.step: steps must increase inside (from, reached]");
+      throw ProtocolError(
+          "hello.dropped.snapshots.step: steps must increase inside (from, reached]");
   for (size_t i = 0; i < metrics.size(); ++i)
     if (metrics[i].step < from || metrics[i].step > reached ||
         (i > 0 && metrics[i].step <= metrics[i - 1].step))
