@@ -212,7 +212,7 @@ std::vector<std::pair<std::string, bool>> parameters(const StudyView& study) {
         if (!fresh) it->second = it->second && value.is_number();
       }
   std::vector<std::pair<std::string, bool>> out;
-  for (const std::string& name : study.param_names)
+  for (const std::string& name : study.parameter_names())
     if (auto it = numeric.find(name); it != numeric.end()) out.emplace_back(name, it->second);
   return out;
 }

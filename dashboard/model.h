@@ -75,6 +75,8 @@ struct StudyView {
   std::vector<int64_t> front;  // numbers of the trials whose result is Pareto-optimal
   // steps_trial_based / steps_unique: what sharing saved (1 = nothing), 0 before any work.
   double saving() const;
+  // param_names, then any other name the trials' params hold, by name (a view made by hand).
+  std::vector<std::string> parameter_names() const;
   const TrialView* trial(int64_t number) const;  // nullptr if none
 };
 

@@ -3,6 +3,7 @@
 // rules).
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "dashboard/model.h"
 #include "searchers/pareto.h"
@@ -26,6 +27,17 @@ const char* to_string(StageState state) {
 
 double StudyView::saving() const {
   return steps_unique > 0 ? static_cast<double>(steps_trial_based) / steps_unique : 0;
+}
+
+std::vector<std::string> StudyView::parameter_names() const {
+  std::vector<std::string> names = param_names;
+  std::set<std::string> known(names.begin(), names.end()), others;
+  for (const TrialView& t : trials)
+    if (t.row.params.is_object())
+      for (const auto& [name, value] : t.row.params.items())
+        if (!known.count(name)) others.insert(name);
+  names.insert(names.end(), others.begin(), others.end());
+  return names;
 }
 
 const TrialView* StudyView::trial(int64_t number) const {

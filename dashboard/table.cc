@@ -123,7 +123,8 @@ TrialTable trial_table(const StudyView& s) {
   for (const TrialView& t : s.trials)
     for (const auto& [k, v] : t.last) metric_names.insert(k);
   table.columns = {"trial", "status", "end reason", "steps"};
-  for (const std::string& p : s.param_names) table.columns.push_back(p);
+  const std::vector<std::string> param_names = s.parameter_names();
+  for (const std::string& p : param_names) table.columns.push_back(p);
   table.columns.push_back("best " + s.metric);
   table.default_sort = table.columns.size() - 1;
   table.default_descending = s.maximize;
@@ -144,7 +145,7 @@ TrialTable trial_table(const StudyView& s) {
   for (const TrialView& t : s.trials) {
     std::vector<nlohmann::json> row = {t.row.number, to_string(t.row.status), t.row.end_reason,
                                        t.needed};
-    for (const std::string& p : s.param_names)
+    for (const std::string& p : param_names)
       row.push_back(t.row.params.is_object() && t.row.params.contains(p)
                         ? cell_value(t.row.params[p], 4)
                         : nlohmann::json());
