@@ -50,10 +50,7 @@ class UpFrontSearcher : public Searcher {
       trials_ = *spec.searcher.max_trials;
     }
     if (points_ == Points::kSobol) {
-      if (spec.space.params().size() > kSobolDims)
-        Field(spec.searcher.options, "searcher.name")
-            .fail("sobol covers at most " + std::to_string(kSobolDims) +
-                  " leaves; this space has " + std::to_string(spec.space.params().size()));
+      check_sobol_leaves(spec.space.params().size(), Field(spec.searcher.options, "searcher.name"));
       if (trials_ > (uint64_t{1} << 32)) max_trials.fail("sobol gives at most 2^32 points");
     }
   }

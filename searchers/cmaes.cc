@@ -171,40 +171,10 @@ class CmaesSampler : public Sampler {
       if (inside) break;
     }
     for (double& v : x) v = std::clamp(v, 0.0, 1.0);
-    return params(x);
+    return spec_.space.from_unit_coordinates(x);
   }
 
  private:
-  static std::pair<double, double> bounds(const Param& p) {
-    if (p.kind == DistKind::kLogUniform) return {std::log(p.lo), std::log(p.hi)};
-    if (p.kind == DistKind::kInt) return {p.lo - 0.5, p.hi + 0.5};
-    return {p.lo, p.hi};
-  }
-  Vector coordinates(const Params& params) const {
-    Vector u;
-    for (const Param& p : spec_.space.params()) {
-      auto [lo, hi] = bounds(p);
-      double x = params.at(p.name).get<double>();
-      if (p.kind == DistKind::kLogUniform) x = std::log(x);
-      u.push_back(std::clamp((x - lo) / (hi - lo), 0.0, 1.0));
-    }
-    return u;
-  }
-  Params params(const Vector& u) const {
-    Params out = Params::object();
-    for (size_t q = 0; q < u.size(); ++q) {
-      const Param& p = spec_.space.params()[q];
-      auto [lo, hi] = bounds(p);
-      double x = lo + u[q] * (hi - lo);
-      if (p.kind == DistKind::kLogUniform) x = std::exp(x);
-      if (p.kind == DistKind::kInt)
-        out[p.name] = int64_t(std::clamp(std::round(x), p.lo, p.hi));
-      else
-        out[p.name] = std::clamp(x, p.lo, p.hi);
-    }
-    return out;
-  }
-
   // B and D of C = B diag(D^2) B^T, after every change of C.
   void decompose() {
     for (size_t i = 0; i < c_.size(); ++i)  // symmetric, up to rounding
@@ -232,7 +202,7 @@ class CmaesSampler : public Sampler {
     const size_t n = mean_.size();
     std::vector<Vector> steps;  // (x_i - m) / sigma, best first
     for (size_t i = 0; i < weights_.size(); ++i) {
-      Vector x = coordinates(*done[i]->params);
+      Vector x = spec_.space.unit_coordinates(*done[i]->params);
       for (size_t k = 0; k < n; ++k) x[k] = (x[k] - mean_[k]) / sigma_;
       steps.push_back(std::move(x));
     }

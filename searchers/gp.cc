@@ -227,37 +227,6 @@ class GpSampler : public Sampler {
   }
 
  private:
-  // A leaf's value as a coordinate in [0, 1], and back.
-  static std::pair<double, double> bounds(const Param& p) {
-    if (p.kind == DistKind::kLogUniform) return {std::log(p.lo), std::log(p.hi)};
-    if (p.kind == DistKind::kInt) return {p.lo - 0.5, p.hi + 0.5};
-    return {p.lo, p.hi};
-  }
-  Point coordinates(const Params& params) const {
-    Point u;
-    for (const Param& p : spec_.space.params()) {
-      auto [lo, hi] = bounds(p);
-      double x = params.at(p.name).get<double>();
-      if (p.kind == DistKind::kLogUniform) x = std::log(x);
-      u.push_back(std::clamp((x - lo) / (hi - lo), 0.0, 1.0));
-    }
-    return u;
-  }
-  Params params(const Point& u) const {
-    Params out = Params::object();
-    for (size_t q = 0; q < u.size(); ++q) {
-      const Param& p = spec_.space.params()[q];
-      auto [lo, hi] = bounds(p);
-      double x = lo + u[q] * (hi - lo);
-      if (p.kind == DistKind::kLogUniform) x = std::exp(x);
-      if (p.kind == DistKind::kInt)
-        out[p.name] = int64_t(std::clamp(std::round(x), p.lo, p.hi));
-      else
-        out[p.name] = std::clamp(x, p.lo, p.hi);
-    }
-    return out;
-  }
-
  public:
   Params propose(uint64_t index, const SamplerView& view) override {
     // Best first, the earlier trial first among equals.
@@ -273,7 +242,7 @@ class GpSampler : public Sampler {
     std::vector<Point> x;
     std::vector<double> y;
     for (const SampledTrial& t : scored) {
-      x.push_back(coordinates(*t.params));
+      x.push_back(spec_.space.unit_coordinates(*t.params));
       double v = t.value;
       y.push_back(spec_.searcher.maximize ? -v : v);
     }
@@ -289,7 +258,7 @@ class GpSampler : public Sampler {
     // Kriging believer: running trials observed at the model's mean.
     Gp observed(x, y, theta);
     for (const SampledTrial& t : view.running) {
-      Point p = coordinates(*t.params);
+      Point p = spec_.space.unit_coordinates(*t.params);
       y.push_back(observed.predict(p).first);
       x.push_back(std::move(p));
     }
@@ -328,7 +297,7 @@ class GpSampler : public Sampler {
       }
       if (value > winner_ei) winner = p, winner_ei = value;
     }
-    return params(winner);
+    return spec_.space.from_unit_coordinates(winner);
   }
 
  private:

@@ -24,9 +24,7 @@ class RandomSampler : public Sampler {
 class SobolSampler : public Sampler {
  public:
   SobolSampler(const StudySpec& spec, const Field& options) : spec_(spec) {
-    if (spec.space.params().size() > kSobolDims)
-      options["name"].fail("sobol covers at most " + std::to_string(kSobolDims) +
-                           " leaves; this space has " + std::to_string(spec.space.params().size()));
+    check_sobol_leaves(spec.space.params().size(), options["name"]);
   }
   Params propose(uint64_t index, const SamplerView&) override {
     return spec_.space.at(sobol_point(index, spec_.space.params().size(), spec_.seed),

@@ -75,6 +75,12 @@ uint32_t random_bits(CounterRandom& random) {
 
 }  // namespace
 
+void check_sobol_leaves(size_t leaves, const Field& at) {
+  if (leaves > kSobolDims)
+    at.fail("sobol covers at most " + std::to_string(kSobolDims) + " leaves; this space has " +
+            std::to_string(leaves));
+}
+
 std::vector<double> sobol_point(uint64_t index, size_t dims, std::optional<uint64_t> seed) {
   if (dims > kSobolDims) throw std::invalid_argument("sobol: more than 21 dimensions");
   if (index >> kBits) throw std::invalid_argument("sobol: index beyond 2^32");

@@ -9,10 +9,16 @@
 #include <optional>
 #include <vector>
 
+#include "searchers/field.h"
+
 namespace hippo {
 
 // The dimensions the direction numbers here cover (Joe and Kuo's first 21).
 inline constexpr size_t kSobolDims = 21;
+
+// Fails at `at` (the spec's `name` of the searcher or sampler) when a space of `leaves` leaves
+// is more than the direction numbers cover.
+void check_sobol_leaves(size_t leaves, const Field& at);
 
 // Point `index` (from 0) of the Sobol sequence in `dims` <= kSobolDims dimensions, each coordinate
 // in [0, 1) with 32 bits; scrambled by `seed` when given (unscrambled, point 0 is the origin).

@@ -503,6 +503,43 @@ Params SearchSpace::draw(uint64_t seed, uint64_t counter,
   return at(u, grid_index);
 }
 
+namespace {
+
+// A numeric leaf's range on the scale its unit coordinate is linear in.
+std::pair<double, double> unit_bounds(const Param& p) {
+  if (p.kind == DistKind::kLogUniform) return {std::log(p.lo), std::log(p.hi)};
+  if (p.kind == DistKind::kInt) return {p.lo - 0.5, p.hi + 0.5};
+  return {p.lo, p.hi};
+}
+
+}  // namespace
+
+std::vector<double> SearchSpace::unit_coordinates(const Params& params) const {
+  std::vector<double> u;
+  for (const Param& p : params_) {
+    auto [lo, hi] = unit_bounds(p);
+    double x = params.at(p.name).get<double>();
+    if (p.kind == DistKind::kLogUniform) x = std::log(x);
+    u.push_back(std::clamp((x - lo) / (hi - lo), 0.0, 1.0));
+  }
+  return u;
+}
+
+Params SearchSpace::from_unit_coordinates(const std::vector<double>& u) const {
+  Params out = Params::object();
+  for (size_t q = 0; q < u.size(); ++q) {
+    const Param& p = params_[q];
+    auto [lo, hi] = unit_bounds(p);
+    double x = lo + u[q] * (hi - lo);
+    if (p.kind == DistKind::kLogUniform) x = std::exp(x);
+    if (p.kind == DistKind::kInt)
+      out[p.name] = int64_t(std::clamp(std::round(x), p.lo, p.hi));
+    else
+      out[p.name] = std::clamp(x, p.lo, p.hi);
+  }
+  return out;
+}
+
 Params SearchSpace::at(const std::vector<double>& point, std::optional<uint64_t> grid_index) const {
   Params out = Params::object();
   uint64_t rest = grid_index.value_or(0);

@@ -130,6 +130,12 @@ class SearchSpace {
   // The values at a point of [0, 1)^leaves (one number per leaf, in params() order), each leaf's
   // inverse distribution function: what draw gives for uniform draws (and sobol for its points).
   Params at(const std::vector<double>& point, std::optional<uint64_t> grid_index) const;
+  // For the model-based searchers (gp, cmaes) over uniform, loguniform and int leaves: a trial's
+  // values as coordinates in [0, 1] (log scale for loguniform; an int's range widened by half a
+  // step each side, so each value has an equal share), one per leaf in params() order, and back
+  // (rounded and clamped into each leaf's range).
+  std::vector<double> unit_coordinates(const Params& params) const;
+  Params from_unit_coordinates(const std::vector<double>& u) const;
 
   // The trial's sequences, every length in steps (`unit: epoch` uses steps_per_epoch); model
   // leaves are no sequence. Throws SpecError naming the leaf when params miss a leaf, have an
