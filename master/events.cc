@@ -78,7 +78,7 @@ void EventStream::after(const EditOp& op, const StudyDriver& driver) {
     const double value = o->metrics[objective.metric].get<double>();
     if (!std::isfinite(value)) return;
     auto [best, first] = best_.emplace(t.study, value);
-    if (!first && !(objective.maximize ? value > best->second : value < best->second)) return;
+    if (!first && !better(value, best->second, objective.maximize)) return;
     best->second = value;
     emit(driver, t.study, "best",
          {{"trial", t.number},
