@@ -388,7 +388,7 @@ int export_wide(const std::string& name, const GlobalOptions& global) {
       std::optional<double> best;
       for (const MetricRow& m : ms)
         if (m.name == o.metric && std::isfinite(m.value) &&
-            (!best || (o.maximize ? m.value > *best : m.value < *best)))
+            (!best || better(m.value, *best, o.maximize)))
           best = m.value;
       row.push_back(best ? json(*best) : json(nullptr));
     }
