@@ -195,6 +195,13 @@ void load(const std::string& db, int reps) {
     // Past the server's --refresh, and past its pause after the last read (as long as it took).
     std::this_thread::sleep_for(std::chrono::duration<double>(1.2 + (i ? reread.back() : 0)));
     reread.push_back(fetch(dashboard.port, "/study/1").first);
+    // The peer did the work: the page answered holds the new evaluation (the table's column).
+    const std::string check = "curl -s http://127.0.0.1:" + std::to_string(dashboard.port) +
+                              "/study/1 | grep -q bench_change";
+    if (std::system(check.c_str()) != 0) {
+      std::printf("the answer after the change did not show it: no re-read figure\n");
+      std::exit(1);
+    }
   }
   std::printf("/study/1 after the plan changed (re-read and rendered): %s (%.2fx the anchor)\n",
               spread(reread).c_str(), median(reread) / anchor);
