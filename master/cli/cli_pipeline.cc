@@ -1,7 +1,8 @@
 // `hippo pipeline-plan --stages P --microbatches M --schedule S [--chunks V] [--vocab-cost C]
-// [--vocab-parallel]`: generates the
+// [--vocab-parallel] [--model GPT --sequences B --optimizer O]`: generates the
 // pipeline program, simulates it and prints a timeline per stage with the bubble and the peak
-// stash of each stage, so users can size a pipelined run before they start it. `--format json`
+// stash of each stage, so users can size a pipelined run before they start it; with --model,
+// each stage's compute and memory for that gpt (pipeline_balance.h). `--format json`
 // prints {"bubble_fraction", "peak_stash", "steps", ...} on one line; `--format csv` the steps.
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "master/cli/cli.h"
+#include "master/cli/pipeline_balance.h"
 #include "master/cli/report.h"
 #include "pipeline/schedules.h"
 #include "pipeline/simulator.h"
@@ -33,6 +35,10 @@ struct PlanOptions {
   // or with vocab_parallel a p-th of it on every stage (pipeline/README.md).
   double vocab_cost = 0;
   bool vocab_parallel = false;
+  // A gpt model spec (JSON text): its stages' balance is printed after the plan.
+  std::string model;
+  int sequences = 1;  // per micro-batch
+  std::string optimizer = "adam";
 };
 
 pipeline::PipelineShape checked_shape(const PlanOptions& o) {
@@ -164,8 +170,21 @@ nlohmann::json steps_json(const pipeline::SimulationReport& report) {
   return stages;
 }
 
+// --model's gpt spec (null without it); BadInput naming --model when it is not one.
+nlohmann::json checked_model(const PlanOptions& o) {
+  if (o.model.empty()) return nullptr;
+  const nlohmann::json model = nlohmann::json::parse(o.model, nullptr, /*allow_exceptions=*/false);
+  try {
+    check_gpt_model(model);
+  } catch (const BadInput& e) {
+    throw BadInput(std::string("--") + e.what());
+  }
+  return model;
+}
+
 int pipeline_plan(const PlanOptions& o, Format format) {
   const pipeline::PipelineShape shape = checked_shape(o);
+  const nlohmann::json model = checked_model(o);
   const pipeline::Program program = pipeline::generate(shape);
   const pipeline::SimulationReport report =
       pipeline::simulate(program, costs_of(o, shape.stages, shape.chunks));
@@ -200,6 +219,10 @@ int pipeline_plan(const PlanOptions& o, Format format) {
     print_csv(rows);
   } else {
     print_plan(program, report, o);
+    if (!model.is_null()) {
+      std::printf("\n");
+      print_pipeline_balance(model, shape, o.sequences, o.optimizer);
+    }
   }
   return 0;
 }
@@ -225,6 +248,12 @@ void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* ac
   cmd->add_flag("--vocab-parallel", o->vocab_parallel,
                 "the embedding and output layer cut by vocabulary over all stages (1f1b, "
                 "interleaved)");
+  cmd->add_option("--model", o->model,
+                  "a gpt model spec (JSON): print each stage's compute and memory for it");
+  cmd->add_option("--sequences", o->sequences, "sequences per micro-batch, for --model (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--optimizer", o->optimizer, "for --model: sgd, adam or adamw (default adam)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   set_action(cmd, action, kEveryFormat, [o, chunks, &global] {
     o->chunks_given = chunks->count() > 0;
     return pipeline_plan(*o, global.format);

@@ -16,6 +16,7 @@
 
 #include "kernels/kernels.h"
 #include "master/cli/cli.h"
+#include "master/cli/pipeline_balance.h"
 #include "master/cli/report.h"
 #include "master/state_registry.h"
 #include "protocol/text.h"
@@ -122,6 +123,35 @@ std::string searcher_shown(const StudySpec& spec) {
   return spec.searcher.name + (parallel ? " (parallel " + std::to_string(*parallel) + ")" : "");
 }
 
+// A setting of the first trial: its own value, else the spec's fixed one (null when neither).
+nlohmann::json first_trial_setting(const Preview& p, const std::string& name) {
+  if (!p.params.empty() && p.params.begin()->second.contains(name))
+    return p.params.begin()->second.at(name);
+  return p.spec.fixed.value(name, nlohmann::json());
+}
+
+// The pipeline's balance for the first trial's model, batch size and optimizer.
+void print_balance(const Preview& p) {
+  const nlohmann::json batch = first_trial_setting(p, "batch_size");
+  const nlohmann::json optimizer = first_trial_setting(p, "optimizer");
+  std::printf("\n");
+  if (p.params.empty() || !batch.is_number_integer() || !optimizer.is_string()) {
+    std::printf(
+        "pipeline balance: not shown (no trial with a constant batch size and optimizer)\n");
+    return;
+  }
+  const PipelineSpec& pipe = p.spec.pipeline;
+  const pipeline::PipelineShape shape{pipe.stages, pipe.microbatches,
+                                      *pipeline::parse_schedule(pipe.schedule), pipe.chunks,
+                                      pipe.vocab_parallel};
+  std::printf("(trial %s's model, batch size %lld in %d micro-batches)\n",
+              trial_number(p.params.begin()->first).c_str(),
+              static_cast<long long>(batch.get<int64_t>()), pipe.microbatches);
+  print_pipeline_balance(p.spec.model_of(p.params.begin()->second), shape,
+                         static_cast<int>(batch.get<int64_t>() / pipe.microbatches),
+                         optimizer.get<std::string>());
+}
+
 void print_preview(const Preview& p) {
   const TreeCounts counts = p.tree.counts();
   if (p.spec.architectures.size() == 1)
@@ -147,6 +177,7 @@ void print_preview(const Preview& p) {
   if (p.steps_reused > 0)
     std::printf("reused from the checkpoints of earlier studies: %lld of the unique steps\n",
                 static_cast<long long>(p.steps_reused));
+  if (p.spec.pipeline.stages > 1) print_balance(p);
 }
 
 int preview(const std::string& path, const Budget& budget, int64_t workers,

@@ -92,12 +92,46 @@ TEST(PipelinePlanCli, BadArgumentsExitTwoWithTheReason) {
        "error: --vocab-parallel: needs at least 2 stages and the 1f1b or interleaved schedule"},
       {"--stages 2 --microbatches 4 --schedule 1f1b --vocab-cost -1",
        "error: --vocab-cost: expected a finite time, got -1"},
+      {"--stages 2 --microbatches 4 --schedule 1f1b --model '{\"type\": \"mlp\"}'",
+       "error: --model: expected a gpt model spec"},
+      {"--stages 2 --microbatches 4 --schedule 1f1b --model '{\"type\": \"gpt\", \"heads\": 3}'",
+       "error: --model.layers: missing"},
   };
   for (const auto& [args, error] : cases) {
     Result r = hippo(std::string("pipeline-plan ") + args);
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(r.output.rfind(error, 0), 0u) << args << ": " << r.output;
   }
+}
+
+// Each stage's compute and memory for a model (stage_balance.h counts them; its test checks the
+// numbers): the bpe32k-sized gpt's output layer outweighs its 4 transformer blocks, so the plain
+// cut leaves the last stage the head alone, and vocabulary parallelism evens out the compute.
+TEST(PipelinePlanCli, ModelPrintsEachStagesComputeAndMemory) {
+  Result r = hippo(
+      "pipeline-plan --stages 2 --microbatches 4 --schedule 1f1b --sequences 4 --model "
+      "'{\"type\": \"gpt\", \"layers\": 4, \"heads\": 4, \"dim\": 128, \"context\": 64, "
+      "\"vocab\": 32768}'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* line :
+       {"1f1b, 2 stages:", "0         embedding, transformer 0-3  0.210         19.1",
+        "1         head                        1.074         16.0",
+        "1f1b, 2 stages, vocab_parallel:", "0         transformer 0-1, vocabulary 0-3  0.642",
+        "max/mean                                   1.00          1.00", "bpipe, 2 stages:"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+}
+
+// `hippo preview` of a pipelined spec ends with the balance of its first trial's model.
+TEST(PreviewCli, PipelinedSpecShowsTheStagesBalance) {
+  Result r =
+      hippo(std::string("preview ") + HIPPO_SOURCE_DIR + "/examples/gpt-fortunes-pipeline.json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* line :
+       {"(trial 1's model, batch size 16 in 4 micro-batches)",
+        "micro-batches of 4 sequences; adamw (2 optimizer values per parameter)",
+        "1f1b, 2 stages:", "1f1b, 2 stages, vocab_parallel: not possible (pipeline.vocab_parallel",
+        "bpipe, 2 stages:"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "worker/engine/pipelined_engine.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -17,43 +16,6 @@
 #endif
 
 namespace hippo::worker {
-
-std::vector<size_t> cut_blocks(const Gpt& model, int positions, bool vocab_parallel) {
-  const size_t n = model.blocks().size();
-  // With vocabulary parallelism the embedding and the head are computed by every stage: only
-  // the transformer blocks are cut, the first and last ranges then take the two ends along.
-  const size_t lo = vocab_parallel ? 1 : 0, hi = vocab_parallel ? n - 1 : n;
-  if (positions < 1 || static_cast<size_t>(positions) > hi - lo)
-    throw std::invalid_argument(
-        "pipeline: " + std::to_string(positions) +
-        " pipeline positions (stages x chunks) for a model of " + std::to_string(n) +
-        " blocks (embedding, " + std::to_string(n - 2) + " transformer blocks, head)" +
-        (vocab_parallel ? ": with vocab_parallel each position needs a transformer block" : ""));
-  std::vector<double> prefix = {0};
-  for (size_t b = lo; b < hi; ++b) prefix.push_back(prefix.back() + model.blocks()[b]->cost());
-  const size_t cut_count = hi - lo;
-  // best[k][j]: the smallest largest cost of cutting blocks [0, j) into k ranges; from[k][j] the
-  // start of the last of them. The first minimum wins ties, so the cut is a function of the model.
-  constexpr double kNone = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(positions + 1, std::vector<double>(cut_count + 1, kNone));
-  std::vector<std::vector<size_t>> from(positions + 1, std::vector<size_t>(cut_count + 1, 0));
-  best[0][0] = 0;
-  for (int k = 1; k <= positions; ++k)
-    for (size_t j = k; j <= cut_count; ++j)
-      for (size_t i = k - 1; i < j; ++i) {
-        const double worst = std::max(best[k - 1][i], prefix[j] - prefix[i]);
-        if (worst < best[k][j]) {
-          best[k][j] = worst;
-          from[k][j] = i;
-        }
-      }
-  std::vector<size_t> cut(positions + 1);
-  cut[positions] = cut_count;
-  for (int k = positions; k > 0; --k) cut[k - 1] = from[k][cut[k]];
-  for (size_t& c : cut) c += lo;
-  cut.front() = 0, cut.back() = n;
-  return cut;
-}
 
 // The executor of one pipeline stage: the model chunks (positions) of that stage, their
 // activations per micro-batch in flight, the gradients between positions, and loans (BPipe).
@@ -362,10 +324,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   // The blocks this stage's chunk runs: with vocabulary parallelism the first and last
   // positions leave the embedding and the head to the vocabulary passes.
   std::pair<size_t, size_t> blocks(int chunk) const {
-    const int position = chunk * owner_.program_.stages + stage_;
-    size_t first = owner_.cut_[position], last = owner_.cut_[position + 1];
-    if (vocab_) first = std::max<size_t>(first, 1), last = std::min(last, owner_.cut_.back() - 1);
-    return {first, last};
+    return position_blocks(owner_.cut_, chunk * owner_.program_.stages + stage_, vocab_);
   }
   bool first_position(int chunk) const { return stage_ == 0 && chunk == 0; }
   bool last_position(int chunk) const {
@@ -386,7 +345,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   int64_t rows() const { return int64_t{sequences_} * owner_.model_.shape().context; }
   bool mine(int32_t token) const { return token >= token0_ && token < token1_; }
   int first_block(int stage) const {
-    return stage * vocab_blocks(owner_.model_.shape().vocab) / owner_.program_.stages;
+    return shard_block(owner_.model_.shape().vocab, owner_.program_.stages, stage);
   }
   // The shard's rows of the output layer's weight (wte when tied).
   const float* output_weight() const {

@@ -66,15 +66,9 @@
 #include "pipeline/schedules.h"
 #include "worker/engine/device_group.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/stage_balance.h"
 
 namespace hippo::worker {
-
-// The first block of each of `positions` ranges, then the number of blocks: ranges
-// [cut[i], cut[i + 1]) minimizing the largest sum of costs. Throws std::invalid_argument when
-// there are fewer blocks than positions. With `vocab_parallel` only the transformer blocks are
-// cut (each range gets at least one); the first range starts at the embedding, the last ends
-// with the head.
-std::vector<size_t> cut_blocks(const Gpt& model, int positions, bool vocab_parallel = false);
 
 class PipelinedGpt {
  public:
