@@ -10,7 +10,15 @@
 // --device cpu:avx2 etc. picks one; product_*: the matrix products' flops per step and their
 // rate, mlp and cnn only; gpt adds its shape, "microbatches", "stages", "schedule",
 // "vocab_parallel", "tokenizer" (when given), "tokens_per_s" and "peak_rss_mib", the process's
-// peak resident memory). With
+// peak resident memory; pipelined, "stage_buffers_mib", each stage's measured peak of its own
+// buffers (PipelinedGpt::stage_peak_bytes), "stage_state_mib", each stage's parameters,
+// gradients (twice with micro-batches: the later ones' scratch) and momentum as counted from
+// the model's shapes (stage_balance.h; the state is still one buffer of the engine's), and
+// "stage_memory_max_over_mean" of their sums). --predict then times each instruction on one
+// stage's backend (stage_balance.h) and prints one more line per pipeline of 2, 4 and 8 stages
+// of the same schedule: the simulator's samples/s with and without vocabulary parallelism from
+// those times ({"predict": ...}; a model of at least 8 layers, the same otherwise, so that 8
+// stages fit), and the same for the benchmarked model's own stages. With
 // --checkpoint-dir, it then saves the trained state there 5 times and adds the median times of
 // the part of a save that stalls training (the copy to host memory, encode_checkpoint) and of the
 // part a worker does in the background (the durable write, write_checkpoint_file, which includes
@@ -32,8 +40,11 @@
 #include <vector>
 
 #include "kernels/cpu_gemm.h"
+#include "pipeline/schedules.h"
+#include "pipeline/simulator.h"
 #include "protocol/content_hash.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/stage_balance.h"
 #include "worker/engine/text_data.h"
 
 // Floating-point operations of the matrix products of one training step of the mlp or cnn of
@@ -71,6 +82,44 @@ double process_cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
+// The simulator's samples/s of one optimizer step of `shape` for `model`, from measured times:
+// the program's makespan, then the update (which the engine runs after it).
+double predicted_samples_per_s(const hippo::worker::Gpt& model,
+                               const hippo::pipeline::PipelineShape& shape, int sequences,
+                               const hippo::worker::InstructionTimes& times) {
+  const hippo::pipeline::SimulationReport report = hippo::pipeline::simulate(
+      hippo::pipeline::generate(shape), hippo::worker::measured_costs(model, shape, times));
+  if (!report.ok()) throw std::logic_error("simulator: " + report.error_text());
+  return double(shape.microbatches) * sequences / (report.makespan + times.update);
+}
+
+// {"predict": {...}} lines: without and with vocabulary parallelism on `stages` stages.
+void print_predictions(const nlohmann::json& spec, const hippo::worker::RunConfig& config,
+                       int batch, int threads, const std::vector<int>& stages) {
+  using hippo::pipeline::PipelineShape;
+  const hippo::worker::Gpt model(hippo::worker::GptShape::parse(spec));
+  const int sequences = batch / config.microbatches;
+  const auto schedule = *hippo::pipeline::parse_schedule(config.pipeline_schedule);
+  const hippo::worker::InstructionTimes times = hippo::worker::measure_instruction_times(
+      model, sequences, hippo::kernels::make_cpu_backend(threads));
+  for (int p : stages) {
+    const int microbatches = std::max(config.microbatches, p);  // at least one per stage
+    const PipelineShape without{p, microbatches, schedule, config.pipeline_chunks, false};
+    const PipelineShape with{p, microbatches, schedule, config.pipeline_chunks, true};
+    const double a = predicted_samples_per_s(model, without, sequences, times);
+    const double b = predicted_samples_per_s(model, with, sequences, times);
+    std::cout << nlohmann::json{{"predict",
+                                 {{"layers", spec["layers"]},
+                                  {"stages", p},
+                                  {"microbatches", microbatches},
+                                  {"without", a},
+                                  {"with", b},
+                                  {"ratio", b / a}}}}
+                     .dump()
+              << std::endl;
+  }
+}
+
 int main(int argc, char** argv) {
   std::string model = "mlp", device = "cpu", precision = "fp32";
   int batch = 128, threads = 1, steps = 50, warmup = 5;
@@ -106,6 +155,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", config.data_dir, "Fashion-MNIST directory (*-ubyte.gz files)");
   app.add_option("--precision", precision, "fp32, or bf16 (matrix products; CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  bool predict = false;
+  app.add_flag("--predict", predict,
+               "gpt: also the simulator's samples/s on 2, 4, 8 stages from measured times");
   std::string checkpoint_dir;
   app.add_option("--checkpoint-dir", checkpoint_dir, "also time checkpoints written there")
       ->check(CLI::ExistingDirectory);
@@ -172,6 +224,30 @@ int main(int argc, char** argv) {
       rusage usage;  // the whole process: its stages share it
       getrusage(RUSAGE_SELF, &usage);
       line["peak_rss_mib"] = double(usage.ru_maxrss) / 1024;
+      if (config.pipeline_stages > 1) {
+        const auto schedule = *hippo::pipeline::parse_schedule(config.pipeline_schedule);
+        const auto balance = hippo::worker::stage_balance(
+            hippo::worker::Gpt(hippo::worker::GptShape::parse(config.model)),
+            {config.pipeline_stages, config.microbatches, schedule, config.pipeline_chunks,
+             config.pipeline_vocab_parallel},
+            batch / config.microbatches, 1);  // sgd with momentum
+        const std::vector<int64_t> buffers = engine.stage_peak_bytes();
+        std::vector<double> buffers_mib, state_mib, total;
+        for (size_t q = 0; q < balance.size(); ++q) {
+          const hippo::worker::StageMemory& m = balance[q].memory;
+          const int64_t state =
+              4 * (m.params + m.grads * (config.microbatches > 1 ? 2 : 1) + m.optimizer);
+          buffers_mib.push_back(double(buffers[q]) / (1 << 20));
+          state_mib.push_back(double(state) / (1 << 20));
+          total.push_back(buffers_mib.back() + state_mib.back());
+        }
+        line["stage_buffers_mib"] = buffers_mib;
+        line["stage_state_mib"] = state_mib;
+        double sum = 0;
+        for (double t : total) sum += t;
+        line["stage_memory_max_over_mean"] =
+            *std::max_element(total.begin(), total.end()) / (sum / double(total.size()));
+      }
     }
     if (!checkpoint_dir.empty()) {
       using Ms = std::chrono::duration<double, std::milli>;
@@ -203,6 +279,12 @@ int main(int argc, char** argv) {
       line["checkpoint_hash_ms"] = median(hash_ms);
     }
     std::cout << line.dump() << std::endl;
+    if (predict && model == "gpt") {
+      print_predictions(config.model, config, batch, threads, {config.pipeline_stages});
+      nlohmann::json deeper = config.model;
+      deeper["layers"] = std::max(layers, 8);
+      print_predictions(deeper, config, batch, threads, {2, 4, 8});
+    }
   } catch (const std::invalid_argument& e) {  // a device that is not there, bf16 on the CPU
     std::cerr << "error: " << e.what() << std::endl;
     return 2;

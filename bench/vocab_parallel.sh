@@ -4,8 +4,13 @@
 # layer cut by vocabulary across the stages against without, measured in one run:
 #   bench/vocab_parallel.sh [BUILD_DIR] [REPS] [STEPS]
 # REPS runs of each, alternated (without, with, without, ...); the median samples/s of each and
-# their ratio (with / without), and each run's peak resident memory (the whole process: the
-# stages are threads of one process and share it, so a stage's own peak is not measurable here).
+# their ratio (with / without), their CPU seconds (the work, whatever the load), each run's peak
+# resident memory (the whole process), and each stage's memory: the peak of the bytes its own
+# buffers held (measured: the stages are threads of one process, so each counts its own), plus
+# its parameters, gradients and momentum (counted from the model's shapes: the engine still
+# keeps the state in one buffer), as max over mean. Then the simulator's prediction from
+# instruction times measured on this machine (bench_engine --predict) for 2, 4 and 8 stages
+# (a model of 8 layers) beside the paper's 5-51%.
 set -euo pipefail
 build=${1:-build}
 reps=${2:-3}
@@ -20,7 +25,11 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *
 echo "gpt: ${model[*]}"
 for ((i = 0; i < reps; ++i)); do
   "$build/bench_engine" "${model[@]}" >>"$out/without"
-  "$build/bench_engine" "${model[@]}" --vocab-parallel >>"$out/with"
+  # The last run then measures the instruction times, after its timed steps.
+  predict=$( ((i == reps - 1)) && echo --predict || true)
+  "$build/bench_engine" "${model[@]}" --vocab-parallel $predict >"$out/line"
+  head -n 1 "$out/line" >>"$out/with"
+  tail -n +2 "$out/line" >"$out/predict"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 $python - "$out" <<'PY'
@@ -30,8 +39,21 @@ med = {}
 for k, lines in runs.items():
     rates = [l["samples_per_s"] for l in lines]
     med[k] = statistics.median(rates)
+    cpu = statistics.median(l["cpu_seconds"] for l in lines)
     print(f"{k:>8} vocab_parallel: {med[k]:.2f} samples/s (median of {len(rates)}: "
-          f"{min(rates):.2f}..{max(rates):.2f}), peak RSS "
+          f"{min(rates):.2f}..{max(rates):.2f}), {cpu:.2f} CPU s, peak RSS "
           f"{max(l['peak_rss_mib'] for l in lines):.0f} MiB")
+    last = lines[-1]
+    stages = [b + s for b, s in zip(last["stage_buffers_mib"], last["stage_state_mib"])]
+    print("          per stage (MiB): " + ", ".join(
+        f"{b:.1f} buffers + {s:.1f} state = {b + s:.1f}"
+        for b, s in zip(last["stage_buffers_mib"], last["stage_state_mib"])) +
+        f"; max/mean {last['stage_memory_max_over_mean']:.3f}")
 print(f"ratio with / without: {med['with'] / med['without']:.3f}")
+print("simulator, from this machine's instruction times (a stage per core, free of load):")
+print("  layers stages  without   with  ratio   (paper: 5-51% more throughput)")
+for l in open(f"{sys.argv[1]}/predict"):
+    p = json.loads(l)["predict"]
+    print(f"  {p['layers']:>6} {p['stages']:>6} {p['without']:>8.2f} {p['with']:>6.2f} "
+          f"{p['ratio']:>6.2f}x")
 PY

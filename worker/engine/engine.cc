@@ -51,6 +51,10 @@ int64_t Engine::param_count() const {
   return network_->param_count();
 }
 
+std::vector<int64_t> Engine::stage_peak_bytes() const {
+  return network_->stage_peak_bytes();
+}
+
 TrainState Engine::initial_state() const {
   std::vector<float> params(param_count());
   network_->init(config_.seed, params.data());

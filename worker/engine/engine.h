@@ -106,6 +106,9 @@ class Engine {
   CheckpointShape checkpoint_shape(int64_t step, const Hyperparams& hp,
                                    const nlohmann::json& fixed) const;
   int64_t param_count() const;
+  // A pipelined gpt's per-stage peak of the bytes of the stages' own buffers, over the steps so
+  // far (pipelined_engine.h); empty when not pipelined.
+  std::vector<int64_t> stage_peak_bytes() const;
   const std::shared_ptr<const kernels::Backend>& backend() const { return backend_; }
 
  private:

@@ -65,6 +65,9 @@ class GptNetwork final : public Network {
   void set_precision(kernels::Precision precision) override {
     if (pipelined_) pipelined_->set_precision(precision);
   }
+  std::vector<int64_t> stage_peak_bytes() const override {
+    return pipelined_ ? pipelined_->stage_peak_bytes() : std::vector<int64_t>{};
+  }
 
   int64_t param_count() const override { return model_.param_count(); }
   int64_t grad_count() const override { return model_.grad_count(); }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "worker/engine/engine.h"
@@ -52,6 +53,9 @@ class Network {
   // The precision of the next gradients() for backends of the network's own besides the
   // engine's (a pipeline's stages), which the engine sets itself.
   virtual void set_precision(kernels::Precision) {}
+  // A pipelined network's per-stage peak of its stages' own buffers (PipelinedGpt::
+  // stage_peak_bytes); empty for the others.
+  virtual std::vector<int64_t> stage_peak_bytes() const { return {}; }
 };
 
 // The network of config.model and config.data (loads the data once per process); throws

@@ -132,6 +132,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     if (vocab_ && first_position(chunk)) embedding_sum(mb, a.input());
     a.forward(batch(mb), params_);
     if (vocab_ && last_position(chunk)) final_norm(mb, a.output());
+    note_memory();
   }
 
   void backward(int mb, int chunk) override {
@@ -155,6 +156,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       be_->copy(vocab_buffer(pipeline::Buffer::kEmbedGradient, mb, 0).data(), grad,
                 rows() * owner_.model_.shape().dim * int64_t{sizeof(float)});
     keep(acts_, it, spare_acts_[chunk]);
+    note_memory();
   }
 
   // The vocabulary passes (pipelined_engine.h): this stage's shard, vocabulary blocks
@@ -173,6 +175,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       else
         std::fill_n(o, C, 0.0f);
     }
+    note_memory();
   }
 
   // Stage 0's forward input: the shards' embeddings summed in stage order (one of them holds a
@@ -220,6 +223,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       accumulate(mb, int64_t{s.vocab} * C, int64_t{s.vocab + s.context} * C);
     }
     vocab_buffers_.erase({pipeline::Buffer::kEmbedGradient, mb, 0});
+    note_memory();
   }
 
   // The shard's logits from the final hidden state, and its blocks' statistics.
@@ -233,6 +237,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
               logits.data());
     vocab_block_stats(logits.data(), rows(), tokens, s.vocab, block0_, block1_,
                       vocab_buffer(pipeline::Buffer::kVocabStats, mb, 0).data());
+    note_memory();
   }
 
   // With every block's statistics: the shard's dlogits, its rows of the output layer's gradient
@@ -259,6 +264,8 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
                           vocab_buffer(Buffer::kVocabInput, mb, 0).data(), output_weight(),
                           into + dw, vocab_buffer(Buffer::kVocabGradient, mb, 0).data());
     accumulate(mb, dw, dw + int64_t{tokens} * s.dim);
+    // The statistics of every block, held until here (the only buffer not a member).
+    note_memory(int64_t{sizeof(float)} * std::ssize(stats));
     vocab_buffers_.erase({Buffer::kVocabInput, mb, 0});
     vocab_buffers_.erase({Buffer::kVocabStats, mb, 0});
     for (int q = 0; q < p; ++q) vocab_buffers_.erase({Buffer::kVocabStatsIn, mb, q});
@@ -268,6 +275,30 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   void optimizer_step() override {}  // the update runs over the whole buffer after the program
 
   std::span<float> buffer(pipeline::Buffer which, int mb, int chunk) override {
+    const std::span<float> b = find_buffer(which, mb, chunk);
+    note_memory();  // a receive's buffer may be new
+    return b;
+  }
+
+  void release(pipeline::Buffer which, int mb, int chunk) override {
+    if (which == pipeline::Buffer::kStash) {
+      if (const auto it = acts_.find({mb, chunk}); it != acts_.end())
+        keep(acts_, it, spare_acts_[chunk]);
+    }
+    if (which == pipeline::Buffer::kLoan) {
+      if (const auto it = loans_.find({mb, chunk}); it != loans_.end())
+        keep(loans_, it, spare_loans_[chunk]);
+    }
+  }
+
+  // The most bytes this stage's own buffers held at once, over every step so far (they are
+  // kept from step to step, so the peak is reached in the first steps and stays).
+  int64_t peak_bytes() const { return peak_bytes_; }
+
+ private:
+  using Key = std::pair<int, int>;  // (micro-batch, chunk)
+
+  std::span<float> find_buffer(pipeline::Buffer which, int mb, int chunk) {
     const GptShape& s = owner_.model_.shape();
     const size_t boundary = static_cast<size_t>(sequences_) * s.context * s.dim;
     switch (which) {
@@ -300,19 +331,29 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     throw std::logic_error("pipeline stage: unknown buffer");
   }
 
-  void release(pipeline::Buffer which, int mb, int chunk) override {
-    if (which == pipeline::Buffer::kStash) {
-      if (const auto it = acts_.find({mb, chunk}); it != acts_.end())
-        keep(acts_, it, spare_acts_[chunk]);
-    }
-    if (which == pipeline::Buffer::kLoan) {
-      if (const auto it = loans_.find({mb, chunk}); it != loans_.end())
-        keep(loans_, it, spare_loans_[chunk]);
-    }
+  // What this stage's buffers hold now (activations, their spares, gradients between stages,
+  // loans, vocabulary buffers, scratch, mirrors), plus `transient` bytes, into the peak.
+  void note_memory(int64_t transient = 0) {
+    int64_t floats = 0;
+    auto add = [&](const kernels::Buffer<float>& b) { floats += b.size(); };
+    for (const auto& [key, a] : acts_) floats += std::ssize(a->storage());
+    for (const auto& spares : spare_acts_)
+      for (const auto& a : spares) floats += std::ssize(a->storage());
+    for (const auto* map : {&grad_, &loans_})
+      for (const auto& [key, b] : *map) add(b);
+    for (const auto& spares : spare_loans_)
+      for (const auto& b : spares) add(b);
+    for (const auto& b : spare_grads_) add(b);
+    for (const auto& [key, b] : vocab_buffers_) add(b);
+    for (const auto* map : {&logits_, &norms_})
+      for (const auto& [key, b] : *map) add(b);
+    for (const auto* b :
+         {&dlogits_, &dnorm_, &scratch_, &params_mirror_, &grads_mirror_, &micro_mirror_})
+      add(*b);
+    const int64_t tokens = inputs_mirror_.size() + targets_mirror_.size();
+    peak_bytes_ = std::max(peak_bytes_, floats * int64_t{sizeof(float)} +
+                                            tokens * int64_t{sizeof(int32_t)} + transient);
   }
-
- private:
-  using Key = std::pair<int, int>;  // (micro-batch, chunk)
 
   // Moves a buffer that is done with into the spares of its kind, for a later micro-batch.
   template <typename Map, typename Spares>
@@ -485,6 +526,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   std::map<int, kernels::Buffer<float>> logits_, norms_;
   kernels::Buffer<float> dlogits_, dnorm_;
   int next_vocab_backward_ = 0, next_embed_backward_ = 0;
+  int64_t peak_bytes_ = 0;
   int64_t scratch_per_sequence_ = 0;
   kernels::Buffer<float> scratch_;
   std::map<Key, std::unique_ptr<GptActivations>> acts_;
@@ -549,6 +591,12 @@ PipelinedGpt::PipelinedGpt(const Gpt& model, const pipeline::PipelineShape& shap
 }
 
 PipelinedGpt::~PipelinedGpt() = default;
+
+std::vector<int64_t> PipelinedGpt::stage_peak_bytes() const {
+  std::vector<int64_t> bytes;
+  for (const auto& stage : stages_) bytes.push_back(stage->peak_bytes());
+  return bytes;
+}
 
 std::vector<std::string> PipelinedGpt::stage_devices() const {
   std::vector<std::string> devices;

@@ -85,6 +85,10 @@ class PipelinedGpt {
   const std::vector<size_t>& cut() const { return cut_; }
   // The device of each stage: "cpu" or "cuda:N".
   std::vector<std::string> stage_devices() const;
+  // Each stage's peak of the bytes its own buffers held at once (activations, messages, loans,
+  // vocabulary buffers, scratch, mirrors: counted, since CPU stages share one process), over the
+  // steps so far. The state (parameters, gradients, optimizer) is the engine's: not in it.
+  std::vector<int64_t> stage_peak_bytes() const;
 
   // The precision of the stages' products from the next step on (Backend::set_precision).
   void set_precision(kernels::Precision precision);
