@@ -10,15 +10,14 @@
 // --device cpu:avx2 etc. picks one; product_*: the matrix products' flops per step and their
 // rate, mlp and cnn only; gpt adds its shape, "microbatches", "stages", "schedule",
 // "vocab_parallel", "tokenizer" (when given), "tokens_per_s" and "peak_rss_mib", the process's
-// peak resident memory; pipelined, "stage_buffers_mib", each stage's measured peak of its own
-// buffers (PipelinedGpt::stage_peak_bytes), "stage_state_mib", each stage's parameters,
-// gradients (twice with micro-batches: the later ones' scratch) and momentum as counted from
-// the model's shapes (stage_balance.h; the state is still one buffer of the engine's), and
-// "stage_memory_max_over_mean" of their sums). --predict then times each instruction on one
-// stage's backend (stage_balance.h) and prints one more line per pipeline of 2, 4 and 8 stages
-// of the same schedule: the simulator's samples/s with and without vocabulary parallelism from
-// those times ({"predict": ...}; a model of at least 8 layers, the same otherwise, so that 8
-// stages fit), and the same for the benchmarked model's own stages. With
+// peak resident memory; pipelined, "stage_peak_mib", each stage's measured peak of the bytes
+// its own buffers held at once: its parameters, gradients, optimizer state, activations,
+// messages (PipelinedGpt::stage_peak_bytes), and "stage_memory_max_over_mean" of them). --predict
+// then times each instruction on one stage's backend (stage_balance.h) and prints one more line
+// per pipeline of 2, 4 and 8 stages of the same schedule: the simulator's samples/s with and
+// without vocabulary parallelism from those times ({"predict": ...}; a model of at least 8
+// layers, the same otherwise, so that 8 stages fit), and the same for the benchmarked model's
+// own stages. With
 // --checkpoint-dir, it then saves the trained state there 5 times and adds the median times of
 // the part of a save that stalls training (the copy to host memory, encode_checkpoint) and of the
 // part a worker does in the background (the durable write, write_checkpoint_file, which includes
@@ -225,28 +224,13 @@ int main(int argc, char** argv) {
       getrusage(RUSAGE_SELF, &usage);
       line["peak_rss_mib"] = double(usage.ru_maxrss) / 1024;
       if (config.pipeline_stages > 1) {
-        const auto schedule = *hippo::pipeline::parse_schedule(config.pipeline_schedule);
-        const auto balance = hippo::worker::stage_balance(
-            hippo::worker::Gpt(hippo::worker::GptShape::parse(config.model)),
-            {config.pipeline_stages, config.microbatches, schedule, config.pipeline_chunks,
-             config.pipeline_vocab_parallel},
-            batch / config.microbatches, 1);  // sgd with momentum
-        const std::vector<int64_t> buffers = engine.stage_peak_bytes();
-        std::vector<double> buffers_mib, state_mib, total;
-        for (size_t q = 0; q < balance.size(); ++q) {
-          const hippo::worker::StageMemory& m = balance[q].memory;
-          const int64_t state =
-              4 * (m.params + m.grads * (config.microbatches > 1 ? 2 : 1) + m.optimizer);
-          buffers_mib.push_back(double(buffers[q]) / (1 << 20));
-          state_mib.push_back(double(state) / (1 << 20));
-          total.push_back(buffers_mib.back() + state_mib.back());
-        }
-        line["stage_buffers_mib"] = buffers_mib;
-        line["stage_state_mib"] = state_mib;
+        std::vector<double> mib;
+        for (int64_t bytes : engine.stage_peak_bytes()) mib.push_back(double(bytes) / (1 << 20));
+        line["stage_peak_mib"] = mib;
         double sum = 0;
-        for (double t : total) sum += t;
+        for (double m : mib) sum += m;
         line["stage_memory_max_over_mean"] =
-            *std::max_element(total.begin(), total.end()) / (sum / double(total.size()));
+            *std::max_element(mib.begin(), mib.end()) / (sum / double(mib.size()));
       }
     }
     if (!checkpoint_dir.empty()) {

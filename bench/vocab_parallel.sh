@@ -5,12 +5,11 @@
 #   bench/vocab_parallel.sh [BUILD_DIR] [REPS] [STEPS]
 # REPS runs of each, alternated (without, with, without, ...); the median samples/s of each and
 # their ratio (with / without), their CPU seconds (the work, whatever the load), each run's peak
-# resident memory (the whole process), and each stage's memory: the peak of the bytes its own
-# buffers held (measured: the stages are threads of one process, so each counts its own), plus
-# its parameters, gradients and momentum (counted from the model's shapes: the engine still
-# keeps the state in one buffer), as max over mean. Then the simulator's prediction from
-# instruction times measured on this machine (bench_engine --predict) for 2, 4 and 8 stages
-# (a model of 8 layers) beside the paper's 5-51%.
+# resident memory (the whole process), and each stage's peak memory: the bytes its own buffers
+# (parameters, gradients, optimizer state, activations, messages) held at once, counted by the
+# stage (the stages are threads of one process), as max over mean. Then the simulator's
+# prediction from instruction times measured on this machine (bench_engine --predict) for 2, 4
+# and 8 stages (a model of 8 layers) beside the paper's 5-51%.
 set -euo pipefail
 build=${1:-build}
 reps=${2:-3}
@@ -44,11 +43,9 @@ for k, lines in runs.items():
           f"{min(rates):.2f}..{max(rates):.2f}), {cpu:.2f} CPU s, peak RSS "
           f"{max(l['peak_rss_mib'] for l in lines):.0f} MiB")
     last = lines[-1]
-    stages = [b + s for b, s in zip(last["stage_buffers_mib"], last["stage_state_mib"])]
-    print("          per stage (MiB): " + ", ".join(
-        f"{b:.1f} buffers + {s:.1f} state = {b + s:.1f}"
-        for b, s in zip(last["stage_buffers_mib"], last["stage_state_mib"])) +
-        f"; max/mean {last['stage_memory_max_over_mean']:.3f}")
+    print("          each stage's peak: " +
+          ", ".join(f"{m:.1f}" for m in last["stage_peak_mib"]) +
+          f" MiB; max/mean {last['stage_memory_max_over_mean']:.3f}")
 print(f"ratio with / without: {med['with'] / med['without']:.3f}")
 print("simulator, from this machine's instruction times (a stage per core, free of load):")
 print("  layers stages  without   with  ratio   (paper: 5-51% more throughput)")

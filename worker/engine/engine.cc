@@ -110,6 +110,7 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
   check_state(s);
   const kernels::Backend& be = *backend_;
   const int64_t nparams = param_count();
+  bool first_step = true;
   while (s.step < to) {
     const StepSettings st = settings_at(hp, fixed, s.step);
     if (st.batch_size % config_.microbatches != 0)
@@ -137,31 +138,41 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
     indices_.resize(batch);
     const int64_t next_position = order_.take(s.data_position, batch, indices_.data());
     if (s.step + 1 < to) prefetch(hp, fixed, s.step + 1, next_position);
+    OptimizerUpdate update;
     if (s.optimizer == "sgd") {
-      const kernels::SgdParams hp{.lr = float(st.lr),
-                                  .momentum = float(st.momentum),
-                                  .weight_decay = float(st.weight_decay),
-                                  .nesterov = st.nesterov};
+      update.sgd = {.lr = float(st.lr),
+                    .momentum = float(st.momentum),
+                    .weight_decay = float(st.weight_decay),
+                    .nesterov = st.nesterov};
+    } else {
+      update.adam = true;
+      update.adam_params = {.lr = float(st.lr),
+                            .beta1 = float(st.beta1),
+                            .beta2 = float(st.beta2),
+                            .eps = float(st.eps),
+                            .weight_decay = float(st.weight_decay),
+                            .decoupled = s.optimizer == "adamw",
+                            .t = s.step + 1};
+    }
+    // A network whose state lives in buffers of its own (a pipeline's stages) takes the whole
+    // step, reading s at the first step of this call.
+    if (network_->train_step(s, first_step, indices_.data(), batch, config_.microbatches, update)) {
+    } else if (!update.adam) {
       // One micro-batch: the network may take the step layer by layer (the same bits).
-      if (config_.microbatches > 1 || !network_->sgd_step(s.params.data(), indices_.data(), batch,
-                                                          grads_.data(), s.opt_state.data(), hp)) {
+      if (config_.microbatches > 1 ||
+          !network_->sgd_step(s.params.data(), indices_.data(), batch, grads_.data(),
+                              s.opt_state.data(), update.sgd)) {
         network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
                             grads_.data());
-        be.sgd_update(s.params.data(), grads_.data(), s.opt_state.data(), nparams, hp);
+        be.sgd_update(s.params.data(), grads_.data(), s.opt_state.data(), nparams, update.sgd);
       }
     } else {
       network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
                           grads_.data());
       be.adam_update(s.params.data(), grads_.data(), s.opt_state.data(),
-                     s.opt_state.data() + nparams, nparams,
-                     kernels::AdamParams{.lr = float(st.lr),
-                                         .beta1 = float(st.beta1),
-                                         .beta2 = float(st.beta2),
-                                         .eps = float(st.eps),
-                                         .weight_decay = float(st.weight_decay),
-                                         .decoupled = s.optimizer == "adamw",
-                                         .t = s.step + 1});
+                     s.opt_state.data() + nparams, nparams, update.adam_params);
     }
+    first_step = false;
     s.data_position = next_position;
     ++s.step;
     if (after_step && !after_step(s)) break;

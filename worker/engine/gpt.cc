@@ -52,14 +52,14 @@ class Embedding final : public GptBlock {
   int64_t saved_size(int) const override { return 0; }
   int64_t scratch_size(int) const override { return 0; }
 
-  void forward(const Backend& be, const TokenBatch& batch, const float* params, const float*,
-               float* y, float*) const override {
-    const float* wte = params + offset_;
+  void forward(const Backend& be, const TokenBatch& batch, ParamView params, const float*, float* y,
+               float*) const override {
+    const float* wte = params.at + offset_;
     be.embedding_forward(batch.inputs, wte, wte + int64_t{s_.vocab} * s_.dim, y, batch.sequences,
                          s_.context, s_.dim, s_.vocab);
   }
-  void backward(const Backend& be, const TokenBatch& batch, const float*, const float*,
-                const float*, float* grad, float* grads, float*) const override {
+  void backward(const Backend& be, const TokenBatch& batch, ParamView, const float*, const float*,
+                float* grad, float* grads, float*) const override {
     float* dwte = grads + offset_;
     be.embedding_backward(batch.inputs, grad, dwte, dwte + int64_t{s_.vocab} * s_.dim,
                           batch.sequences, s_.context, s_.dim, s_.vocab);
@@ -93,11 +93,11 @@ class Transformer final : public GptBlock {
   int64_t saved_size(int B) const override { return N(B) * (15 * s_.dim + 4) + att_size(B); }
   int64_t scratch_size(int B) const override { return N(B) * 5 * s_.dim + att_size(B); }
 
-  void forward(const Backend& be, const TokenBatch& batch, const float* params, const float* x,
+  void forward(const Backend& be, const TokenBatch& batch, ParamView params, const float* x,
                float* y, float* saved) const override {
     const int B = batch.sequences, T = s_.context, C = s_.dim;
     const int64_t n = N(B);
-    const Params p = params_at(params);
+    const Params p = params_at(params.at);
     const Saved sv = saved_at(saved, B);
     be.layernorm_forward(x, p.ln1w, p.ln1b, sv.ln1, sv.mean1, sv.rstd1, n, C);
     linear_forward(be, n, C, 3 * C, sv.ln1, p.qkvw, p.qkvb, sv.qkv);
@@ -113,11 +113,11 @@ class Transformer final : public GptBlock {
 
   // grad holds dL/dy: it is also dL/d(x2) around the MLP branch and dL/dx around the attention
   // branch, and each layer norm's backward adds its branch's share into it.
-  void backward(const Backend& be, const TokenBatch& batch, const float* params, const float* x,
+  void backward(const Backend& be, const TokenBatch& batch, ParamView params, const float* x,
                 const float* saved, float* grad, float* grads, float* scratch) const override {
     const int B = batch.sequences, T = s_.context, C = s_.dim;
     const int64_t n = N(B);
-    const Params p = params_at(params);
+    const Params p = params_at(params.at);
     const Params g = params_at(grads);
     const Saved sv = saved_at(const_cast<float*>(saved), B);  // read only here
     float* dsmall = scratch;                                  // [N, C]
@@ -195,11 +195,11 @@ class Head final : public GptBlock {
     return N(B) * s_.dim * (blocks > 1 ? 1 + blocks : 1);
   }
 
-  void forward(const Backend& be, const TokenBatch& batch, const float* params, const float* x,
+  void forward(const Backend& be, const TokenBatch& batch, ParamView params, const float* x,
                float* y, float* saved) const override {
     const int C = s_.dim, V = s_.vocab;
     const int64_t n = N(batch.sequences);
-    const float* lnfw = params + offset_;
+    const float* lnfw = params.at + offset_;
     float *lnf = saved, *mean = lnf + n * C, *rstd = mean + n, *logits = rstd + n,
           *dlogits = logits + n * V;
     be.layernorm_forward(x, lnfw, lnfw + C, lnf, mean, rstd, n, C);
@@ -217,11 +217,11 @@ class Head final : public GptBlock {
                   batch.grad_scale);
   }
 
-  void backward(const Backend& be, const TokenBatch& batch, const float* params, const float* x,
+  void backward(const Backend& be, const TokenBatch& batch, ParamView params, const float* x,
                 const float* saved, float* grad, float* grads, float* scratch) const override {
     const int C = s_.dim, V = s_.vocab;
     const int64_t n = N(batch.sequences);
-    const float *lnfw = params + offset_, *lnf = saved, *mean = lnf + n * C, *rstd = mean + n,
+    const float *lnfw = params.at + offset_, *lnf = saved, *mean = lnf + n * C, *rstd = mean + n,
                 *dlogits = rstd + n + n * V;
     float* g = grads + offset_;  // dlnf w, b, then dW
     if (blocked(be, scratch)) {
@@ -246,8 +246,8 @@ class Head final : public GptBlock {
   bool blocked(const Backend& be, float* memory) const {
     return vocab_blocks(s_.vocab) > 1 && be.host_address(memory) != nullptr;
   }
-  const float* weight(const float* params) const {
-    return s_.tied ? params : params + offset_ + 2 * int64_t{s_.dim};  // wte is at offset 0
+  const float* weight(ParamView params) const {
+    return s_.tied ? params.wte : params.at + offset_ + 2 * int64_t{s_.dim};
   }
 
   GptShape s_;
@@ -445,7 +445,7 @@ const float* GptActivations::logits() const {
   return head.logits(storage_.data() + offsets_[2 * (last_ - first_)], B_);
 }
 
-void GptActivations::forward(const TokenBatch& batch, const float* params) {
+void GptActivations::forward(const TokenBatch& batch, ParamView params) {
   const auto& blocks = model_->blocks();
   float* at = storage_.data();
   for (size_t i = 0; i < last_ - first_; ++i)
@@ -453,8 +453,8 @@ void GptActivations::forward(const TokenBatch& batch, const float* params) {
                                 at + offsets_[2 * i + 2]);
 }
 
-void GptActivations::backward(const TokenBatch& batch, const float* params, float* grad,
-                              float* grads, float* scratch) const {
+void GptActivations::backward(const TokenBatch& batch, ParamView params, float* grad, float* grads,
+                              float* scratch) const {
   const auto& blocks = model_->blocks();
   const float* at = storage_.data();
   for (size_t i = last_ - first_; i-- > 0;)

@@ -93,6 +93,16 @@ void vocab_output_backward(const kernels::Backend& be, int64_t rows, int C, int 
 void sum_vocab_parts(const kernels::Backend& be, const std::vector<const float*>& parts,
                      int64_t rows, int C, float* dx);
 
+// Where the blocks find the parameters: each block at its offset from `at` (the layout above),
+// and a tied output layer wte at `wte`. One buffer of the whole model is both; a pipeline stage
+// keeps only its own regions of it, and a tied last stage a copy of wte (pipelined_engine.h).
+struct ParamView {
+  ParamView(const float* params) : at(params), wte(params) {}  // NOLINT: the usual case
+  ParamView(const float* at_, const float* wte_) : at(at_), wte(wte_) {}
+  const float* at;
+  const float* wte;
+};
+
 class GptBlock {
  public:
   virtual ~GptBlock() = default;
@@ -109,14 +119,14 @@ class GptBlock {
   virtual int64_t saved_size(int B) const = 0;
   virtual int64_t scratch_size(int B) const = 0;
 
-  // y from x[B, T, C] (the embedding reads the batch's tokens instead). params is the whole
-  // model's parameter buffer: a block finds its own values at its offset (and the tied head wte).
-  virtual void forward(const kernels::Backend& be, const TokenBatch& batch, const float* params,
+  // y from x[B, T, C] (the embedding reads the batch's tokens instead). A block finds its own
+  // values at its offset from params.at (and the tied head wte at params.wte).
+  virtual void forward(const kernels::Backend& be, const TokenBatch& batch, ParamView params,
                        const float* x, float* y, float* saved) const = 0;
   // grad[B, T, C] holds dL/dy on entry (the head ignores it) and dL/dx on return (the embedding
   // leaves it as it is): the residual stream's gradient, updated in place. Writes this block's
   // region of the gradient buffer `grads` (laid out as Gpt describes).
-  virtual void backward(const kernels::Backend& be, const TokenBatch& batch, const float* params,
+  virtual void backward(const kernels::Backend& be, const TokenBatch& batch, ParamView params,
                         const float* x, const float* saved, float* grad, float* grads,
                         float* scratch) const = 0;
 };
@@ -165,11 +175,11 @@ class GptActivations {
   // The head's logits [B T, V] after a forward (only when `last` is the end of the model).
   const float* logits() const;
 
-  void forward(const TokenBatch& batch, const float* params);
+  void forward(const TokenBatch& batch, ParamView params);
   // grad[B, T, C]: dL/d(output) on entry (nothing when the head is included), dL/d(input) on
   // return. Writes the gradient regions of blocks [first, last) of `grads`.
   // scratch[scratch_size(model, first, last, B)].
-  void backward(const TokenBatch& batch, const float* params, float* grad, float* grads,
+  void backward(const TokenBatch& batch, ParamView params, float* grad, float* grads,
                 float* scratch) const;
 
   // Floats of storage() and of the backward's scratch, for blocks [first, last) and B sequences.

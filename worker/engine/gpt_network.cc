@@ -75,30 +75,35 @@ class GptNetwork final : public Network {
 
   void gradients(const float* params, const int32_t* indices, int batch, int microbatches,
                  float* grads) override {
-    if (pipelined_ && microbatches != pipeline_shape_.microbatches)
-      throw std::logic_error("pipelined gpt built for " +
-                             std::to_string(pipeline_shape_.microbatches) + " micro-batches");
+    if (pipelined_) throw std::logic_error("a pipelined gpt takes whole steps (train_step)");
     const int T = model_.shape().context, micro = batch / microbatches;
     load_tokens(corpus_->train, indices, batch);
     if (microbatches > 1 && micro_grads_.size() < grad_count())
       micro_grads_ = kernels::Buffer<float>(backend_, grad_count());
-    // d(mean loss over the step's tokens) / d(one token's loss)
-    const float grad_scale = 1.0f / static_cast<float>(int64_t{batch} * T);
-    if (pipelined_) {
-      pipelined_->gradients(params, inputs_.data(), targets_.data(), micro, grad_scale, grads,
-                            micro_grads_.data());
-    } else {
-      GptActivations& acts = activations(micro);
-      for (int m = 0; m < microbatches; ++m) {
-        const int64_t offset = int64_t{m} * micro * T;
-        const TokenBatch tb{micro, inputs_.data() + offset, targets_.data() + offset, grad_scale};
-        float* into = m == 0 ? grads : micro_grads_.data();
-        acts.forward(tb, params);
-        acts.backward(tb, params, grad_.data(), into, scratch_.data());
-        if (m > 0) backend_->add(grads, into, grads, grad_count());
-      }
+    GptActivations& acts = activations(micro);
+    for (int m = 0; m < microbatches; ++m) {
+      const int64_t offset = int64_t{m} * micro * T;
+      const TokenBatch tb{micro, inputs_.data() + offset, targets_.data() + offset,
+                          grad_scale(batch)};
+      float* into = m == 0 ? grads : micro_grads_.data();
+      acts.forward(tb, params);
+      acts.backward(tb, params, grad_.data(), into, scratch_.data());
+      if (m > 0) backend_->add(grads, into, grads, grad_count());
     }
     model_.reduce_tied(*backend_, grads);
+  }
+
+  // Pipelined, the stages hold the state and update it (pipelined_engine.h).
+  bool train_step(TrainState& s, bool load, const int32_t* indices, int batch, int microbatches,
+                  const OptimizerUpdate& update) override {
+    if (!pipelined_) return false;
+    if (microbatches != pipeline_shape_.microbatches)
+      throw std::logic_error("pipelined gpt built for " +
+                             std::to_string(pipeline_shape_.microbatches) + " micro-batches");
+    load_tokens(corpus_->train, indices, batch);
+    pipelined_->step(s, load, inputs_.data(), targets_.data(), batch / microbatches,
+                     grad_scale(batch), update);
+    return true;
   }
 
   Metrics evaluate(const float* params) override {
@@ -120,6 +125,11 @@ class GptNetwork final : public Network {
   }
 
  private:
+  // d(mean loss over a step's tokens) / d(one token's loss)
+  float grad_scale(int batch) const {
+    return 1.0f / static_cast<float>(int64_t{batch} * model_.shape().context);
+  }
+
   // Copies the windows samples[batch] of `split` into inputs_ and targets_ [batch, T].
   void load_tokens(const std::vector<int32_t>& split, const int32_t* samples, int batch) {
     const int T = model_.shape().context;

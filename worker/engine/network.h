@@ -45,6 +45,15 @@ class Network {
                         float* /*grads*/, float* /*momentum*/, const kernels::SgdParams& /*hp*/) {
     return false;
   }
+  // A network that keeps the training state in buffers of its own (a pipeline's stages, each
+  // its share) takes the whole step: the gradient of the samples indices[batch] and the update,
+  // leaving s.params and s.opt_state as gradients() and the backend's update would (the same
+  // bits). `load`: s may not be what the network holds (the first step of a train() call), so
+  // it reads it first. Returns false, changing nothing, where the network does not.
+  virtual bool train_step(TrainState& /*s*/, bool /*load*/, const int32_t* /*indices*/,
+                          int /*batch*/, int /*microbatches*/, const OptimizerUpdate& /*update*/) {
+    return false;
+  }
   // Metrics on the evaluation prefix, read in order in fixed batches and summed in a fixed order.
   virtual Metrics evaluate(const float* params) = 0;
   // A hint: the training samples indices[batch] come next, so a network may start fetching them

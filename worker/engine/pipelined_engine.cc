@@ -41,14 +41,88 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       token0_ = block0_ * kVocabBlock;
       token1_ = std::min(owner.model_.shape().vocab, block1_ * kVocabBlock);
     }
+    lay_out();
   }
 
   const kernels::Backend& backend() const { return *be_; }
 
-  // Before each run of the program (on the engine's thread): this stage's buffers, and its work
-  // ordered after the home's.
-  void begin_step(const float* params, const int32_t* inputs, const int32_t* targets, int sequences,
-                  float grad_scale, float* grads, float* micro_grads) {
+  // Reads this stage's regions of a state's parameters and optimizer state (in the home's memory,
+  // laid out as gpt.h and train_state.h say) into its own buffers, and a tied last stage's copy
+  // of wte (on the engine's thread, before a step).
+  void load(const TrainState& s, int optimizer_floats) {
+    const int64_t P = owner_.model_.param_count();
+    if (params_.size() != params_size_) {
+      params_ = kernels::Buffer<float>(be_, params_size_);
+      grads_ = kernels::Buffer<float>(be_, grads_size_);
+      if (owner_.program_.microbatches > 1) micro_ = kernels::Buffer<float>(be_, grads_size_);
+    }
+    if (opt_.size() != optimizer_floats * owned_)
+      opt_ = kernels::Buffer<float>(be_, optimizer_floats * owned_);
+    be_->wait_for(*owner_.home_);
+    for (const Region& r : param_regions_) {
+      be_->copy_from(*owner_.home_, params_.data() + r.local, s.params.data() + r.global,
+                     r.size * int64_t{sizeof(float)});
+      if (r.local >= owned_) continue;  // a copy: the owner's optimizer state
+      for (int k = 0; k < optimizer_floats; ++k)
+        be_->copy_from(*owner_.home_, opt_.data() + k * owned_ + r.local,
+                       s.opt_state.data() + k * P + r.global, r.size * int64_t{sizeof(float)});
+    }
+  }
+
+  // Writes its owned regions of the parameters and optimizer state back into s (after a step).
+  void store(TrainState& s, int optimizer_floats) const {
+    const int64_t P = owner_.model_.param_count();
+    owner_.home_->wait_for(*be_);
+    for (const Region& r : param_regions_) {
+      if (r.local >= owned_) continue;
+      owner_.home_->copy_from(*be_, s.params.data() + r.global, params_.data() + r.local,
+                              r.size * int64_t{sizeof(float)});
+      for (int k = 0; k < optimizer_floats; ++k)
+        owner_.home_->copy_from(*be_, s.opt_state.data() + k * P + r.global,
+                                opt_.data() + k * owned_ + r.local,
+                                r.size * int64_t{sizeof(float)});
+    }
+  }
+
+  // The optimizer's update of its own parameters, with its gradients and optimizer state (the
+  // same elementwise kernel as the unpipelined update over the whole buffer: the same bits). A
+  // tied head's share of wte's gradient is added in first where the stage has both (vocabulary
+  // parallelism; otherwise tie() does it between stages).
+  void update(const OptimizerUpdate& u) {
+    const Gpt& model = owner_.model_;
+    if (vocab_ && model.shape().tied) {
+      const int64_t C = model.shape().dim, n = int64_t{token1_ - token0_} * C;
+      float* rows = grad(int64_t{token0_} * C);
+      be_->add(rows, grad(tied_share() + int64_t{token0_} * C), rows, n);
+    }
+    if (u.adam)
+      be_->adam_update(params_.data(), grads_.data(), opt_.data(), opt_.data() + owned_, owned_,
+                       u.adam_params);
+    else
+      be_->sgd_update(params_.data(), grads_.data(), opt_.data(), owned_, u.sgd);
+  }
+
+  // Without vocabulary parallelism, a tied model's wte lives on stage 0 and a copy on the last
+  // stage: the head's share of its gradient added into stage 0's before the update (as
+  // Gpt::reduce_tied), the updated wte copied back after it.
+  static void add_tied_share(Stage& first, Stage& last) {
+    const int64_t n = int64_t{first.owner_.model_.shape().vocab} * first.owner_.model_.shape().dim;
+    if (first.tied_scratch_.size() != n) first.tied_scratch_ = kernels::Buffer<float>(first.be_, n);
+    first.be_->copy_from(*last.be_, first.tied_scratch_.data(), last.grad(last.tied_share()),
+                         n * int64_t{sizeof(float)});
+    first.be_->add(first.grad(0), first.tied_scratch_.data(), first.grad(0), n);
+  }
+  static void copy_tied_weight(const Stage& first, Stage& last) {
+    const int64_t n = int64_t{first.owner_.model_.shape().vocab} * first.owner_.model_.shape().dim;
+    last.be_->copy_from(*first.be_, last.params_.data() + last.owned_, first.param(0),
+                        n * int64_t{sizeof(float)});
+  }
+  // Whether this stage holds a copy of wte (a tied head without vocabulary parallelism).
+  bool has_tied_copy() const { return params_size_ > owned_; }
+
+  // Before each run of the program (on the engine's thread): this stage's buffers and tokens, its
+  // work ordered after the home's.
+  void begin_step(const int32_t* inputs, const int32_t* targets, int sequences, float grad_scale) {
     const Gpt& model = owner_.model_;
     if (sequences != sequences_) {  // another batch size: the kept buffers do not fit
       for (auto& spare : spare_acts_) spare.clear();
@@ -69,68 +143,36 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     if (scratch_.size() < scratch) scratch_ = kernels::Buffer<float>(be_, scratch);
     be_->wait_for(*owner_.home_);  // the tokens' upload, the last update
     if (!mirrored_) {
-      params_ = params, inputs_ = inputs, targets_ = targets;
-      grads_ = grads, micro_grads_ = micro_grads;
+      inputs_ = inputs, targets_ = targets;
       return;
     }
-    // Another GPU: the parameters of this stage's blocks (and the embedding, which a tied head
-    // reads) and the step's tokens, copied into the mirrors.
+    // Another GPU: the step's tokens, copied there.
     const int64_t tokens =
         int64_t{owner_.program_.microbatches} * sequences * model.shape().context;
-    if (params_mirror_.size() != model.param_count()) {
-      params_mirror_ = kernels::Buffer<float>(be_, model.param_count());
-      grads_mirror_ = kernels::Buffer<float>(be_, model.grad_count());
-      if (owner_.program_.microbatches > 1)
-        micro_mirror_ = kernels::Buffer<float>(be_, model.grad_count());
-    }
     if (inputs_mirror_.size() < tokens) {
       inputs_mirror_ = kernels::Buffer<int32_t>(be_, tokens);
       targets_mirror_ = kernels::Buffer<int32_t>(be_, tokens);
     }
-    auto pull = [&](size_t first, size_t last) {
-      const int64_t lo = model.param_offset(first), hi = model.param_offset(last);
-      be_->copy_from(*owner_.home_, params_mirror_.data() + lo, params + lo,
-                     (hi - lo) * int64_t{sizeof(float)});
-    };
-    for (int c = 0; c < owner_.program_.chunks; ++c) {
-      const auto [first, last] = blocks(c);
-      pull(first, last);
-      if (last == model.blocks().size() && model.shape().tied) pull(0, 1);
-    }
     const int64_t token_bytes = tokens * int64_t{sizeof(int32_t)};
     be_->copy_from(*owner_.home_, inputs_mirror_.data(), inputs, token_bytes);
     be_->copy_from(*owner_.home_, targets_mirror_.data(), targets, token_bytes);
-    params_ = params_mirror_.data(), inputs_ = inputs_mirror_.data();
-    targets_ = targets_mirror_.data(), grads_ = grads_mirror_.data();
-    micro_grads_ = micro_mirror_.data();
+    inputs_ = inputs_mirror_.data(), targets_ = targets_mirror_.data();
   }
 
-  // After the program (on the engine's thread): nothing may remain in flight; the home's later
-  // work (the update) ordered after this stage's, with its gradient regions copied back from a
-  // mirror.
-  void end_step(float* grads) {
+  // After the program (on the engine's thread): nothing may remain in flight.
+  void end_step() {
     if (!acts_.empty() || !loans_.empty())
       throw std::logic_error("pipeline stage " + std::to_string(stage_) +
                              " ended a step with stashed activations");
     for (auto& [key, g] : grad_) spare_grads_.push_back(std::move(g));
     grad_.clear();
     vocab_buffers_.clear();  // what was only sent: a shard's embedding, its input gradient
-    if (!mirrored_) {
-      owner_.home_->wait_for(*be_);
-      return;
-    }
-    for (int c = 0; c < owner_.program_.chunks; ++c) {
-      const auto [first, last] = blocks(c);
-      const int64_t lo = owner_.model_.grad_offset(first), hi = owner_.model_.grad_offset(last);
-      owner_.home_->copy_from(*be_, grads + lo, grads_mirror_.data() + lo,
-                              (hi - lo) * int64_t{sizeof(float)});
-    }
   }
 
   void forward(int mb, int chunk) override {
     GptActivations& a = activations(mb, chunk);
     if (vocab_ && first_position(chunk)) embedding_sum(mb, a.input());
-    a.forward(batch(mb), params_);
+    a.forward(batch(mb), chunk_params(chunk));
     if (vocab_ && last_position(chunk)) final_norm(mb, a.output());
     note_memory();
   }
@@ -146,14 +188,14 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
                              std::to_string(mb) + " without its activations");
     // Micro-batch 0 writes the position's region of the gradient buffer, later ones add theirs
     // to it: the unpipelined path's sums, region by region.
-    float* into = mb == 0 ? grads_ : micro_grads_;
-    float* grad = gradient(mb, chunk).data();
-    if (vocab_ && last_position(chunk)) final_norm_backward(mb, it->second->output(), grad, into);
-    it->second->backward(batch(mb), params_, grad, into, scratch_.data());
+    float* dy = gradient(mb, chunk).data();
+    if (vocab_ && last_position(chunk)) final_norm_backward(mb, it->second->output(), dy);
     const auto [first, last] = blocks(chunk);
-    accumulate(mb, owner_.model_.grad_offset(first), owner_.model_.grad_offset(last));
+    const int64_t lo = owner_.model_.grad_offset(first);
+    it->second->backward(batch(mb), chunk_params(chunk), dy, grad(mb, lo) - lo, scratch_.data());
+    accumulate(mb, lo, owner_.model_.grad_offset(last));
     if (vocab_ && first_position(chunk))  // dL/d(embedding), for every shard's embed backward
-      be_->copy(vocab_buffer(pipeline::Buffer::kEmbedGradient, mb, 0).data(), grad,
+      be_->copy(vocab_buffer(pipeline::Buffer::kEmbedGradient, mb, 0).data(), dy,
                 rows() * owner_.model_.shape().dim * int64_t{sizeof(float)});
     keep(acts_, it, spare_acts_[chunk]);
     note_memory();
@@ -168,10 +210,11 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     const int C = owner_.model_.shape().dim;
     float* out = vocab_buffer(pipeline::Buffer::kEmbedding, mb, 0).data();
     const int32_t* tokens = batch(mb).inputs;
+    const float* wte = param(int64_t{token0_} * C) - int64_t{token0_} * C;  // the shard's rows
     for (int64_t r = 0; r < rows(); ++r) {
       float* o = out + r * C;
       if (mine(tokens[r]))
-        std::copy_n(params_ + int64_t{tokens[r]} * C, C, o);
+        std::copy_n(wte + int64_t{tokens[r]} * C, C, o);
       else
         std::fill_n(o, C, 0.0f);
     }
@@ -188,7 +231,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
              vocab_buffer(Buffer::kEmbeddingIn, mb, 1).data(), x, n);
     for (int q = 2; q < owner_.program_.stages; ++q)
       be_->add(x, vocab_buffer(Buffer::kEmbeddingIn, mb, q).data(), x, n);
-    const float* wpe = params_ + int64_t{s.vocab} * s.dim;
+    const float* wpe = param(int64_t{s.vocab} * s.dim);
     for (int b = 0; b < sequences_; ++b)
       be_->add(x + b * per_sequence, wpe, x + b * per_sequence, per_sequence);
     vocab_buffers_.erase({Buffer::kEmbedding, mb, 0});
@@ -203,17 +246,17 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     const GptShape& s = owner_.model_.shape();
     const int C = s.dim;
     const float* g = vocab_buffer(pipeline::Buffer::kEmbedGradient, mb, 0).data();
-    float* into = mb == 0 ? grads_ : micro_grads_;
     const int32_t* tokens = batch(mb).inputs;
-    std::fill(into + int64_t{token0_} * C, into + int64_t{token1_} * C, 0.0f);
+    float* rows0 = grad(mb, int64_t{token0_} * C);  // the shard's rows of wte's gradient
+    std::fill(rows0, rows0 + int64_t{token1_ - token0_} * C, 0.0f);
     for (int64_t r = 0; r < rows(); ++r) {
       if (!mine(tokens[r])) continue;
-      float* d = into + int64_t{tokens[r]} * C;
+      float* d = rows0 + int64_t{tokens[r] - token0_} * C;
       for (int c = 0; c < C; ++c) d[c] += g[r * C + c];
     }
     accumulate(mb, int64_t{token0_} * C, int64_t{token1_} * C);
     if (stage_ == 0) {
-      float* dwpe = into + int64_t{s.vocab} * C;
+      float* dwpe = grad(mb, int64_t{s.vocab} * C);
       for (int t = 0; t < s.context; ++t) {
         float* d = dwpe + int64_t{t} * C;
         std::fill_n(d, C, 0.0f);
@@ -257,12 +300,11 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     if (dlogits_.size() < rows() * tokens) dlogits_ = kernels::Buffer<float>(be_, rows() * tokens);
     vocab_softmax(logits_.at(mb).data(), rows(), tokens, s.vocab, block0_, block1_, stats.data(),
                   batch(mb).targets, nullptr, dlogits_.data(), grad_scale_);
-    float* into = mb == 0 ? grads_ : micro_grads_;
     const int64_t dw = owner_.model_.grad_offset(owner_.model_.blocks().size() - 1) +
                        2 * int64_t{s.dim} + int64_t{token0_} * s.dim;
     vocab_output_backward(*be_, rows(), s.dim, s.vocab, block0_, block1_, dlogits_.data(),
                           vocab_buffer(Buffer::kVocabInput, mb, 0).data(), output_weight(),
-                          into + dw, vocab_buffer(Buffer::kVocabGradient, mb, 0).data());
+                          grad(mb, dw), vocab_buffer(Buffer::kVocabGradient, mb, 0).data());
     accumulate(mb, dw, dw + int64_t{tokens} * s.dim);
     // The statistics of every block, held until here (the only buffer not a member).
     note_memory(int64_t{sizeof(float)} * std::ssize(stats));
@@ -332,7 +374,8 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   }
 
   // What this stage's buffers hold now (activations, their spares, gradients between stages,
-  // loans, vocabulary buffers, scratch, mirrors), plus `transient` bytes, into the peak.
+  // loans, vocabulary buffers, scratch, its state: parameters, gradients, optimizer state, token
+  // mirrors), plus `transient` bytes, into the peak.
   void note_memory(int64_t transient = 0) {
     int64_t floats = 0;
     auto add = [&](const kernels::Buffer<float>& b) { floats += b.size(); };
@@ -348,7 +391,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     for (const auto* map : {&logits_, &norms_})
       for (const auto& [key, b] : *map) add(b);
     for (const auto* b :
-         {&dlogits_, &dnorm_, &scratch_, &params_mirror_, &grads_mirror_, &micro_mirror_})
+         {&params_, &grads_, &micro_, &opt_, &tied_scratch_, &dlogits_, &dnorm_, &scratch_})
       add(*b);
     const int64_t tokens = inputs_mirror_.size() + targets_mirror_.size();
     peak_bytes_ = std::max(peak_bytes_, floats * int64_t{sizeof(float)} +
@@ -372,9 +415,9 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     return stage_ == owner_.program_.stages - 1 && chunk == owner_.program_.chunks - 1;
   }
 
-  // Micro-batch 1, 2, ...'s gradient of [lo, hi) added from micro_grads_ into grads_.
-  void accumulate(int mb, int64_t lo, int64_t hi) const {
-    if (mb > 0) be_->add(grads_ + lo, micro_grads_ + lo, grads_ + lo, hi - lo);
+  // Micro-batch 1, 2, ...'s gradient of [lo, hi) (global offsets) added from micro_ into grads_.
+  void accumulate(int mb, int64_t lo, int64_t hi) {
+    if (mb > 0) be_->add(grad(0, lo), grad(mb, lo), grad(0, lo), hi - lo);
   }
 
   void check_order(const char* pass, int mb, int& next) const {
@@ -394,7 +437,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     const int64_t w = model.shape().tied
                           ? 0
                           : model.param_offset(model.blocks().size() - 1) + 2 * model.shape().dim;
-    return params_ + w + int64_t{token0_} * model.shape().dim;
+    return param(w + int64_t{token0_} * model.shape().dim);
   }
 
   // The last position's final layer norm: its output is the output layer's input, sent to every
@@ -402,7 +445,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   void final_norm(int mb, const float* x) {
     const Gpt& model = owner_.model_;
     const int C = model.shape().dim;
-    const float* w = params_ + model.param_offset(model.blocks().size() - 1);
+    const float* w = param(model.param_offset(model.blocks().size() - 1));
     kernels::Buffer<float>& norm = norms_[mb];
     if (norm.size() != 2 * rows()) norm = kernels::Buffer<float>(be_, 2 * rows());
     be_->layernorm_forward(x, w, w + C, vocab_buffer(pipeline::Buffer::kVocabInput, mb, 0).data(),
@@ -411,7 +454,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
 
   // Its backward, as the head's: the input gradient's parts from every stage summed in block
   // order, then through the layer norm into grad (dL/d(x), which the head starts).
-  void final_norm_backward(int mb, const float* x, float* grad, float* into) {
+  void final_norm_backward(int mb, const float* x, float* dx) {
     using pipeline::Buffer;
     const Gpt& model = owner_.model_;
     const int C = model.shape().dim, p = owner_.program_.stages;
@@ -426,11 +469,11 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     if (dnorm_.size() < rows() * C) dnorm_ = kernels::Buffer<float>(be_, rows() * C);
     sum_vocab_parts(*be_, parts, rows(), C, dnorm_.data());
     const int64_t head = model.param_offset(model.blocks().size() - 1);
-    const float* w = params_ + head;
+    const float* w = param(head);
     const float* norm = norms_.at(mb).data();
-    be_->fill_zero(grad, rows() * C * int64_t{sizeof(float)});
-    be_->layernorm_backward(dnorm_.data(), x, w, norm, norm + rows(), grad, into + head,
-                            into + head + C, rows(), C);
+    be_->fill_zero(dx, rows() * C * int64_t{sizeof(float)});
+    be_->layernorm_backward(dnorm_.data(), x, w, norm, norm + rows(), dx, grad(mb, head),
+                            grad(mb, head) + C, rows(), C);
     accumulate(mb, head, head + 2 * int64_t{C});
     norms_.erase(mb);
     vocab_buffers_.erase({Buffer::kVocabGradient, mb, 0});
@@ -515,7 +558,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   const PipelinedGpt& owner_;
   int stage_;
   std::shared_ptr<const kernels::Backend> be_;
-  bool mirrored_;  // on another device than the home: works on mirrors of the home's buffers
+  bool mirrored_;  // on another device than the home: reads the tokens from mirrors
   bool vocab_;     // the program has vocabulary passes
   // This stage's vocabulary shard: blocks [block0_, block1_), tokens [token0_, token1_).
   int block0_ = 0, block1_ = 0, token0_ = 0, token1_ = 0;
@@ -537,18 +580,100 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   std::vector<kernels::Buffer<float>> spare_grads_;
   std::vector<int> next_backward_;  // per chunk: the micro-batch whose backward comes next
 
-  // Mirrors on another GPU than the home's: parameters, gradients, micro-batch scratch [full
-  // size; only this stage's regions are used] and the step's tokens.
-  kernels::Buffer<float> params_mirror_, grads_mirror_, micro_mirror_;
-  kernels::Buffer<int32_t> inputs_mirror_, targets_mirror_;
+  // This stage's state (pipelined_engine.h): regions of the model's parameters in gpt.h's
+  // layout, one after another in params_ (the owned ones, sorted, then a tied last stage's copy
+  // of wte); the gradient buffer's regions likewise in grads_ and micro_ (micro-batches 1, 2,
+  // ...), the owned parameters' first, aligned with params_, then a tied head's share of wte's
+  // gradient; the optimizer state of the owned parameters in opt_ (sgd: momentum; adam: m, v).
+  struct Region {
+    int64_t global = 0, local = 0, size = 0;
+  };
+  std::vector<Region> param_regions_, grad_regions_;
+  int64_t owned_ = 0, params_size_ = 0, grads_size_ = 0;
+  kernels::Buffer<float> params_, grads_, micro_, opt_;
+  kernels::Buffer<float> tied_scratch_;  // stage 0: the last stage's share of wte's gradient
 
-  // The current step's buffers: the home's (shared by the stages on its device, each writing
-  // only its positions' regions of grads and micro_grads) or the mirrors.
-  const float* params_ = nullptr;
+  // On another GPU than the home's: the step's tokens.
+  kernels::Buffer<int32_t> inputs_mirror_, targets_mirror_;
   const int32_t *inputs_ = nullptr, *targets_ = nullptr;
   int sequences_ = 0;
   float grad_scale_ = 0;
-  float *grads_ = nullptr, *micro_grads_ = nullptr;
+
+  // The regions of this stage's state (see above).
+  void lay_out() {
+    const Gpt& model = owner_.model_;
+    const GptShape& s = model.shape();
+    const int64_t C = s.dim, V = s.vocab;
+    const size_t n = model.blocks().size();
+    const int64_t head = model.param_offset(n - 1);
+    std::vector<std::pair<int64_t, int64_t>> owned;  // [global, size)
+    bool has_head = false, has_embedding = false;
+    for (int c = 0; c < owner_.program_.chunks; ++c) {
+      const auto [first, last] = blocks(c);
+      owned.push_back(
+          {model.param_offset(first), model.param_offset(last) - model.param_offset(first)});
+      has_head |= last == n;
+      has_embedding |= first == 0;
+    }
+    const int64_t rows0 = int64_t{token0_} * C, rows = int64_t{token1_ - token0_} * C;
+    if (vocab_) {
+      owned.push_back({rows0, rows});                                            // wte's rows
+      if (stage_ == 0) owned.push_back({V * C, int64_t{s.context} * C});         // wpe
+      if (stage_ == owner_.program_.stages - 1) owned.push_back({head, 2 * C});  // lnf
+      if (!s.tied) owned.push_back({head + 2 * C + rows0, rows});  // the output layer's rows
+    }
+    std::sort(owned.begin(), owned.end());
+    for (const auto& [global, size] : owned) {
+      param_regions_.push_back({global, owned_, size});
+      grad_regions_.push_back({global, owned_, size});
+      owned_ += size;
+    }
+    params_size_ = grads_size_ = owned_;
+    if (!s.tied || !(has_head || vocab_)) return;
+    // A tied head: its share of wte's gradient (its shard's rows with vocabulary parallelism),
+    // right after the head's own region, and without vocabulary parallelism a copy of wte.
+    const int64_t share = vocab_ ? rows : V * C;
+    grad_regions_.push_back({tied_share() + (vocab_ ? rows0 : 0), grads_size_, share});
+    grads_size_ += share;
+    if (!vocab_ && !has_embedding) {
+      param_regions_.push_back({0, params_size_, V * C});
+      params_size_ += V * C;
+    }
+  }
+
+  // Where a tied head's share of wte's gradient starts in the model's gradient buffer.
+  int64_t tied_share() const {
+    const Gpt& model = owner_.model_;
+    return model.grad_offset(model.blocks().size() - 1) + 2 * int64_t{model.shape().dim};
+  }
+
+  // The value at `global` (gpt.h's layout) in this stage's buffer of regions; what follows it up
+  // to the region's end is contiguous.
+  static int64_t local(const std::vector<Region>& regions, int64_t global, int stage) {
+    for (const Region& r : regions)
+      if (global >= r.global && global < r.global + r.size) return r.local + (global - r.global);
+    throw std::logic_error("pipeline stage " + std::to_string(stage) + ": offset " +
+                           std::to_string(global) + " is not in its state");
+  }
+  const float* param(int64_t global) const {
+    return params_.data() + local(param_regions_, global, stage_);
+  }
+  // Micro-batch 0 writes its gradient into grads_, later ones into micro_ (accumulate adds it).
+  float* grad(int mb, int64_t global) {
+    return (mb == 0 ? grads_ : micro_).data() + local(grad_regions_, global, stage_);
+  }
+  float* grad(int64_t global) { return grad(0, global); }
+
+  // The parameters as chunk c's blocks read them: each at its global offset from `at` (the
+  // chunk's region is contiguous here, so `at` is shifted back by where it starts), a tied head
+  // wte at the stage's copy (or own rows).
+  ParamView chunk_params(int chunk) const {
+    const int64_t first = owner_.model_.param_offset(blocks(chunk).first);
+    const float* at = param(first) - first;
+    const bool tied_head = owner_.model_.shape().tied && !vocab_ &&
+                           blocks(chunk).second == owner_.model_.blocks().size();
+    return {at, tied_head ? param(0) : at};
+  }
 };
 
 namespace {
@@ -608,11 +733,14 @@ void PipelinedGpt::set_precision(kernels::Precision precision) {
   for (auto& stage : stages_) stage->backend().set_precision(precision);
 }
 
-void PipelinedGpt::gradients(const float* params, const int32_t* inputs, const int32_t* targets,
-                             int sequences, float grad_scale, float* grads, float* micro_grads) {
+void PipelinedGpt::step(TrainState& s, bool load, const int32_t* inputs, const int32_t* targets,
+                        int sequences, float grad_scale, const OptimizerUpdate& update) {
+  const int optimizer_floats = update.adam ? 2 : 1;
+  if (load)
+    for (auto& stage : stages_) stage->load(s, optimizer_floats);
   std::vector<pipeline::StageExecutor*> executors;
   for (auto& stage : stages_) {
-    stage->begin_step(params, inputs, targets, sequences, grad_scale, grads, micro_grads);
+    stage->begin_step(inputs, targets, sequences, grad_scale);
     executors.push_back(stage.get());
   }
   if (!transport_) transport_ = make_transport();
@@ -622,7 +750,12 @@ void PipelinedGpt::gradients(const float* params, const int32_t* inputs, const i
     transport_.reset();
     throw;
   }
-  for (auto& stage : stages_) stage->end_step(grads);
+  for (auto& stage : stages_) stage->end_step();
+  Stage &first = *stages_.front(), &last = *stages_.back();
+  if (last.has_tied_copy()) Stage::add_tied_share(first, last);
+  for (auto& stage : stages_) stage->update(update);
+  if (last.has_tied_copy()) Stage::copy_tied_weight(first, last);
+  for (auto& stage : stages_) stage->store(s, optimizer_floats);
 }
 
 std::unique_ptr<pipeline::Transport> PipelinedGpt::make_transport() const {

@@ -9,16 +9,18 @@
 //                 GPU); activations and gradients move by device copies between stages on one
 //                 GPU and by NCCL between GPUs (pipeline/cuda_transport.h).
 //
-// State. The parameters, gradients and optimizer state stay one contiguous buffer each, in the
-// memory of the engine's backend ("home": the group's first device). Each step, every stage's
-// work is ordered after the home's (the token uploads, the previous update: Backend::wait_for)
-// and the home's after every stage's. A stage whose device is the home's (every CPU stage; GPU
-// stages on the first GPU) reads the parameters and writes its regions of the gradient buffer
-// in place. A stage on another GPU keeps a full-size mirror of parameters and gradients there:
-// before the program it copies in the parameter regions of its blocks (and the embedding, which
-// a tied head reads) and the step's tokens, after it the home copies back its gradient regions
-// (Backend::copy_from). Stage buffers (activations, gradients between stages, loans) are kept
-// from step to step: no device memory is freed while NCCL transfers may be in flight.
+// State. Each stage holds its own parameters, gradients (and micro-batch gradients) and
+// optimizer state, one contiguous buffer of each kind in its device's memory (llm.c's layout):
+// the regions of gpt.h's layout that its blocks own, one after another (stage_balance.h counts
+// them). A step's state is still one TrainState in the engine's backend ("home": the group's
+// first device), which checkpoints and forks read: at the first step of a train() call the
+// stages read their regions of it (split), after every step they write them back (assemble), so
+// a pipelined state is the unpipelined one's. A stage computes its gradients in its buffers and
+// applies its optimizer's update to them itself (the same elementwise kernel as the unpipelined
+// update: the same bits). Every copy between the home and a stage is ordered by copy_from and
+// wait_for. On another GPU than the home's a stage also copies the step's tokens. Stage buffers
+// (activations, gradients between stages, loans) are kept from step to step: no device memory is
+// freed while NCCL transfers may be in flight.
 //
 // Cutting. With p stages and v chunks per stage the model's blocks (embedding, `layers`
 // transformer blocks, head) are cut into p v contiguous, non-empty ranges ("positions"; chunk c
@@ -29,8 +31,9 @@
 // ranges (which then get fewer transformer blocks when the head is heavy, e.g. a large vocab).
 // In parameters they are the heavy ones (V C + T C for the embedding); the cut does not balance
 // memory. A tied output layer reads wte, which lives with the embedding on the first stage: the
-// last stage reads it from the parameter buffer (or its mirror) and writes its share of wte's
-// gradient into its own region (gpt.h), added in once per step.
+// last stage holds a copy of it and writes its share of wte's gradient into its own region
+// (gpt.h), which stage 0 adds into wte's before its update (as Gpt::reduce_tied); the updated
+// wte is then copied to the last stage.
 //
 // Vocabulary parallelism (shape.vocab_parallel; CPU stages only: the passes compute in host
 // memory). The embedding and the output layer are cut into p shards of whole vocabulary blocks
@@ -43,8 +46,9 @@
 // stage sums in block order before the layer norm's backward. Stage 0 sends the embedding's
 // gradient to every stage, which writes its rows of wte's gradient (stage 0 also wpe's). These are
 // the unpipelined head's and embedding's sums in the same order, so the bits are the same.
-// Each stage writes only its shard's regions of the gradient buffer; the parameters, gradients
-// and optimizer state are still one buffer, updated after the program as above.
+// Each stage holds its shard's rows of wte (and of the untied output layer, and of a tied head's
+// share of wte's gradient, which it adds into its rows before its update), stage 0 wpe, the last
+// stage the final layer norm.
 //
 // Exactness. Each position's backward passes run in ascending micro-batch order (every generator
 // guarantees it; the stage checks it), and a position's micro-batch gradient is added to its
@@ -52,8 +56,8 @@
 // same kernels on the same kind of device, so the gradients, and so the parameters after any
 // number of steps, are bit for bit the same as the unpipelined run's over the same micro-batches
 // on that kind of device. The optimizer step of the program is where a stage's work ends; the
-// update itself runs once over the whole parameter buffer after the program (the engine's, on
-// the home device), since wte's update needs the last stage's share.
+// updates run after the program, stage by stage, since stage 0's wte needs the last stage's
+// share when tied.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +71,7 @@
 #include "worker/engine/device_group.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/stage_balance.h"
+#include "worker/engine/train_state.h"
 
 namespace hippo::worker {
 
@@ -75,8 +80,8 @@ class PipelinedGpt {
   // `shape` as pipeline/schedules.h's check_shape accepts (else std::invalid_argument naming the
   // field, "pipeline.microbatches: ..."). The stages compute on `group` (a CPU group: CPU
   // backends of `threads_per_stage` threads; a CUDA group: a stream of its own per stage, on the
-  // GPUs of DeviceGroup::stage_gpus); `home` is the engine's backend, whose memory holds what
-  // gradients() reads and writes (for a CUDA group, the group's first GPU).
+  // GPUs of DeviceGroup::stage_gpus); `home` is the engine's backend, whose memory holds the
+  // TrainState that step() reads and writes (for a CUDA group, the group's first GPU).
   PipelinedGpt(const Gpt& model, const pipeline::PipelineShape& shape,
                std::shared_ptr<const kernels::Backend> home, const DeviceGroup& group,
                int threads_per_stage);
@@ -93,12 +98,15 @@ class PipelinedGpt {
   // The precision of the stages' products from the next step on (Backend::set_precision).
   void set_precision(kernels::Precision precision);
 
-  // Gradients of one optimizer step into grads[model.grad_count()] (overwritten; reduce_tied not
-  // yet applied): shape.microbatches micro-batches of `sequences` sequences each, whose tokens
-  // are inputs/targets[microbatches * sequences, T] (micro-batch m at row m * sequences).
-  // micro_grads[model.grad_count()] is scratch (when microbatches > 1). All in home's memory.
-  void gradients(const float* params, const int32_t* inputs, const int32_t* targets, int sequences,
-                 float grad_scale, float* grads, float* micro_grads);
+  // One optimizer step of s: shape.microbatches micro-batches of `sequences` sequences each,
+  // whose tokens are inputs/targets[microbatches * sequences, T] (micro-batch m at row
+  // m * sequences, in home's memory), then each stage's update of its own parameters. `load`:
+  // the stages first read their regions of s (its parameters and optimizer state, which the
+  // engine has allocated for update's optimizer), as after another train() call, a fork or a
+  // load; otherwise they hold what the last step left. Afterwards s holds every stage's new
+  // parameters and optimizer state, assembled.
+  void step(TrainState& s, bool load, const int32_t* inputs, const int32_t* targets, int sequences,
+            float grad_scale, const OptimizerUpdate& update);
 
  private:
   class Stage;

@@ -27,4 +27,12 @@ struct TrainState {
   bool operator==(const TrainState&) const = default;  // bit for bit
 };
 
+// One step's update by the optimizer that made opt_state, with its settings at that step (the
+// engine's step loop, engine.cc): sgd's, or adam's (adamw: decoupled weight decay).
+struct OptimizerUpdate {
+  bool adam = false;
+  kernels::SgdParams sgd;
+  kernels::AdamParams adam_params;
+};
+
 }  // namespace hippo::worker
