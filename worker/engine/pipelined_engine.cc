@@ -124,16 +124,18 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   // work ordered after the home's.
   void begin_step(const int32_t* inputs, const int32_t* targets, int sequences, float grad_scale) {
     const Gpt& model = owner_.model_;
+    acts_.clear();  // a failed step may have left some
+    loans_.clear();
+    grad_.clear();
+    drop_vocab_buffers();
+    for (auto& [key, b] : logits_) give(std::move(b));
+    logits_.clear();
     if (sequences != sequences_) {  // another batch size: the kept buffers do not fit
       for (auto& spare : spare_acts_) spare.clear();
       for (auto& spare : spare_loans_) spare.clear();
       spare_grads_.clear();
+      spare_vocab_.clear();
     }
-    acts_.clear();  // a failed step may have left some
-    loans_.clear();
-    grad_.clear();
-    vocab_buffers_.clear();
-    logits_.clear();
     norms_.clear();
     next_vocab_backward_ = next_embed_backward_ = 0;
     sequences_ = sequences;
@@ -166,7 +168,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
                              " ended a step with stashed activations");
     for (auto& [key, g] : grad_) spare_grads_.push_back(std::move(g));
     grad_.clear();
-    vocab_buffers_.clear();  // what was only sent: a shard's embedding, its input gradient
+    drop_vocab_buffers();  // what was only sent: a shard's embedding, its input gradient
   }
 
   void forward(int mb, int chunk) override {
@@ -234,9 +236,8 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     const float* wpe = param(int64_t{s.vocab} * s.dim);
     for (int b = 0; b < sequences_; ++b)
       be_->add(x + b * per_sequence, wpe, x + b * per_sequence, per_sequence);
-    vocab_buffers_.erase({Buffer::kEmbedding, mb, 0});
-    for (int q = 1; q < owner_.program_.stages; ++q)
-      vocab_buffers_.erase({Buffer::kEmbeddingIn, mb, q});
+    drop({Buffer::kEmbedding, mb, 0});
+    for (int q = 1; q < owner_.program_.stages; ++q) drop({Buffer::kEmbeddingIn, mb, q});
   }
 
   // The shard's rows of wte's gradient (stage 0: and wpe's), as the embedding kernel sums them:
@@ -265,7 +266,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       }
       accumulate(mb, int64_t{s.vocab} * C, int64_t{s.vocab + s.context} * C);
     }
-    vocab_buffers_.erase({pipeline::Buffer::kEmbedGradient, mb, 0});
+    drop({pipeline::Buffer::kEmbedGradient, mb, 0});
     note_memory();
   }
 
@@ -274,7 +275,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     const GptShape& s = owner_.model_.shape();
     const int tokens = token1_ - token0_;
     kernels::Buffer<float>& logits = logits_[mb];
-    if (logits.size() != rows() * tokens) logits = kernels::Buffer<float>(be_, rows() * tokens);
+    if (logits.size() != rows() * tokens) logits = take(rows() * tokens);
     be_->gemm(false, true, static_cast<int>(rows()), tokens, s.dim, 1.0f,
               vocab_buffer(pipeline::Buffer::kVocabInput, mb, 0).data(), output_weight(), 0.0f,
               logits.data());
@@ -308,9 +309,10 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     accumulate(mb, dw, dw + int64_t{tokens} * s.dim);
     // The statistics of every block, held until here (the only buffer not a member).
     note_memory(int64_t{sizeof(float)} * std::ssize(stats));
-    vocab_buffers_.erase({Buffer::kVocabInput, mb, 0});
-    vocab_buffers_.erase({Buffer::kVocabStats, mb, 0});
-    for (int q = 0; q < p; ++q) vocab_buffers_.erase({Buffer::kVocabStatsIn, mb, q});
+    drop({Buffer::kVocabInput, mb, 0});
+    drop({Buffer::kVocabStats, mb, 0});
+    for (int q = 0; q < p; ++q) drop({Buffer::kVocabStatsIn, mb, q});
+    give(std::move(logits_.at(mb)));
     logits_.erase(mb);
   }
 
@@ -388,6 +390,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
       for (const auto& b : spares) add(b);
     for (const auto& b : spare_grads_) add(b);
     for (const auto& [key, b] : vocab_buffers_) add(b);
+    for (const auto& [size, b] : spare_vocab_) add(b);
     for (const auto* map : {&logits_, &norms_})
       for (const auto& [key, b] : *map) add(b);
     for (const auto* b :
@@ -476,8 +479,8 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
                             grad(mb, head) + C, rows(), C);
     accumulate(mb, head, head + 2 * int64_t{C});
     norms_.erase(mb);
-    vocab_buffers_.erase({Buffer::kVocabGradient, mb, 0});
-    for (int q = 0; q < p; ++q) vocab_buffers_.erase({Buffer::kVocabGradientIn, mb, q});
+    drop({Buffer::kVocabGradient, mb, 0});
+    for (int q = 0; q < p; ++q) drop({Buffer::kVocabGradientIn, mb, q});
   }
 
   // A vocabulary buffer of micro-batch mb (`slot`: the other stage for those received), sized
@@ -493,15 +496,46 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     if (which == Buffer::kVocabGradient || which == Buffer::kVocabGradientIn)
       size = blocks * rows() * C;
     kernels::Buffer<float>& b = vocab_buffers_[{which, mb, slot}];
-    if (b.size() != size) b = kernels::Buffer<float>(be_, size);
+    if (b.size() != size) {
+      give(std::move(b));
+      b = take(size);
+    }
     return {b.data(), static_cast<size_t>(size)};
   }
 
-  // Frees this stage's buffers of a kind for the micro-batches before mb (sent, so done with).
+  // Done with this stage's buffers of a kind for the micro-batches before mb (sent).
   void drop_before(pipeline::Buffer which, int mb) {
-    std::erase_if(vocab_buffers_, [&](const auto& entry) {
-      return std::get<0>(entry.first) == which && std::get<1>(entry.first) < mb;
-    });
+    for (auto it = vocab_buffers_.begin(); it != vocab_buffers_.end();) {
+      if (std::get<0>(it->first) == which && std::get<1>(it->first) < mb) {
+        give(std::move(it->second));
+        it = vocab_buffers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  void drop(const std::tuple<pipeline::Buffer, int, int>& key) {
+    if (const auto it = vocab_buffers_.find(key); it != vocab_buffers_.end()) {
+      give(std::move(it->second));
+      vocab_buffers_.erase(it);
+    }
+  }
+  void drop_vocab_buffers() {
+    for (auto& [key, b] : vocab_buffers_) give(std::move(b));
+    vocab_buffers_.clear();
+  }
+
+  // The vocabulary passes' buffers done with, kept by size for later micro-batches and steps
+  // (a logits buffer is tens of MiB: allocating it anew each micro-batch costs its page faults).
+  kernels::Buffer<float> take(int64_t size) {
+    const auto it = spare_vocab_.find(size);
+    if (it == spare_vocab_.end()) return kernels::Buffer<float>(be_, size);
+    kernels::Buffer<float> b = std::move(it->second);
+    spare_vocab_.erase(it);
+    return b;
+  }
+  void give(kernels::Buffer<float>&& b) {
+    if (!b.empty()) spare_vocab_.emplace(b.size(), std::move(b));
   }
 
   TokenBatch batch(int mb) const {
@@ -567,6 +601,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   // backward's dlogits and the summed input gradient (reused).
   std::map<std::tuple<pipeline::Buffer, int, int>, kernels::Buffer<float>> vocab_buffers_;
   std::map<int, kernels::Buffer<float>> logits_, norms_;
+  std::multimap<int64_t, kernels::Buffer<float>> spare_vocab_;
   kernels::Buffer<float> dlogits_, dnorm_;
   int next_vocab_backward_ = 0, next_embed_backward_ = 0;
   int64_t peak_bytes_ = 0;
