@@ -4,7 +4,7 @@
 # layer cut by vocabulary across the stages against without, measured in one run:
 #   bench/vocab_parallel.sh [BUILD_DIR] [REPS] [STEPS]
 # REPS runs of each, alternated (without, with, without, ...); the median samples/s of each and
-# their ratio (with / without), their CPU seconds (the work, whatever the load), each run's peak
+# their ratio (with / without; and the ratio of the best runs), their CPU seconds (the work, whatever the load), each run's peak
 # resident memory (the whole process), and each stage's peak memory: the bytes its own buffers
 # (parameters, gradients, optimizer state, activations, messages) held at once, counted by the
 # stage (the stages are threads of one process), as max over mean. Then the simulator's
@@ -46,7 +46,9 @@ for k, lines in runs.items():
     print("          each stage's peak: " +
           ", ".join(f"{m:.1f}" for m in last["stage_peak_mib"]) +
           f" MiB; max/mean {last['stage_memory_max_over_mean']:.3f}")
-print(f"ratio with / without: {med['with'] / med['without']:.3f}")
+print(f"ratio with / without: {med['with'] / med['without']:.3f} (medians), "
+      f"{max(l['samples_per_s'] for l in runs['with']) / max(l['samples_per_s'] for l in runs['without']):.3f}"
+      " (the best run of each: the least disturbed by other load)")
 print("simulator, from this machine's instruction times (a stage per core, free of load):")
 print("  layers stages  without   with  ratio   (paper: 5-51% more throughput)")
 for l in open(f"{sys.argv[1]}/predict"):
