@@ -38,8 +38,7 @@ Engine::Engine(const RunConfig& config, int threads, const std::string& device)
                 (config.tokenizer.empty() ? "" : "|t" + config.tokenizer))),
       backend_(kernels::make_backend(state_device(config, device), threads)),
       network_(make_network(config, backend_)),
-      order_(config.train_samples, config.seed),
-      grads_(backend_, network_->grad_count()) {
+      order_(config.train_samples, config.seed) {
   if (config.microbatches < 1)
     throw std::invalid_argument("microbatches: " + std::to_string(config.microbatches) +
                                 " is not >= 1");
@@ -156,21 +155,25 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
     }
     // A network whose state lives in buffers of its own (a pipeline's stages) takes the whole
     // step, reading s at the first step of this call.
-    if (network_->train_step(s, first_step, indices_.data(), batch, config_.microbatches, update)) {
-    } else if (!update.adam) {
-      // One micro-batch: the network may take the step layer by layer (the same bits).
-      if (config_.microbatches > 1 ||
-          !network_->sgd_step(s.params.data(), indices_.data(), batch, grads_.data(),
-                              s.opt_state.data(), update.sgd)) {
+    if (!network_->train_step(s, first_step, indices_.data(), batch, config_.microbatches,
+                              update)) {
+      // The gradient goes into grads_, sized at the first such step.
+      if (grads_.empty()) grads_ = kernels::Buffer<float>(backend_, network_->grad_count());
+      if (!update.adam) {
+        // One micro-batch: the network may take the step layer by layer (the same bits).
+        if (config_.microbatches > 1 ||
+            !network_->sgd_step(s.params.data(), indices_.data(), batch, grads_.data(),
+                                s.opt_state.data(), update.sgd)) {
+          network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
+                              grads_.data());
+          be.sgd_update(s.params.data(), grads_.data(), s.opt_state.data(), nparams, update.sgd);
+        }
+      } else {
         network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
                             grads_.data());
-        be.sgd_update(s.params.data(), grads_.data(), s.opt_state.data(), nparams, update.sgd);
+        be.adam_update(s.params.data(), grads_.data(), s.opt_state.data(),
+                       s.opt_state.data() + nparams, nparams, update.adam_params);
       }
-    } else {
-      network_->gradients(s.params.data(), indices_.data(), batch, config_.microbatches,
-                          grads_.data());
-      be.adam_update(s.params.data(), grads_.data(), s.opt_state.data(),
-                     s.opt_state.data() + nparams, nparams, update.adam_params);
     }
     first_step = false;
     s.data_position = next_position;

@@ -124,7 +124,8 @@ class Engine {
   std::shared_ptr<const kernels::Backend> backend_;
   std::unique_ptr<Network> network_;  // the model and its data
   SampleOrder order_;
-  kernels::Buffer<float> grads_;                 // [network's grad_count], like the parameters
+  // [network's grad_count], like the parameters; none for a network that takes whole steps.
+  kernels::Buffer<float> grads_;
   std::vector<int32_t> indices_, next_indices_;  // host memory: this step's and the next's samples
 };
 
