@@ -97,7 +97,8 @@ void sum_vocab_parts(const kernels::Backend& be, const std::vector<const float*>
 // and a tied output layer wte at `wte`. One buffer of the whole model is both; a pipeline stage
 // keeps only its own regions of it, and a tied last stage a copy of wte (pipelined_engine.h).
 struct ParamView {
-  ParamView(const float* params) : at(params), wte(params) {}  // NOLINT: the usual case
+  // Implicit: a pointer is the whole model's buffer, the usual case.
+  ParamView(const float* params) : at(params), wte(params) {}
   ParamView(const float* at_, const float* wte_) : at(at_), wte(wte_) {}
   const float* at;
   const float* wte;
