@@ -87,7 +87,7 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   // The optimizer's update of its own parameters, with its gradients and optimizer state (the
   // same elementwise kernel as the unpipelined update over the whole buffer: the same bits). A
   // tied head's share of wte's gradient is added in first where the stage has both (vocabulary
-  // parallelism; otherwise tie() does it between stages).
+  // parallelism; otherwise add_tied_share does it between stages).
   void update(const OptimizerUpdate& u) {
     const Gpt& model = owner_.model_;
     if (vocab_ && model.shape().tied) {
