@@ -1,8 +1,10 @@
 // `hippo pipeline-plan --stages P --microbatches M --schedule S [--chunks V] [--vocab-cost C]
-// [--vocab-parallel] [--model GPT --sequences B --optimizer O]`: generates the
+// [--vocab-parallel] [--model GPT --sequences B --optimizer O [--measure]]`: generates the
 // pipeline program, simulates it and prints a timeline per stage with the bubble and the peak
 // stash of each stage, so users can size a pipelined run before they start it; with --model,
-// each stage's compute and memory for that gpt (pipeline_balance.h). `--format json`
+// each stage's compute and memory for that gpt (pipeline_balance.h); with --measure, simulated
+// with that gpt's passes timed on this CPU (worker/engine/stage_balance.h), and the samples/s
+// that predicts. `--format json`
 // prints {"bubble_fraction", "peak_stash", "steps", ...} on one line; `--format csv` the steps.
 #include <algorithm>
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "master/cli/report.h"
 #include "pipeline/schedules.h"
 #include "pipeline/simulator.h"
+#include "worker/engine/stage_balance.h"
 
 namespace hippo::cli {
 namespace {
@@ -39,6 +42,9 @@ struct PlanOptions {
   std::string model;
   int sequences = 1;  // per micro-batch
   std::string optimizer = "adam";
+  // Simulate with --model's instruction times measured on this machine's CPU (one thread per
+  // stage) instead of the cost options.
+  bool measure = false;
 };
 
 pipeline::PipelineShape checked_shape(const PlanOptions& o) {
@@ -121,8 +127,11 @@ void print_plan(const pipeline::Program& program, const pipeline::SimulationRepo
   const int p = program.stages, m = program.microbatches, v = program.chunks;
   std::printf("%s: %d stages, %d micro-batches", program.schedule.c_str(), p, m);
   if (v > 1) std::printf(", %d chunks per stage", v);
-  std::printf("; a stage's forward takes %g, its backward %g, a transfer %g\n", o.forward_cost,
-              o.backward_cost, o.transfer_cost);
+  if (o.measure)
+    std::printf("; the model's passes as measured on this CPU (one thread per stage), seconds\n");
+  else
+    std::printf("; a stage's forward takes %g, its backward %g, a transfer %g\n", o.forward_cost,
+                o.backward_cost, o.transfer_cost);
   if (o.vocab_cost > 0)
     std::printf("the output layer's forward takes %g, %s\n", o.vocab_cost,
                 program.vocab_parallel ? "a p-th of it in each stage's vocabulary passes"
@@ -131,7 +140,7 @@ void print_plan(const pipeline::Program& program, const pipeline::SimulationRepo
       "makespan %g, bubble %.1f%% (1F1B theory with free transfers: (p-1)/(v*m+p-1) = "
       "%.1f%%)\n\n",
       report.makespan, 100 * report.bubble_fraction, 100.0 * (p - 1) / (v * m + p - 1));
-  const double smallest = std::min(o.forward_cost, o.backward_cost) / v;
+  const double smallest = o.measure ? 0 : std::min(o.forward_cost, o.backward_cost) / v;
   const double width = std::max(smallest, report.makespan / kMaxColumns);
   const int columns = std::max(1, static_cast<int>(std::ceil(report.makespan / width - 1e-9)));
   std::vector<std::vector<std::string>> rows = {
@@ -182,15 +191,49 @@ nlohmann::json checked_model(const PlanOptions& o) {
   return model;
 }
 
+// The simulated samples/s of `shape` from measured times: its micro-batches over the program's
+// makespan and the update after it. BadInput when the shape does not fit the model.
+double predicted_samples_per_s(const worker::Gpt& model, const pipeline::PipelineShape& shape,
+                               int sequences, const worker::InstructionTimes& times) {
+  pipeline::Costs costs;
+  try {
+    costs = worker::measured_costs(model, shape, times);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string("--model: ") + e.what());
+  }
+  const pipeline::SimulationReport report = pipeline::simulate(pipeline::generate(shape), costs);
+  return double(shape.microbatches) * sequences / (report.makespan + times.update);
+}
+
 int pipeline_plan(const PlanOptions& o, Format format) {
   const pipeline::PipelineShape shape = checked_shape(o);
   const nlohmann::json model = checked_model(o);
+  if (o.measure && model.is_null()) throw BadInput("--measure: needs --model");
+  std::unique_ptr<worker::Gpt> gpt;
+  worker::InstructionTimes times;
+  pipeline::Costs costs = costs_of(o, shape.stages, shape.chunks);
+  if (o.measure) {
+    gpt = std::make_unique<worker::Gpt>(worker::GptShape::parse(model));
+    times = worker::measure_instruction_times(*gpt, o.sequences, kernels::make_cpu_backend(1));
+    predicted_samples_per_s(*gpt, shape, o.sequences, times);  // checks that the shape fits
+    costs = worker::measured_costs(*gpt, shape, times);
+  }
   const pipeline::Program program = pipeline::generate(shape);
-  const pipeline::SimulationReport report =
-      pipeline::simulate(program, costs_of(o, shape.stages, shape.chunks));
+  const pipeline::SimulationReport report = pipeline::simulate(program, costs);
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.error_text().c_str());  // one line per broken instruction
     throw RunFailed("the generated program is broken (above)");
+  }
+  // With measured times: the predicted samples/s, and with vocab_parallel toggled where it fits.
+  double predicted = 0, toggled_predicted = 0;
+  if (o.measure) {
+    predicted = predicted_samples_per_s(*gpt, shape, o.sequences, times);
+    pipeline::PipelineShape toggled = shape;
+    toggled.vocab_parallel = !shape.vocab_parallel;
+    if (pipeline::check_shape(toggled).empty()) try {
+        toggled_predicted = predicted_samples_per_s(*gpt, toggled, o.sequences, times);
+      } catch (const BadInput&) {  // the model does not fit it: not shown
+      }
   }
   if (format == Format::kJson) {
     nlohmann::json out = {{"schedule", program.schedule},
@@ -203,6 +246,7 @@ int pipeline_plan(const PlanOptions& o, Format format) {
                           {"peak_stash", report.peak_stash},
                           {"busy", report.busy},
                           {"steps", steps_json(report)}};
+    if (o.measure) out["predicted_samples_per_s"] = predicted;
     std::printf("%s\n", out.dump().c_str());
   } else if (format == Format::kCsv) {
     std::vector<std::vector<std::string>> rows = {
@@ -219,6 +263,15 @@ int pipeline_plan(const PlanOptions& o, Format format) {
     print_csv(rows);
   } else {
     print_plan(program, report, o);
+    if (o.measure) {
+      std::printf("\npredicted: %.2f samples/s (%d micro-batches of %d sequences, then the update)",
+                  predicted, shape.microbatches, o.sequences);
+      if (toggled_predicted > 0)
+        std::printf("; %s vocab_parallel: %.2f samples/s (%.2fx)",
+                    shape.vocab_parallel ? "without" : "with", toggled_predicted,
+                    toggled_predicted / predicted);
+      std::printf("\n");
+    }
     if (!model.is_null()) {
       std::printf("\n");
       print_pipeline_balance(model, shape, o.sequences, o.optimizer);
@@ -254,6 +307,9 @@ void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* ac
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--optimizer", o->optimizer, "for --model: sgd, adam or adamw (default adam)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd->add_flag("--measure", o->measure,
+                "simulate with --model's passes timed on this machine's CPU (one thread per "
+                "stage): the predicted samples/s, with and without vocab_parallel");
   set_action(cmd, action, kEveryFormat, [o, chunks, &global] {
     o->chunks_given = chunks->count() > 0;
     return pipeline_plan(*o, global.format);

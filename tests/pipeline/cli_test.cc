@@ -92,6 +92,7 @@ TEST(PipelinePlanCli, BadArgumentsExitTwoWithTheReason) {
        "error: --vocab-parallel: needs at least 2 stages and the 1f1b or interleaved schedule"},
       {"--stages 2 --microbatches 4 --schedule 1f1b --vocab-cost -1",
        "error: --vocab-cost: expected a finite time, got -1"},
+      {"--stages 2 --microbatches 4 --schedule 1f1b --measure", "error: --measure: needs --model"},
       {"--stages 2 --microbatches 4 --schedule 1f1b --model '{\"type\": \"mlp\"}'",
        "error: --model: expected a gpt model spec"},
       {"--stages 2 --microbatches 4 --schedule 1f1b --model '{\"type\": \"gpt\", \"heads\": 3}'",
@@ -132,6 +133,26 @@ TEST(PreviewCli, PipelinedSpecShowsTheStagesBalance) {
         "1f1b, 2 stages:", "1f1b, 2 stages, vocab_parallel: not possible (pipeline.vocab_parallel",
         "bpipe, 2 stages:"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+}
+
+// --measure times a small gpt's passes on this CPU and simulates with them: the predicted
+// samples/s, and the vocabulary-parallel pipeline's beside it (its vocabulary of 2 blocks fits 2
+// stages).
+TEST(PipelinePlanCli, MeasurePredictsSamplesPerSecondFromMeasuredTimes) {
+  const std::string model =
+      "--model '{\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16, \"context\": 8, "
+      "\"vocab\": 8192}'";
+  Result r = hippo("pipeline-plan --stages 2 --microbatches 4 --schedule 1f1b --measure " + model);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("as measured on this CPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("samples/s (4 micro-batches of 1 sequences, then the update); with "
+                          "vocab_parallel: "),
+            std::string::npos)
+      << r.output;
+  r = hippo("--format json pipeline-plan --stages 2 --microbatches 4 --schedule 1f1b --measure " +
+            model);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_GT(nlohmann::json::parse(r.output)["predicted_samples_per_s"].get<double>(), 0);
 }
 
 }  // namespace
