@@ -1,6 +1,7 @@
 #include "worker/engine/pipelined_engine.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -788,7 +789,11 @@ void PipelinedGpt::step(TrainState& s, bool load, const int32_t* inputs, const i
   for (auto& stage : stages_) stage->end_step();
   Stage &first = *stages_.front(), &last = *stages_.back();
   if (last.has_tied_copy()) Stage::add_tied_share(first, last);
-  for (auto& stage : stages_) stage->update(update);
+  // Each stage's update on a thread of its own, as on devices of their own.
+  std::vector<std::future<void>> updates;
+  for (auto& stage : stages_)
+    updates.push_back(std::async(std::launch::async, [&stage, &update] { stage->update(update); }));
+  for (auto& done : updates) done.get();  // rethrows a stage's error
   if (last.has_tied_copy()) Stage::copy_tied_weight(first, last);
   for (auto& stage : stages_) stage->store(s, optimizer_floats);
 }

@@ -56,8 +56,8 @@
 // same kernels on the same kind of device, so the gradients, and so the parameters after any
 // number of steps, are bit for bit the same as the unpipelined run's over the same micro-batches
 // on that kind of device. The optimizer step of the program is where a stage's work ends; the
-// updates run after the program, stage by stage, since stage 0's wte needs the last stage's
-// share when tied.
+// updates run after the program (each stage's on a thread of its own), since stage 0's wte needs
+// the last stage's share when tied.
 #pragma once
 
 #include <cstdint>
