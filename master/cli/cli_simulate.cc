@@ -202,7 +202,7 @@ int simulate(const Args& a, const GlobalOptions& global) {
                          " and data there; give --step-time for it");
   } else if (a.step_s < 0 && a.curves_from.empty()) {
     throw BadInput(
-        "--step-time, --times-from or --curves-from: the simulation needs a time per step");
+        "--step-time or --times-from (or --curves-from): the simulation needs a time per step");
   }
   if (!a.curves_from.empty() && !a.metrics_from.empty())
     throw BadInput("--curves-from and --metrics-from: give one source of metrics");
