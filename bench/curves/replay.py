@@ -103,8 +103,10 @@ def run_optuna(table, pruner_name, seed, budget, workers=4):
     pruner = (optuna.pruners.HyperbandPruner(min_resource=1, max_resource=table.epochs,
                                              reduction_factor=3) if pruner_name == "hyperband"
               else optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3))
-    study = optuna.create_study(direction="maximize", pruner=pruner,
-                                sampler=optuna.samplers.TPESampler(seed=seed))
+    # A fixed name: HyperbandPruner assigns brackets by a hash of the study's name and the trial's
+    # number, and an unnamed study gets a random one (the run would not repeat).
+    study = optuna.create_study(study_name=f"curves-{pruner_name}-{seed}", direction="maximize",
+                                pruner=pruner, sampler=optuna.samplers.TPESampler(seed=seed))
     (lr, _, lr_lo, lr_hi), (mo, _, mo_lo, mo_hi), (wd, _, wd_lo, wd_hi), \
         (bs, _, bs_lo, bs_hi), (wi, _, wi_lo, wi_hi) = table.leaves
     evals, running = [], {}
