@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,15 @@ class MetricModel {
   // metric. Throws std::runtime_error when the model has none for it.
   virtual nlohmann::json metrics(const StudySpec& spec, const std::string& root_key,
                                  const Hyperparams& hyperparams, int64_t step) = 0;
+  // A trial's own seconds per training step and per evaluation where the model measured them
+  // (recorded_curves.h); nullopt: the simulation's times for its root key.
+  struct StepTimes {
+    double step_s = 0, eval_s = 0;
+  };
+  virtual std::optional<StepTimes> times(const StudySpec& /*spec*/, const std::string& /*root_key*/,
+                                         const Hyperparams& /*hyperparams*/) {
+    return std::nullopt;
+  }
 };
 
 // A documented synthetic curve (no randomness, no state). For the state after s steps:

@@ -369,6 +369,11 @@ void Simulation::start_job(Worker& w, protocol::Job order) {
   w.times = options_.times.of(w.root_key);
   w.job = order.id;
   w.order = std::move(order);
+  // A model that measured this trial's own times (recorded curves) overrides its root key's.
+  if (auto own = metrics_.times(w.study->spec, w.root_key, w.order.hyperparams)) {
+    w.times.step_s = own->step_s;
+    w.times.eval_s = own->eval_s;
+  }
   w.started = now_;
   double load_s = 0;
   if (w.order.parent_state >= 0) {
@@ -451,6 +456,7 @@ SimulatedRun Simulation::run(const std::string& plan_path, const std::string& ch
   master_options.rules = options_.rules;
   master_options.rules.exec.trainer = true;  // nothing runs: a simulated trainer is harmless
   master_options.order = options_.order;
+  master_options.events = options_.events;
   auto transport = std::make_unique<SimTransport>(*this);
   transport_ = transport.get();
   SearchPlan::Options plan_options;

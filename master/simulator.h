@@ -75,6 +75,7 @@ struct SimulationOptions {
   uint64_t seed = 1;      // failures
   StudyRules rules;       // --allow-exec searcher, budgets, --keep-checkpoints
   std::string plan_path;  // "" : a temporary file, removed at the end
+  std::string events;     // --events FILE: the studies' events (events.h), at simulated times
 };
 
 // What the master's own work cost, per kind of message and per decision.

@@ -148,7 +148,7 @@ class SamplerSearcher final : public PoolSearcher {
   SamplerSearcher(const StudySpec& spec, const std::string& name)
       : PoolSearcher(spec, max_trials(spec, name)) {
     sampler_ = make_sampler(spec_, name, Field(spec_.searcher.options, "searcher"),
-                            *spec_.searcher.max_trials);
+                            *spec_.searcher.max_trials, SamplerUse::kAlone);
   }
 
  private:

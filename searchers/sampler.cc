@@ -1,5 +1,6 @@
 #include "searchers/sampler.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "searchers/sobol.h"
@@ -43,7 +44,8 @@ const std::map<std::string, std::vector<std::string>>& sampler_options() {
       {"random", {}},
       {"sobol", {}},
       {"tpe",
-       {"n_startup", "gamma", "candidates", "prior_weight", "multivariate", "constant_liar"}},
+       {"n_startup", "gamma", "candidates", "prior_weight", "multivariate", "constant_liar",
+        "random_fraction"}},
       {"gp", {"n_startup", "candidates"}},
       {"cmaes", {"population", "sigma0"}},
   };
@@ -51,10 +53,10 @@ const std::map<std::string, std::vector<std::string>>& sampler_options() {
 }
 
 std::unique_ptr<Sampler> make_sampler(const StudySpec& spec, const std::string& name,
-                                      const Field& options, uint64_t trials) {
+                                      const Field& options, uint64_t trials, SamplerUse use) {
   if (name == "random") return std::make_unique<RandomSampler>(spec);
   if (name == "sobol") return std::make_unique<SobolSampler>(spec, options);
-  if (name == "tpe") return make_tpe_sampler(spec, options);
+  if (name == "tpe") return make_tpe_sampler(spec, options, use);
   if (name == "gp") return make_gp_sampler(spec, options, trials);
   if (name == "cmaes") return make_cmaes_sampler(spec, options);
   throw std::invalid_argument("no sampler " + name);
@@ -76,15 +78,21 @@ std::unique_ptr<Sampler> scheduler_sampler(const StudySpec& spec, uint64_t trial
   std::vector<std::string_view> keys = {"name"};
   keys.insert(keys.end(), it->second.begin(), it->second.end());
   options.check_keys(keys);
-  return make_sampler(spec, name, options, trials);
+  return make_sampler(spec, name, options, trials, SamplerUse::kInScheduler);
 }
 
 std::vector<SampledTrial> bohb_observations(
     const StudySpec& spec, const std::map<int64_t, std::vector<SampledTrial>>& by_level) {
-  const size_t enough = spec.space.params().size() + 1;
-  for (auto it = by_level.rbegin(); it != by_level.rend(); ++it)
-    if (it->second.size() >= enough) return it->second;
+  const size_t leaves = spec.space.params().size();
+  for (auto it = by_level.rbegin(); it != by_level.rend(); ++it) {
+    const size_t n = it->second.size();
+    if (n >= bohb_good_count(leaves, n) + leaves + 1) return it->second;
+  }
   return {};
+}
+
+size_t bohb_good_count(size_t leaves, size_t n) {
+  return std::max(leaves + 1, n * 15 / 100);
 }
 
 }  // namespace hippo

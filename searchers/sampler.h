@@ -10,11 +10,14 @@
 // (seed, index), so the same history gives the same proposal; cmaes also keeps a distribution
 // across generations (save/load).
 //
-// Inside a scheduler a model learns by the BOHB rule (Falkner et al., ICML 2018): of the levels a
-// trial is judged at (a halving scheduler's rung lengths, median_stop's evaluation steps), the
-// highest one where at least d + 1 trials (d leaves: BOHB's min_points_in_model) have a finite
-// value; below that nowhere, no observation (the models then draw from their prior). The trials in
-// flight are the constant liar (tpe) or the kriging believer (gp) there.
+// Inside a scheduler a model learns by the BOHB rule (Falkner et al., ICML 2018, as its reference
+// implementation HpBandSter has it): of the levels a trial is judged at (a halving scheduler's rung
+// lengths, median_stop's evaluation steps), the highest one where the trials with a finite value
+// fill both of BOHB's sets, a good set of max(d + 1, 15%) and a bad set of at least d + 1 more
+// (d leaves; d + 1 is BOHB's min_points_in_model); below that nowhere, no observation (the models
+// then draw from their prior). tpe there splits by BOHB's good-set size and draws a third of its
+// proposals at random (BOHB's random_fraction). The trials in flight are the constant liar (tpe)
+// or the kriging believer (gp) there.
 #pragma once
 
 #include <cstdint>
@@ -56,22 +59,30 @@ class Sampler {
 
 // The samplers' names and their options (besides `name`).
 const std::map<std::string, std::vector<std::string>>& sampler_options();
+
+// Where a sampler proposes: as a searcher of its own (a pool), or inside a scheduler (BOHB's rule).
+enum class SamplerUse { kAlone, kInScheduler };
+
 // The sampler `name` (a key of sampler_options()), its options read from `options` (the searcher's
 // options for a sampler searcher, `searcher.sampler` inside a scheduler). `trials`: the most
 // trials it may be asked for (gp refuses more than 300). `spec` must outlive it.
 std::unique_ptr<Sampler> make_sampler(const StudySpec& spec, const std::string& name,
-                                      const Field& options, uint64_t trials);
+                                      const Field& options, uint64_t trials, SamplerUse use);
 
 // A scheduler's sampler, `searcher.sampler`: null when the spec has none; its keys checked.
 std::unique_ptr<Sampler> scheduler_sampler(const StudySpec& spec, uint64_t trials);
 
-// BOHB's rule over observations by level (a step): the highest level with at least
-// spec.space.params().size() + 1 of them, or none.
+// BOHB's good-set size of n observations over d leaves: max(d + 1, floor(15% of n)).
+size_t bohb_good_count(size_t leaves, size_t n);
+
+// BOHB's rule over observations by level (a step): the highest level whose observations fill a good
+// set (bohb_good_count) and leave at least d + 1 for the bad set, or none.
 std::vector<SampledTrial> bohb_observations(
     const StudySpec& spec, const std::map<int64_t, std::vector<SampledTrial>>& by_level);
 
 // Each sampler's factory (tpe.cc, gp.cc, cmaes.cc; random and sobol in sampler.cc).
-std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& options);
+std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& options,
+                                          SamplerUse use);
 std::unique_ptr<Sampler> make_gp_sampler(const StudySpec& spec, const Field& options,
                                          uint64_t trials);
 std::unique_ptr<Sampler> make_cmaes_sampler(const StudySpec& spec, const Field& options);

@@ -206,7 +206,7 @@ class Parzen {
 class TpeSampler : public Sampler {
  public:
   // `spec` must outlive the sampler (it is its searcher's).
-  TpeSampler(const StudySpec& spec, const Field& options) : spec_(spec) {
+  TpeSampler(const StudySpec& spec, const Field& options, SamplerUse use) : spec_(spec), use_(use) {
     if (options.has("n_startup")) n_startup_ = options["n_startup"].integer(0, 1'000'000);
     if (options.has("candidates")) candidates_ = options["candidates"].integer(1, 1'000'000);
     if (options.has("gamma")) {
@@ -222,11 +222,23 @@ class TpeSampler : public Sampler {
     }
     if (options.has("multivariate")) multivariate_ = options["multivariate"].boolean();
     if (options.has("constant_liar")) constant_liar_ = options["constant_liar"].boolean();
+    random_fraction_ = use == SamplerUse::kInScheduler ? 1.0 / 3 : 0.0;
+    if (options.has("random_fraction")) {
+      random_fraction_ = options["random_fraction"].number();
+      if (!(random_fraction_ >= 0 && random_fraction_ <= 1))
+        options["random_fraction"].fail("expected a number in [0, 1], got " +
+                                        brief(options["random_fraction"].json()));
+    }
     for (const Param& p : spec_.space.params()) dims_.emplace_back(p);
   }
 
   Params propose(uint64_t index, const SamplerView& view) override {
     if (index < n_startup_) return spec_.space.draw(spec_.seed, index, std::nullopt);
+    // BOHB's random fraction: decided on a stream of its own, so that the model's draws are the
+    // same with and without it.
+    if (random_fraction_ > 0 &&
+        CounterRandom(spec_.seed ^ kRandomFractionStream, index).next() < random_fraction_)
+      return spec_.space.draw(spec_.seed, index, std::nullopt);
     // Best first, the earlier trial first among equals.
     std::vector<SampledTrial> scored = view.observed;
     std::stable_sort(scored.begin(), scored.end(),
@@ -234,9 +246,12 @@ class TpeSampler : public Sampler {
                        return better(a.value, b.value, spec_.searcher.maximize);
                      });
     size_t n = scored.size();
-    // Optuna's good-set size unless `gamma` is given: a tenth of the trials, at most 25.
+    // The good-set size: the best `gamma` fraction (at least one) when given, else BOHB's inside a
+    // scheduler, else Optuna's (a tenth of the trials, at most 25).
     size_t n_good = gamma_ ? std::max<size_t>(1, size_t(std::ceil(*gamma_ * double(n))))
-                           : std::min<size_t>(25, size_t(std::ceil(0.1 * double(n))));
+                    : use_ == SamplerUse::kInScheduler
+                        ? bohb_good_count(dims_.size(), n)
+                        : std::min<size_t>(25, size_t(std::ceil(0.1 * double(n))));
     n_good = std::min(n, n_good);
     std::vector<SampledTrial> good(scored.begin(), scored.begin() + n_good),
         bad(scored.begin() + n_good, scored.end());
@@ -280,7 +295,12 @@ class TpeSampler : public Sampler {
     return out;
   }
 
+  // "bohb" in ASCII: the stream of the random-fraction decisions.
+  static constexpr uint64_t kRandomFractionStream = 0x626f6862;
+
   const StudySpec& spec_;
+  SamplerUse use_;
+  double random_fraction_ = 0;
   uint64_t n_startup_ = 10;
   std::optional<double> gamma_;
   int64_t candidates_ = 24;
@@ -292,8 +312,9 @@ class TpeSampler : public Sampler {
 
 }  // namespace
 
-std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& options) {
-  return std::make_unique<TpeSampler>(spec, options);
+std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& options,
+                                          SamplerUse use) {
+  return std::make_unique<TpeSampler>(spec, options, use);
 }
 
 SearcherKind tpe_searcher_kind() {

@@ -17,6 +17,9 @@
 // chosen on its own. `multivariate: true`: one joint estimator over all leaves whose kernels are
 // products over the leaves (Scott's-rule bandwidths), candidates drawn whole from one kernel of l
 // and scored by the joint l/g, so that leaves that matter together are found together.
+// Inside a scheduler (`"sampler": {"name": "tpe"}`) it follows BOHB (sampler.h): its observations
+// are one level's, its good set is max(d + 1, 15%) of them unless `gamma` is given, and
+// `random_fraction` of its proposals (default 1/3 there, 0 alone) are seeded draws.
 // `constant_liar` (default true; no effect with parallel 1): running trials count as the worst of
 // the bad set, so that parallel proposals avoid each other's regions.
 //

@@ -119,6 +119,10 @@ void add_budget_options(CLI::App* cmd, Budget* budget);
 // the text (the default for none), BadInput naming the option otherwise.
 void add_keep_option(CLI::App* cmd, std::string* size);
 int64_t keep_bytes(const std::string& size);
+// --events FILE, for master, run and simulate (master/events.h); checked_events_file returns
+// the path once it can be appended to ("" and "-" as they are), BadInput naming it otherwise.
+void add_events_option(CLI::App* cmd, std::string* path);
+std::string checked_events_file(const std::string& path);
 // --allow-exec KINDS, for master and run: the text goes to *kinds, parsed by exec_kinds.
 void add_exec_option(CLI::App* cmd, std::string* kinds, const std::string& what);
 // BadInput naming --allow-exec when the text is not searcher, trainer or both.

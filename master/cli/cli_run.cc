@@ -229,21 +229,6 @@ pid_t spawn_worker(const RunDirectory& run, const std::string& checkpoints, int 
   return pid;
 }
 
-// --events FILE: the studies' events as JSON lines (master/events.h), appended to FILE; "-" is
-// standard output. BadInput when FILE cannot be opened for appending, before anything starts.
-std::string checked_events_file(const std::string& path) {
-  if (path.empty() || path == "-") return path;
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) throw BadInput("--events " + path + ": cannot open it: " + std::strerror(errno));
-  std::fclose(f);
-  return path;
-}
-void add_events_option(CLI::App* cmd, std::string* path) {
-  cmd->add_option("--events", *path,
-                  "write the studies' events as JSON lines to FILE as they happen (- for "
-                  "standard output): trials started and ended, evaluations, the best so far");
-}
-
 // How to run a study with local workers, and where.
 struct LocalRun {
   int workers = 1;
@@ -626,6 +611,21 @@ Policy policy_of(const std::string& text) {
   } catch (const std::invalid_argument& e) {
     throw BadInput(std::string("--policy: ") + e.what());
   }
+}
+
+// --events FILE: the studies' events as JSON lines (master/events.h), appended to FILE; "-" is
+// standard output. BadInput when FILE cannot be opened for appending, before anything starts.
+std::string checked_events_file(const std::string& path) {
+  if (path.empty() || path == "-") return path;
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw BadInput("--events " + path + ": cannot open it: " + std::strerror(errno));
+  std::fclose(f);
+  return path;
+}
+void add_events_option(CLI::App* cmd, std::string* path) {
+  cmd->add_option("--events", *path,
+                  "write the studies' events as JSON lines to FILE as they happen (- for "
+                  "standard output): trials started and ended, evaluations, the best so far");
 }
 
 // --keep-checkpoints: the checkpoint directory's budget (master/retention.h).

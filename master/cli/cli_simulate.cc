@@ -7,6 +7,7 @@
 
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
+#include "master/recorded_curves.h"
 #include "master/retention.h"
 #include "master/simulator.h"
 #include "protocol/log.h"
@@ -27,7 +28,7 @@ struct Args {
   std::string order = "critical-path";
   double step_s = -1, eval_s = 0, job_s = 0;
   std::string state_bytes = "1MiB", bandwidth = "1GB";
-  std::string times_from, metrics_from;
+  std::string times_from, metrics_from, curves_from, events;
   double curve_steps = 1000;
   double mtbf_s = 0, restart_s = 60;
   uint64_t seed = 1;
@@ -180,7 +181,8 @@ int simulate(const Args& a, const GlobalOptions& global) {
     studies.push_back({l.spec, l.spec_json, a.submit_at.empty() ? 0 : a.submit_at[i]});
   }
   options.devices = a.devices > 0 ? a.devices : stages;
-  options.times.defaults.step_s = a.step_s;
+  // With --curves-from every job has its configuration's own times (recorded_curves.h).
+  options.times.defaults.step_s = a.curves_from.empty() ? a.step_s : std::max(a.step_s, 0.0);
   options.times.defaults.eval_s = a.eval_s;
   options.times.defaults.job_s = a.job_s;
   options.times.defaults.state_bytes = size_of("--state-bytes", a.state_bytes);
@@ -198,18 +200,25 @@ int simulate(const Args& a, const GlobalOptions& global) {
           throw BadInput("--times-from " + a.times_from + ": no finished jobs of study " +
                          s.spec.name + "'s model " + model.dump() +
                          " and data there; give --step-time for it");
-  } else if (a.step_s < 0) {
-    throw BadInput("--step-time or --times-from: the simulation needs a time per step");
+  } else if (a.step_s < 0 && a.curves_from.empty()) {
+    throw BadInput(
+        "--step-time or --times-from (or --curves-from): the simulation needs a time per step");
   }
+  if (!a.curves_from.empty() && !a.metrics_from.empty())
+    throw BadInput("--curves-from and --metrics-from: give one source of metrics");
   std::unique_ptr<master::MetricModel> metrics;
   try {
-    if (a.metrics_from.empty())
+    if (!a.curves_from.empty())
+      metrics = std::make_unique<master::RecordedCurves>(a.curves_from);
+    else if (a.metrics_from.empty())
       metrics = std::make_unique<master::SyntheticCurves>(a.curve_steps);
     else
       metrics = std::make_unique<master::ReplayedMetrics>(a.metrics_from);
   } catch (const std::exception& e) {
-    throw BadInput("--metrics-from: " + std::string(e.what()));
+    throw BadInput((a.curves_from.empty() ? "--metrics-from: " : "--curves-from: ") +
+                   std::string(e.what()));
   }
+  options.events = checked_events_file(a.events);
 
   std::vector<Column> cols = columns(a);
   if (!a.plan.empty() && cols.size() > 1)
@@ -270,6 +279,9 @@ void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* ac
   cmd->add_option("--metrics-from", a->metrics_from,
                   "replay the metrics of the finished studies of this plan file (default: a "
                   "synthetic learning curve)");
+  cmd->add_option("--curves-from", a->curves_from,
+                  "replay this table of recorded learning curves (bench/curves/): each trial the "
+                  "nearest recorded configuration's, a step an epoch, at its measured times");
   cmd->add_option("--curve-steps", a->curve_steps,
                   "steps over which the synthetic curve rises (default 1000)")
       ->check(CLI::PositiveNumber);
@@ -288,6 +300,7 @@ void add_simulate_command(CLI::App& app, const GlobalOptions& global, Action* ac
                   "run the spec's searcher commands (trainers never run: nothing trains)");
   add_budget_options(cmd, &a->budget);
   add_keep_option(cmd, &a->keep);
+  add_events_option(cmd, &a->events);
   cmd->add_option("--plan", a->plan,
                   "keep the simulated search plan in this new file (for the history queries)");
   set_action(cmd, action, kEveryFormat, [a, &global] {

@@ -3,6 +3,8 @@
 // shared run's prediction must be within 15% of its measured wall time, and an adaptive study
 // must decide as it did (and, on a run of seconds, be predicted within 15% too). Plus its refusals
 // of bad input.
+#include <fstream>
+
 #include "tests/e2e/e2e_helper.h"
 
 namespace hippo::e2e {
@@ -158,6 +160,12 @@ TEST_F(Simulate, RefusesBadInputAndKeepsAPlanWhenAsked) {
   refused("--workers 2 --step-time 0.1 --at 1 --at 2", "--at");
   refused("--workers 2 --step-time 0.1 --metrics-from " + path("none.db"), "--metrics-from");
   refused("--workers 2 --step-time 0.1 --bandwidth 3XB", "--bandwidth");
+  // A table of recorded curves that is not one (master/recorded_curves.h): its file and line.
+  std::ofstream(path("forged.tsv")) << "# hippo recorded curves v1\nspace\tlr\tlog\t0\t1\n";
+  refused("--workers 2 --curves-from " + path("forged.tsv"),
+          "--curves-from: " + path("forged.tsv") + ":2: leaf lr: expected finite LO < HI");
+  refused("--workers 2 --curves-from " + path("forged.tsv") + " --metrics-from " + path("none.db"),
+          "give one source of metrics");
   refused("--workers 2 --step-time 0.1 --policy both --plan " + path("kept.db"),
           "--plan keeps one");
   refused("--workers 2 --step-time 0.1 --order both --plan " + path("kept.db"), "--plan keeps one");

@@ -969,13 +969,48 @@ json asha_with(json sampler, json options = json::object()) {
   return study({{"lr", {{"uniform", {0.0, 1.0}}}}}, searcher);
 }
 
+// One leaf: a good set of 2 (d + 1) and a bad set of 2 more, so 4 are enough; from 27 on the good
+// set is 15% (floor), as HpBandSter's n_good.
 TEST(Sampler, BohbTakesTheHighestLevelWithEnoughObservations) {
-  StudySpec spec = parse_spec(asha_with({{"name", "tpe"}}));  // one leaf: 2 are enough
+  StudySpec spec = parse_spec(asha_with({{"name", "tpe"}}));
   Params p = {{"lr", 0.5}};
   auto at = [&](int n) { return std::vector<SampledTrial>(n, SampledTrial{0, &p, 1.0}); };
-  EXPECT_EQ(bohb_observations(spec, {{10, at(5)}, {20, at(2)}, {40, at(1)}}).size(), 2u);
-  EXPECT_EQ(bohb_observations(spec, {{10, at(5)}, {20, at(1)}, {40, at(1)}}).size(), 5u);
-  EXPECT_TRUE(bohb_observations(spec, {{10, at(1)}, {20, at(1)}}).empty());
+  EXPECT_EQ(bohb_observations(spec, {{10, at(5)}, {20, at(4)}, {40, at(3)}}).size(), 4u);
+  EXPECT_EQ(bohb_observations(spec, {{10, at(5)}, {20, at(3)}, {40, at(1)}}).size(), 5u);
+  EXPECT_TRUE(bohb_observations(spec, {{10, at(3)}, {20, at(2)}}).empty());
+  EXPECT_EQ(bohb_good_count(1, 4), 2u);
+  EXPECT_EQ(bohb_good_count(1, 26), 3u);
+  EXPECT_EQ(bohb_good_count(5, 100), 15u);
+  EXPECT_EQ(bohb_good_count(5, 39), 6u);
+}
+
+// BOHB's random fraction: with 1 every proposal is the seeded draw of its index, with 0 (tpe
+// alone's default) none past the startup is, and the default inside a scheduler is a third.
+TEST(Sampler, TpeInsideASchedulerDrawsBohbsRandomFractionAtRandom) {
+  StudySpec spec = parse_spec(asha_with({{"name", "tpe"}, {"n_startup", 0}}));
+  std::vector<Params> params;
+  for (int i = 0; i < 8; ++i) params.push_back({{"lr", 0.1 * (i + 1)}});
+  SamplerView view;
+  for (int i = 0; i < 8; ++i) view.observed.push_back({i, &params[i], 0.1 * i});
+  auto sampler = [&](json options, SamplerUse use) {
+    options["name"] = "tpe";
+    options["n_startup"] = 0;
+    return make_sampler(spec, "tpe", Field(options, "sampler"), 30, use);
+  };
+  auto always = sampler({{"random_fraction", 1.0}}, SamplerUse::kInScheduler);
+  auto never = sampler(json::object(), SamplerUse::kAlone);
+  auto bohb = sampler(json::object(), SamplerUse::kInScheduler);
+  int drawn = 0, never_drawn = 0;
+  for (uint64_t index = 0; index < 300; ++index) {
+    Params draw = spec.space.draw(spec.seed, index, std::nullopt);
+    EXPECT_EQ(always->propose(index, view), draw);
+    never_drawn += never->propose(index, view) == draw;
+    drawn += bohb->propose(index, view) == draw;
+  }
+  EXPECT_EQ(never_drawn, 0);
+  EXPECT_GT(drawn, 70);
+  EXPECT_LT(drawn, 130);
+  EXPECT_THROW(sampler({{"random_fraction", 1.5}}, SamplerUse::kInScheduler), SpecError);
 }
 
 // asha with tpe, one trial at a time, the loss at a rung (lr - 0.8)^2 at the first rung and
@@ -1000,7 +1035,8 @@ TEST(Sampler, AshaProposesFromTheHighestRungWithEnoughObservations) {
           for (const auto& [length, value] : values)
             by_length[length].push_back({trial, &params.at(trial), value});
         SamplerView view{bohb_observations(spec, by_length), {}};
-        auto fresh = make_sampler(spec, "tpe", Field(sampler_options, "sampler"), 30);
+        auto fresh = make_sampler(spec, "tpe", Field(sampler_options, "sampler"), 30,
+                                  SamplerUse::kInScheduler);
         EXPECT_EQ(c->params, fresh->propose(uint64_t(c->trial), view)) << "trial " << c->trial;
         if (c->trial >= 3 && !view.observed.empty() && by_length.rbegin()->first > 10 &&
             view.observed.size() != by_length.begin()->second.size()) {
