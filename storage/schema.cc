@@ -299,10 +299,71 @@ ALTER TABLE trials ADD COLUMN remeasure INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE studies ADD COLUMN remeasure INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 15: change marks, so that a reader that keeps what it read (the dashboard) reads again
+// only what changed. plan_changes holds the plan's change number; every write that changes a
+// trial (its row, or a metric of it) or a stage (its row, or a checkpoint of it) raises it by one
+// and gives the row the new number in `changed` (0: before this version). Kept by triggers, so
+// that no writer (not even a hand-run sqlite3 shell) changes a row unmarked; a trigger's own
+// write of `changed` fires no mark again (the WHEN clauses).
+static const char* const kVersion15 = R"sql(
+CREATE TABLE plan_changes (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  number INTEGER NOT NULL
+);
+INSERT INTO plan_changes VALUES (1, 0);
+ALTER TABLE trials ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE stages ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX trials_by_change ON trials (changed);
+CREATE INDEX stages_by_change ON stages (changed);
+CREATE TRIGGER trial_added AFTER INSERT ON trials BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE trials SET changed = (SELECT number FROM plan_changes) WHERE id = NEW.id;
+END;
+CREATE TRIGGER trial_updated AFTER UPDATE ON trials WHEN NEW.changed IS OLD.changed BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE trials SET changed = (SELECT number FROM plan_changes) WHERE id = NEW.id;
+END;
+CREATE TRIGGER metric_added AFTER INSERT ON metrics BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE trials SET changed = (SELECT number FROM plan_changes) WHERE id = NEW.trial_id;
+END;
+CREATE TRIGGER metric_updated AFTER UPDATE ON metrics BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE trials SET changed = (SELECT number FROM plan_changes)
+    WHERE id IN (OLD.trial_id, NEW.trial_id);
+END;
+CREATE TRIGGER metric_deleted AFTER DELETE ON metrics BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE trials SET changed = (SELECT number FROM plan_changes) WHERE id = OLD.trial_id;
+END;
+CREATE TRIGGER stage_added AFTER INSERT ON stages BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE stages SET changed = (SELECT number FROM plan_changes) WHERE id = NEW.id;
+END;
+CREATE TRIGGER stage_updated AFTER UPDATE ON stages WHEN NEW.changed IS OLD.changed BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE stages SET changed = (SELECT number FROM plan_changes) WHERE id = NEW.id;
+END;
+CREATE TRIGGER checkpoint_added AFTER INSERT ON checkpoints BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE stages SET changed = (SELECT number FROM plan_changes) WHERE id = NEW.stage_id;
+END;
+CREATE TRIGGER checkpoint_updated AFTER UPDATE ON checkpoints BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE stages SET changed = (SELECT number FROM plan_changes)
+    WHERE id IN (OLD.stage_id, NEW.stage_id);
+END;
+CREATE TRIGGER checkpoint_deleted AFTER DELETE ON checkpoints BEGIN
+  UPDATE plan_changes SET number = number + 1;
+  UPDATE stages SET changed = (SELECT number FROM plan_changes) WHERE id = OLD.stage_id;
+END;
+)sql";
+
 const std::vector<std::string_view>& migrations() {
   static const std::vector<std::string_view> steps = {
       kVersion1, kVersion2, kVersion3,  kVersion4,  kVersion5,  kVersion6,  kVersion7,
-      kVersion8, kVersion9, kVersion10, kVersion11, kVersion12, kVersion13, kVersion14};
+      kVersion8, kVersion9, kVersion10, kVersion11, kVersion12, kVersion13, kVersion14,
+      kVersion15};
   return steps;
 }
 
