@@ -408,8 +408,8 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
                          [](const ExecutionRow& a, const ExecutionRow& b) {
                            return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
                          });
-        auto v = std::make_shared<StudyView>(
-            study_view(row, study.rows, *s.tree, s.checkpoints, now));
+        auto v =
+            std::make_shared<StudyView>(study_view(row, study.rows, *s.tree, s.checkpoints, now));
         study.stages.clear();
         for (const StageView& st : v->stages) study.stages.insert(st.stage.id);
         study.view = std::move(v);

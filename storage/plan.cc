@@ -1213,7 +1213,7 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
 }
 
 std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study,
-                                                std::optional<int64_t> after) {
+                                                 std::optional<int64_t> after) {
   std::vector<ExecutionRow> rows;
   if (schema_version() < kExecutionsVersion) return rows;  // a version-2 file, read only
   // The parts of a job's time came with version 8 (a read-only older file has none).

@@ -361,9 +361,8 @@ END;
 
 const std::vector<std::string_view>& migrations() {
   static const std::vector<std::string_view> steps = {
-      kVersion1, kVersion2, kVersion3,  kVersion4,  kVersion5,  kVersion6,  kVersion7,
-      kVersion8, kVersion9, kVersion10, kVersion11, kVersion12, kVersion13, kVersion14,
-      kVersion15};
+      kVersion1, kVersion2,  kVersion3,  kVersion4,  kVersion5,  kVersion6,  kVersion7, kVersion8,
+      kVersion9, kVersion10, kVersion11, kVersion12, kVersion13, kVersion14, kVersion15};
   return steps;
 }
 

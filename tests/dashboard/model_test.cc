@@ -404,8 +404,19 @@ TEST_F(ModelTest, APlanReaderReadsOnlyWhatChangedAndEqualsAFreshRead) {
   reread("training progress and a checkpoint", 0, {1});
   EXPECT_FALSE(kept.last_work().tree_restored);
   write([](SearchPlan& plan, StageTree& tree) {
-    plan.add_execution({0, tree.stage_at(3, 1), 3, ExecutionKind::kTrain, 0, 10, 10, "w2", 20, 21,
-                        ExecutionOutcome::kDone, "", {2}});
+    plan.add_execution({0,
+                        tree.stage_at(3, 1),
+                        3,
+                        ExecutionKind::kTrain,
+                        0,
+                        10,
+                        10,
+                        "w2",
+                        20,
+                        21,
+                        ExecutionOutcome::kDone,
+                        "",
+                        {2}});
     plan.set_trial_status(3, TrialStatus::kDone);
   });
   reread("an execution and a trial's status", 1, {2});

@@ -180,6 +180,18 @@ TEST_F(Scale, StudyPagesAreAtMostFiveMegabytesAndAtTenThousandTrialsDrawEveryPoi
   EXPECT_EQ(tree.find("data-trials=\"77777\""), std::string::npos);
   EXPECT_NE(get(dashboard.url("/study/1/tree?trial=77777")).body.find("data-trials=\"77777\""),
             std::string::npos);
+  // The timeline, aggregated: how busy each group of workers was, not a bar per execution (but
+  // those of the critical path).
+  const std::string timeline = get(dashboard.url("/study/1/timeline")).body;
+  std::smatch busy;
+  ASSERT_TRUE(
+      std::regex_search(timeline, busy,
+                        std::regex("class=\"timeline busy\" [^>]*data-executions=\"([0-9]+)"
+                                   "\" data-workers=\"([0-9]+)\" data-lanes=\"([0-9]+)\"")));
+  EXPECT_GT(std::stoll(busy[1]), 5000);
+  EXPECT_EQ(std::stoll(busy[2]), 1000);
+  EXPECT_EQ(std::stoll(busy[3]), 100);
+  EXPECT_LT(occurrences(timeline, "class=\"execution"), 1000u);
 }
 
 TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
