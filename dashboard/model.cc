@@ -15,11 +15,11 @@ namespace {
 
 // The stages on the study's trials' paths, each parent before its children (pre-order from the
 // top stages, children in creation order).
-std::vector<StageId> study_stages(const StageTree& tree, const std::set<StageId>& on_paths) {
+std::vector<StageId> study_stages(const StageTree& tree, const std::vector<char>& on_paths) {
   std::vector<StageId> order;
   std::vector<StageId> todo;
   for (StageId top : tree.top_stages())
-    if (on_paths.count(top)) todo.push_back(top);
+    if (on_paths[top]) todo.push_back(top);
   std::reverse(todo.begin(), todo.end());
   while (!todo.empty()) {
     StageId s = todo.back();
@@ -27,7 +27,7 @@ std::vector<StageId> study_stages(const StageTree& tree, const std::set<StageId>
     order.push_back(s);
     const auto& children = tree.stage(s).children;
     for (auto it = children.rbegin(); it != children.rend(); ++it)
-      if (on_paths.count(*it)) todo.push_back(*it);
+      if (on_paths[*it]) todo.push_back(*it);
   }
   return order;
 }
@@ -129,9 +129,13 @@ StudyView study_view(const StudyRow& row, const StudyRows& rows, const StageTree
 
   // Steps as the master counts them (Master::summary): a stopped trial needs what it had been
   // trained to, a diverged one the step it diverged at, every other its length.
+  // Per stage id (ids are dense): vectors, not maps, for 100,000 trials' paths.
+  const size_t stage_count = tree.stages().size();
   std::map<TrialId, int64_t> needed;  // by trial id, for the tree's needed_steps
-  std::set<StageId> on_paths;
-  for (TrialView& t : v.trials) {
+  std::vector<char> on_paths(stage_count, 0);
+  std::vector<std::vector<StageId>> paths(v.trials.size());
+  for (size_t i = 0; i < v.trials.size(); ++i) {
+    TrialView& t = v.trials[i];
     const TrialRow& r = t.row;
     if (r.status != TrialStatus::kPending && r.status != TrialStatus::kRunning) ++v.trials_closed;
     if (!tree.has_trial(r.id)) continue;
@@ -143,7 +147,8 @@ StudyView study_view(const StudyRow& row, const StudyRows& rows, const StageTree
     needed[r.id] = t.needed;
     v.steps_trial_based += t.needed;
     v.critical_path_steps = std::max(v.critical_path_steps, t.needed);
-    for (StageId s : tree.path(r.id)) on_paths.insert(s);
+    paths[i] = tree.path(r.id);
+    for (StageId s : paths[i]) on_paths[s] = 1;
   }
   StageTree::NeededSteps steps = tree.needed_steps(needed);
   v.steps_unique = steps.unique;
@@ -152,11 +157,13 @@ StudyView study_view(const StudyRow& row, const StudyRows& rows, const StageTree
   v.wall_s = std::max(0.0, (row.ended_at ? *row.ended_at : now) - row.created_at);
 
   // The stages: what this study needs of each, and what its still running trials need.
-  std::unordered_map<StageId, int64_t> needed_end, active_end, through;
-  std::unordered_map<StageId, std::vector<int64_t>> ending;
+  std::vector<int64_t> needed_end(stage_count, 0), active_end(stage_count, 0),
+      through(stage_count, 0);
+  std::vector<std::vector<int64_t>> ending(stage_count);
   TrialId longest = -1;  // the trial that needs the most steps: its path is the critical path
   int64_t longest_needed = -1;
-  for (const TrialView& t : v.trials) {
+  for (size_t i = 0; i < v.trials.size(); ++i) {
+    const TrialView& t = v.trials[i];
     const TrialRow& r = t.row;
     if (!tree.has_trial(r.id)) continue;
     if (t.needed > longest_needed) {
@@ -165,7 +172,7 @@ StudyView study_view(const StudyRow& row, const StudyRows& rows, const StageTree
     }
     const bool active =
         running && (r.status == TrialStatus::kPending || r.status == TrialStatus::kRunning);
-    std::vector<StageId> path = tree.path(r.id);
+    const std::vector<StageId>& path = paths[i];
     ending[path.back()].push_back(r.number);
     for (StageId s : path) {
       const Stage& x = tree.stage(s);
@@ -192,7 +199,7 @@ StudyView study_view(const StudyRow& row, const StudyRows& rows, const StageTree
     } else {
       s.state = StageState::kPruned;
     }
-    s.trials_ending = ending[id];
+    s.trials_ending = std::move(ending[id]);
     std::sort(s.trials_ending.begin(), s.trials_ending.end());
     s.trials_through = through[id];
     auto c = checkpoints.find(id);
@@ -231,7 +238,7 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
   view.read_at = now;
   plan.snapshot([&] {
     view.version = plan.data_version();
-    std::vector<StudyRow> rows = plan.studies();
+    std::vector<StudyRow> rows = plan.studies(false);  // no page shows a searcher's state
     if (!only.empty()) {
       // The study named, by its name or else its id (PlanView::find's rule).
       auto named =
@@ -349,7 +356,7 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
     plan.snapshot([&] {
       view.version = plan.data_version();
       const PlanChanges changes = plan.changes_since(s.number, &s.parsed);
-      const std::vector<StudyRow> rows = plan.studies();
+      const std::vector<StudyRow> rows = plan.studies(false);  // no page shows a searcher's state
       std::vector<ExecutionRow> executions = plan.executions(std::nullopt, s.last_execution);
       work_.trials_read = changes.trials.size();
 

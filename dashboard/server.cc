@@ -564,7 +564,11 @@ struct Server::Impl {
       auto page = std::make_shared<const Page>(make(*v));
       std::lock_guard<std::mutex> lock(pages_mutex);
       cached = Cached{used, page, "\"" + instance + "-p" + std::to_string(++pages_made) + "\""};
-      if (pages_version == v->version && pages.size() < kMaxCachedPages) pages[key] = *cached;
+      if (pages_version == v->version) {
+        // Full (many selections): one goes, so that pages asked for later are kept too.
+        if (pages.size() >= kMaxCachedPages && !pages.count(key)) pages.erase(pages.begin());
+        pages[key] = *cached;
+      }
     }
     const std::string& tag = cached->etag;
     res.set_header("ETag", tag);

@@ -666,10 +666,9 @@ void SearchPlan::delete_study(int64_t study) {
 
 // The columns read_study reads, and the table: a file older than version 7 (read only) has no
 // accounts (a study's is a row of study_accounts, which a study may not have yet).
-std::string SearchPlan::study_columns() {
-  return std::string(
-             "id, name, spec, policy, status, created_at, ended_at, searcher_state, error, "
-             "deleted_at, ") +
+std::string SearchPlan::study_columns(bool searcher_state) {
+  return std::string("id, name, spec, policy, status, created_at, ended_at, ") +
+         (searcher_state ? "searcher_state" : "NULL") + ", error, deleted_at, " +
          (version_ >= kProvenanceVersion ? "remeasure, " : "0, ") +
          (version_ >= kAccountsVersion
               ? "COALESCE(a.steps_executed, 0), COALESCE(a.busy_s, 0), "
@@ -698,9 +697,10 @@ StudyRow SearchPlan::read_study(Query& q) {
   return r;
 }
 
-std::vector<StudyRow> SearchPlan::studies() {
+std::vector<StudyRow> SearchPlan::studies(bool searcher_state) {
   std::vector<StudyRow> rows;
-  const std::string sql = "SELECT " + study_columns() + " WHERE deleted_at IS NULL ORDER BY id";
+  const std::string sql =
+      "SELECT " + study_columns(searcher_state) + " WHERE deleted_at IS NULL ORDER BY id";
   Query q(*this, sql.c_str());
   while (q.next()) rows.push_back(read_study(q));
   return rows;
@@ -1418,20 +1418,23 @@ PlanChanges SearchPlan::changes_since(int64_t since, ParsedTrialValues* parsed) 
       Query q(*this, "SELECT number FROM plan_changes");
       if (q.next()) changes.number = q.int64(0);
     }
+    // By the change marks' indexes (INDEXED BY): without statistics, SQLite would rather scan
+    // a whole table in id order than sort the few rows changed.
     {
       const std::string sql =
-          "SELECT " + trial_columns() + " FROM trials WHERE changed > ? ORDER BY id";
+          "SELECT " + trial_columns() +
+          " FROM trials INDEXED BY trials_by_change WHERE changed > ? ORDER BY id";
       Query q(*this, sql.c_str(), since);
       while (q.next()) changes.trials.push_back(read_trial(q, parsed));
     }
     {
       const std::string sql = metric_columns() +
-                              "JOIN trials t ON t.id = m.trial_id WHERE t.changed > ? "
+                              "WHERE m.trial_id IN (SELECT id FROM trials WHERE changed > ?) "
                               "ORDER BY m.trial_id, m.step, m.name";
       Query q(*this, sql.c_str(), since);
       changes.metrics = read_metrics(q);
     }
-    changes.stages = read_stages("WHERE changed > ?", since);
+    changes.stages = read_stages("INDEXED BY stages_by_change WHERE changed > ?", since);
     changes.checkpoints =
         read_checkpoints("WHERE stage_id IN (SELECT id FROM stages WHERE changed > ?) ", since);
   });

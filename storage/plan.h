@@ -326,7 +326,10 @@ class SearchPlan {
   // not interrupted, or deleted, when the statement runs.
   void resume_study(int64_t study);
 
-  std::vector<StudyRow> studies();                                 // not deleted, by id
+  // Not deleted, by id; without their searcher states (left null) when `searcher_state` is false:
+  // a state grows with its study, and a reader that never shows it (the dashboard) need not
+  // parse it at every read.
+  std::vector<StudyRow> studies(bool searcher_state = true);
   std::optional<StudyRow> study(int64_t id);                       // deleted ones too
   std::optional<StudyRow> study_by_name(const std::string& name);  // not deleted
 
@@ -454,7 +457,7 @@ class SearchPlan {
                                     const std::string& table, int64_t id,
                                     const std::string& missing);
   // The columns read_study and read_trial read, for this file's schema version.
-  std::string study_columns();
+  std::string study_columns(bool searcher_state = true);
   std::string trial_columns();
   StudyRow read_study(Query& q);
   TrialRow read_trial(Query& q, ParsedTrialValues* parsed = nullptr);
