@@ -88,22 +88,23 @@ void read_results(StudyView& v, const StudyRows& rows,
   std::sort(v.front.begin(), v.front.end());
 }
 
-// The view of one study, computed from its rows and the plan's stage tree (no plan read).
-StudyView study_view(const StudyRow& row, const StudyRows& rows, const StageTree& tree,
+// The view of one study, computed from its rows and the plan's stage tree (no plan read). The
+// trials' and executions' rows move into it; their metrics stay in `rows`.
+StudyView study_view(const StudyRow& row, StudyRows rows, const StageTree& tree,
                      const Checkpoints& checkpoints, double now) {
   StudyView v;
   v.row = row;
   v.goals = goals_in(row.spec);
   v.metric = v.goals.objectives[0].metric;
   v.maximize = v.goals.objectives[0].maximize;
-  v.executions = rows.executions;
+  v.executions = std::move(rows.executions);
   const bool running = row.status == StudyStatus::kRunning;
 
   std::unordered_map<TrialId, size_t> index;
   v.trials.reserve(rows.trials.size());
-  for (const TrialRows& t : rows.trials) {
+  for (TrialRows& t : rows.trials) {
     index[t.row.id] = v.trials.size();
-    v.trials.push_back({t.row, {}, {}, std::nullopt, 0, 0, std::nullopt});
+    v.trials.push_back({std::move(t.row), {}, {}, std::nullopt, 0, 0, std::nullopt});
   }
   std::vector<const nlohmann::json*> params;
   for (const TrialView& t : v.trials) params.push_back(&t.row.params);
@@ -258,9 +259,9 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
          plan.executions(only.empty() ? std::nullopt : std::optional<int64_t>(rows[0].id)))
       for (int64_t study : e.studies) executions[study].push_back(e);
     for (const StudyRow& row : rows) {
-      const StudyRows study = read_rows(plan, row.id, std::move(executions[row.id]), parsed);
+      StudyRows study = read_rows(plan, row.id, std::move(executions[row.id]), parsed);
       view.studies.push_back(
-          std::make_shared<StudyView>(study_view(row, study, tree, checkpoints, now)));
+          std::make_shared<StudyView>(study_view(row, std::move(study), tree, checkpoints, now)));
     }
   });
   return view;
