@@ -1418,25 +1418,27 @@ PlanChanges SearchPlan::changes_since(int64_t since, ParsedTrialValues* parsed) 
       Query q(*this, "SELECT number FROM plan_changes");
       if (q.next()) changes.number = q.int64(0);
     }
-    // By the change marks' indexes (INDEXED BY): without statistics, SQLite would rather scan
-    // a whole table in id order than sort the few rows changed.
+    // Every row at the first read (rows written before schema 15 have no mark); then those
+    // marked since.
+    const bool all = since < 0;
+    const std::string trials = "(SELECT trial_id FROM trial_marks WHERE changed > ?) ",
+                      stages = "(SELECT stage_id FROM stage_marks WHERE changed > ?) ";
+    auto query = [&](const std::string& sql) {
+      return all ? Query(*this, sql.c_str()) : Query(*this, sql.c_str(), since);
+    };
     {
-      const std::string sql =
-          "SELECT " + trial_columns() +
-          " FROM trials INDEXED BY trials_by_change WHERE changed > ? ORDER BY id";
-      Query q(*this, sql.c_str(), since);
+      Query q = query("SELECT " + trial_columns() + " FROM trials " +
+                      (all ? "" : "WHERE id IN " + trials) + "ORDER BY id");
       while (q.next()) changes.trials.push_back(read_trial(q, parsed));
     }
     {
-      const std::string sql = metric_columns() +
-                              "WHERE m.trial_id IN (SELECT id FROM trials WHERE changed > ?) "
-                              "ORDER BY m.trial_id, m.step, m.name";
-      Query q(*this, sql.c_str(), since);
+      Query q = query(metric_columns() + (all ? "" : "WHERE m.trial_id IN " + trials) +
+                      "ORDER BY m.trial_id, m.step, m.name");
       changes.metrics = read_metrics(q);
     }
-    changes.stages = read_stages("INDEXED BY stages_by_change WHERE changed > ?", since);
+    changes.stages = read_stages(all ? "" : "WHERE id IN " + stages, since);
     changes.checkpoints =
-        read_checkpoints("WHERE stage_id IN (SELECT id FROM stages WHERE changed > ?) ", since);
+        all ? read_checkpoints("") : read_checkpoints("WHERE stage_id IN " + stages, since);
   });
   return changes;
 }
