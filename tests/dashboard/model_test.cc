@@ -328,7 +328,7 @@ void expect_same_pages(const PlanView& a, const PlanView& b, const std::string& 
 // the rows of the trials and stages written since, and the views of the studies they touch; what
 // it shows then is what a fresh read of the whole plan shows, page for page, after every kind of
 // write: a metric, a trial that splits a stage, training progress, a checkpoint, an execution, a
-// status, a longer trial, a study of its own, a deleted study.
+// status, a longer trial, a study of its own, a metric and a checkpoint deleted, a deleted study.
 TEST_F(ModelTest, APlanReaderReadsOnlyWhatChangedAndEqualsAFreshRead) {
   int64_t other = 0;
   {
@@ -436,6 +436,18 @@ TEST_F(ModelTest, APlanReaderReadsOnlyWhatChangedAndEqualsAFreshRead) {
   });
   reread("a trial added before another extended", 2, {1});
   EXPECT_TRUE(kept.last_work().tree_restored);
+  write([&](SearchPlan& plan, StageTree&) {  // a distrusted evaluation and state go
+    plan.delete_metric(0, 15, "loss");
+    int deleted = 0;
+    for (const CheckpointRow& c : plan.checkpoints()) {
+      if (c.file != "b.ckpt") continue;
+      plan.delete_checkpoint(c.id);
+      ++deleted;
+    }
+    EXPECT_EQ(deleted, 1);
+  });
+  reread("a metric and a checkpoint deleted", 1, {1});
+  EXPECT_NE(last.studies[0]->best->value, 0.05);
   write([&](SearchPlan& plan, StageTree&) {
     plan.set_study_status(other, StudyStatus::kCancelled);
     plan.delete_study(other);
