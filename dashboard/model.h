@@ -105,4 +105,36 @@ HypervolumeHistory hypervolume_history(const StudyView& study, size_t max_points
 PlanView read_plan(SearchPlan& plan, double now, const std::string& only = "",
                    ParsedTrialValues* parsed = nullptr);
 
+// Reads the same plan again and again (the dashboard's server), each time only what changed since
+// the read before (the plan's change marks, SearchPlan::changes_since): the rows read are those
+// of the trials and stages written since, their metrics and checkpoints, the executions added,
+// and the studies' own rows. A study that none of them touches keeps its view (the same object,
+// so pages made from it stay good); a touched one is computed again from its rows, kept and
+// re-read, as read_plan computes it. The stage tree is kept too and brought up to date by adding
+// and extending the changed trials as the master did, checked against every stage the plan says
+// changed; only where they differ (the master's order was another) is it restored whole. A plan
+// without change marks (an older file, read only) is read whole each time (read_plan).
+class PlanReader {
+ public:
+  PlanReader();
+  ~PlanReader();
+  PlanReader(PlanReader&&) noexcept;
+  PlanReader& operator=(PlanReader&&) noexcept;
+
+  PlanView read(SearchPlan& plan, double now);
+
+  // What the last read did (bounded by what changed: tests check it).
+  struct Work {
+    size_t trials_read = 0;       // trial rows read (all of them at the first read)
+    size_t studies_computed = 0;  // study views computed again
+    bool tree_restored = false;   // the stage tree restored whole rather than brought up to date
+  };
+  const Work& last_work() const { return work_; }
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  Work work_;
+};
+
 }  // namespace hippo::dashboard

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -465,21 +467,28 @@ struct Server::Impl {
   int bound_port = -1;
 
   // The plan and the latest view of it.
-  std::mutex plan_mutex;  // guards view, next_read, reading (and plan, parsed, while not reading)
+  std::mutex plan_mutex;  // guards view, next_read, reading (and plan, reader, while not reading)
   SearchPlan plan;
   std::shared_ptr<const PlanView> view;
-  ParsedTrialValues parsed;     // of the trials read so far: a re-read parses only new ones
+  PlanReader reader;            // keeps what it read: a re-read reads only what changed
   Clock::time_point next_read;  // no read of the plan before
   bool reading = false;
 
-  // Rendered content, per request key, for view->version.
+  // Rendered content, per request key, with the study views it was made from: good for as long
+  // as the view holds those same objects (PlanReader keeps the view of a study nothing changed).
+  struct Cached {
+    std::vector<std::shared_ptr<const StudyView>> from;
+    std::shared_ptr<const Page> page;
+    std::string etag;
+  };
   std::mutex pages_mutex;
   int64_t pages_version = -1;
-  std::map<std::string, std::shared_ptr<const Page>> pages;
+  int64_t pages_made = 0;  // names each page made: its ETag
+  std::map<std::string, Cached> pages;
 
   Impl(const std::string& db, const ServerOptions& o)
       : options(o), http(o), plan(SearchPlan::open_read_only(db)) {
-    view = std::make_shared<PlanView>(read_plan(plan, unix_now(), "", &parsed));
+    view = std::make_shared<PlanView>(reader.read(plan, unix_now()));
     next_read = Clock::now();
   }
 
@@ -504,7 +513,7 @@ struct Server::Impl {
     lock.unlock();
     std::shared_ptr<const PlanView> fresh;
     try {
-      fresh = std::make_shared<PlanView>(read_plan(plan, unix_now(), "", &parsed));
+      fresh = std::make_shared<PlanView>(reader.read(plan, unix_now()));
     } catch (const std::exception& e) {
       // Busy or mid-migration: keep showing the last good view, and say so.
       if (!options.quiet) std::fprintf(stderr, "dashboard: re-reading the plan: %s\n", e.what());
@@ -520,31 +529,54 @@ struct Server::Impl {
     return "\"" + instance + "-" + std::to_string(v.version) + "\"";
   }
 
-  // Answers with a page built by `make` (cached per plan version and key), or the 4xx it throws.
+  // Drops what was made from study views that `v` no longer holds (they would stay in memory).
+  template <typename Cache, typename From>
+  static void keep_current(const PlanView& v, Cache& cache, From from) {
+    std::set<const StudyView*> current;
+    for (const auto& s : v.studies) current.insert(s.get());
+    for (auto it = cache.begin(); it != cache.end();) {
+      const auto& used = from(it->second);
+      const bool stale = std::any_of(used.begin(), used.end(),
+                                     [&](const auto& s) { return !current.count(s.get()); });
+      it = stale ? cache.erase(it) : std::next(it);
+    }
+  }
+
+  // Answers with a page built by `make` from the study views `from` gives (cached per key while
+  // they are the views'), or the 4xx either throws.
+  using Views = std::vector<std::shared_ptr<const StudyView>>;
   void answer(const httplib::Request& req, httplib::Response& res, const std::string& key,
+              const std::function<Views(const PlanView&)>& from,
               const std::function<Page(const PlanView&)>& make) {
     std::shared_ptr<const PlanView> v = current();
-    const std::string tag = etag(*v);
+    const Views used = from(*v);
+    std::optional<Cached> cached;
+    {
+      std::lock_guard<std::mutex> lock(pages_mutex);
+      if (pages_version != v->version) {
+        keep_current(*v, pages, [](const Cached& c) -> const Views& { return c.from; });
+        pages_version = v->version;
+      }
+      auto it = pages.find(key);
+      if (it != pages.end() && it->second.from == used) cached = it->second;
+    }
+    if (!cached) {
+      auto page = std::make_shared<const Page>(make(*v));
+      std::lock_guard<std::mutex> lock(pages_mutex);
+      cached = Cached{used, page, "\"" + instance + "-p" + std::to_string(++pages_made) + "\""};
+      if (pages_version == v->version) {
+        // Full (many selections): one goes, so that pages asked for later are kept too.
+        if (pages.size() >= kMaxCachedPages && !pages.count(key)) pages.erase(pages.begin());
+        pages[key] = *cached;
+      }
+    }
+    const std::string& tag = cached->etag;
     res.set_header("ETag", tag);
     if (req.get_header_value("If-None-Match") == tag) {
       res.status = 304;
       return;
     }
-    std::shared_ptr<const Page> page;
-    {
-      std::lock_guard<std::mutex> lock(pages_mutex);
-      if (pages_version != v->version) {
-        pages.clear();
-        pages_version = v->version;
-      }
-      auto it = pages.find(key);
-      if (it != pages.end()) page = it->second;
-    }
-    if (!page) {
-      page = std::make_shared<Page>(make(*v));
-      std::lock_guard<std::mutex> lock(pages_mutex);
-      if (pages_version == v->version && pages.size() < kMaxCachedPages) pages[key] = page;
-    }
+    const std::shared_ptr<const Page>& page = cached->page;
     if (req.get_header_value("X-Hippo-Part") == "content") {
       // A poll: the parts it already shows, unchanged, go back as placeholders.
       std::set<std::string> kept;
@@ -562,24 +594,25 @@ struct Server::Impl {
     send(req, res, document(error_page(status, message), true, "error"), kHtml);
   }
 
-  // The trial table of a study at the view's version, made once per version (sorting and
-  // filtering a page of it is per request).
+  // The trial table of a study's view, made once per view (sorting and filtering a page of it is
+  // per request).
   std::mutex tables_mutex;
   int64_t tables_version = -1;
-  std::map<int64_t, std::shared_ptr<const TrialTable>> tables;
-  std::shared_ptr<const TrialTable> table_of(const PlanView& v, const StudyView& s) {
+  std::map<int64_t, std::pair<Views, std::shared_ptr<const TrialTable>>> tables;
+  std::shared_ptr<const TrialTable> table_of(const PlanView& v,
+                                             const std::shared_ptr<const StudyView>& s) {
     {
       std::lock_guard<std::mutex> lock(tables_mutex);
       if (tables_version != v.version) {
-        tables.clear();
+        keep_current(v, tables, [](const auto& t) -> const Views& { return t.first; });
         tables_version = v.version;
       }
-      auto it = tables.find(s.row.id);
-      if (it != tables.end()) return it->second;
+      auto it = tables.find(s->row.id);
+      if (it != tables.end() && it->second.first[0] == s) return it->second.second;
     }
-    auto table = std::make_shared<const TrialTable>(trial_table(s));
+    auto table = std::make_shared<const TrialTable>(trial_table(*s));
     std::lock_guard<std::mutex> lock(tables_mutex);
-    if (tables_version == v.version) tables[s.row.id] = table;
+    if (tables_version == v.version) tables[s->row.id] = {{s}, table};
     return table;
   }
 
@@ -611,7 +644,9 @@ struct Server::Impl {
   void study_route(const char* pattern, Page (*make)(const StudyView&)) {
     http.Get(pattern, [this, make](const httplib::Request& req, httplib::Response& res) {
       const std::string name = req.matches[1];
-      answer(req, res, req.path, [&](const PlanView& v) { return make(*study(v, name)); });
+      answer(
+          req, res, req.path, [&](const PlanView& v) { return Views{study(v, name)}; },
+          [&](const PlanView& v) { return make(*study(v, name)); });
     });
   }
   // A route whose page draws the selected trials (?trial=N).
@@ -625,13 +660,16 @@ struct Server::Impl {
         key += '\n';  // (one append at a time: GCC 12 warns falsely on "\n" + a temporary)
         key += std::to_string(t);
       }
-      answer(req, res, key, [&](const PlanView& v) { return make(*study(v, name), trials); });
+      answer(
+          req, res, key, [&](const PlanView& v) { return Views{study(v, name)}; },
+          [&](const PlanView& v) { return make(*study(v, name), trials); });
     });
   }
 
   void routes() {
     http.Get("/", [this](const httplib::Request& req, httplib::Response& res) {
-      answer(req, res, "/", studies_page);
+      answer(
+          req, res, "/", [](const PlanView& v) { return v.studies; }, studies_page);
     });
     http.Get("/compare", [this](const httplib::Request& req, httplib::Response& res) {
       size_t n = req.get_param_value_count("id");
@@ -644,13 +682,15 @@ struct Server::Impl {
         names.push_back(req.get_param_value("id", i));
         key += "\n" + names.back();
       }
-      answer(req, res, key, [&](const PlanView& v) {
-        std::vector<std::shared_ptr<const StudyView>> keep;
+      auto named = [&](const PlanView& v) {
+        Views views;
+        for (const std::string& name : names) views.push_back(study(v, name));
+        return views;
+      };
+      answer(req, res, key, named, [&](const PlanView& v) {
+        const Views keep = named(v);
         std::vector<const StudyView*> studies;
-        for (const std::string& name : names) {
-          keep.push_back(study(v, name));
-          studies.push_back(keep.back().get());
-        }
+        for (const auto& s : keep) studies.push_back(s.get());
         return compare_page(studies);
       });
     });
@@ -668,7 +708,7 @@ struct Server::Impl {
                                                 httplib::Response& res) {
       std::shared_ptr<const PlanView> v = current();
       auto s = study(*v, req.matches[1]);
-      std::shared_ptr<const TrialTable> table = table_of(*v, *s);
+      std::shared_ptr<const TrialTable> table = table_of(*v, s);
       TableQuery query = default_query(*table);
       if (req.has_param("sort"))
         query.sort = static_cast<size_t>(whole_number(req.get_param_value("sort"), "sort"));

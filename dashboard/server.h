@@ -1,13 +1,15 @@
 // `hippo dashboard`: an HTTP server (cpp-httplib, from Debian) over one read-only connection to
 // the search plan.
 //
-// Reading. The plan is re-read (model.h's read_plan, one snapshot) only when a request comes and
-// the file has changed (SearchPlan::data_version), at most once per `refresh_s` and never sooner
-// after a read than that read took (at most half a core on a plan that a study keeps writing),
-// so a master writing the file meanwhile is never blocked (WAL) and pays nothing while nobody
-// looks. The request that starts a read waits for it; the others get the view before. Rendered
-// pages are kept per plan version; the live pages ask for their content with If-None-Match and
-// get 304 while nothing changed, and only the parts that changed otherwise (pages.h).
+// Reading. The plan is re-read (model.h's PlanReader: one snapshot, of what changed since the last
+// read) only when a request comes and the file has changed (SearchPlan::data_version), at most
+// once per `refresh_s` and never sooner after a read than that read took (at most half a core on
+// a plan that a study keeps writing), so a master writing the file meanwhile is never blocked
+// (WAL) and pays nothing while nobody looks. The request that starts a read waits for it; the
+// others get the view before. Rendered pages are kept, each under its own ETag, while the study
+// views they were made from are the view's (a study nothing changed keeps its view); the live pages
+// ask for their content with If-None-Match and get 304 while nothing changed, and only the parts
+// that changed otherwise (pages.h).
 //
 // Hostile clients. Only GET and HEAD of the known routes; anything else is a 4xx with a short
 // page. Request heads are read by one thread that waits on every connection at once, so a slow

@@ -59,6 +59,7 @@ constexpr int kEvaluationsVersion = 11;
 constexpr int kRunningJobsVersion = 12;
 constexpr int kTrialEndsVersion = 13;
 constexpr int kProvenanceVersion = 14;
+constexpr int kChangeMarksVersion = 15;
 
 // Storage identities as checkpoints.storages keeps them: space-separated.
 std::string join_storages(const std::vector<std::string>& storages) {
@@ -665,10 +666,9 @@ void SearchPlan::delete_study(int64_t study) {
 
 // The columns read_study reads, and the table: a file older than version 7 (read only) has no
 // accounts (a study's is a row of study_accounts, which a study may not have yet).
-std::string SearchPlan::study_columns() {
-  return std::string(
-             "id, name, spec, policy, status, created_at, ended_at, searcher_state, error, "
-             "deleted_at, ") +
+std::string SearchPlan::study_columns(bool searcher_state) {
+  return std::string("id, name, spec, policy, status, created_at, ended_at, ") +
+         (searcher_state ? "searcher_state" : "NULL") + ", error, deleted_at, " +
          (version_ >= kProvenanceVersion ? "remeasure, " : "0, ") +
          (version_ >= kAccountsVersion
               ? "COALESCE(a.steps_executed, 0), COALESCE(a.busy_s, 0), "
@@ -697,9 +697,10 @@ StudyRow SearchPlan::read_study(Query& q) {
   return r;
 }
 
-std::vector<StudyRow> SearchPlan::studies() {
+std::vector<StudyRow> SearchPlan::studies(bool searcher_state) {
   std::vector<StudyRow> rows;
-  const std::string sql = "SELECT " + study_columns() + " WHERE deleted_at IS NULL ORDER BY id";
+  const std::string sql =
+      "SELECT " + study_columns(searcher_state) + " WHERE deleted_at IS NULL ORDER BY id";
   Query q(*this, sql.c_str());
   while (q.next()) rows.push_back(read_study(q));
   return rows;
@@ -927,7 +928,7 @@ void SearchPlan::set_checkpoint_storages(int64_t id, const std::vector<std::stri
 }
 
 std::vector<CheckpointRow> SearchPlan::checkpoints() {
-  return read_checkpoints("", "");
+  return read_checkpoints("");
 }
 
 std::vector<CheckpointRow> SearchPlan::checkpoints_resting_on(const std::string& key) {
@@ -936,8 +937,9 @@ std::vector<CheckpointRow> SearchPlan::checkpoints_resting_on(const std::string&
   return read_checkpoints("WHERE instr(' ' || lineage || ' ', ' ' || ? || ' ') > 0 ", key);
 }
 
+template <typename... Args>
 std::vector<CheckpointRow> SearchPlan::read_checkpoints(const std::string& where,
-                                                        const std::string& key) {
+                                                        const Args&... args) {
   std::vector<CheckpointRow> rows;
   // An older file (read only) has no retained_at (version 3: none is retained) or no storages
   // (before 6: all in the master's directory).
@@ -949,7 +951,7 @@ std::vector<CheckpointRow> SearchPlan::read_checkpoints(const std::string& where
       (version >= kEnvironmentVersion ? "environment" : "''") + ", " +
       (version >= kProvenanceVersion ? "producer, lineage" : "'', ''") + " FROM checkpoints " +
       where + "ORDER BY stage_id, step";
-  Query q = where.empty() ? Query(*this, query.c_str()) : Query(*this, query.c_str(), key);
+  Query q(*this, query.c_str(), args...);
   while (q.next()) {
     CheckpointRow row{q.int64(0), q.int64(1), q.int64(2), q.text(3),
                       q.int64(4), q.text(5),  q.real(6)};
@@ -1210,7 +1212,8 @@ int64_t SearchPlan::add_execution(const ExecutionRow& row) {
   return id;
 }
 
-std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
+std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study,
+                                                 std::optional<int64_t> after) {
   std::vector<ExecutionRow> rows;
   if (schema_version() < kExecutionsVersion) return rows;  // a version-2 file, read only
   // The parts of a job's time came with version 8 (a read-only older file has none).
@@ -1223,11 +1226,13 @@ std::vector<ExecutionRow> SearchPlan::executions(std::optional<int64_t> study) {
       (version_ >= kJobTimesVersion ? "e.busy_s, e.times" : "NULL, NULL");
   const std::string of_study = "SELECT " + columns +
                                " FROM execution_studies s JOIN executions e ON "
-                               "e.id = s.execution_id WHERE s.study_id = ? "
+                               "e.id = s.execution_id WHERE s.study_id = ? AND e.id > ? "
                                "ORDER BY e.started_at, e.id";
-  const std::string of_all = "SELECT " + columns + " FROM executions e ORDER BY started_at, id";
-  auto q = study ? std::make_unique<Query>(*this, of_study.c_str(), *study)
-                 : std::make_unique<Query>(*this, of_all.c_str());
+  const std::string of_all =
+      "SELECT " + columns + " FROM executions e WHERE e.id > ? ORDER BY started_at, id";
+  const int64_t above = after.value_or(-1);
+  auto q = study ? std::make_unique<Query>(*this, of_study.c_str(), *study, above)
+                 : std::make_unique<Query>(*this, of_all.c_str(), above);
   while (q->next()) {
     ExecutionRow r;
     r.id = q->int64(0);
@@ -1347,27 +1352,33 @@ void SearchPlan::save_change(const StageTree& tree, const Change& change) {
   });
 }
 
+std::vector<Stage> SearchPlan::read_stages(const std::string& where, int64_t since) {
+  const std::string sql =
+      "SELECT id, root_key, parent, start_step, end_step, trained_until, representative "
+      "FROM stages " +
+      where + " ORDER BY id";
+  Query q = where.empty() ? Query(*this, sql.c_str()) : Query(*this, sql.c_str(), since);
+  std::vector<Stage> stages;
+  while (q.next()) {
+    Stage s;
+    s.id = q.int64(0);
+    s.root_key = q.text(1);
+    s.parent = q.is_null(2) ? kNoStage : q.int64(2);
+    s.start = q.int64(3);
+    s.end = q.int64(4);
+    s.trained_until = q.int64(5);
+    s.representative = q.int64(6);
+    stages.push_back(std::move(s));
+  }
+  return stages;
+}
+
 StageTree SearchPlan::load_tree(ParsedTrialValues* parsed) {
   std::vector<Stage> stages;
   std::vector<TrialRecord> trials;
   // A read transaction: one snapshot for both tables, without taking the write lock.
   in_transaction("BEGIN", [&] {
-    {
-      Query q(*this,
-              "SELECT id, root_key, parent, start_step, end_step, trained_until, representative "
-              "FROM stages ORDER BY id");
-      while (q.next()) {
-        Stage s;
-        s.id = q.int64(0);
-        s.root_key = q.text(1);
-        s.parent = q.is_null(2) ? kNoStage : q.int64(2);
-        s.start = q.int64(3);
-        s.end = q.int64(4);
-        s.trained_until = q.int64(5);
-        s.representative = q.int64(6);
-        stages.push_back(std::move(s));
-      }
-    }
+    stages = read_stages("", 0);
     // Children in creation order, which is id order because stage ids are given in creation
     // order. (Only the children list is not stored: it is the parent column read backwards.)
     for (const Stage& s : stages) {
@@ -1389,6 +1400,47 @@ StageTree SearchPlan::load_tree(ParsedTrialValues* parsed) {
     }
   });
   return StageTree::restore(std::move(stages), std::move(trials));
+}
+
+// ---- change marks ----
+
+bool SearchPlan::has_change_marks() {
+  return schema_version() >= kChangeMarksVersion;
+}
+
+PlanChanges SearchPlan::changes_since(int64_t since, ParsedTrialValues* parsed) {
+  if (!has_change_marks())
+    throw std::runtime_error(path_ + ": the plan has no change marks (schema " +
+                             std::to_string(kChangeMarksVersion) + ")");
+  PlanChanges changes;
+  snapshot([&] {
+    {
+      Query q(*this, "SELECT number FROM plan_changes");
+      if (q.next()) changes.number = q.int64(0);
+    }
+    // Every row at the first read (rows written before schema 15 have no mark); then those
+    // marked since.
+    const bool all = since < 0;
+    const std::string trials = "(SELECT trial_id FROM trial_marks WHERE changed > ?) ",
+                      stages = "(SELECT stage_id FROM stage_marks WHERE changed > ?) ";
+    auto query = [&](const std::string& sql) {
+      return all ? Query(*this, sql.c_str()) : Query(*this, sql.c_str(), since);
+    };
+    {
+      Query q = query("SELECT " + trial_columns() + " FROM trials " +
+                      (all ? "" : "WHERE id IN " + trials) + "ORDER BY id");
+      while (q.next()) changes.trials.push_back(read_trial(q, parsed));
+    }
+    {
+      Query q = query(metric_columns() + (all ? "" : "WHERE m.trial_id IN " + trials) +
+                      "ORDER BY m.trial_id, m.step, m.name");
+      changes.metrics = read_metrics(q);
+    }
+    changes.stages = read_stages(all ? "" : "WHERE id IN " + stages, since);
+    changes.checkpoints =
+        all ? read_checkpoints("") : read_checkpoints("WHERE stage_id IN " + stages, since);
+  });
+  return changes;
 }
 
 }  // namespace hippo

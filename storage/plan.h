@@ -218,6 +218,17 @@ struct ParsedTrialValues {
   std::unordered_map<TrialId, Hyperparams> hyperparams;
 };
 
+// What changed in a plan since a change number (schema 15, storage/schema.cc's change marks):
+// what a reader that keeps what it read (the dashboard) needs to read again.
+struct PlanChanges {
+  int64_t number = 0;                      // the plan's change number now
+  std::vector<TrialRow> trials;            // changed since (added, or a metric of theirs), by id
+  std::vector<MetricRow> metrics;          // every metric of those trials, by (trial, step, name)
+  std::vector<Stage> stages;               // changed since (or a checkpoint of theirs), by id;
+                                           // their children are not filled in
+  std::vector<CheckpointRow> checkpoints;  // every checkpoint of those stages, by (stage, step)
+};
+
 struct SearcherEvent {
   enum class Kind { kValidation, kClosed, kFailed, kBatch };
   Kind kind = Kind::kValidation;
@@ -315,7 +326,10 @@ class SearchPlan {
   // not interrupted, or deleted, when the statement runs.
   void resume_study(int64_t study);
 
-  std::vector<StudyRow> studies();                                 // not deleted, by id
+  // Not deleted, by id; without their searcher states (left null) when `searcher_state` is false:
+  // a state grows with its study, and a reader that never shows it (the dashboard) need not
+  // parse it at every read.
+  std::vector<StudyRow> studies(bool searcher_state = true);
   std::optional<StudyRow> study(int64_t id);                       // deleted ones too
   std::optional<StudyRow> study_by_name(const std::string& name);  // not deleted
 
@@ -373,8 +387,10 @@ class SearchPlan {
   // Executions: what the workers ran. add_execution throws std::invalid_argument (and stores
   // nothing) for an unknown trial or study, or steps or times out of order; it returns the id.
   int64_t add_execution(const ExecutionRow& row);
-  // Those that served `study` (every one for nullopt), by start time.
-  std::vector<ExecutionRow> executions(std::optional<int64_t> study);
+  // Those that served `study` (every one for nullopt), by start time; only those whose id is
+  // above `after`, if given (executions are only ever added, with rising ids).
+  std::vector<ExecutionRow> executions(std::optional<int64_t> study,
+                                       std::optional<int64_t> after = std::nullopt);
 
   // Running jobs (RunningJobRow): added when a job is sent, updated as its steps are counted or
   // its worker is told to write one more file, deleted when its end is recorded.
@@ -407,6 +423,13 @@ class SearchPlan {
   // trials().
   StageTree load_tree(ParsedTrialValues* parsed = nullptr);
 
+  // Change marks (schema 15). Whether this file has them (a read-only older file has not).
+  bool has_change_marks();
+  // The trials, metrics, stages and checkpoints changed since change number `since` (every one
+  // for a negative number), in one read; `parsed` as for trials(). Throws std::runtime_error
+  // without change marks.
+  PlanChanges changes_since(int64_t since, ParsedTrialValues* parsed = nullptr);
+
  private:
   class Statement;
   class Query;
@@ -434,13 +457,15 @@ class SearchPlan {
                                     const std::string& table, int64_t id,
                                     const std::string& missing);
   // The columns read_study and read_trial read, for this file's schema version.
-  std::string study_columns();
+  std::string study_columns(bool searcher_state = true);
   std::string trial_columns();
   StudyRow read_study(Query& q);
   TrialRow read_trial(Query& q, ParsedTrialValues* parsed = nullptr);
   std::string metric_columns();
   std::vector<MetricRow> read_metrics(Query& q);
-  std::vector<CheckpointRow> read_checkpoints(const std::string& where, const std::string& key);
+  template <typename... Args>
+  std::vector<CheckpointRow> read_checkpoints(const std::string& where, const Args&... args);
+  std::vector<Stage> read_stages(const std::string& where, int64_t since);
 
   std::string path_;
   bool in_memory_ = false;  // Options::in_memory

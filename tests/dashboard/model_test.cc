@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <regex>
 #include <set>
 
@@ -307,6 +308,152 @@ TEST_F(ModelTest, AReReadThatKeepsParsedValuesEqualsAFreshRead) {
   for (const auto& page : {study_page, tree_page})
     EXPECT_EQ(page(k, {}).content, page(f, {}).content);
   EXPECT_EQ(timeline_page(k).content, timeline_page(f).content);
+}
+
+// Every page of `a` is the page of `b`.
+void expect_same_pages(const PlanView& a, const PlanView& b, const std::string& when) {
+  ASSERT_EQ(a.studies.size(), b.studies.size()) << when;
+  EXPECT_EQ(studies_page(a).content, studies_page(b).content) << when;
+  for (size_t i = 0; i < a.studies.size(); ++i) {
+    const StudyView &x = *a.studies[i], &y = *b.studies[i];
+    for (const auto& page : {study_page, tree_page})
+      EXPECT_EQ(page(x, {}).content, page(y, {}).content) << when << ", study " << x.row.id;
+    EXPECT_EQ(timeline_page(x).content, timeline_page(y).content) << when;
+    EXPECT_EQ(x.steps_unique, y.steps_unique) << when;
+    EXPECT_EQ(x.steps_trained, y.steps_trained) << when;
+  }
+}
+
+// The dashboard's server reads only what changed since its last read (the plan's change marks):
+// the rows of the trials and stages written since, and the views of the studies they touch; what
+// it shows then is what a fresh read of the whole plan shows, page for page, after every kind of
+// write: a metric, a trial that splits a stage, training progress, a checkpoint, an execution, a
+// status, a longer trial, a study of its own, a metric and a checkpoint deleted, a deleted study.
+TEST_F(ModelTest, APlanReaderReadsOnlyWhatChangedAndEqualsAFreshRead) {
+  int64_t other = 0;
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    write_study(plan, "s");
+    other = plan.create_study("other", {{"searcher", {{"metric", "loss"}, {"mode", "min"}}}},
+                              Policy::kShared);
+  }
+  // Writes through the plan API with the master's tree, in one transaction.
+  auto write = [&](const std::function<void(SearchPlan&, StageTree&)>& fn) {
+    SearchPlan plan = SearchPlan::open(file_);
+    StageTree tree = plan.load_tree();
+    plan.transaction([&] { fn(plan, tree); });
+  };
+  auto add_trial = [](SearchPlan& plan, StageTree& tree, TrialId id, int64_t study,
+                      const std::string& root, Sequence lr, int64_t length) {
+    TrialRow row;
+    row.id = id;
+    row.study_id = study;
+    row.root_key = root;
+    row.params = {{"lr", lr.value_at(0)}, {"name", "t" + std::to_string(id)}};
+    row.hyperparams = {{"lr", lr}};
+    row.length = length;
+    row.status = TrialStatus::kRunning;
+    plan.add_trial(row);
+    plan.save_change(tree, tree.add_trial(id, root, row.hyperparams, length));
+  };
+  write([&](SearchPlan& plan, StageTree& tree) {
+    add_trial(plan, tree, 3, other, "q", Sequence::constant(0.2), 10);
+    plan.add_metric({3, 5, "loss", 0.4});
+  });
+
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  ASSERT_TRUE(reader.has_change_marks());
+  PlanReader kept;
+  PlanView last = kept.read(reader, 100);
+  EXPECT_EQ(kept.last_work().trials_read, 4u);  // the first read is of everything
+  EXPECT_EQ(kept.last_work().studies_computed, 2u);
+  expect_same_pages(last, read_plan(reader, 100), "first read");
+
+  // Reads after each write: the studies not touched keep their views, the rows read are the
+  // changed ones, and the pages are those of a fresh read.
+  auto reread = [&](const std::string& when, size_t trials_read,
+                    const std::set<int64_t>& computed) {
+    PlanView next = kept.read(reader, 100);
+    EXPECT_EQ(kept.last_work().trials_read, trials_read) << when;
+    EXPECT_EQ(kept.last_work().studies_computed, computed.size()) << when;
+    for (const auto& s : next.studies) {
+      const auto before = last.find(std::to_string(s->row.id));
+      EXPECT_EQ(before == s, computed.count(s->row.id) == 0) << when << ": study " << s->row.id;
+    }
+    expect_same_pages(next, read_plan(reader, 100), when);
+    last = std::move(next);
+  };
+  reread("nothing written", 0, {});
+  write([](SearchPlan& plan, StageTree&) { plan.add_metric({0, 15, "loss", 0.05}); });
+  reread("a metric", 1, {1});
+  EXPECT_FALSE(kept.last_work().tree_restored);
+  EXPECT_EQ(last.studies[0]->best->value, 0.05);
+  // Trial 4 diverges from trial 0 at step 5: the stage [0, 10) splits there, under trials 0-2.
+  write([&](SearchPlan& plan, StageTree& tree) {
+    add_trial(plan, tree, 4, 1, "r", piecewise({{0, 0.1}, {5, 0.2}}), 12);
+    plan.add_metric({4, 5, "loss", 0.3});
+  });
+  reread("a trial that splits a stage", 1, {1});
+  EXPECT_FALSE(kept.last_work().tree_restored);
+  write([](SearchPlan& plan, StageTree& tree) {
+    const StageId s = tree.stage_at(2, 6);
+    tree.mark_trained(s, 8);
+    plan.save_stage(tree.stage(s));
+    plan.add_checkpoint({0, s, 8, "b.ckpt", 1, "", 0});
+  });
+  reread("training progress and a checkpoint", 0, {1});
+  EXPECT_FALSE(kept.last_work().tree_restored);
+  write([](SearchPlan& plan, StageTree& tree) {
+    plan.add_execution({0,
+                        tree.stage_at(3, 1),
+                        3,
+                        ExecutionKind::kTrain,
+                        0,
+                        10,
+                        10,
+                        "w2",
+                        20,
+                        21,
+                        ExecutionOutcome::kDone,
+                        "",
+                        {2}});
+    plan.set_trial_status(3, TrialStatus::kDone);
+  });
+  reread("an execution and a trial's status", 1, {2});
+  EXPECT_FALSE(kept.last_work().tree_restored);
+  write([&](SearchPlan& plan, StageTree& tree) {
+    plan.set_trial_length(2, 40);
+    plan.save_change(tree, tree.extend_trial(2, 40));
+    add_trial(plan, tree, 5, other, "q", Sequence::constant(0.7), 10);
+    plan.set_study_status(1, StudyStatus::kDone);
+  });
+  reread("a longer trial, a new one and a status", 2, {1, 2});
+  EXPECT_FALSE(kept.last_work().tree_restored);
+  write([&](SearchPlan& plan, StageTree& tree) {  // another order than the reader's replay
+    add_trial(plan, tree, 6, 1, "r", piecewise({{0, 0.1}, {10, 0.01}, {25, 0.5}}), 30);
+    plan.set_trial_length(0, 35);
+    plan.save_change(tree, tree.extend_trial(0, 35));
+  });
+  reread("a trial added before another extended", 2, {1});
+  EXPECT_TRUE(kept.last_work().tree_restored);
+  write([&](SearchPlan& plan, StageTree&) {  // a distrusted evaluation and state go
+    plan.delete_metric(0, 15, "loss");
+    int deleted = 0;
+    for (const CheckpointRow& c : plan.checkpoints()) {
+      if (c.file != "b.ckpt") continue;
+      plan.delete_checkpoint(c.id);
+      ++deleted;
+    }
+    EXPECT_EQ(deleted, 1);
+  });
+  reread("a metric and a checkpoint deleted", 1, {1});
+  EXPECT_NE(last.studies[0]->best->value, 0.05);
+  write([&](SearchPlan& plan, StageTree&) {
+    plan.set_study_status(other, StudyStatus::kCancelled);
+    plan.delete_study(other);
+  });
+  reread("a deleted study", 0, {});
+  EXPECT_EQ(last.studies.size(), 1u);
 }
 
 TEST_F(ModelTest, FiguresDrawWhatThePlanHoldsAndEscapeItsText) {

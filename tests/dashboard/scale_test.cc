@@ -180,6 +180,18 @@ TEST_F(Scale, StudyPagesAreAtMostFiveMegabytesAndAtTenThousandTrialsDrawEveryPoi
   EXPECT_EQ(tree.find("data-trials=\"77777\""), std::string::npos);
   EXPECT_NE(get(dashboard.url("/study/1/tree?trial=77777")).body.find("data-trials=\"77777\""),
             std::string::npos);
+  // The timeline, aggregated: how busy each group of workers was, not a bar per execution (but
+  // those of the critical path).
+  const std::string timeline = get(dashboard.url("/study/1/timeline")).body;
+  std::smatch busy;
+  ASSERT_TRUE(
+      std::regex_search(timeline, busy,
+                        std::regex("class=\"timeline busy\" [^>]*data-executions=\"([0-9]+)"
+                                   "\" data-workers=\"([0-9]+)\" data-lanes=\"([0-9]+)\"")));
+  EXPECT_GT(std::stoll(busy[1]), 5000);
+  EXPECT_EQ(std::stoll(busy[2]), 1000);
+  EXPECT_EQ(std::stoll(busy[3]), 100);
+  EXPECT_LT(occurrences(timeline, "class=\"execution"), 1000u);
 }
 
 TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
@@ -287,12 +299,18 @@ TEST_F(Scale, PollsWhileTheStudyIsWrittenAreAtMostAHundredKilobytes) {
     growing.trials = 25000;
     growing.running = true;
     write_large_study(plan, "one", growing);
+    LargeStudy idle;  // a study nothing writes meanwhile: its page stays the same (304)
+    idle.trials = 100;
+    write_large_study(plan, "idle", idle);
   }
   DashboardProcess dashboard(db, (*dir_ / "growing.log").string(), {"--refresh", "0.05"});
   ASSERT_GT(dashboard.port(), 0) << dashboard.log();
   const std::string url = dashboard.url("/study/1");
   Got page = get(url, {"Accept-Encoding: gzip"});
   ASSERT_EQ(page.status, 200);
+  const std::string idle_url = dashboard.url("/study/idle");
+  const Got idle = get(idle_url);
+  ASSERT_EQ(idle.status, 200);
   std::string etag = page.etag, content = page.body;
   auto parts = [&] {
     std::string names;
@@ -324,8 +342,10 @@ TEST_F(Scale, PollsWhileTheStudyIsWrittenAreAtMostAHundredKilobytes) {
     content = poll.body;
     EXPECT_NE(content.find(std::to_string(25000 + 200 * (batch + 1)) + "</dd>"), std::string::npos);
   }
-  // Nothing written since: 304. Every part at hand: placeholders only.
+  // Nothing written since: 304. Every part at hand: placeholders only. The idle study's page was
+  // kept through every write (the dashboard read only the rows that changed): 304 too.
   EXPECT_EQ(get(url, {"X-Hippo-Part: content", "If-None-Match: " + etag}).status, 304);
+  EXPECT_EQ(get(idle_url, {"X-Hippo-Part: content", "If-None-Match: " + idle.etag}).status, 304);
   const Got kept = get(url, {"X-Hippo-Part: content", "X-Hippo-Parts: " + parts()});
   EXPECT_LT(kept.body.size(), 3000u);
   EXPECT_EQ(occurrences(kept.body, "data-kept=\"1\""), occurrences(content, "data-part="));
