@@ -831,6 +831,7 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   edit::AddExecution done = execution(job, tree_, w.hello.name, ExecutionOutcome::kDone, m.step);
   done.row.busy_s = m.busy_s;
   done.row.times = protocol::to_json(m.times);
+  done.row.times["evaluations"] = static_cast<int64_t>(job.evaluated.size());
   e.add(done);
   e.add(edit::Count{job.studies, 0, m.busy_s});
   // Its model diverged at m.step: so did every trial through that state that needs more.

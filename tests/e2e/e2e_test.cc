@@ -696,13 +696,15 @@ TEST_F(E2E, TheSummarySaysWhereEachWorkersTimeWent) {
   const json& split = s["time"];
   EXPECT_EQ(split["window_s"], s["wall_s"]);
   ASSERT_EQ(split["workers"].size(), 2u);
-  int64_t jobs = 0;
+  int64_t jobs = 0, evaluations = 0;
   for (const json& w : split["workers"]) {
     double sum = 0;
     for (const char* part : hippo::kTimeParts) sum += w[std::string(part) + "_s"].get<double>();
     EXPECT_NEAR(sum, wall, 0.03 * wall) << w;
     EXPECT_GT(w["train_s"].get<double>(), 0) << w;
     EXPECT_GT(w["eval_s"].get<double>(), 0) << w;
+    EXPECT_GT(w["evaluations"].get<int64_t>(), 0) << w;  // what eval_s is the time of
+    evaluations += w["evaluations"].get<int64_t>();
     EXPECT_GT(w["setup_s"].get<double>(), 0) << w;  // its engine: the data read once
     // What no measured part names: a few percent of the finished jobs' time at most (a job the
     // master abandoned, when a searcher's decision made it useless, is `unfinished`).
@@ -712,6 +714,12 @@ TEST_F(E2E, TheSummarySaysWhereEachWorkersTimeWent) {
   }
   SearchPlan plan = SearchPlan::open_read_only(path("m.db"));
   EXPECT_EQ(jobs, static_cast<int64_t>(plan.executions(std::nullopt).size()));
+  EXPECT_EQ(split["all"]["evaluations"], evaluations);
+  // Each state evaluated once: at most one evaluation per (trial, step) that has metrics.
+  std::set<std::pair<hippo::TrialId, int64_t>> evaluated;
+  for (const hippo::StudyRow& study : plan.studies())
+    for (const hippo::MetricRow& m : plan.study_metrics(study.id)) evaluated.insert({m.trial, m.step});
+  EXPECT_LE(evaluations, static_cast<int64_t>(evaluated.size()));
   Result text = sh(hippo("m.db") + "report split -o " + path("r.html"));
   EXPECT_EQ(text.status, 0) << text.out;
   EXPECT_NE(read_file(path("r.html")).find("<h2>Where each worker's time went</h2>"),
