@@ -33,7 +33,7 @@ inline constexpr size_t kReportedTimeParts = 7;
 struct WorkerTime {
   std::string worker;  // its name; "all workers" for the sum
   int64_t jobs = 0;
-  int64_t evaluations = 0;  // by its finished jobs
+  int64_t evaluations = 0;                          // by its finished jobs
   std::array<double, kTimeParts.size()> seconds{};  // by kTimeParts
   double total() const;
   nlohmann::json to_json() const;  // {"worker", "jobs", "evaluations", "<part>_s": seconds, ...}

@@ -718,7 +718,8 @@ TEST_F(E2E, TheSummarySaysWhereEachWorkersTimeWent) {
   // Each state evaluated once: at most one evaluation per (trial, step) that has metrics.
   std::set<std::pair<hippo::TrialId, int64_t>> evaluated;
   for (const hippo::StudyRow& study : plan.studies())
-    for (const hippo::MetricRow& m : plan.study_metrics(study.id)) evaluated.insert({m.trial, m.step});
+    for (const hippo::MetricRow& m : plan.study_metrics(study.id))
+      evaluated.insert({m.trial, m.step});
   EXPECT_LE(evaluations, static_cast<int64_t>(evaluated.size()));
   Result text = sh(hippo("m.db") + "report split -o " + path("r.html"));
   EXPECT_EQ(text.status, 0) << text.out;
