@@ -77,8 +77,10 @@ struct Options {
   StudyRules rules;  // --allow-exec, --max-trials, --max-steps, --max-evaluations
   ScheduleOrder order = ScheduleOrder::kCriticalPath;
   // A job of the built-in engine on a CPU takes the idle cores of its host (lent_threads,
-  // scheduler.h); false: every job runs with its worker's own threads.
-  bool lend_cores = true;
+  // scheduler.h; `hippo run --lend-cores`); false: every job runs with its worker's own threads.
+  // Off by default: on a machine that others load, 2 kernel threads train slower than 1
+  // (worker/README.md, "Idle cores lent").
+  bool lend_cores = false;
   protocol::ConnectionLimits connections;
   // true (`hippo master`): the studies the plan says are running are resumed (this is a restart).
   // false (`hippo run`): they belong to runs that ended without ending them (a crash, SIGKILL):

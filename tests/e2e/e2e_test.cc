@@ -75,30 +75,30 @@ TEST_F(E2E, SharedAndTrialBasedRunsGiveIdenticalMetrics) {
 }
 
 // Idle cores lent (worker/README.md): a CNN grid whose shared first epoch one worker trains while
-// the other waits, and whose third branch trains alone at the end. Its stages take the idle
-// worker's core (and give it back when both have work): the same bits as with
-// --no-lend-cores.
+// the other waits, and whose third branch trains alone at the end. With --lend-cores its stages
+// take the idle worker's core (and give it back when both have work): the same bits as without.
 TEST_F(E2E, LentCoresTrainTheSameBits) {
-  const std::string file = spec(
-      "lent", {{"model", {{"type", "cnn"}, {"hidden", nullptr}, {"channels", {8, 16}}, {"fc", {32}}}},
-               {"data", {{"train_samples", 1024}, {"eval_samples", 256}}},
-               {"hyperparameters",
-                {{"lr",
-                  {{"schedule", "warmup_linear"},
-                   {"every", nullptr},
-                   {"gamma", nullptr},
-                   {"init", 0.05},
-                   {"warmup", 1},
-                   {"after",
-                    {{"schedule", "cosine"},
-                     {"init", 0.05},
-                     {"final", 0.0},
-                     {"length", {{"grid", {1, 2, 3}}}}}}}}}}});
+  const std::string file =
+      spec("lent",
+           {{"model", {{"type", "cnn"}, {"hidden", nullptr}, {"channels", {8, 16}}, {"fc", {32}}}},
+            {"data", {{"train_samples", 1024}, {"eval_samples", 256}}},
+            {"hyperparameters",
+             {{"lr",
+               {{"schedule", "warmup_linear"},
+                {"every", nullptr},
+                {"gamma", nullptr},
+                {"init", 0.05},
+                {"warmup", 1},
+                {"after",
+                 {{"schedule", "cosine"},
+                  {"init", 0.05},
+                  {"final", 0.0},
+                  {"length", {{"grid", {1, 2, 3}}}}}}}}}}});
   Result lent = sh(hippo("lent.db") + "--log-level debug --format json run " + file +
-                   " --workers 2 2>&1");
+                   " --workers 2 --lend-cores 2>&1");
   ASSERT_EQ(lent.status, 0) << lent.out;
-  Result own = sh(hippo("own.db") + "--log-level debug --format json run " + file +
-                  " --workers 2 --no-lend-cores 2>&1");
+  Result own =
+      sh(hippo("own.db") + "--log-level debug --format json run " + file + " --workers 2 2>&1");
   ASSERT_EQ(own.status, 0) << own.out;
   // Some job ran with both threads (in its order, or from a step on: the master's log says which;
   // the second worker may say hello after the first has its job); without lending, none did.

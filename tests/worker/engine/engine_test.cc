@@ -122,7 +122,7 @@ TEST(EngineThreads, ThreadsChangedBetweenStepsTrainTheSameBits) {
     SCOPED_TRACE(config.model.dump());
     const Hyperparams hp{{"lr", Sequence::constant(0.05)}, {"batch_size", Sequence::constant(64)}};
     const nlohmann::json fixed = recipe_fixed("sgd");
-    constexpr int64_t kLength = 7;
+    constexpr int64_t kLength = 5;
     Engine one(config, 1);
     const TrainState whole = train_alone(one, hp, fixed, kLength);
     Engine lent(config, 2);
