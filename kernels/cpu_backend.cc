@@ -33,6 +33,13 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
   int threads() const override { return pool_.threads(); }
+  void set_threads(int threads) const override {
+    pool_.resize(threads);
+    const size_t n = static_cast<size_t>(threads);
+    while (gemm_buffers_.size() < n) gemm_buffers_.push_back(std::make_unique<cpu::GemmBuffers>());
+    for (auto* per_thread : {&work_, &accumulators_, &unpooled_})
+      if (per_thread->size() < n) per_thread->resize(n);
+  }
 
   void* allocate(int64_t bytes) const override {
     // aligned_alloc wants a multiple of the alignment; 64 bytes is a cache line and any vector.
@@ -702,12 +709,12 @@ class CpuBackend final : public Backend {
 
   cpu::Isa isa_;
   mutable ThreadPool pool_;
-  std::vector<std::unique_ptr<cpu::GemmBuffers>> gemm_buffers_;  // one per thread
-  mutable std::vector<std::vector<float>> work_;                 // one per thread: chunks of images
-  mutable std::vector<std::vector<float>> accumulators_;         // one per thread: weight gradients
-  mutable std::vector<std::vector<float>> unpooled_;             // one per thread: a chunk's dz
-  mutable std::vector<float> packed_, flipped_;                  // a convolution's weights, packed
-  mutable std::vector<float> scaled_;  // gemm's product before alpha and beta
+  mutable std::vector<std::unique_ptr<cpu::GemmBuffers>> gemm_buffers_;  // one per thread
+  mutable std::vector<std::vector<float>> work_;          // one per thread: chunks of images
+  mutable std::vector<std::vector<float>> accumulators_;  // one per thread: weight gradients
+  mutable std::vector<std::vector<float>> unpooled_;      // one per thread: a chunk's dz
+  mutable std::vector<float> packed_, flipped_;           // a convolution's weights, packed
+  mutable std::vector<float> scaled_;                     // gemm's product before alpha and beta
 };
 
 }  // namespace

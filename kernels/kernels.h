@@ -59,6 +59,10 @@ class Backend {
   // may be used by another (the worker keeps states across engines).
   virtual const char* name() const = 0;
   virtual int threads() const = 0;
+  // The threads of the calls that follow (between calls, never during one). The CPU's results do
+  // not depend on them (README, "Determinism"), so a worker may lend a job the cores of its idle
+  // neighbours and take them back between two steps; other backends ignore it.
+  virtual void set_threads(int /*threads*/) const {}
 
   // The precision of the matrix products of the calls that follow (gemm, and the convolutions'
   // products): kBf16 rounds both operands of each product to bf16 and accumulates in fp32; its

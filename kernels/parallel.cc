@@ -5,19 +5,48 @@
 
 namespace hippo::kernels {
 
-ThreadPool::ThreadPool(int threads) : threads_(threads) {
+namespace {
+
+void check_threads(int threads) {
   if (threads < 1)
     throw std::invalid_argument("thread count must be >= 1, got " + std::to_string(threads));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) : threads_(threads) {
+  check_threads(threads);
+  start();
 }
 
 ThreadPool::~ThreadPool() {
+  stop();
+}
+
+void ThreadPool::resize(int threads) {
+  check_threads(threads);
+  if (threads == threads_) return;
+  stop();
+  threads_ = threads;
+  start();
+}
+
+void ThreadPool::start() {
+  stop_.store(false);
+  // Started between jobs: each new thread waits for the generation after this one (read here,
+  // not by the thread, which may start after the next job was published).
+  const uint64_t seen = generation_.load(std::memory_order_acquire);
+  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, seen] { worker(i, seen); });
+}
+
+void ThreadPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 void ThreadPool::chunk(int64_t n, int chunks, int i, int64_t* begin, int64_t* end) {
@@ -63,8 +92,7 @@ void ThreadPool::run(int64_t n, int chunks, const void* fn, Thunk thunk) {
   }
 }
 
-void ThreadPool::worker(int index) {
-  uint64_t seen = 0;
+void ThreadPool::worker(int index, uint64_t seen) {
   for (;;) {
     uint64_t current;
     for (int spin = 0; (current = generation_.load(std::memory_order_acquire)) == seen; ++spin) {

@@ -20,6 +20,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int threads() const { return threads_; }
+  // From now on `threads` threads (>= 1): the pool's threads are ended and started anew. Never
+  // while a parallel_for runs (a worker changes it between two steps of a job).
+  void resize(int threads);
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n), each at least `grain` long (except
   // when n < grain), and returns when all are done. fn must not throw.
@@ -38,7 +41,9 @@ class ThreadPool {
  private:
   using Thunk = void (*)(const void*, int64_t, int64_t);
   void run(int64_t n, int chunks, const void* fn, Thunk thunk);
-  void worker(int index);
+  void start();
+  void stop();
+  void worker(int index, uint64_t seen);  // `seen`: the generation done when it started
   static void chunk(int64_t n, int chunks, int i, int64_t* begin, int64_t* end);
 
   int threads_;

@@ -166,6 +166,14 @@ void Master::apply_worker_op(const edit::KeepTrainer& op) {
   if (ConnectedWorker* w = pool_.find(op.peer)) w->keeps_trainer = op.keeps;
 }
 
+void Master::apply_worker_op(const edit::LendThreads& op) {
+  RunningJob& job = pool_.jobs().at(op.job);
+  job.order.threads = op.threads;
+  spdlog::debug("job {}: {} threads from its next step (idle cores of its host)", op.job,
+                op.threads);
+  send(job.worker, protocol::Threads{.job = op.job, .threads = op.threads}.to_json());
+}
+
 std::string Master::worker_name(const std::string& peer) {
   const ConnectedWorker* w = pool_.find(peer);
   return w ? w->hello.name : peer;

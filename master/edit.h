@@ -316,6 +316,12 @@ struct KeepTrainer {
   std::string peer;
   bool keeps = true;
 };
+// A running job's threads from its next step on (lent_threads, scheduler.h): its order says so,
+// and its worker is told (Threads).
+struct LendThreads {
+  int64_t job = 0;
+  int64_t threads = 1;
+};
 
 }  // namespace edit
 
@@ -326,8 +332,8 @@ using EditOp = std::variant<
     edit::Count, edit::RemoveFile, edit::JoinWorker, edit::LeaveWorker, edit::AdmitStorage,
     edit::StartJob, edit::JobProgress, edit::SnapshotAt, edit::AbandonJob, edit::EndJob,
     edit::SettleEarlierJob, edit::Attempt, edit::ClearFailures, edit::Claim, edit::WorkerFault,
-    edit::WorkerFailed, edit::DrainWorker, edit::KeepTrainer, edit::CreateStudy, edit::TakeUpStudy,
-    edit::InterruptStoredStudy, edit::SaveAccounts>;
+    edit::WorkerFailed, edit::DrainWorker, edit::KeepTrainer, edit::LendThreads, edit::CreateStudy,
+    edit::TakeUpStudy, edit::InterruptStoredStudy, edit::SaveAccounts>;
 
 struct Edit {
   std::vector<EditOp> ops;

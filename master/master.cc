@@ -831,6 +831,7 @@ void Master::on_done(ConnectedWorker& w, const protocol::Done& m) {
   edit::AddExecution done = execution(job, tree_, w.hello.name, ExecutionOutcome::kDone, m.step);
   done.row.busy_s = m.busy_s;
   done.row.times = protocol::to_json(m.times);
+  done.row.times["evaluations"] = static_cast<int64_t>(job.evaluated.size());
   e.add(done);
   e.add(edit::Count{job.studies, 0, m.busy_s});
   // Its model diverged at m.step: so did every trial through that state that needs more.
@@ -1264,10 +1265,45 @@ void Master::dispatch() {
           *study_for(item));
     }
   }
-  for (const Assignment& a : assignments) send_job(*pool_.find(a.peer), a.work, *study_for(a.work));
+  std::map<std::string, const StudySpec*> assigned;
+  for (const Assignment& a : assignments) assigned[a.peer] = &spec_of(a.work);
+  const std::map<std::string, int64_t> threads = lend_cores(assigned);
+  for (const Assignment& a : assignments) {
+    auto lent = threads.find(a.peer);
+    send_job(*pool_.find(a.peer), a.work, *study_for(a.work),
+             lent == threads.end() ? 0 : lent->second);
+  }
   prepare_trainers(idle);
   ++costs_.decisions.count;
   costs_.decisions.cpu_s += thread_cpu_seconds() - started;
+}
+
+std::map<std::string, int64_t> Master::lend_cores(
+    const std::map<std::string, const StudySpec*>& assigned) {
+  std::vector<CoreHolder> holders;
+  for (const auto& [peer, w] : pool_.workers()) {
+    if (!options_.lend_cores || w.hello.host.empty()) continue;  // it lends and borrows nothing
+    CoreHolder h{peer, w.hello.host, w.hello.threads};
+    if (auto it = assigned.find(peer); it != assigned.end()) {
+      h.busy = true;
+      h.borrows = borrows_cores(w.hello, *it->second);
+    } else if (w.job >= 0) {
+      h.busy = true;
+      h.borrows = pool_.jobs().at(w.job).borrows;
+    }
+    holders.push_back(std::move(h));
+  }
+  std::map<std::string, int64_t> threads = lent_threads(holders);
+  Edit e;
+  for (const auto& [peer, count] : threads) {
+    const ConnectedWorker& w = *pool_.find(peer);
+    if (assigned.count(peer)) continue;
+    const RunningJob& job = pool_.jobs().at(w.job);
+    if (count != (job.order.threads > 0 ? job.order.threads : w.hello.threads))
+      e.add(edit::LendThreads{job.order.id, count});
+  }
+  if (!e.ops.empty()) apply(e);
+  return threads;
 }
 
 void Master::warn_if_no_worker_has(int64_t devices, int64_t study) {
@@ -1339,11 +1375,13 @@ void Master::prepare_trainers(const std::vector<IdleWorker>& idle) {
   }
 }
 
-void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
+void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study, int64_t threads) {
   const StudySpec& spec = driver_.studies().at(study).spec;
   RunningJob job =
       build_job(work, spec, tree_, states_, w.held, copies_.storage_of(w), options_.snapshot_every);
   job.order.id = pool_.next_job_id();
+  job.order.threads = threads;
+  job.borrows = borrows_cores(w.hello, spec);
   job.worker = w.peer;
   job.studies =
       driver_.studies_through(first_stage(tree_, work.representative, work.from, work.to));
@@ -1371,9 +1409,9 @@ void Master::send_job(ConnectedWorker& w, const WorkItem& work, int64_t study) {
     schedule_changed_ = true;
     return;
   }
-  spdlog::debug("job {} to {}: trial {} steps [{}, {}) from state {}, {} evals", job.order.id,
-                w.hello.name, work.representative, work.from, work.to, work.parent_state,
-                work.evals.size());
+  spdlog::debug("job {} to {}: trial {} steps [{}, {}) from state {}, {} evals, {} threads",
+                job.order.id, w.hello.name, work.representative, work.from, work.to,
+                work.parent_state, work.evals.size(), threads > 0 ? threads : w.hello.threads);
   Edit e;
   e.bodies.emplace_back(w.peer, std::move(order));
   e.add(edit::StartJob{w.peer, std::move(job), spec.long_lived_trainer()});

@@ -76,6 +76,11 @@ struct Options {
   std::optional<protocol::ServerKeys> auth;
   StudyRules rules;  // --allow-exec, --max-trials, --max-steps, --max-evaluations
   ScheduleOrder order = ScheduleOrder::kCriticalPath;
+  // A job of the built-in engine on a CPU takes the idle cores of its host (lent_threads,
+  // scheduler.h; `hippo run --lend-cores`); false: every job runs with its worker's own threads.
+  // Off by default: on a machine that others load, 2 kernel threads train slower than 1
+  // (worker/README.md, "Idle cores lent").
+  bool lend_cores = false;
   protocol::ConnectionLimits connections;
   // true (`hippo master`): the studies the plan says are running are resumed (this is a restart).
   // false (`hippo run`): they belong to runs that ended without ending them (a crash, SIGKILL):
@@ -226,6 +231,7 @@ class Master {
   void apply_worker_op(const edit::WorkerFailed& op);
   void apply_worker_op(const edit::DrainWorker& op);
   void apply_worker_op(const edit::KeepTrainer& op);
+  void apply_worker_op(const edit::LendThreads& op);
   std::string worker_name(const std::string& peer);
   // The driver's queue of work, item after item, each applied before the next is decided.
   void drain();
@@ -302,7 +308,13 @@ class Master {
   // Draining workers that are idle hand over what only they hold, then are told to exit.
   void retire_drained_workers();
   void dispatch();
-  void send_job(ConnectedWorker& w, const WorkItem& work, int64_t study);
+  // `threads`: its kernels' (Job::threads; 0: the worker's own).
+  void send_job(ConnectedWorker& w, const WorkItem& work, int64_t study, int64_t threads);
+  // The threads of each job of the workers `assigned` work now (by peer: their studies' specs)
+  // and of the running ones: lent_threads over every worker (scheduler.h). Running jobs whose
+  // threads change are told now; the new ones' are in the map for their orders.
+  std::map<std::string, int64_t> lend_cores(
+      const std::map<std::string, const StudySpec*>& assigned);
   // Idle workers that run trainers and keep none start a running study's long-lived trainer now
   // (Prepare), so that its start (a PyTorch import) is over when that study's work reaches them.
   void prepare_trainers(const std::vector<IdleWorker>& idle);

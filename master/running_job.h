@@ -37,7 +37,19 @@ struct RunningJob {
   std::string environment{};
   // Who its states and metrics are recorded as made by: its worker, on its parent's lineage.
   Provenance provenance{};
+  // It may run with idle cores of its host lent to it (order.threads): the built-in engine on a
+  // CPU, unpipelined (borrows_cores).
+  bool borrows = false;
 };
+
+// Whether a job of `spec` on worker `w` may take idle cores of its host: its results must not
+// depend on its thread count, which holds for the built-in engine's CPU kernels (kernels/README.md)
+// and not for an external trainer (PyTorch on a CPU changes its bits with its threads), nor for a
+// pipeline (its stages' threads are its own); a worker that does not name its host lends nothing.
+inline bool borrows_cores(const protocol::Hello& w, const StudySpec& spec) {
+  return !w.host.empty() && w.device.rfind("cpu", 0) == 0 && !spec.external_model() &&
+         spec.pipeline.stages <= 1;
+}
 
 // The stage a job over [from, to) of `trial`'s path trains first: the one that holds step
 // `from`; for an evaluation-only job (from == to), the stage that made the evaluated state. A

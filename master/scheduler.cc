@@ -311,6 +311,32 @@ std::vector<Assignment> assign(
   return out;
 }
 
+std::map<std::string, int64_t> lent_threads(const std::vector<CoreHolder>& workers) {
+  struct Host {
+    int64_t idle_threads = 0;
+    std::vector<const CoreHolder*> borrowers;
+  };
+  std::map<std::string, Host> hosts;
+  for (const CoreHolder& w : workers) {
+    if (w.host.empty()) continue;
+    Host& h = hosts[w.host];
+    if (!w.busy)
+      h.idle_threads += w.threads;
+    else if (w.borrows)
+      h.borrowers.push_back(&w);
+  }
+  std::map<std::string, int64_t> out;
+  for (auto& [name, h] : hosts) {
+    std::sort(h.borrowers.begin(), h.borrowers.end(),
+              [](const CoreHolder* a, const CoreHolder* b) { return a->peer < b->peer; });
+    const int64_t n = static_cast<int64_t>(h.borrowers.size());
+    for (int64_t i = 0; i < n; ++i)
+      out[h.borrowers[i]->peer] =
+          h.borrowers[i]->threads + h.idle_threads / n + (i < h.idle_threads % n ? 1 : 0);
+  }
+  return out;
+}
+
 std::vector<int64_t> snapshot_steps(const StageTree& tree, const WorkItem& work, int64_t every) {
   std::set<int64_t> steps;
   if (work.to > work.from) steps.insert(work.to);

@@ -172,6 +172,22 @@ std::vector<Assignment> assign(
     const std::function<bool(const WorkItem&, const IdleWorker&)>& usable,
     const std::function<int64_t(const WorkItem&, const IdleWorker&)>& moved_bytes);
 
+// Idle cores lent (issue 44): while fewer stages can run on a host than it has workers, the jobs
+// there that may (the built-in engine on a CPU, unpipelined: its bits do not depend on its thread
+// count) run with the threads of the host's idle workers too, and give them back, between two
+// steps, once those workers get work. A worker as the decision sees it:
+struct CoreHolder {
+  std::string peer;
+  std::string host;      // its machine (Hello::host); "": unknown, it lends and borrows nothing
+  int64_t threads = 1;   // its own (--threads)
+  bool busy = false;     // runs a job, or is given one now
+  bool borrows = false;  // busy with a job that may take more threads
+};
+// The threads each borrowing worker's job runs with: its own, plus the threads of its host's idle
+// workers, shared evenly among the host's borrowers (those first in peer order take what does not
+// divide). Every borrower is in the map (its own threads when nothing is idle); no one else is.
+std::map<std::string, int64_t> lent_threads(const std::vector<CoreHolder>& workers);
+
 // The steps at which a job for `work` snapshots: its end, where trials end inside its stage (a
 // searcher may extend them from there), and every `every` steps (0: never), ascending.
 std::vector<int64_t> snapshot_steps(const StageTree& tree, const WorkItem& work, int64_t every);

@@ -14,10 +14,10 @@
 //
 // Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
 // FileBytes (a chunk the master asked for), Fetched.
-// Master -> worker: Welcome, Job, SnapshotAt, Abandon, Prepare, EndTrainer, Reset, Refused,
-// Shutdown, ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles.
-// Client -> master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply.
-// AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
+// Master -> worker: Welcome, Job, SnapshotAt, Threads, Abandon, Prepare, EndTrainer, Reset,
+// Refused, Shutdown, ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles. Client ->
+// master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply. AnyMessage names
+// them all; decode() reads any of them (the message fuzzer's entry point).
 //
 // A worker's reports on a job (heartbeat with a job, metric, snapshot, done, failed, abandoned)
 // carry the incarnation of the master that gave the job (its welcome's): a restarted master
@@ -116,21 +116,19 @@ struct DroppedSnapshot {
   std::string checksum;
   bool operator==(const DroppedSnapshot&) const = default;
   static constexpr auto kFields = std::tuple{
-      fields::Int{"step", &DroppedSnapshot::step, 1},
-      fields::Int{"state", &DroppedSnapshot::state},
+      fields::Int{"step", &DroppedSnapshot::step, 1}, fields::Int{"state", &DroppedSnapshot::state},
       fields::Text{"file", &DroppedSnapshot::file, kMaxFileName, checks::file_name},
       fields::Int{"bytes", &DroppedSnapshot::bytes},
-      fields::Text{"checksum", &DroppedSnapshot::checksum, kContentHashLength,
-                   content_hash_error}};
+      fields::Text{"checksum", &DroppedSnapshot::checksum, kContentHashLength, content_hash_error}};
 };
 struct DroppedMetric {
   int64_t step = 0;
   json metrics = json::object();
   bool operator==(const DroppedMetric&) const = default;
-  static constexpr auto kFields = std::tuple{
-      fields::Int{"step", &DroppedMetric::step},
-      fields::Custom{"metrics", &DroppedMetric::metrics, codecs::write_metrics,
-                     codecs::read_metrics}};
+  static constexpr auto kFields =
+      std::tuple{fields::Int{"step", &DroppedMetric::step},
+                 fields::Custom{"metrics", &DroppedMetric::metrics, codecs::write_metrics,
+                                codecs::read_metrics}};
 };
 // Snapshots and evaluations a record names, at most (a job's are bounded by the message anyway).
 inline constexpr size_t kMaxRecordedReports = 4096;
@@ -185,6 +183,9 @@ struct Hello {
   // and for external trainers. Absent: "", unknown (a worker that predates them), which the
   // master treats as any.
   std::string environment{}, trainer_environment{};
+  // The machine it runs on (its host name): the workers of one host may lend each other their
+  // idle cores (Job::threads). Absent: "", it lends and borrows none.
+  std::string host{};
   bool operator==(const Hello&) const = default;
   static constexpr auto kFields = std::tuple{
       fields::Text{"name", &Hello::name, 256},
@@ -201,7 +202,8 @@ struct Hello {
       fields::NestedList{"dropped", &Hello::dropped, 1}.omitted(),
       fields::Text{"environment", &Hello::environment, kMaxEnvironmentBytes}.omitted(),
       fields::Text{"trainer_environment", &Hello::trainer_environment, kMaxEnvironmentBytes}
-          .omitted()};
+          .omitted(),
+      fields::Text{"host", &Hello::host, 256}.omitted()};
   json to_json() const;
   static Hello from_json(const json& m);
 };
@@ -459,14 +461,13 @@ struct RunSpec {
       fields::Object{"data_fields", &RunSpec::data_fields}.omitted(),
       fields::Int{"seed", &RunSpec::seed},
       fields::Object{"fixed", &RunSpec::fixed},
-      fields::Group{"pipeline",
-                    std::tuple{fields::Int{"stages", &RunSpec::pipeline_stages, 1, 256},
-                               fields::Int{"microbatches", &RunSpec::microbatches, 1, 4096},
-                               fields::Text{"schedule", &RunSpec::pipeline_schedule, 32},
-                               fields::Int{"chunks", &RunSpec::pipeline_chunks, 1, 64},
-                               fields::Bool{"vocab_parallel",
-                                            &RunSpec::pipeline_vocab_parallel}
-                                   .omitted()}}
+      fields::Group{
+          "pipeline",
+          std::tuple{fields::Int{"stages", &RunSpec::pipeline_stages, 1, 256},
+                     fields::Int{"microbatches", &RunSpec::microbatches, 1, 4096},
+                     fields::Text{"schedule", &RunSpec::pipeline_schedule, 32},
+                     fields::Int{"chunks", &RunSpec::pipeline_chunks, 1, 64},
+                     fields::Bool{"vocab_parallel", &RunSpec::pipeline_vocab_parallel}.omitted()}}
           .defaulted()};
   // An engine's data set has a size; an external model's own data set may leave it out (0).
   void check() const;
@@ -512,6 +513,10 @@ struct Job {
   // The master's id of the trial whose path it trains (its representative), for the worker to
   // name in a DroppedJob; absent: -1.
   int64_t trial = -1;
+  // The threads its kernels run with: its worker's own and the idle cores of its host that the
+  // master lends it (built-in models on a CPU only, whose bits do not depend on them; Threads
+  // changes them between two steps). Absent: 0, the worker's own (--threads).
+  int64_t threads = 0;
   bool operator==(const Job&) const = default;
   static bool fetches_parent(const Job& j) { return j.fetch_parent; }
   static constexpr auto kFields = std::tuple{
@@ -530,12 +535,26 @@ struct Job {
       fields::Text{"parent_checksum", &Job::parent_checksum, kContentHashLength,
                    checks::content_hash_or_empty}
           .omitted(),
-      fields::Int{"trial", &Job::trial, -1}.omitted()};
+      fields::Int{"trial", &Job::trial, -1}.omitted(),
+      fields::Int{"threads", &Job::threads, 0, 4096}.omitted()};
   // to >= from; a parent state unless from == 0; eval steps and snapshots increasing, inside
   // [from, to] and (from, to]; a parent file to fetch.
   void check() const;
   json to_json() const;
   static Job from_json(const json& m);
+};
+
+// The running job's threads from its next step on (Job::threads): its host's idle cores lent to
+// it, or taken back for new work there.
+struct Threads {
+  static constexpr const char* kType = "threads";
+  int64_t job = 0;
+  int64_t threads = 1;
+  bool operator==(const Threads&) const = default;
+  static constexpr auto kFields = std::tuple{fields::Int{"job", &Threads::job},
+                                             fields::Int{"threads", &Threads::threads, 1, 4096}};
+  json to_json() const;
+  static Threads from_json(const json& m);
 };
 
 // One more snapshot for the running job (a new trial splits its stage at `order.step`).
@@ -731,9 +750,9 @@ struct Reply {
 
 using AnyMessage =
     std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
-                 FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Prepare, EndTrainer, Reset,
-                 Refused, Shutdown, ReadFile, DeleteFiles, Submit, Status, Cancel, Resume,
-                 ListWorkers, Drain, Reply>;
+                 FileBytes, Fetched, Welcome, Job, SnapshotAt, Threads, Abandon, Prepare,
+                 EndTrainer, Reset, Refused, Shutdown, ReadFile, DeleteFiles, Submit, Status,
+                 Cancel, Resume, ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

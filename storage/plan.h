@@ -185,7 +185,8 @@ struct ExecutionRow {
   std::string error;             // why it failed
   std::vector<int64_t> studies;  // the studies whose trials needed it, ascending
   // Schema version 8, a job that finished: the seconds it took on its worker, and their parts as
-  // the worker reported them ({"train": s, ...}: protocol::JobTimes; time_split.h).
+  // the worker reported them ({"train": s, ...}: protocol::JobTimes; time_split.h), with the
+  // evaluations it ran ("evaluations": the master's count of the states whose metrics came).
   std::optional<double> busy_s{};
   nlohmann::json times = nlohmann::json::object();
 };

@@ -25,7 +25,7 @@ double WorkerTime::total() const {
 }
 
 nlohmann::json WorkerTime::to_json() const {
-  nlohmann::json j{{"worker", worker}, {"jobs", jobs}};
+  nlohmann::json j{{"worker", worker}, {"jobs", jobs}, {"evaluations", evaluations}};
   for (size_t i = 0; i < kTimeParts.size(); ++i)
     j[std::string(kTimeParts[i]) + "_s"] = rounded(seconds[i]);
   return j;
@@ -52,6 +52,8 @@ TimeSplit split_time(const std::vector<ExecutionRow>& executions, double window_
     // What the worker reported is bounded by what it measured, and that by what the master saw
     // (their clocks differ: the master's span includes the messages' way).
     const double busy = std::min(*e.busy_s, seen);
+    if (auto it = e.times.find("evaluations"); it != e.times.end() && it->is_number_integer())
+      w.evaluations += it->get<int64_t>();
     double reported = 0;
     for (size_t i = 0; i < kReportedTimeParts; ++i) {
       auto it = e.times.find(kTimeParts[i]);
@@ -70,6 +72,7 @@ TimeSplit split_time(const std::vector<ExecutionRow>& executions, double window_
     // Jobs that ran past the window (one that outlived its study) leave no idle time.
     w.seconds[index_of("idle")] = std::max(0.0, window_s - w.total());
     split.all.jobs += w.jobs;
+    split.all.evaluations += w.evaluations;
     for (size_t i = 0; i < kTimeParts.size(); ++i) split.all.seconds[i] += w.seconds[i];
     split.workers.push_back(w);
   }

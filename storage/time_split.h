@@ -9,7 +9,9 @@
 //   idle         the window (the study's wall time) less all of the above: waiting for work,
 //                and a worker's own start before its first job
 // so that the parts of each worker add to the window. A job that served several studies counts
-// whole in each; a worker that ran no job of the study is not listed.
+// whole in each; a worker that ran no job of the study is not listed. Beside the seconds, the
+// evaluations its finished jobs ran (the master's count in each execution's times, "evaluations":
+// the states whose metrics came), so that `eval_s / evaluations` is one evaluation's time.
 #pragma once
 
 #include <array>
@@ -31,9 +33,10 @@ inline constexpr size_t kReportedTimeParts = 7;
 struct WorkerTime {
   std::string worker;  // its name; "all workers" for the sum
   int64_t jobs = 0;
+  int64_t evaluations = 0;                          // by its finished jobs
   std::array<double, kTimeParts.size()> seconds{};  // by kTimeParts
   double total() const;
-  nlohmann::json to_json() const;  // {"worker", "jobs", "<part>_s": seconds, ...}
+  nlohmann::json to_json() const;  // {"worker", "jobs", "evaluations", "<part>_s": seconds, ...}
 };
 
 struct TimeSplit {

@@ -47,7 +47,15 @@ bool JobRunner::run(const protocol::Job& job, const JobHost& host) {
   diverged_at_.reset();
   times_ = {};
   external_ = job.run.model.value("type", "") == "external";
+  struct EndOfJob {
+    Engine*& engine;
+    ~EndOfJob() { engine = nullptr; }  // a Threads order after the job changes nothing
+  } end{engine_};
   return external_ ? run_external(host) : run_on_engine(host);
+}
+
+void JobRunner::set_threads(int threads) {
+  if (engine_) engine_->set_threads(threads);
 }
 
 std::string JobRunner::add_snapshot(const protocol::SnapshotOrder& order) {
@@ -66,6 +74,10 @@ bool JobRunner::run_on_engine(const JobHost& host) {
     Stopwatch setup(times_.setup);  // the first job of a run builds its engine and reads its data
     return engines_.engine_for(job_.run);
   }();
+  // Its own threads, or more: idle cores of this host that the master lends it (the bits do not
+  // depend on them).
+  engine.set_threads(job_.threads > 0 ? static_cast<int>(job_.threads) : options_.threads);
+  engine_ = &engine;
   TrainState state;
   // The parent state's time is `load`, less the part a fetch takes (its own).
   const auto load_started = Clock::now();

@@ -56,6 +56,9 @@ class JobRunner {
   // once it is taken: too late (the job is past that step) or an external trainer (it got its
   // checkpoints when it started); the master then replays that state itself.
   std::string add_snapshot(const protocol::SnapshotOrder& order);
+  // The running job's threads from its next step on (a Threads order; call from between_steps):
+  // its engine's kernels (built-in models on a CPU; an external trainer keeps its own).
+  void set_threads(int threads);
   // The step the running (or last) job reached: what a job that stops or fails trained.
   int64_t reached() const { return step_; }
   // Where the running (or last) job's time went so far (its Done carries it).
@@ -81,6 +84,7 @@ class JobRunner {
   SnapshotWriter& snapshots_;
   const CheckpointStore& store_;
   EngineCache engines_;
+  Engine* engine_ = nullptr;  // the running job's, on the engine
   ExternalTrainer trainer_;   // a long-lived trainer stays here between its stages
   protocol::Job job_;         // the running job (its snapshots grow with SnapshotAt orders)
   int64_t step_ = 0;          // the step it has reached

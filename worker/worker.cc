@@ -102,6 +102,8 @@ void Worker::hello() {
   m.trainer_environment = environment_.trainer;
   m.storage = store_.identity();
   m.files = store_.list();
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) m.host = host;
   said_record_.reset();
   if (const std::optional<protocol::DroppedJob>& r = record_.get()) {
     m.dropped = {*r};
@@ -203,6 +205,11 @@ void Worker::on(const protocol::SnapshotAt& m) {
   if (m.job != running_job_) return;  // an order for a job that has ended
   if (std::string why = runner_.add_snapshot(m.order); !why.empty())
     spdlog::warn("snapshot_at refused: {}", why);
+}
+
+void Worker::on(const protocol::Threads& m) {
+  if (running_job_ < 0 || m.job != running_job_) return;  // its job ended: the next one says
+  runner_.set_threads(static_cast<int>(m.threads));
 }
 
 void Worker::on(const protocol::Abandon& m) {

@@ -5,7 +5,8 @@
 //   master -> worker: Welcome (state ids start anew: the cache is cleared), Heartbeat (the answer
 //   to ours: the master hears us), Job (run it; a job
 //   number not above the last one since the welcome is a replay and is refused), SnapshotAt (one
-//   more snapshot for the running job), Abandon (stop the running job), Reset (the master
+//   more snapshot for the running job), Threads (the running job's threads from its next step:
+//   its host's idle cores lent or taken back), Abandon (stop the running job), Reset (the master
 //   restarted: say hello again, once the running job has ended), Refused (the master refused
 //   our hello, saying why: logged, and the next hello waits longer), Shutdown (stop the running
 //   job, say so, and exit), ReadFile (bytes of a
@@ -63,6 +64,7 @@ class Worker {
   void on(const protocol::Heartbeat& m);
   void on(const protocol::Job& m);
   void on(const protocol::SnapshotAt& m);
+  void on(const protocol::Threads& m);
   void on(const protocol::Abandon& m);
   void on(const protocol::Prepare& m);
   void on(const protocol::EndTrainer& m);

@@ -235,7 +235,8 @@ struct LocalRun {
   std::vector<int> gpus;  // when given: worker i on cuda:gpus[i]
   std::string checkpoints;
   master::StudyRules rules;
-  std::string events;  // --events FILE ("-": stdout)
+  std::string events;       // --events FILE ("-": stdout)
+  bool lend_cores = false;  // --lend-cores
 };
 
 // The master of a run: in this process, with its own keys, on the plan, resuming no study but the
@@ -254,6 +255,7 @@ struct EmbeddedMaster {
     options.rules = local.rules;
     options.resume_running = false;
     options.events = local.events;
+    options.lend_cores = local.lend_cores;
     options.auth = protocol::ServerKeys{
         dir.master, "", {{dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
     lock.emplace(global.db, "a run", /*create=*/true);  // before the plan is opened: plan_lock.h
@@ -693,12 +695,14 @@ struct LocalRunArgs {
   Budget budget;
   int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   CLI::Option* workers_given = nullptr;
+  bool lend_cores = false;
   LocalRun local() const {
     LocalRun run{workers,
                  {},
                  checkpoints,
                  {budget, exec_kinds(allow_exec), keep_bytes(keep)},
-                 checked_events_file(events)};
+                 checked_events_file(events),
+                 lend_cores};
     if (!gpus.empty()) {
       if (workers_given != nullptr && workers_given->count() > 0)
         throw BadInput("--gpus and --workers: give one (--gpus starts a worker per GPU)");
@@ -723,6 +727,9 @@ void add_local_run_options(CLI::App* cmd, LocalRunArgs* a, const std::string& co
   add_budget_options(cmd, &a->budget);
   add_keep_option(cmd, &a->keep);
   add_events_option(cmd, &a->events);
+  cmd->add_flag("--lend-cores", a->lend_cores,
+                "a built-in model's stage takes the cores of idle workers while fewer stages can "
+                "run than there are workers (the same bits; a gain on a machine of its own only)");
 }
 
 }  // namespace

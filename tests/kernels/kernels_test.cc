@@ -46,16 +46,24 @@ class KernelsTest : public ::testing::Test {
   std::unique_ptr<Backend> be = make_cpu_backend(2);
 };
 
+// Also after resize (a worker lends a job the cores of its idle neighbours between two steps):
+// the new threads take only the jobs that come after.
 TEST(ThreadPoolTest, CoversEveryIndexOnce) {
   ThreadPool pool(3);
-  for (int64_t n : {0, 1, 2, 7, 1000}) {
-    std::vector<std::atomic<int>> hits(n);
-    pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) hits[i]++;
-    });
-    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+  for (int threads : {3, 1, 4, 2}) {
+    pool.resize(threads);
+    EXPECT_EQ(pool.threads(), threads);
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(hits[i].load(), 1) << threads << " threads, n=" << n << " i=" << i;
+    }
   }
   EXPECT_THROW(ThreadPool(0), std::invalid_argument);
+  EXPECT_THROW(pool.resize(0), std::invalid_argument);
 }
 
 TEST_F(KernelsTest, GemmMatchesNaiveForAllTransposes) {

@@ -406,6 +406,36 @@ TEST(Scheduler, LimitedWorkIsTheBestOfAll) {
   EXPECT_EQ(best[1], all[1]);
 }
 
+// Idle cores lent: a host's idle workers' threads go to its borrowing jobs while fewer stages run
+// there than it has workers, and come back when its workers are all busy.
+TEST(LentThreads, IdleCoresOfAHostGoToItsBorrowingJobs) {
+  using Map = std::map<std::string, int64_t>;
+  auto holder = [](std::string peer, std::string host, int64_t threads, bool busy, bool borrows) {
+    return CoreHolder{std::move(peer), std::move(host), threads, busy, borrows};
+  };
+  // A single root: one worker trains, the other waits.
+  EXPECT_EQ(lent_threads({holder("a", "h", 1, true, true), holder("b", "h", 1, false, false)}),
+            (Map{{"a", 2}}));
+  // As many runnable stages as workers: each its own (the cores given back).
+  EXPECT_EQ(lent_threads({holder("a", "h", 1, true, true), holder("b", "h", 1, true, true)}),
+            (Map{{"a", 1}, {"b", 1}}));
+  // Nothing to lend to: a PyTorch trainer (its bits change with its threads) borrows nothing.
+  EXPECT_EQ(lent_threads({holder("a", "h", 1, true, false), holder("b", "h", 1, false, false)}),
+            Map{});
+  // Idle threads shared evenly, the first in peer order take what does not divide; its own
+  // threads count (a worker of 2 lends 2).
+  EXPECT_EQ(lent_threads({holder("c", "h", 1, true, true), holder("a", "h", 2, true, true),
+                          holder("b", "h", 2, false, false), holder("d", "h", 1, false, false)}),
+            (Map{{"a", 4}, {"c", 2}}));
+  // Another host's idle cores are not this host's; a worker whose host is unknown neither lends
+  // nor borrows.
+  EXPECT_EQ(lent_threads({holder("a", "h1", 1, true, true), holder("b", "h2", 1, false, false),
+                          holder("c", "", 1, true, true), holder("d", "", 1, false, false),
+                          holder("e", "h2", 1, true, true)}),
+            (Map{{"a", 1}, {"e", 2}}));
+  EXPECT_EQ(lent_threads({}), Map{});
+}
+
 // Provenance: a job's states and metrics rest on its worker's key and on every key of its
 // parent's lineage (a fresh model: its worker's alone); an anonymous peer is named so.
 TEST(Provenance, MadeByAddsTheWorkerToItsParentsLineage) {

@@ -54,6 +54,9 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   job.eval_steps = {20, 40};
   job.snapshots = {{30, 5, "state-x-5.ckpt"}, {40, 6, ""}};
   expect_round_trip(Hello{"w1", "cpu", 2, 1, 77, {1, 2}});
+  Hello on_host{"w1", "cpu", 2, 1, 77, {1, 2}};
+  on_host.host = "node-3";
+  expect_round_trip(on_host);
   expect_round_trip(Heartbeat{});
   expect_round_trip(Heartbeat{3, 17});
   expect_round_trip(Metric{3, 20, {{"accuracy", 0.5}, {"loss", 1.25}}});
@@ -64,7 +67,12 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(Abandoned{3, {5}});
   expect_round_trip(Welcome{"abcd", 200});
   expect_round_trip(job);
+  Job lent = job;
+  lent.threads = 2;
+  expect_round_trip(lent);
+  EXPECT_FALSE(job.to_json().contains("threads"));  // the worker's own: omitted
   expect_round_trip(SnapshotAt{3, {25, 9, "state-x-9.ckpt"}});
+  expect_round_trip(Threads{3, 2});
   expect_round_trip(Abandon{3});
   expect_round_trip(Prepare{job.run});
   expect_round_trip(EndTrainer{});
@@ -113,6 +121,7 @@ TEST(Messages, BadFieldsAreRefusedByName) {
   expect_refused(R"({"v":1,"type":"launch"})", "message.type: unknown type \"launch\"");
   expect_refused(R"({"v":1,"type":"metric","job":1,"step":2,"metrics":{"a":"x"}})",
                  "metric.metrics.a: not a number");
+  expect_refused(R"({"v":1,"type":"threads","job":1,"threads":0})", "threads.threads");
   expect_refused(R"({"v":1,"type":"snapshot_at","job":1,"step":4,"state":2,"file":"../x"})",
                  "snapshot_at.file");
   expect_refused(R"({"v":1,"type":"hello","name":"w","device":"cpu","threads":1,"pid":1,

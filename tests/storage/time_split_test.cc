@@ -25,8 +25,9 @@ double part(const WorkerTime& w, const std::string& name) {
 
 TEST(TimeSplit, EachWorkersPartsAddToTheWindow) {
   const TimeSplit split = split_time(
-      {job("a", 0, 4, 3.5, {{"setup", 0.5}, {"train", 2.5}, {"eval", 0.25}}),
-       job("b", 1, 3, 2, {{"train", 2}}), job("a", 5, 6, 1, {{"train", 0.75}, {"save", 0.125}}),
+      {job("a", 0, 4, 3.5, {{"setup", 0.5}, {"train", 2.5}, {"eval", 0.25}, {"evaluations", 2}}),
+       job("b", 1, 3, 2, {{"train", 2}}),
+       job("a", 5, 6, 1, {{"train", 0.75}, {"save", 0.125}, {"evaluations", 1}}),
        job("b", 3, 8, std::nullopt, nlohmann::json::object(), ExecutionOutcome::kFailed)},
       10);
   ASSERT_EQ(split.workers.size(), 2u);
@@ -41,12 +42,15 @@ TEST(TimeSplit, EachWorkersPartsAddToTheWindow) {
   EXPECT_DOUBLE_EQ(part(a, "dispatch"), 0.5);  // 5 s at the master, 4.5 on the worker
   EXPECT_DOUBLE_EQ(part(a, "idle"), 5);
   EXPECT_DOUBLE_EQ(a.total(), 10);
+  EXPECT_EQ(a.evaluations, 3);  // a count, not a part of the time
+  EXPECT_EQ(a.to_json().at("evaluations"), 3);
   const WorkerTime& b = split.workers[1];
   EXPECT_DOUBLE_EQ(part(b, "train"), 2);
   EXPECT_DOUBLE_EQ(part(b, "unfinished"), 5);  // a failed job: its whole time
   EXPECT_DOUBLE_EQ(part(b, "idle"), 3);
   EXPECT_DOUBLE_EQ(b.total(), 10);
   EXPECT_EQ(split.all.jobs, 4);
+  EXPECT_EQ(split.all.evaluations, 3);
   EXPECT_DOUBLE_EQ(split.all.total(), 20);
   EXPECT_DOUBLE_EQ(part(split.all, "train"), 5.25);
 }

@@ -46,6 +46,10 @@ Engine::Engine(const RunConfig& config, int threads, const std::string& device)
 
 Engine::~Engine() = default;
 
+void Engine::set_threads(int threads) {
+  if (config_.pipeline_stages <= 1) backend_->set_threads(threads);
+}
+
 int64_t Engine::param_count() const {
   return network_->param_count();
 }

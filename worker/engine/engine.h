@@ -75,7 +75,7 @@ class Engine {
  public:
   // Loads the data (once per process) and builds the model; throws std::invalid_argument naming
   // the bad field of the config, std::runtime_error when the data cannot be read. `threads` is
-  // the number of threads of this engine's kernels (and of OpenBLAS, which is process-wide).
+  // the number of threads of this engine's kernels.
   // `device` is "cpu" or "cuda:N" (kernels::make_backend: a device that is not there fails here);
   // a pipelined config with config.pipeline_devices runs on that group instead (its first
   // device holds the state).
@@ -110,6 +110,11 @@ class Engine {
   // far (pipelined_engine.h); empty when not pipelined.
   std::vector<int64_t> stage_peak_bytes() const;
   const std::shared_ptr<const kernels::Backend>& backend() const { return backend_; }
+  // The threads of its kernels from the next step on (between steps: from after_step, or
+  // between calls): a worker lends a job the cores of its idle neighbours. The CPU's bits do not
+  // depend on them (kernels/README.md); a pipelined run keeps its stages' threads, a GPU ignores
+  // them.
+  void set_threads(int threads);
 
  private:
   void check_state(const TrainState& s) const;

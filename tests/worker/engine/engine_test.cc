@@ -108,6 +108,42 @@ TEST_P(ExactnessTest, FreshProcessContinuesBitForBit) {
   }
 }
 
+// A worker lends a job the cores of its idle neighbours and takes them back between two steps
+// (Engine::set_threads from the job's after_step): the same bits as one thread all along. On
+// models of a real study's size (the small ones' products are too small to be cut for threads),
+// with the thread count changed mid-epoch and after an evaluation.
+TEST(EngineThreads, ThreadsChangedBetweenStepsTrainTheSameBits) {
+  RunConfig cnn = small_config("cnn"), mlp = small_config("mlp"), gpt = small_config("gpt");
+  cnn.model = {{"type", "cnn"}, {"channels", {16, 32}}, {"fc", {64}}};
+  mlp.model = {{"type", "mlp"}, {"hidden", {256, 128}}};
+  gpt.model["dim"] = 64;
+  gpt.model["context"] = 32;
+  for (const RunConfig& config : {cnn, mlp, gpt}) {
+    SCOPED_TRACE(config.model.dump());
+    const Hyperparams hp{{"lr", Sequence::constant(0.05)}, {"batch_size", Sequence::constant(64)}};
+    const nlohmann::json fixed = recipe_fixed("sgd");
+    constexpr int64_t kLength = 5;
+    Engine one(config, 1);
+    const TrainState whole = train_alone(one, hp, fixed, kLength);
+    Engine lent(config, 2);
+    TrainState s = lent.initial_state();
+    lent.train(s, 3, hp, fixed, [&](const TrainState& at) {
+      lent.set_threads(at.step == 1 ? 1 : 2);
+      return true;
+    });
+    const Metrics between = lent.evaluate(s);  // at 2 threads
+    lent.set_threads(1);
+    EXPECT_EQ(between.loss, one.evaluate(train_alone(one, hp, fixed, 3)).loss);
+    lent.train(s, kLength, hp, fixed, [&](const TrainState& at) {
+      lent.set_threads(at.step % 2 ? 2 : 1);
+      return true;
+    });
+    EXPECT_EQ(lent.backend()->threads(), 2);
+    EXPECT_TRUE(s == whole);
+    expect_same_metrics(lent.evaluate(s), one.evaluate(whole));
+  }
+}
+
 // A parent trained to k and forked into two children with different learning rates from k on
 // equals each child's trial trained alone from step 0.
 TEST_P(ExactnessTest, ForkedChildrenEqualTrialsTrainedAlone) {
