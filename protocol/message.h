@@ -688,6 +688,20 @@ struct Resume {
   static Resume from_json(const json& m);
 };
 
+// Evaluate a configuration next in a running study (`hippo enqueue`; its owner's or an admin's
+// request): the master checks the params against the study's space.
+struct Enqueue {
+  static constexpr const char* kType = "enqueue";
+  json study;  // a name (string) or an id (number or all-digit string)
+  json params;
+  bool operator==(const Enqueue&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Custom{"study", &Enqueue::study, codecs::write_json, codecs::read_name_or_id},
+      fields::Object{"params", &Enqueue::params}};
+  json to_json() const;
+  static Enqueue from_json(const json& m);
+};
+
 // The connected workers and what each one trains.
 struct ListWorkers {
   static constexpr const char* kType = "workers";

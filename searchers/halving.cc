@@ -225,6 +225,7 @@ class HalvingSearcher : public Searcher {
   std::optional<uint64_t> most_trials() const override {
     return static_cast<uint64_t>(brackets_.back().first + brackets_.back().size);
   }
+  bool learns() const override { return sampler_ && sampler_->learns(); }
 
   std::vector<Operation> on_study_start() override {
     if (asynchronous()) return fill();
@@ -432,7 +433,19 @@ class HalvingSearcher : public Searcher {
   // A sampler's view of the trials: observations by BOHB's rule over the rung lengths (each trial
   // at every rung it finished with a value) and the trials in flight.
   SamplerView view() const {
-    std::map<int64_t, std::vector<SampledTrial>> by_length;
+    // A warm start's trials at every rung length of every bracket (for their params).
+    std::map<int64_t, std::vector<SampledTrial>> by_length =
+        prior_by_level(spec_, [&](const Params& params) {
+          std::vector<int64_t> lengths;
+          TrialState t;
+          t.params = params;
+          for (t.bracket = 0; t.bracket < brackets_.size(); ++t.bracket)
+            for (int k = 0; k < brackets_[t.bracket].rungs; ++k)
+              lengths.push_back(rung_length(t, k));
+          std::sort(lengths.begin(), lengths.end());
+          lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+          return lengths;
+        });
     SamplerView v;
     for (RequestId id = 0; id < static_cast<RequestId>(trials_.size()); ++id) {
       const TrialState& t = trials_[id];

@@ -226,7 +226,9 @@ class TpeSampler : public Sampler {
   }
 
   Params propose(uint64_t index, const SamplerView& view) override {
-    if (index < n_startup_) return spec_.space.draw(spec_.seed, index, std::nullopt);
+    // Optuna counts every complete trial toward n_startup, a warm start's too.
+    if (index + prior_observed(view) < n_startup_)
+      return spec_.space.draw(spec_.seed, index, std::nullopt);
     // Best first, the earlier trial first among equals.
     std::vector<SampledTrial> scored = view.observed;
     std::stable_sort(scored.begin(), scored.end(),
