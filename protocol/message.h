@@ -16,7 +16,8 @@
 // FileBytes (a chunk the master asked for), Fetched.
 // Master -> worker: Welcome, Job, SnapshotAt, Abandon, Prepare, EndTrainer, Reset, Refused,
 // Shutdown, ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles.
-// Client -> master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply.
+// Client -> master: Submit, Status, Cancel, Resume, Enqueue, ListWorkers, Drain; master ->
+// client: Reply.
 // AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
 //
 // A worker's reports on a job (heartbeat with a job, metric, snapshot, done, failed, abandoned)
@@ -747,7 +748,7 @@ using AnyMessage =
     std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
                  FileBytes, Fetched, Welcome, Job, SnapshotAt, Abandon, Prepare, EndTrainer, Reset,
                  Refused, Shutdown, ReadFile, DeleteFiles, Submit, Status, Cancel, Resume,
-                 ListWorkers, Drain, Reply>;
+                 Enqueue, ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

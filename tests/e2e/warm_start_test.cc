@@ -109,8 +109,8 @@ TEST_F(WarmStart, BadWarmStartsAreRefusedAndChangeNothing) {
       "warm_start: searcher random learns nothing from evaluations");
   refused(study("e", tpe,
                 {{"warm_start", {{"studies", {"earlier"}}}},
-                 {"hyperparameters", {{"momentum", {{"uniform", {0.5, 0.9}}}}}}}),
-          "warm_start.studies[0]: study earlier has no leaf momentum");
+                 {"hyperparameters", {{"weight_decay", {{"uniform", {0.0, 0.001}}}}}}}),
+          "warm_start.studies[0]: study earlier has no leaf weight_decay");
 }
 
 TEST_F(WarmStart, EnqueueOnARunningStudyIsItsNextTrialThroughARestart) {
