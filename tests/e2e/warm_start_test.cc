@@ -160,6 +160,8 @@ TEST_F(WarmStart, EnqueueOnARunningStudyIsItsNextTrialThroughARestart) {
   EXPECT_EQ(made[1]["params"], json({{"lr", 0.0625}})) << made.dump();
   EXPECT_NE(made[2]["params"], made[1]["params"]);
   refused("enq '{\"lr\": 0.1}'", "study enq has already ended: done");
+  // A study this master did not run (it ended before the restart) says how it ended.
+  refused("earlier '{\"lr\": 0.1}'", "study earlier has already ended: cancelled");
 }
 
 }  // namespace
