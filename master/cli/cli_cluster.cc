@@ -142,7 +142,7 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
     CLI::App* cmd = app.add_subcommand(
         "enqueue",
         "evaluate a configuration next in a running study, before its searcher's own proposals "
-        "(--master; tpe, gp, cmaes, median_stop)");
+        "(--master; tpe, gp, cmaes, median_stop, asha)");
     cmd->fallthrough();
     auto study = std::make_shared<std::string>();
     auto params = std::make_shared<std::string>();

@@ -1213,9 +1213,31 @@ TEST(Enqueue, WhileRunningIsTheNextTrial) {
   EXPECT_TRUE(m->enqueue(given).empty());
   m->on_validation(0, 40, 0.5);
   EXPECT_EQ(m->on_trial_closed(0)[0], Operation(Create{1, given, std::nullopt}));
+  // asha creates trials as it goes: the next one it creates (its params kept in its state, which
+  // holds only draws' ids otherwise).
+  json asha = asha_with({{"name", "tpe"}});
+  asha["searcher"].erase("sampler");
+  std::unique_ptr<Searcher> a = make_searcher(parse_spec(asha));
+  a->on_study_start();
+  EXPECT_TRUE(a->enqueue(given).empty());
+  std::unique_ptr<Searcher> a2 = make_searcher(parse_spec(asha));
+  a2->load(json::parse(a->save().dump()));
+  EXPECT_EQ(a2->save(), a->save());
+  for (Searcher* x : {a.get(), a2.get()}) {
+    x->on_validation(0, 10, 0.5);
+    Ops ops = x->on_trial_closed(0);
+    ASSERT_FALSE(ops.empty());
+    EXPECT_EQ(ops[0], Operation(Create{1, given, std::nullopt}));
+  }
+  EXPECT_EQ(a->save()["trials"][1]["params"], given);
+  a2->load(json::parse(a->save().dump()));
+  EXPECT_EQ(a2->save(), a->save());
   // The searchers that draw their trials ahead take none.
+  json sha = asha_with({{"name", "tpe"}});
+  sha["searcher"]["name"] = "sha";
+  sha["searcher"].erase("parallel");
   for (json other :
-       {median_study(), asha_with({{"name", "tpe"}}),
+       {median_study(), sha,
         study({{"lr", {{"uniform", {0.0, 1.0}}}}},
               {{"name", "random"}, {"metric", "loss"}, {"mode", "min"}, {"max_trials", 4}})}) {
     std::unique_ptr<Searcher> x = make_searcher(parse_spec(other));
