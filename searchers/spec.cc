@@ -629,6 +629,7 @@ void parse_warm_start(const Field& f, StudySpec& s) {
     if (std::find(s.warm_start.begin(), s.warm_start.end(), t.study) == s.warm_start.end())
       e["study"].fail("\"" + t.study + "\" is not one of warm_start.studies");
     t.trial = e["trial"].integer(1, INT64_MAX);
+    if (!e["params"].is_object()) e["params"].fail("expected an object: a value for every leaf");
     t.params = e["params"].json();
     try {
       s.check_params(t.params);
