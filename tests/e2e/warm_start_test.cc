@@ -3,7 +3,7 @@
 // deleted, resumes to exactly the trials of an undisturbed run (its prior evaluations are in its
 // stored spec); `hippo preview` says what it starts from; bad warm starts are refused and change
 // nothing; `hippo enqueue` on a running study makes the configuration its next trial, through a
-// master's restart, and refuses bad input.
+// master's restart, and refuses bad input, an ended study and an interrupted one.
 #include <signal.h>
 
 #include "tests/e2e/e2e_helper.h"
@@ -162,6 +162,27 @@ TEST_F(WarmStart, EnqueueOnARunningStudyIsItsNextTrialThroughARestart) {
   refused("enq '{\"lr\": 0.1}'", "study enq has already ended: done");
   // A study this master did not run (it ended before the restart) says how it ended.
   refused("earlier '{\"lr\": 0.1}'", "study earlier has already ended: cancelled");
+
+  // An interrupted study (its run stopped by Ctrl-C) takes none until it is resumed: a master
+  // holds the searchers of the studies it runs only.
+  const std::string paused = study("paused", {{"name", "tpe"},
+                                              {"metric", "accuracy"},
+                                              {"mode", "max"},
+                                              {"max_trials", 4},
+                                              {"parallel", 1}});
+  const pid_t run = spawn({"/bin/sh", "-c", "exec " + hippo("paused.db") + "run " + paused});
+  wait_for_a_metric(path("paused.db"), "paused");
+  kill(run, SIGINT);
+  ASSERT_EQ(exit_status_within(run, 30), 1) << log_of(run);
+  const std::string other = "ipc://" + path("other.sock");
+  spawn(
+      {kHippo, "--db", path("paused.db"), "master", "--bind", other, "--checkpoints", path("ck2")});
+  Result r = sh(kHippo + " --master " + other + " enqueue paused '{\"lr\": 0.1}' 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(
+      r.out.find("study paused is interrupted: resume it (hippo resume paused), then enqueue"),
+      std::string::npos)
+      << r.out;
 }
 
 }  // namespace
