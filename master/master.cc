@@ -475,6 +475,7 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
       {Status::kType, from_client(&Master::on_status, &Status::from_json)},
       {Cancel::kType, from_client(&Master::on_cancel, &Cancel::from_json)},
       {Resume::kType, from_client(&Master::on_resume, &Resume::from_json)},
+      {Enqueue::kType, from_client(&Master::on_enqueue, &Enqueue::from_json)},
       {ListWorkers::kType, from_client(&Master::on_list_workers, &ListWorkers::from_json)},
       {Drain::kType, from_client(&Master::on_drain, &Drain::from_json)},
   };
@@ -1002,14 +1003,8 @@ json Master::on_cancel(const Sender& from, const protocol::Cancel& m) {
 
 json Master::on_resume(const Sender& from, const protocol::Resume& m) {
   require_writable();
-  std::optional<StudyRow> row;
-  if (m.study.is_number_integer()) row = plan_.study(m.study.get<int64_t>());
-  if (!row && m.study.is_string()) {
-    row = plan_.study_by_name(m.study.get<std::string>());
-    if (std::optional<int64_t> id = study_id_in(m.study.get<std::string>()); !row && id)
-      row = plan_.study(*id);
-  }
-  if (!row || row->deleted_at) throw std::invalid_argument("no study " + m.study.dump());
+  std::optional<StudyRow> row = stored_study(m.study);
+  if (!row) throw std::invalid_argument("no study " + m.study.dump());
   // Its owner's act, or an admin's: the owner recorded when it was submitted.
   std::string owner;
   for (const EventRow& e : plan_.events(row->id, INT64_MAX))
@@ -1023,6 +1018,47 @@ json Master::on_resume(const Sender& from, const protocol::Resume& m) {
   apply(driver_.resume(row->id));
   schedule_changed_ = true;
   return {{"study", row->id}, {"name", row->name}};
+}
+
+std::optional<StudyRow> Master::stored_study(const json& name_or_id) {
+  std::optional<StudyRow> row;
+  if (name_or_id.is_number_integer()) row = plan_.study(name_or_id.get<int64_t>());
+  if (!row && name_or_id.is_string()) {
+    row = plan_.study_by_name(name_or_id.get<std::string>());
+    if (std::optional<int64_t> id = study_id_in(name_or_id.get<std::string>()); !row && id)
+      row = plan_.study(*id);
+  }
+  if (row && row->deleted_at) row.reset();
+  return row;
+}
+
+json Master::on_enqueue(const Sender& from, const protocol::Enqueue& m) {
+  require_writable();
+  int64_t id = 0;
+  try {
+    id = driver_.find(m.study);
+  } catch (const std::invalid_argument&) {
+    // A study of the plan that this master does not run: it takes a configuration once it runs.
+    std::optional<StudyRow> row = stored_study(m.study);
+    if (row && row->status == StudyStatus::kInterrupted)
+      throw std::invalid_argument("study " + row->name +
+                                  " is interrupted: resume it (hippo resume " + row->name +
+                                  "), then enqueue");
+    if (row && row->status != StudyStatus::kRunning)
+      throw std::invalid_argument("study " + row->name +
+                                  " has already ended: " + to_string(row->status));
+    throw;
+  }
+  const TrackedStudy& s = driver_.studies().at(id);
+  if (!may_cancel(from.identity, s.owner))
+    throw std::invalid_argument("study " + s.spec.name +
+                                " was submitted by another key: only its owner or an admin may "
+                                "enqueue a configuration in it");
+  apply(driver_.enqueue(id, m.params));
+  drain();
+  spdlog::info("study {}: a configuration enqueued", s.spec.name);
+  schedule_changed_ = true;
+  return {{"study", id}, {"name", s.spec.name}, {"trials", s.trials.size()}};
 }
 
 json Master::on_list_workers(const Sender&, const protocol::ListWorkers&) {

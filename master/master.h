@@ -280,6 +280,9 @@ class Master {
   json on_status(const Sender& from, const protocol::Status& m);
   json on_cancel(const Sender& from, const protocol::Cancel& m);
   json on_resume(const Sender& from, const protocol::Resume& m);
+  json on_enqueue(const Sender& from, const protocol::Enqueue& m);
+  // A study of the plan by a client's name or id (deleted ones are none).
+  std::optional<StudyRow> stored_study(const json& name_or_id);
   json on_list_workers(const Sender& from, const protocol::ListWorkers& m);
   json on_drain(const Sender& from, const protocol::Drain& m);
 

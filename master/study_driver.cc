@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "master/access.h"
+#include "master/warm_start.h"
 #include "protocol/clock.h"
 #include "protocol/log.h"
 
@@ -255,8 +256,11 @@ Edit StudyDriver::resume(int64_t study) const {
 // ---------------------------------------------------------------------------------------------
 // Studies.
 
-Edit StudyDriver::submit(const StudySpec& spec, const json& spec_json, Policy policy,
+Edit StudyDriver::submit(const StudySpec& given, const json& given_json, Policy policy,
                          const std::string& owner) const {
+  // A warm start's evaluations are read from the plan now and stored with the spec.
+  const json spec_json = resolve_warm_start(given, given_json, plan_).spec;
+  const StudySpec spec = given.warm_start.empty() ? given : parse_spec(spec_json);
   check_commands(spec, rules_.exec);
   check_budget(spec, rules_.budget);
   if (std::optional<StudyRow> old = plan_.study_by_name(spec.name))
@@ -394,6 +398,30 @@ Edit StudyDriver::cancel(int64_t study) const {
     throw std::invalid_argument("study " + s.spec.name + " (id " + std::to_string(study) +
                                 ") has already ended: " + to_string(s.status));
   return end_study(s, StudyStatus::kCancelled, "cancelled by a client", "the study was cancelled");
+}
+
+Edit StudyDriver::enqueue(int64_t study, const Params& params) {
+  TrackedStudy& s = studies_.at(study);
+  if (s.status != StudyStatus::kRunning)
+    throw std::invalid_argument("study " + s.spec.name +
+                                " has already ended: " + to_string(s.status));
+  try {
+    s.spec.check_params(params);
+  } catch (const SpecError& e) {
+    throw SpecError(std::string("params.") + e.what());
+  }
+  std::vector<Operation> ops;
+  try {
+    ops = s.searcher->enqueue(params);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("study " + s.spec.name + ": searcher " + s.spec.searcher.name +
+                                ": " + e.what());
+  }
+  Edit e;
+  e.add(edit::Journal{s.id, {}, s.searcher->save()});
+  e.add(edit::AddEvent{s.id, "enqueued", {{"params", params}}});
+  for (Operation& op : ops) e.next.push_back(Operate{s.id, std::move(op)});
+  return e;
 }
 
 Edit StudyDriver::interrupt(int64_t study, const std::string& why) const {

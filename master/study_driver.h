@@ -155,8 +155,9 @@ class StudyDriver {
   // every running study is interrupted: its run ended without ending it.
   Edit restore(bool resume_running);
 
-  // Starts a study for `owner` (its key: access.h): its row, its searcher's first operations
-  // checked and queued (edit::CreateStudy; created() is its id once applied). Throws SpecError
+  // Starts a study for `owner` (its key: access.h): its row (the spec with its warm start read
+  // from the plan, warm_start.h), its searcher's first operations checked and queued
+  // (edit::CreateStudy; created() is its id once applied). Throws SpecError
   // (a command this master may not run, a spec or first operations over the budget) or
   // std::invalid_argument (a name that exists: the message says how to resume, rename or
   // delete), and then changes nothing.
@@ -172,6 +173,12 @@ class StudyDriver {
   // study that has ended).
   // A client cancels it: its open trials stop, it ends `cancelled`.
   Edit cancel(int64_t study) const;
+  // A client enqueues a configuration (`hippo enqueue`): checked against the study's space and
+  // given to its searcher (Searcher::enqueue), whose whole state is saved at once (its journal
+  // holds events, not configurations), so that a restart replays it; the trial it creates now, if
+  // a slot is free, follows. Throws (SpecError for params outside the space, std::invalid_argument
+  // for an ended study or a searcher that takes none) having changed nothing.
+  Edit enqueue(int64_t study, const Params& params);
   // `hippo run` stops before it ends (a signal, a crash of its own): its trials stay as they are,
   // and a later run resumes them.
   Edit interrupt(int64_t study, const std::string& why) const;

@@ -15,9 +15,10 @@
 // Worker -> master: Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
 // FileBytes (a chunk the master asked for), Fetched.
 // Master -> worker: Welcome, Job, SnapshotAt, Threads, Abandon, Prepare, EndTrainer, Reset,
-// Refused, Shutdown, ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles. Client ->
-// master: Submit, Status, Cancel, ListWorkers, Drain; master -> client: Reply. AnyMessage names
-// them all; decode() reads any of them (the message fuzzer's entry point).
+// Refused, Shutdown, ReadFile, FileBytes (a chunk of the job's parent), DeleteFiles.
+// Client -> master: Submit, Status, Cancel, Resume, Enqueue, ListWorkers, Drain; master ->
+// client: Reply.
+// AnyMessage names them all; decode() reads any of them (the message fuzzer's entry point).
 //
 // A worker's reports on a job (heartbeat with a job, metric, snapshot, done, failed, abandoned)
 // carry the incarnation of the master that gave the job (its welcome's): a restarted master
@@ -707,6 +708,20 @@ struct Resume {
   static Resume from_json(const json& m);
 };
 
+// Evaluate a configuration next in a running study (`hippo enqueue`; its owner's or an admin's
+// request): the master checks the params against the study's space.
+struct Enqueue {
+  static constexpr const char* kType = "enqueue";
+  json study;  // a name (string) or an id (number or all-digit string)
+  json params;
+  bool operator==(const Enqueue&) const = default;
+  static constexpr auto kFields = std::tuple{
+      fields::Custom{"study", &Enqueue::study, codecs::write_json, codecs::read_name_or_id},
+      fields::Object{"params", &Enqueue::params}};
+  json to_json() const;
+  static Enqueue from_json(const json& m);
+};
+
 // The connected workers and what each one trains.
 struct ListWorkers {
   static constexpr const char* kType = "workers";
@@ -752,7 +767,7 @@ using AnyMessage =
     std::variant<Hello, Heartbeat, Metric, Snapshot, Done, Failed, Abandoned, FetchParent,
                  FileBytes, Fetched, Welcome, Job, SnapshotAt, Threads, Abandon, Prepare,
                  EndTrainer, Reset, Refused, Shutdown, ReadFile, DeleteFiles, Submit, Status,
-                 Cancel, Resume, ListWorkers, Drain, Reply>;
+                 Cancel, Resume, Enqueue, ListWorkers, Drain, Reply>;
 
 // Decodes a parsed message (wire.h's parse) of any type; ProtocolError for an unknown type or a
 // bad field.

@@ -106,6 +106,7 @@ class CmaesSampler : public Sampler {
     sigma_ = sigma0_;
     c_.assign(n, Vector(n, 0.0));
     for (size_t i = 0; i < n; ++i) c_[i][i] = 1;
+    prior_distribution();
     p_sigma_.assign(n, 0.0);
     p_c_.assign(n, 0.0);
     decompose();
@@ -175,6 +176,45 @@ class CmaesSampler : public Sampler {
   }
 
  private:
+  // A warm start (WS-CMA-ES, Nomura et al., AAAI 2021, as Optuna's `source_trials` and the cmaes
+  // library's get_warm_start_mgd with gamma = alpha = 0.1): the start is the distribution of the
+  // best tenth (at least one) of the earlier trials trained to this study's length, widened by
+  // alpha: Sigma = alpha^2 I + their covariance, sigma = det(Sigma)^(1 / 2n), C = Sigma / sigma^2,
+  // the mean theirs. Without such trials it starts as without a warm start.
+  void prior_distribution() {
+    std::vector<std::pair<double, Vector>> source;  // (value, unit coordinates)
+    for (const PriorTrial& t : spec_.prior)
+      if (auto it = t.values.find(spec_.length_steps(t.params)); it != t.values.end())
+        source.emplace_back(it->second, spec_.space.unit_coordinates(t.params));
+    if (source.empty()) return;
+    const bool maximize = spec_.searcher.maximize;
+    std::stable_sort(source.begin(), source.end(), [&](const auto& a, const auto& b) {
+      return better(a.first, b.first, maximize);
+    });
+    source.resize(std::max<size_t>(1, source.size() / 10));
+    const size_t n = mean_.size();
+    const double m = double(source.size()), alpha = 0.1;
+    Vector mean(n, 0.0);
+    for (const auto& [value, x] : source)
+      for (size_t k = 0; k < n; ++k) mean[k] += x[k] / m;
+    Matrix sigma(n, Vector(n, 0.0));
+    for (size_t i = 0; i < n; ++i) {
+      sigma[i][i] = alpha * alpha;
+      for (size_t j = 0; j < n; ++j)
+        for (const auto& [value, x] : source)
+          sigma[i][j] += (x[i] - mean[i]) * (x[j] - mean[j]) / m;
+    }
+    Vector values;
+    Matrix vectors;
+    eigen(sigma, values, vectors);
+    double log_det = 0;
+    for (double v : values) log_det += std::log(std::max(v, 1e-300));
+    sigma_ = std::exp(log_det / (2 * double(n)));
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) c_[i][j] = sigma[i][j] / (sigma_ * sigma_);
+    mean_ = std::move(mean);
+  }
+
   // B and D of C = B diag(D^2) B^T, after every change of C.
   void decompose() {
     for (size_t i = 0; i < c_.size(); ++i)  // symmetric, up to rounding
@@ -189,8 +229,8 @@ class CmaesSampler : public Sampler {
   // `population` of them by id (as Optuna tells them), and the next generation.
   void tell(const SamplerView& view) {
     std::vector<const SampledTrial*> done;
-    for (const SampledTrial& t : view.observed)
-      if (static_cast<size_t>(t.trial) < generation_of_.size() &&
+    for (const SampledTrial& t : view.observed)  // a warm start's trials (ids < 0) are none
+      if (t.trial >= 0 && static_cast<size_t>(t.trial) < generation_of_.size() &&
           generation_of_[t.trial] == generation_)
         done.push_back(&t);
     if (static_cast<int64_t>(done.size()) < population_) return;

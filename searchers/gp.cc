@@ -236,7 +236,7 @@ class GpSampler : public Sampler {
                        return better(a.value, b.value, spec_.searcher.maximize);
                      });
     size_t d = spec_.space.params().size();
-    if (index < n_startup_ || scored.size() < 2 || d == 0)
+    if (index + prior_observed(view) < n_startup_ || scored.size() < 2 || d == 0)
       return spec_.space.draw(spec_.seed, index, std::nullopt);
     // Standardized values, to be minimized.
     std::vector<Point> x;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <ext/pb_ds/assoc_container.hpp>
 #include <ext/pb_ds/tree_policy.hpp>
 #include <functional>
@@ -49,6 +50,7 @@ struct Bracket {
 struct TrialState {
   size_t bracket = 0;
   Params params;
+  bool given = false;   // its params came from `hippo enqueue` (kept in the saved state)
   bool running = true;  // being trained to its current rung: neither closed nor failed yet
   // The value at each rung it reached; the last one is at its current rung (none until reported).
   // One value and no violation, except for moasha: every objective's value and the violation.
@@ -225,6 +227,19 @@ class HalvingSearcher : public Searcher {
   std::optional<uint64_t> most_trials() const override {
     return static_cast<uint64_t>(brackets_.back().first + brackets_.back().size);
   }
+  bool learns() const override { return sampler_ && sampler_->learns(); }
+
+  // asha and moasha create trials as they go: a configuration given while they run is the next
+  // one they create (promotions, which are no proposals, still come first). sha and hyperband
+  // draw their brackets ahead and take none.
+  std::vector<Operation> enqueue(const Params& params) override {
+    if (!asynchronous()) return Searcher::enqueue(params);
+    if (trials_.size() + queued_.size() >= static_cast<size_t>(brackets_[0].size))
+      throw std::invalid_argument("all its max_trials (" + std::to_string(brackets_[0].size) +
+                                  ") trials are created or enqueued already");
+    queued_.push_back(params);
+    return fill();
+  }
 
   std::vector<Operation> on_study_start() override {
     if (asynchronous()) return fill();
@@ -260,17 +275,18 @@ class HalvingSearcher : public Searcher {
       for (const std::optional<ParetoPoint>& v : t.values) values.push_back(rung_value_json(v));
       trials.push_back({{"running", t.running}, {"values", values}});
       // A sampler's values depend on the study so far: they are kept (draws are made again).
-      if (sampler_) trials.back()["params"] = t.params;
+      if (sampler_ || t.given) trials.back()["params"] = t.params;
     }
     json out = {{"trials", trials}};
     if (json sampler = sampler_ ? sampler_->save() : nullptr; !sampler.is_null())
       out["sampler"] = std::move(sampler);
+    if (!queued_.empty()) out["queued"] = json(queued_);
     return out;
   }
 
   void load(const json& state) override {
     Field f(state, "state");
-    f.check_keys({"trials", "sampler"});
+    f.check_keys({"trials", "sampler", "queued"});
     Field list = f["trials"];
     int64_t capacity = brackets_.back().first + brackets_.back().size;
     int64_t n = static_cast<int64_t>(list.items(0));
@@ -283,9 +299,10 @@ class HalvingSearcher : public Searcher {
       x.check_keys({"running", "values", "params"});
       TrialState t = new_trial(id);
       if (static_cast<size_t>(id) < spec_.enqueued.size()) t.params = spec_.enqueued[id];
-      if (sampler_) {
+      if (sampler_ || x.has("params")) {
         if (!x["params"].is_object()) x["params"].fail("expected an object");
         t.params = x["params"].json();
+        t.given = !sampler_;
       }
       t.running = x["running"].boolean();
       Field values = x["values"];
@@ -296,7 +313,16 @@ class HalvingSearcher : public Searcher {
       for (size_t k = 0; k < rungs; ++k) t.values.push_back(rung_value_of(values[k]));
       trials.push_back(std::move(t));
     }
+    std::deque<Params> queued;
+    if (f.has("queued"))
+      for (size_t i = 0, k = f["queued"].items(1); i < k; ++i) {
+        if (!f["queued"][i].is_object()) f["queued"][i].fail("expected an object");
+        queued.push_back(f["queued"][i].json());
+      }
+    if (n + static_cast<int64_t>(queued.size()) > capacity)
+      f["queued"].fail("more trials than the " + std::to_string(capacity) + " this searcher makes");
     trials_ = std::move(trials);
+    queued_ = std::move(queued);
     reindex();
     if (f.has("sampler") && sampler_) sampler_->load(f["sampler"]);
   }
@@ -432,7 +458,19 @@ class HalvingSearcher : public Searcher {
   // A sampler's view of the trials: observations by BOHB's rule over the rung lengths (each trial
   // at every rung it finished with a value) and the trials in flight.
   SamplerView view() const {
-    std::map<int64_t, std::vector<SampledTrial>> by_length;
+    // A warm start's trials at every rung length of every bracket (for their params).
+    std::map<int64_t, std::vector<SampledTrial>> by_length =
+        prior_by_level(spec_, [&](const Params& params) {
+          std::vector<int64_t> lengths;
+          TrialState t;
+          t.params = params;
+          for (t.bracket = 0; t.bracket < brackets_.size(); ++t.bracket)
+            for (int k = 0; k < brackets_[t.bracket].rungs; ++k)
+              lengths.push_back(rung_length(t, k));
+          std::sort(lengths.begin(), lengths.end());
+          lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+          return lengths;
+        });
     SamplerView v;
     for (RequestId id = 0; id < static_cast<RequestId>(trials_.size()); ++id) {
       const TrialState& t = trials_[id];
@@ -448,10 +486,15 @@ class HalvingSearcher : public Searcher {
   void create(std::vector<Operation>& ops) {
     RequestId id = static_cast<RequestId>(trials_.size());
     TrialState t = new_trial(id);
-    if (static_cast<size_t>(id) < spec_.enqueued.size())
+    if (static_cast<size_t>(id) < spec_.enqueued.size()) {
       t.params = spec_.enqueued[id];
-    else if (sampler_)
+    } else if (!queued_.empty()) {
+      t.params = std::move(queued_.front());
+      t.given = true;
+      queued_.pop_front();
+    } else if (sampler_) {
       t.params = sampler_->propose(static_cast<uint64_t>(id), view());
+    }
     trials_.push_back(std::move(t));
     ++running_;
     ++bracket_running_[trials_.back().bracket];
@@ -631,6 +674,7 @@ class HalvingSearcher : public Searcher {
   size_t settled_ = 0;               // asha, moasha: rungs 0 .. settled_ - 1 have settled
   // `searcher.sampler`: where new trials' values come from; none: grid points, then draws.
   std::unique_ptr<Sampler> sampler_;
+  std::deque<Params> queued_;  // asha, moasha: enqueued while running, not created yet
 };
 
 SearcherKind halving_kind(Kind kind, std::vector<std::string> extra) {

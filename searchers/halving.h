@@ -28,7 +28,9 @@
 //   A rung below the top *settles* once every trial is created, none is trained to it or below,
 //   the rungs below have settled and none of its waiting trials can be promoted (among the
 //   first floor(count / eta)): its waiting trials get Stop then (`stopped` at the rung), so a
-//   finished study leaves none `done` below max_length (searchers/README.md).
+//   finished study leaves none `done` below max_length (searchers/README.md). A configuration
+//   given while it runs (`hippo enqueue`) is the next trial it creates; sha and hyperband, whose
+//   brackets are drawn ahead, take none.
 // moasha (Schmucker et al. 2021, MO-ASHA): asha, except that a rung is ranked by every objective:
 //   by the front of constrained non-dominated sorting (pareto.h) of the trials' values and
 //   violations there, then by larger crowding distance within the front, then by lower id. A trial

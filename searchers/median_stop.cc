@@ -68,6 +68,11 @@ class MedianStopSearcher : public PoolSearcher {
       throw SpecError("enqueue: median_stop over a grid evaluates its grid points");
   }
 
+  std::vector<Operation> enqueue(const Params& params) override {
+    if (grid_) throw std::invalid_argument("median_stop over a grid evaluates its grid points");
+    return PoolSearcher::enqueue(params);
+  }
+
  private:
   Params propose(uint64_t index) override {
     if (sampler_) return sampler_->propose(index, levels());
@@ -78,7 +83,8 @@ class MedianStopSearcher : public PoolSearcher {
   // A sampler's view: observations by BOHB's rule over the evaluation steps (every trial's finite
   // values, running, stopped and failed ones too), and the trials in flight.
   SamplerView levels() const {
-    std::map<int64_t, std::vector<SampledTrial>> by_step;
+    std::map<int64_t, std::vector<SampledTrial>> by_step =
+        prior_by_level(spec_, [&](const Params& params) { return spec_.eval_steps(params); });
     SamplerView v;
     for (size_t i = 0; i < trials_.size(); ++i) {
       const PoolTrial& t = trials_[i];

@@ -59,6 +59,12 @@ std::vector<Operation> PoolSearcher::on_trial_failed(RequestId trial) {
 
 SamplerView PoolSearcher::view() const {
   SamplerView v;
+  for (auto& [length, trials] : prior_by_level(spec_, [&](const Params& params) {
+         return std::vector<int64_t>{spec_.length_steps(params)};
+       }))
+    v.observed.insert(v.observed.end(), trials.begin(), trials.end());
+  std::sort(v.observed.begin(), v.observed.end(),
+            [](const SampledTrial& a, const SampledTrial& b) { return a.trial < b.trial; });
   for (size_t i = 0; i < trials_.size(); ++i) {
     const PoolTrial& t = trials_[i];
     const RequestId id = static_cast<RequestId>(i);
@@ -85,14 +91,29 @@ std::vector<Operation> PoolSearcher::end(RequestId trial, Status status) {
   return fill();
 }
 
+std::vector<Operation> PoolSearcher::enqueue(const Params& params) {
+  if (trials_.size() + queued_.size() >= max_trials_)
+    throw std::invalid_argument("all its max_trials (" + std::to_string(max_trials_) +
+                                ") trials are created or enqueued already");
+  queued_.push_back(params);
+  return fill();
+}
+
 std::vector<Operation> PoolSearcher::fill() {
   int64_t running = std::count_if(trials_.begin(), trials_.end(),
                                   [](const PoolTrial& t) { return t.status == Status::kRunning; });
   std::vector<Operation> ops;
   for (; running < parallel_ && trials_.size() < max_trials_; ++running) {
     RequestId id = static_cast<RequestId>(trials_.size());
-    Params params = trials_.size() < spec_.enqueued.size() ? spec_.enqueued[trials_.size()]
-                                                           : propose(trials_.size());
+    Params params;
+    if (trials_.size() < spec_.enqueued.size()) {
+      params = spec_.enqueued[trials_.size()];
+    } else if (!queued_.empty()) {
+      params = std::move(queued_.front());
+      queued_.pop_front();
+    } else {
+      params = propose(trials_.size());
+    }
     ops.emplace_back(Create{id, params, std::nullopt});
     ops.emplace_back(Train{id, spec_.length_steps(params), spec_.eval_steps(params)});
     trials_.push_back({std::move(params), {}, Status::kRunning});
@@ -113,12 +134,13 @@ nlohmann::json PoolSearcher::save() const {
   nlohmann::json out = {{"trials", trials}};
   if (nlohmann::json sampler = sampler_ ? sampler_->save() : nullptr; !sampler.is_null())
     out["sampler"] = std::move(sampler);
+  if (!queued_.empty()) out["queued"] = nlohmann::json(queued_);
   return out;
 }
 
 void PoolSearcher::load(const nlohmann::json& state) {
   Field f(state, "state");
-  f.check_keys({"trials", "sampler"});
+  f.check_keys({"trials", "sampler", "queued"});
   Field list = f["trials"];
   std::vector<PoolTrial> trials(list.items(0));
   if (trials.size() > max_trials_) list.fail("more than max_trials trials");
@@ -137,7 +159,15 @@ void PoolSearcher::load(const nlohmann::json& state) {
     if (it == std::end(kStatusNames)) t["status"].fail("unknown status " + brief(status));
     trials[i].status = static_cast<Status>(it - std::begin(kStatusNames));
   }
+  std::deque<Params> queued;
+  if (f.has("queued"))
+    for (size_t i = 0, n = f["queued"].items(1); i < n; ++i) {
+      if (!f["queued"][i].is_object()) f["queued"][i].fail("expected an object");
+      queued.push_back(f["queued"][i].json());
+    }
+  if (trials.size() + queued.size() > max_trials_) f["queued"].fail("more than max_trials trials");
   trials_ = std::move(trials);
+  queued_ = std::move(queued);
   if (f.has("sampler") && sampler_) sampler_->load(f["sampler"]);
 }
 

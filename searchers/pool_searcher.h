@@ -5,12 +5,14 @@
 // keeping `parallel` of them in flight (default: the workers, with_parallel in searcher.h; 2 in a
 // spec stored without it): when one ends (closed, stopped or failed) the next one is created, and
 // the pool finishes once every trial has ended. The spec's enqueued configurations are its first
-// trials. Pool searchers differ in where a trial's params come from (propose: a sampler by
-// default) and in whether a validation stops it (should_stop). A trial closed on a value that is
-// not finite (diverged) counts as failed.
+// trials; one enqueued while it runs (`hippo enqueue`, Searcher::enqueue) is its next, before the
+// sampler's next proposal, and counts toward max_trials. Pool searchers differ in where a trial's
+// params come from (propose: a sampler by default) and in whether a validation stops it
+// (should_stop). A trial closed on a value that is not finite (diverged) counts as failed.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <random>
 #include <vector>
@@ -45,6 +47,8 @@ class PoolSearcher : public Searcher {
   nlohmann::json save() const override;
   void load(const nlohmann::json& state) override;
   std::optional<uint64_t> most_trials() const override { return max_trials_; }
+  bool learns() const override { return sampler_ && sampler_->learns(); }
+  std::vector<Operation> enqueue(const Params& params) override;
 
  protected:
   enum class Status { kRunning, kClosed, kStopped, kFailed };
@@ -64,8 +68,8 @@ class PoolSearcher : public Searcher {
 
   // Whether metric value a is better than b (the spec's mode).
   bool better(double a, double b) const { return hippo::better(a, b, spec_.searcher.maximize); }
-  // A sampler's view of the pool: the closed trials whose last value is finite (observed), and
-  // the running ones, by id.
+  // A sampler's view of the pool: the closed trials whose last value is finite (observed), after
+  // a warm start's trials at this study's length for their params, and the running ones, by id.
   SamplerView view() const;
 
   const StudySpec spec_;
@@ -82,6 +86,7 @@ class PoolSearcher : public Searcher {
 
   uint64_t max_trials_;
   int64_t parallel_;
+  std::deque<Params> queued_;  // enqueued while it runs, not created yet
 };
 
 // A pool searcher whose values come from the sampler `name` (its options the searcher's) and that

@@ -81,6 +81,24 @@ std::unique_ptr<Sampler> scheduler_sampler(const StudySpec& spec, uint64_t trial
   return make_sampler(spec, name, options, trials, SamplerUse::kInScheduler);
 }
 
+std::map<int64_t, std::vector<SampledTrial>> prior_by_level(
+    const StudySpec& spec, const std::function<std::vector<int64_t>(const Params&)>& levels) {
+  std::map<int64_t, std::vector<SampledTrial>> by_level;
+  const RequestId n = static_cast<RequestId>(spec.prior.size());
+  for (RequestId i = 0; i < n; ++i) {
+    const PriorTrial& t = spec.prior[i];
+    for (int64_t level : levels(t.params))
+      if (auto it = t.values.find(level); it != t.values.end())
+        by_level[level].push_back({i - n, &t.params, it->second});
+  }
+  return by_level;
+}
+
+uint64_t prior_observed(const SamplerView& view) {
+  return std::count_if(view.observed.begin(), view.observed.end(),
+                       [](const SampledTrial& t) { return t.trial < 0; });
+}
+
 std::vector<SampledTrial> bohb_observations(
     const StudySpec& spec, const std::map<int64_t, std::vector<SampledTrial>>& by_level) {
   const size_t leaves = spec.space.params().size();

@@ -18,9 +18,16 @@
 // then draw from their prior). tpe there splits by BOHB's good-set size and draws a third of its
 // proposals at random (BOHB's random_fraction). The trials in flight are the constant liar (tpe)
 // or the kriging believer (gp) there.
+//
+// A warm start (StudySpec::prior, the spec's `warm_start`) adds earlier studies' trials to the
+// observations, at the same levels: a pool's at this study's length for the trial's params (as its
+// own closed trials), a scheduler's at each of its levels. They are older than the study's own
+// (ids -n .. -1) and count toward tpe's and gp's n_startup (Optuna counts every complete trial,
+// added ones too); cmaes starts from their best instead (WS-CMA-ES, prior_distribution).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -36,7 +43,7 @@ using RequestId = int64_t;
 
 // A trial as a sampler sees it.
 struct SampledTrial {
-  RequestId trial = 0;
+  RequestId trial = 0;  // < 0: an earlier study's (a warm start)
   const Params* params = nullptr;
   double value = 0;  // observations only: finite, in the spec's mode
 };
@@ -79,6 +86,13 @@ size_t bohb_good_count(size_t leaves, size_t n);
 // set (bohb_good_count) and leave at least d + 1 for the bad set, or none.
 std::vector<SampledTrial> bohb_observations(
     const StudySpec& spec, const std::map<int64_t, std::vector<SampledTrial>>& by_level);
+
+// The warm start's observations by level: each prior trial's value at each step of levels(params)
+// where it has one, the i-th of n with id i - n.
+std::map<int64_t, std::vector<SampledTrial>> prior_by_level(
+    const StudySpec& spec, const std::function<std::vector<int64_t>(const Params&)>& levels);
+// The prior trials among the observations (tpe's and gp's n_startup count them).
+uint64_t prior_observed(const SamplerView& view);
 
 // Each sampler's factory (tpe.cc, gp.cc, cmaes.cc; random and sobol in sampler.cc).
 std::unique_ptr<Sampler> make_tpe_sampler(const StudySpec& spec, const Field& options,

@@ -61,6 +61,13 @@ std::string searchers_of_several_objectives() {
   return names;
 }
 
+std::vector<Operation> Searcher::enqueue(const Params&) {
+  throw std::invalid_argument(
+      "it takes no configuration while it runs (tpe, gp, cmaes, median_stop, asha and moasha "
+      "do; random, sobol, sha and hyperband draw their trials ahead: put it in the spec's "
+      "\"enqueue\")");
+}
+
 std::unique_ptr<Searcher> make_searcher(const StudySpec& spec) {
   auto it = registry().find(spec.searcher.name);
   if (it == registry().end())

@@ -116,6 +116,16 @@ class Searcher {
   // The most trials it will ever create, when it knows (budget.h checks it against the master's
   // limit before the study starts); nullopt when only its own decisions will tell.
   virtual std::optional<uint64_t> most_trials() const { return std::nullopt; }
+
+  // Whether its proposals learn from evaluations (tpe, gp, cmaes, and a scheduler whose sampler
+  // is one of them): the spec's warm start seeds it; the spec parser refuses one for the others.
+  virtual bool learns() const { return false; }
+  // `hippo enqueue`: a configuration (checked against the space) given while the study runs,
+  // the next trial it creates, before its own proposals; the operations that creates now (none
+  // while `parallel` trials are in flight). It is part of the saved state. Throws
+  // std::invalid_argument, changing nothing, when the searcher takes none (the default) or has
+  // no trial left to give it.
+  virtual std::vector<Operation> enqueue(const Params& params);
 };
 
 // Trials a searcher that holds them back gives per batch (next_batch).

@@ -520,6 +520,11 @@ std::vector<int64_t> StudySpec::eval_steps(const Params& params) const {
   return steps;
 }
 
+void StudySpec::check_params(const Params& params) const {
+  hyperparams(params);
+  model_of(params);
+}
+
 Hyperparams StudySpec::hyperparams(const Params& params) const {
   return space.instantiate(params, steps_per_epoch(params));
 }
@@ -600,12 +605,54 @@ void parse_length(const Field& root, StudySpec& s, const SpanParser& span) {
   }
 }
 
+// `warm_start`: the studies as written, and their evaluations as the master resolved them at
+// submit (master/warm_start.h), each trial's params checked against this study's space.
+void parse_warm_start(const Field& f, StudySpec& s) {
+  f.check_keys({"studies", "evaluations"});
+  if (s.searcher.goals.multi())
+    f.fail("a warm start seeds a searcher of one metric and mode (no objectives or constraints)");
+  Field studies = f["studies"];
+  for (size_t i = 0, n = studies.items(1); i < n; ++i) {
+    const std::string& name = studies[i].text();
+    if (name == s.name) studies[i].fail("\"" + name + "\" is this study itself");
+    if (std::find(s.warm_start.begin(), s.warm_start.end(), name) != s.warm_start.end())
+      studies[i].fail("\"" + name + "\" is named twice");
+    s.warm_start.push_back(name);
+  }
+  if (!f.has("evaluations")) return;
+  Field list = f["evaluations"];
+  for (size_t i = 0, n = list.items(0); i < n; ++i) {
+    Field e = list[i];
+    e.check_keys({"study", "trial", "params", "values"});
+    PriorTrial t;
+    t.study = e["study"].text();
+    if (std::find(s.warm_start.begin(), s.warm_start.end(), t.study) == s.warm_start.end())
+      e["study"].fail("\"" + t.study + "\" is not one of warm_start.studies");
+    t.trial = e["trial"].integer(1, INT64_MAX);
+    if (!e["params"].is_object()) e["params"].fail("expected an object: a value for every leaf");
+    t.params = e["params"].json();
+    try {
+      s.check_params(t.params);
+    } catch (const SpecError& err) {
+      throw SpecError(e["params"].path() + "." + err.what());
+    }
+    Field values = e["values"];
+    for (size_t j = 0, m = values.items(1); j < m; ++j) {
+      if (values[j].items(2) != 2) values[j].fail("expected [step, value]");
+      const double v = values[j][1].number();
+      if (!std::isfinite(v)) values[j][1].fail("expected a finite value");
+      t.values[values[j][0].integer(1, INT64_MAX)] = v;
+    }
+    s.prior.push_back(std::move(t));
+  }
+}
+
 }  // namespace
 
 StudySpec parse_spec(const json& spec) {
   Field root(spec, "");
   root.check_keys({"name", "model", "data", "seed", "fixed", "hyperparameters", "searcher",
-                   "length", "eval", "pipeline", "budget", "enqueue"});
+                   "length", "eval", "pipeline", "budget", "enqueue", "warm_start"});
   StudySpec s;
   s.name = root["name"].text();
   // Bounded, and never what reads as an id: one rule for every command (protocol/names.h).
@@ -709,8 +756,7 @@ StudySpec parse_spec(const json& spec) {
     for (size_t i = 0, n = list.items(1); i < n; ++i) {
       if (!list[i].is_object()) list[i].fail("expected an object: a value for every leaf");
       try {
-        s.hyperparams(list[i].json());
-        s.model_of(list[i].json());
+        s.check_params(list[i].json());
       } catch (const SpecError& e) {
         throw SpecError(list[i].path() + "." + e.what());
       }
@@ -728,7 +774,13 @@ StudySpec parse_spec(const json& spec) {
     std::string key = root_key_for(s, m);
     s.architectures.emplace(std::move(key), std::move(m));
   }
-  make_searcher(s);  // validates the searcher's own options
+  if (root.has("warm_start")) parse_warm_start(root["warm_start"], s);
+  // Validates the searcher's own options.
+  if (!make_searcher(s)->learns() && !s.warm_start.empty())
+    root["warm_start"].fail("searcher " + s.searcher.name +
+                            " learns nothing from evaluations, so earlier ones cannot seed it: a "
+                            "warm start seeds tpe, gp and cmaes, alone or as the sampler of asha, "
+                            "sha, hyperband or median_stop (\"sampler\": {\"name\": \"tpe\"})");
   return s;
 }
 

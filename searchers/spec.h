@@ -96,6 +96,15 @@ struct SearcherSpec {
   nlohmann::json options = nlohmann::json::object();  // the searcher's own options, as written
 };
 
+// A trial of an earlier study, as a warm start sees it: its params (the new study's leaves only,
+// each in the new study's space) and its finite values of the study's metric, step -> value.
+struct PriorTrial {
+  std::string study;
+  int64_t trial = 0;  // its number in that study
+  Params params;
+  std::map<int64_t, double> values;
+};
+
 struct StudySpec {
   std::string name;
   // As written (gpt: with every field); type mlp, cnn, gpt or external (command, and long_lived:
@@ -124,6 +133,14 @@ struct StudySpec {
   // before the searcher's own (random, sobol and the pool and halving searchers; the others
   // refuse them).
   std::vector<Params> enqueued;
+  // `warm_start`: {"studies": [NAME, ...]}: earlier studies of the same plan whose evaluations
+  // seed the searcher's sampler (sampler.h: tpe, gp, cmaes, alone or inside a scheduler; the spec
+  // parser refuses it for searchers that learn nothing). The master reads them from the plan when
+  // the study is submitted (master/warm_start.h) and stores them in the spec as
+  // `warm_start.evaluations` (`prior`), so that a restart, or a later `--forget` of those
+  // studies, feeds the searcher exactly what it saw.
+  std::vector<std::string> warm_start;
+  std::vector<PriorTrial> prior;
   // Why lengths in epochs are refused (no batch size constant within a trial, or an external
   // data set without train_samples); empty when they are possible.
   std::string no_epochs;
@@ -151,6 +168,9 @@ struct StudySpec {
   Span longest_length() const;
   // The steps to evaluate at, increasing: every eval_every up to the length, and the length.
   std::vector<int64_t> eval_steps(const Params& params) const;
+  // Checks that params give every leaf a value in its range (and nothing else): SpecError naming
+  // the leaf, as a spec's `enqueue` entries and `hippo enqueue` are checked.
+  void check_params(const Params& params) const;
   // The trial's sequences (SearchSpace::instantiate with the trial's U); model leaves are none.
   Hyperparams hyperparams(const Params& params) const;
   // The trial's model: `model` with its values of the model leaves, as parse_spec would make a

@@ -233,7 +233,9 @@ class TpeSampler : public Sampler {
   }
 
   Params propose(uint64_t index, const SamplerView& view) override {
-    if (index < n_startup_) return spec_.space.draw(spec_.seed, index, std::nullopt);
+    // Optuna counts every complete trial toward n_startup, a warm start's too.
+    if (index + prior_observed(view) < n_startup_)
+      return spec_.space.draw(spec_.seed, index, std::nullopt);
     // BOHB's random fraction: decided on a stream of its own, so that the model's draws are the
     // same with and without it.
     if (random_fraction_ > 0 &&

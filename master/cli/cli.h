@@ -73,7 +73,7 @@ void add_query_commands(CLI::App& app, const GlobalOptions& global, Action* acti
 void add_pipeline_command(CLI::App& app, const GlobalOptions& global, Action* action);
 // keygen
 void add_key_commands(CLI::App& app, const GlobalOptions& global, Action* action);
-// cancel, workers
+// cancel, enqueue, workers, drain
 void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* action);
 // dashboard, report
 void add_dashboard_commands(CLI::App& app, const GlobalOptions& global, Action* action);

@@ -1,8 +1,11 @@
-// Operating a running master: `hippo cancel STUDY`, `hippo workers` and `hippo drain WORKER`. They
-// need the master (--master ADDR or $HIPPO_MASTER): a study is cancelled by the master that runs
-// it, and only the master knows its workers. Also ask_master, the one request/reply of every client
+// Operating a running master: `hippo cancel STUDY`, `hippo enqueue STUDY PARAMS`, `hippo workers`
+// and `hippo drain WORKER`. They need the master (--master ADDR or $HIPPO_MASTER): a study is
+// cancelled, or given a configuration, by the master that runs it, and only the master knows its
+// workers. Also ask_master, the one request/reply of every client
 // command.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <zmq.hpp>
 
@@ -27,6 +30,37 @@ int cancel(const std::string& study, const GlobalOptions& global) {
                 protocol::printable(summary.value("study", study)).c_str(),
                 static_cast<long long>(summary.value("trials", int64_t{0})),
                 static_cast<long long>(summary.value("steps_executed", int64_t{0})));
+  return 0;
+}
+
+// PARAMS: a JSON object as text, or a file that holds one.
+json params_argument(const std::string& text) {
+  std::string content = text;
+  if (text.find_first_not_of(" \t\n") == std::string::npos ||
+      text[text.find_first_not_of(" \t\n")] != '{') {
+    std::ifstream in(text, std::ios::binary);
+    if (!in) throw BadInput("params: " + text + " is neither a JSON object nor a readable file");
+    std::ostringstream read;
+    read << in.rdbuf();
+    content = read.str();
+  }
+  try {
+    json params = parse_json_text(content);
+    if (!params.is_object()) throw SpecError("expected a JSON object: a value for every leaf");
+    return params;
+  } catch (const SpecError& e) {
+    throw BadInput(std::string("params: ") + e.what());
+  }
+}
+
+int enqueue(const std::string& study, const std::string& params, const GlobalOptions& global) {
+  json reply = ask_master(
+      global, protocol::Enqueue{.study = study, .params = params_argument(params)}.to_json());
+  if (global.format == Format::kJson)
+    std::printf("%s\n", reply.dump().c_str());
+  else
+    std::printf("enqueued in study %s: its next trial, before the searcher's own proposals\n",
+                protocol::printable(reply.value("name", study)).c_str());
   return 0;
 }
 
@@ -103,6 +137,22 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
     auto study = std::make_shared<std::string>();
     add_study_argument(cmd, study.get());
     set_action(cmd, action, kTableOrJson, [study, &global] { return cancel(*study, global); });
+  }
+  {
+    CLI::App* cmd = app.add_subcommand(
+        "enqueue",
+        "evaluate a configuration next in a running study, before its searcher's own proposals "
+        "(--master; tpe, gp, cmaes, median_stop, asha)");
+    cmd->fallthrough();
+    auto study = std::make_shared<std::string>();
+    auto params = std::make_shared<std::string>();
+    cmd->add_option("study", *study, "the study's name, or its id as #N")->required();
+    cmd->add_option("params", *params,
+                    "a value for every leaf: a JSON object ('{\"lr\": 0.1}'), or a file that "
+                    "holds one")
+        ->required();
+    set_action(cmd, action, kTableOrJson,
+               [study, params, &global] { return enqueue(*study, *params, global); });
   }
   {
     CLI::App* cmd = app.add_subcommand("workers", "the workers connected to a master (--master)");

@@ -4,8 +4,9 @@
 // tree, and prints the trials, the tree and the step counts; `--format json` prints only the
 // counts of docs/spec.md ("Output") as one line, `--format csv` the trials. With a search plan at
 // --db, it also says how many of the unique steps the states kept there (master/retention.h) would
-// save. It never starts a process: an external searcher's trials are not known without running its
-// command, so it shows none.
+// save; a warm start is read from it (how many evaluations of which earlier studies the searcher
+// starts from). It never starts a process: an external searcher's trials are not known without
+// running its command, so it shows none.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -19,6 +20,7 @@
 #include "master/cli/pipeline_balance.h"
 #include "master/cli/report.h"
 #include "master/state_registry.h"
+#include "master/warm_start.h"
 #include "protocol/text.h"
 #include "searchers/budget.h"
 #include "searchers/searcher.h"
@@ -31,7 +33,8 @@ namespace {
 
 struct Preview {
   StudySpec spec;
-  std::map<RequestId, Params> params;  // the trials the searcher created
+  std::vector<master::PriorStudy> warm_start;  // what each earlier study gives
+  std::map<RequestId, Params> params;          // the trials the searcher created
   StageTree tree;
   int64_t steps_reused = 0;  // of the tree's unique steps, those the plan's states cover
 };
@@ -41,11 +44,25 @@ bool runs_a_command(const StudySpec& spec) {
   return spec.searcher.name == "external";
 }
 
-Preview build_preview(const std::string& path, const Budget& budget, int64_t workers) {
+// A warm start read from the plan at `db`, as `run` would at submit (master/warm_start.h).
+master::WarmStart warm_start(const StudySpec& spec, const nlohmann::json& spec_json,
+                             const std::string& db) {
+  if (spec.warm_start.empty()) return {spec_json, {}};
+  if (!std::filesystem::exists(db))
+    throw BadInput("warm_start: no search plan at " + db + " to read earlier studies from (--db)");
+  SearchPlan plan = SearchPlan::open_read_only(db);
+  return master::resolve_warm_start(spec, spec_json, plan);
+}
+
+Preview build_preview(const std::string& path, const Budget& budget, int64_t workers,
+                      const std::string& db) {
   Preview p;
   try {
-    // As `run --workers` would store it: searcher.parallel resolved.
-    p.spec = parse_spec(with_parallel(load_spec_file(path).spec_json, workers));
+    // As `run --workers` would store it: searcher.parallel resolved, and the warm start read.
+    const nlohmann::json spec_json = with_parallel(load_spec_file(path).spec_json, workers);
+    master::WarmStart warm = warm_start(parse_spec(spec_json), spec_json, db);
+    p.spec = parse_spec(warm.spec);
+    p.warm_start = std::move(warm.studies);
     check_budget(p.spec, budget);
     check_devices(p.spec, kernels::cuda_device_count() > 0);  // what `run` would refuse
     if (runs_a_command(p.spec)) return p;
@@ -164,6 +181,20 @@ void print_preview(const Preview& p) {
   if (runs_a_command(p.spec))
     std::printf(
         "the external searcher decides the trials, and preview runs no command: none shown\n\n");
+  if (!p.warm_start.empty()) {
+    std::string from;
+    int64_t evaluations = 0;
+    for (const master::PriorStudy& s : p.warm_start) {
+      from +=
+          (from.empty() ? "" : ", ") + protocol::printable(s.name) + " (" +
+          std::to_string(s.trials) + " trials" +
+          (s.left_out ? ", " + std::to_string(s.left_out) + " outside this space left out" : "") +
+          ")";
+      evaluations += s.evaluations;
+    }
+    std::printf("warm start: %lld evaluations of %zu trials from %s\n\n",
+                static_cast<long long>(evaluations), p.spec.prior.size(), from.c_str());
+  }
   std::printf("%lld trials:\n", static_cast<long long>(counts.trials));
   print_table(trial_rows(p));
   std::printf("\n%lld stages:\n", static_cast<long long>(counts.stages));
@@ -183,7 +214,7 @@ void print_preview(const Preview& p) {
 int preview(const std::string& path, const Budget& budget, int64_t workers,
             const GlobalOptions& global) {
   const Format format = global.format;
-  Preview p = build_preview(path, budget, workers);
+  Preview p = build_preview(path, budget, workers, global.db);
   p.steps_reused = steps_reused(p, global.db);
   if (format == Format::kCsv) {
     print_csv(trial_rows(p));
@@ -197,6 +228,11 @@ int preview(const std::string& path, const Budget& budget, int64_t workers,
                           {"critical_path_steps", counts.critical_path_steps}};
     if (std::optional<int64_t> parallel = parallel_of({{"searcher", p.spec.searcher.options}}))
       out["parallel"] = *parallel;
+    for (const master::PriorStudy& s : p.warm_start)
+      out["warm_start"].push_back({{"study", s.name},
+                                   {"trials", s.trials},
+                                   {"evaluations", s.evaluations},
+                                   {"left_out", s.left_out}});
     std::printf("%s\n", out.dump().c_str());
   } else {
     print_preview(p);

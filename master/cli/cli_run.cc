@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "master/cli/cli.h"
 #include "master/master.h"
+#include "master/warm_start.h"
 #include "protocol/auth.h"
 #include "protocol/failpoint.h"
 #include "protocol/log.h"
@@ -376,9 +377,11 @@ int run(const std::string& path, const std::string& policy_text, bool resume, co
                        "` shows it; to run the spec again, give it another \"name\" or `hippo "
                        "delete " +
                        old->name + "`)");
-      // A file without `parallel` is the spec it was stored as, with the value resolved then.
+      // A file without `parallel` is the spec it was stored as, with the value resolved then
+      // (and its warm start's evaluations).
       std::optional<int64_t> parallel = parallel_of(old->spec);
-      if (old->spec != (parallel ? with_parallel(l.spec_json, *parallel) : l.spec_json))
+      if (master::as_written(old->spec) !=
+          (parallel ? with_parallel(l.spec_json, *parallel) : l.spec_json))
         throw BadInput("study " + old->name + " was submitted with another spec than " + path +
                        ": resume it as it was with `hippo resume " + old->name +
                        "`, or give this spec another \"name\"");

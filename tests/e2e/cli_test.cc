@@ -169,6 +169,7 @@ TEST_F(Cli, EveryCommandPrintsTheFormatAskedOrRefusesIt) {
       {none + "{F} master --bind ipc://" + path("m.sock"), {}, kNotRun},
       {master + "{F} submit " + ci, {table, json_}, kNotRun},
       {master + "{F} cancel fmnist-mlp-ci", {table, json_}, kNotRun},
+      {master + "{F} enqueue fmnist-mlp-ci '{\"lr\": 0.1}'", {table, json_}, kNotRun},
       {master + "{F} drain w", {table, json_}, kNotRun},
       {master + "{F} workers", {table, json_, csv}, kNotRun},
   };

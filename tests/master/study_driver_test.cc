@@ -354,5 +354,140 @@ TEST_F(StudyDriverTest, AnInterruptedStudyResumesWhereItStopped) {
   EXPECT_THROW(driver_->resume(study), std::invalid_argument);
 }
 
+// A warm start (master/warm_start.h) is read from the plan when the study is submitted and stored
+// with its spec: the earlier study's evaluations, its params cut to the new leaves, those outside
+// the new space left out; the searcher's first proposal is not the one it makes without them.
+TEST_F(StudyDriverTest, AWarmStartIsReadFromThePlanAtSubmitAndStoredWithTheSpec) {
+  json earlier =
+      spec_with({{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}, {"max_trials", 8}},
+                {{"lr", {{"loguniform", {0.01, 0.5}}}}, {"momentum", {{"uniform", {0.5, 0.9}}}}});
+  earlier["name"] = "earlier";
+  const int64_t first = submit(earlier);
+  run(first, curve);
+  // lr only (momentum is the default constant here), over a narrower range.
+  json cold = spec_with({{"name", "tpe"},
+                         {"metric", "accuracy"},
+                         {"mode", "max"},
+                         {"max_trials", 4},
+                         {"n_startup", 3},
+                         {"parallel", 1}},
+                        {{"lr", {{"loguniform", {0.01, 0.2}}}}});
+  cold["name"] = "cold";
+  json warm = cold;
+  warm["name"] = "warm";
+  warm["warm_start"] = {{"studies", {"earlier"}}};
+  const int64_t c = submit(cold), w = submit(warm);
+  const json stored = plan_->study(w)->spec;
+  int64_t inside = 0;
+  for (const TrialRow& t : trials(first)) inside += t.params["lr"].get<double>() <= 0.2;
+  ASSERT_GE(inside, 3) << "the test needs earlier trials inside the new range";
+  ASSERT_EQ(stored["warm_start"]["evaluations"].size(), static_cast<size_t>(inside));
+  for (const json& e : stored["warm_start"]["evaluations"]) {
+    EXPECT_EQ(e["study"], "earlier");
+    EXPECT_EQ(e["params"].size(), 1u) << e;  // momentum dropped
+    EXPECT_EQ(e["values"].size(), 4u) << e;  // every epoch
+  }
+  EXPECT_EQ(parse_spec(stored).prior.size(), static_cast<size_t>(inside));
+  EXPECT_NE(trials(w)[0].params, trials(c)[0].params);
+  run(w, curve);
+  EXPECT_EQ(plan_->study(w)->status, StudyStatus::kDone);
+}
+
+// Bad warm starts are refused with the field and the reason, and change nothing.
+TEST_F(StudyDriverTest, ABadWarmStartIsRefusedAndChangesNothing) {
+  json earlier =
+      spec_with({{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}, {"max_trials", 3}},
+                {{"lr", {{"uniform", {0.01, 0.1}}}}});
+  earlier["name"] = "earlier";
+  run(submit(earlier), curve);
+  auto refusal = [&](json changes) {
+    json warm =
+        spec_with({{"name", "tpe"}, {"metric", "accuracy"}, {"mode", "max"}, {"max_trials", 4}},
+                  {{"lr", {{"uniform", {0.01, 0.1}}}}});
+    warm["name"] = "warm";
+    warm["warm_start"] = {{"studies", {"earlier"}}};
+    warm.merge_patch(changes);
+    const size_t studies = plan_->studies().size();
+    try {
+      submit(warm);
+    } catch (const SpecError& e) {
+      EXPECT_EQ(plan_->studies().size(), studies);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal({{"warm_start", {{"studies", {"nosuch"}}}}}),
+            "warm_start.studies[0]: no study \"nosuch\" in this plan");
+  EXPECT_EQ(refusal({{"searcher", {{"metric", "loss"}, {"mode", "min"}}}}),
+            "warm_start.studies[0]: study earlier searched accuracy (max), this study loss (min): "
+            "its evaluations cannot seed this one");
+  EXPECT_EQ(refusal({{"searcher", {{"mode", "min"}}}}),
+            "warm_start.studies[0]: study earlier searched accuracy (max), this study accuracy "
+            "(min): its evaluations cannot seed this one");
+  EXPECT_EQ(refusal({{"hyperparameters", {{"momentum", {{"uniform", {0.5, 0.9}}}}}}}),
+            "warm_start.studies[0]: study earlier has no leaf momentum (it did not search it): a "
+            "warm start needs a value of every leaf of this study");
+  EXPECT_EQ(refusal({{"hyperparameters", {{"lr", {{"uniform", {0.2, 0.3}}}}}}}),
+            "warm_start.studies[0]: study earlier has no evaluation of accuracy inside this "
+            "study's space (3 of its evaluated trials lie outside it)");
+  EXPECT_EQ(refusal({{"warm_start", {{"evaluations", json::array()}}}}),
+            "warm_start.evaluations: hippo writes them when the study is submitted, from "
+            "warm_start.studies: leave them out");
+  EXPECT_EQ(refusal({{"warm_start", {{"studies", {"warm"}}}}}),
+            "warm_start.studies[0]: \"warm\" is this study itself");
+  EXPECT_EQ(refusal(json::object()), "accepted");
+}
+
+// `hippo enqueue` at the driver (StudyDriver::enqueue): the configuration is the next trial, the
+// searcher's state saved with it at once; params outside the space, an ended study or a searcher
+// that takes none are refused and change nothing.
+TEST_F(StudyDriverTest, AnEnqueuedConfigurationIsTheNextTrial) {
+  const json leaf = {{"lr", {{"uniform", {0.01, 0.1}}}}};
+  const int64_t study = submit(spec_with({{"name", "tpe"},
+                                          {"metric", "accuracy"},
+                                          {"mode", "max"},
+                                          {"max_trials", 3},
+                                          {"parallel", 1}},
+                                         leaf));
+  const json given = {{"lr", 0.0425}};
+  try {
+    driver_->enqueue(study, {{"lr", 2}});
+    ADD_FAILURE() << "accepted";
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(), "params.lr: value 2 is not in its range");
+  }
+  EXPECT_THROW(driver_->enqueue(study, {{"momentum", 0.5}}), SpecError);
+  plan_->transaction([&] { apply(driver_->enqueue(study, given)); });
+  EXPECT_EQ(plan_->study(study)->searcher_state["queued"], json::array({given}));
+  EXPECT_TRUE(plan_->last_event(study, "enqueued").has_value());
+  run(study, curve);
+  std::vector<TrialRow> made = trials(study);
+  ASSERT_EQ(made.size(), 3u);
+  EXPECT_EQ(made[1].params, given);
+  EXPECT_NE(made[2].params, given);
+  try {
+    driver_->enqueue(study, given);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "study study has already ended: done");
+  }
+  json grid = spec_with({{"name", "grid"}, {"metric", "accuracy"}, {"mode", "max"}},
+                        {{"lr", {{"grid", {0.1, 0.05}}}}});
+  grid["name"] = "grid";
+  const int64_t g = submit(grid);
+  const json state = plan_->study(g)->searcher_state;
+  try {
+    driver_->enqueue(g, {{"lr", 0.1}});
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("study grid: searcher grid: it takes no configuration "
+                                          "while it runs",
+                                          0),
+              0u)
+        << e.what();
+  }
+  EXPECT_EQ(plan_->study(g)->searcher_state, state);
+}
+
 }  // namespace
 }  // namespace hippo::master

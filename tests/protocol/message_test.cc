@@ -83,6 +83,7 @@ TEST(Messages, EveryTypeDecodesWhatItEncodes) {
   expect_round_trip(Status{4});
   expect_round_trip(Cancel{"my-study"});
   expect_round_trip(Cancel{7});
+  expect_round_trip(Enqueue{"my-study", {{"lr", 0.1}}});
   expect_round_trip(ListWorkers{});
   expect_round_trip(Drain{"w1"});
   // A worker's reports carry the incarnation of the master that gave the job; a hello whether

@@ -1208,5 +1208,214 @@ TEST(Enqueue, Errors) {
   EXPECT_EQ(spec_error(median), "enqueue: median_stop over a grid evaluates its grid points");
 }
 
+// `hippo enqueue` (Searcher::enqueue): a configuration given while the study runs is the pool's
+// next trial, before the sampler's next proposal; it waits for a free slot, is kept in the saved
+// state until it is created, and counts toward max_trials.
+TEST(Enqueue, WhileRunningIsTheNextTrial) {
+  json tpe = tpe_study({{"lr", {{"uniform", {0.0, 1.0}}}}}, {{"max_trials", 4}, {"parallel", 2}});
+  StudySpec spec = parse_spec(tpe);
+  std::unique_ptr<Searcher> s = make_searcher(spec);
+  ASSERT_EQ(s->on_study_start().size(), 4u);  // trials 0 and 1 in flight
+  const Params given = {{"lr", 0.125}};
+  EXPECT_TRUE(s->enqueue(given).empty());  // no free slot: it waits
+  EXPECT_EQ(s->save()["queued"], json::array({given}));
+  std::unique_ptr<Searcher> restored = make_searcher(spec);
+  restored->load(json::parse(s->save().dump()));
+  EXPECT_EQ(restored->save(), s->save());
+  s->on_validation(0, 40, 0.5);
+  Ops next = s->on_trial_closed(0);
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0], Operation(Create{2, given, std::nullopt}));
+  restored->on_validation(0, 40, 0.5);
+  EXPECT_EQ(restored->on_trial_closed(0), next);
+  EXPECT_FALSE(s->save().contains("queued"));  // created: in the trials now
+  // A free slot: created at once.
+  s->on_validation(1, 40, 0.5);
+  Ops draw = s->on_trial_closed(1);
+  ASSERT_EQ(draw.size(), 2u);  // trial 3, the sampler's
+  // All four trials are made: nothing is left to give another one.
+  try {
+    s->enqueue(given);
+    ADD_FAILURE() << "a fifth trial was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "all its max_trials (4) trials are created or enqueued already");
+  }
+  // median_stop draws as the pool does; over a grid it evaluates its grid points.
+  json median = median_study({{"parallel", 1}});
+  median["hyperparameters"]["lr"] = {{"uniform", {0.0, 1.0}}};
+  median["searcher"]["max_trials"] = 3;
+  std::unique_ptr<Searcher> m = make_searcher(parse_spec(median));
+  m->on_study_start();
+  EXPECT_TRUE(m->enqueue(given).empty());
+  m->on_validation(0, 40, 0.5);
+  EXPECT_EQ(m->on_trial_closed(0)[0], Operation(Create{1, given, std::nullopt}));
+  // asha creates trials as it goes: the next one it creates (its params kept in its state, which
+  // holds only draws' ids otherwise).
+  json asha = asha_with({{"name", "tpe"}});
+  asha["searcher"].erase("sampler");
+  std::unique_ptr<Searcher> a = make_searcher(parse_spec(asha));
+  a->on_study_start();
+  EXPECT_TRUE(a->enqueue(given).empty());
+  std::unique_ptr<Searcher> a2 = make_searcher(parse_spec(asha));
+  a2->load(json::parse(a->save().dump()));
+  EXPECT_EQ(a2->save(), a->save());
+  for (Searcher* x : {a.get(), a2.get()}) {
+    x->on_validation(0, 10, 0.5);
+    Ops ops = x->on_trial_closed(0);
+    ASSERT_FALSE(ops.empty());
+    EXPECT_EQ(ops[0], Operation(Create{1, given, std::nullopt}));
+  }
+  EXPECT_EQ(a->save()["trials"][1]["params"], given);
+  a2->load(json::parse(a->save().dump()));
+  EXPECT_EQ(a2->save(), a->save());
+  // The searchers that draw their trials ahead take none.
+  json sha = asha_with({{"name", "tpe"}});
+  sha["searcher"]["name"] = "sha";
+  sha["searcher"].erase("parallel");
+  for (json other :
+       {median_study(), sha,
+        study({{"lr", {{"uniform", {0.0, 1.0}}}}},
+              {{"name", "random"}, {"metric", "loss"}, {"mode", "min"}, {"max_trials", 4}})}) {
+    std::unique_ptr<Searcher> x = make_searcher(parse_spec(other));
+    json before = (x->on_study_start(), x->save());
+    EXPECT_THROW(x->enqueue({{"lr", 0.2}}), std::invalid_argument) << other["searcher"];
+    EXPECT_EQ(x->save(), before);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// warm start
+
+// An earlier study's trials as the master stores them in the spec (master/warm_start.h): loss
+// (lr - 0.8)^2 at steps 10, 20 and 40 (the study's length), over lr in [0, 1].
+json with_prior(json j, int trials = 12) {
+  json evaluations = json::array();
+  for (int i = 0; i < trials; ++i) {
+    const double lr = (i + 0.5) / trials, loss = (lr - 0.8) * (lr - 0.8);
+    evaluations.push_back({{"study", "earlier"},
+                           {"trial", i + 1},
+                           {"params", {{"lr", lr}}},
+                           {"values", {{10, loss + 0.2}, {20, loss + 0.1}, {40, loss}}}});
+  }
+  j["warm_start"] = {{"studies", {"earlier"}}, {"evaluations", evaluations}};
+  return j;
+}
+
+Params first_proposal(const json& j) {
+  for (const Operation& op : make_searcher(parse_spec(j))->on_study_start())
+    if (const Create* c = std::get_if<Create>(&op)) return c->params;
+  return nullptr;
+}
+
+// The earlier study's evaluations replace the startup draws (tpe, gp: they count toward
+// n_startup, as Optuna counts added trials) or give cmaes its start (WS-CMA-ES): the first
+// proposal differs from the same spec's without them and lies near the earlier optimum, 0.8.
+// Inside asha they are observations at its rungs (BOHB's rule).
+TEST(WarmStart, ChangesTheFirstProposals) {
+  const json leaf = {{"lr", {{"uniform", {0.0, 1.0}}}}};
+  for (const json& cold : {tpe_study(leaf, {{"n_startup", 10}, {"parallel", 1}}),
+                           study(leaf, {{"name", "gp"},
+                                        {"metric", "loss"},
+                                        {"mode", "min"},
+                                        {"max_trials", 20},
+                                        {"parallel", 1}}),
+                           study(leaf, {{"name", "cmaes"},
+                                        {"metric", "loss"},
+                                        {"mode", "min"},
+                                        {"max_trials", 20},
+                                        {"parallel", 1}}),
+                           asha_with({{"name", "tpe"}, {"n_startup", 10}})}) {
+    const Params a = first_proposal(cold), b = first_proposal(with_prior(cold));
+    EXPECT_NE(a, b) << cold["searcher"];
+    EXPECT_LT(std::fabs(b["lr"].get<double>() - 0.8), 0.15) << cold["searcher"] << b;
+  }
+  // Fewer earlier trials than n_startup: the startup draws that remain come first.
+  json tpe = tpe_study(leaf, {{"n_startup", 10}, {"parallel", 3}});
+  std::vector<Params> ps;
+  for (const Operation& op : make_searcher(parse_spec(with_prior(tpe, 8)))->on_study_start())
+    if (const Create* c = std::get_if<Create>(&op)) ps.push_back(c->params);
+  ASSERT_EQ(ps.size(), 3u);
+  EXPECT_EQ(ps[0], parse_spec(tpe).space.draw(7, 0, std::nullopt));
+  EXPECT_EQ(ps[1], parse_spec(tpe).space.draw(7, 1, std::nullopt));
+  EXPECT_NE(ps[2], parse_spec(tpe).space.draw(7, 2, std::nullopt));
+}
+
+TEST(WarmStart, SaveAndLoadContinueIdentically) {
+  const json leaf = {{"lr", {{"uniform", {0.0, 1.0}}}}};
+  const std::vector<Event> events = {
+      validation(0, 40, 0.3), closed(0), validation(1, 40, 0.2), closed(1),
+      validation(2, 40, 0.1), closed(2), validation(3, 40, 0.4), closed(3)};
+  expect_restores_identically(with_prior(tpe_study(leaf, {{"n_startup", 4}, {"parallel", 2}})),
+                              events);
+  expect_restores_identically(with_prior(study(leaf, {{"name", "cmaes"},
+                                                      {"metric", "loss"},
+                                                      {"mode", "min"},
+                                                      {"max_trials", 20},
+                                                      {"parallel", 2},
+                                                      {"population", 2}})),
+                              events);
+  const std::vector<Event> asha_events = {validation(0, 10, 0.3), closed(0),
+                                          validation(1, 10, 0.2), closed(1),
+                                          validation(1, 20, 0.1), closed(1)};
+  expect_restores_identically(with_prior(asha_with({{"name", "tpe"}, {"n_startup", 1}})),
+                              asha_events);
+  json median = median_study({{"parallel", 2},
+                              {"min_trials", 1},
+                              {"max_trials", 6},
+                              {"sampler", {{"name", "tpe"}, {"n_startup", 2}}}});
+  median["hyperparameters"] = leaf;
+  median["searcher"]["mode"] = "min";
+  median["searcher"]["metric"] = "loss";
+  expect_restores_identically(with_prior(median), kMedianEvents);
+}
+
+TEST(WarmStart, Errors) {
+  const json leaf = {{"lr", {{"uniform", {0.0, 1.0}}}}};
+  json tpe = tpe_study(leaf);
+  auto warm = [](json j, json warm_start) {
+    j["warm_start"] = std::move(warm_start);
+    return j;
+  };
+  EXPECT_EQ(spec_error(warm(tpe, {{"studies", {"a"}}})), "accepted");
+  EXPECT_EQ(spec_error(warm(tpe, {{"studies", json::array()}})),
+            "warm_start.studies: expected at least 1 element, got []");
+  EXPECT_EQ(spec_error(warm(tpe, {{"studies", {"a", "a"}}})),
+            "warm_start.studies[1]: \"a\" is named twice");
+  EXPECT_EQ(spec_error(warm(tpe, {{"studies", {"popsearch"}}})),
+            "warm_start.studies[0]: \"popsearch\" is this study itself");
+  EXPECT_EQ(spec_error(warm(tpe, {{"study", {"a"}}})), "warm_start.study: unknown field");
+  json outside = with_prior(tpe);
+  outside["warm_start"]["evaluations"][3]["params"]["lr"] = 1.5;
+  EXPECT_EQ(spec_error(outside),
+            "warm_start.evaluations[3].params.lr: value 1.5 is not in its range");
+  json other = with_prior(tpe);
+  other["warm_start"]["evaluations"][0]["study"] = "b";
+  EXPECT_EQ(spec_error(other),
+            "warm_start.evaluations[0].study: \"b\" is not one of warm_start.studies");
+  // Searchers that learn nothing from evaluations.
+  const std::string learns_nothing =
+      " learns nothing from evaluations, so earlier ones cannot seed it: a warm start seeds tpe, "
+      "gp and cmaes, alone or as the sampler of asha, sha, hyperband or median_stop "
+      "(\"sampler\": {\"name\": \"tpe\"})";
+  json random = tpe;
+  random["searcher"] = {{"name", "random"}, {"metric", "loss"}, {"mode", "min"}, {"max_trials", 4}};
+  EXPECT_EQ(spec_error(warm(random, {{"studies", {"a"}}})),
+            "warm_start: searcher random" + learns_nothing);
+  json asha = asha_with({{"name", "sobol"}});
+  EXPECT_EQ(spec_error(warm(asha, {{"studies", {"a"}}})),
+            "warm_start: searcher asha" + learns_nothing);
+  asha["searcher"].erase("sampler");
+  EXPECT_EQ(spec_error(warm(asha, {{"studies", {"a"}}})),
+            "warm_start: searcher asha" + learns_nothing);
+  json two = warm(tpe, {{"studies", {"a"}}});
+  two["searcher"]["objectives"] = {{{"metric", "loss"}, {"mode", "min"}},
+                                   {{"metric", "accuracy"}, {"mode", "max"}}};
+  two["searcher"].erase("metric");
+  two["searcher"].erase("mode");
+  two["searcher"]["name"] = "nsga2";
+  EXPECT_EQ(spec_error(two).rfind("warm_start: a warm start seeds a searcher of one metric", 0), 0u)
+      << spec_error(two);
+}
+
 }  // namespace
 }  // namespace hippo
