@@ -45,6 +45,7 @@ struct Bracket {
   RequestId first = 0;  // its trials are first .. first + size - 1
   int64_t size = 0;
   int rungs = 0;
+  int64_t iteration = 0;  // hyperband: which pass over the bracket sequence it belongs to
 };
 
 struct TrialState {
@@ -206,17 +207,29 @@ class HalvingSearcher : public Searcher {
       return;
     }
     int count = options.has("brackets") ? options["brackets"].integer(1, top + 1) : top + 1;
+    int64_t iterations = options.has("iterations") ? at_least(options["iterations"], 1) : 1;
+    auto bracket_size = [&](int s) {  // ceil((s_max + 1) / (s + 1) eta^s)
+      return ((top + 1) * power(eta_, s) + s) / (s + 1);
+    };
+    int64_t per_iteration = 0;
+    for (int s = top; s > top - count; --s) per_iteration += bracket_size(s);
+    // The grid's limit: a typo in a spec should not make millions of trials. Checked before the
+    // brackets are made, so that no `iterations` allocates in proportion to itself.
+    const int64_t limit = static_cast<int64_t>(kMaxGridTrials);
+    const int64_t total =
+        per_iteration <= INT64_MAX / iterations ? per_iteration * iterations : INT64_MAX;
     int64_t cap = spec_.searcher.max_trials.value_or(INT64_MAX);
+    if (std::min(total, cap) > limit)
+      max_trials.fail(
+          "hyperband's brackets have " +
+          (total < INT64_MAX ? std::to_string(total) : "more than " + std::to_string(limit)) +
+          " trials; give max_trials to cap them");
     RequestId next = 0;
-    for (int s = top; s > top - count && next < cap; --s) {
-      int64_t n = ((top + 1) * power(eta_, s) + s) / (s + 1);  // ceil((s_max + 1) / (s + 1) eta^s)
-      brackets_.push_back({next, std::min(n, cap - next), s + 1});
-      next += brackets_.back().size;
-    }
-    // The grid's limit: a typo in a spec should not make millions of trials.
-    if (next > static_cast<int64_t>(kMaxGridTrials))
-      max_trials.fail("hyperband's brackets have " + std::to_string(next) +
-                      " trials; give max_trials to cap them");
+    for (int64_t i = 0; i < iterations && next < cap; ++i)
+      for (int s = top; s > top - count && next < cap; --s) {
+        brackets_.push_back({next, std::min(bracket_size(s), cap - next), s + 1, i});
+        next += brackets_.back().size;
+      }
     bracket_running_.assign(brackets_.size(), 0);
     make_sampler();
   }
@@ -244,7 +257,7 @@ class HalvingSearcher : public Searcher {
   std::vector<Operation> on_study_start() override {
     if (asynchronous()) return fill();
     std::vector<Operation> ops;
-    for (size_t b = 0; b < (sequential() ? 1 : brackets_.size()); ++b) start_bracket(b, ops);
+    start_brackets(0, ops);
     return creates_first(std::move(ops));
   }
 
@@ -464,7 +477,9 @@ class HalvingSearcher : public Searcher {
           std::vector<int64_t> lengths;
           TrialState t;
           t.params = params;
-          for (t.bracket = 0; t.bracket < brackets_.size(); ++t.bracket)
+          // Later iterations repeat the first one's rung lengths.
+          for (t.bracket = 0; t.bracket < brackets_.size() && brackets_[t.bracket].iteration == 0;
+               ++t.bracket)
             for (int k = 0; k < brackets_[t.bracket].rungs; ++k)
               lengths.push_back(rung_length(t, k));
           std::sort(lengths.begin(), lengths.end());
@@ -605,9 +620,34 @@ class HalvingSearcher : public Searcher {
     return ids;
   }
 
-  // Creates every trial of bracket b.
-  void start_bracket(size_t b, std::vector<Operation>& ops) {
-    for (int64_t i = 0; i < brackets_[b].size; ++i) create(ops);
+  // Creates the trials of the brackets that start together from bracket b on: b alone when
+  // sequential(), else every bracket of b's iteration.
+  void start_brackets(size_t b, std::vector<Operation>& ops) {
+    for (size_t c = b; c < brackets_.size(); ++c) {
+      if (c > b && (sequential() || brackets_[c].iteration != brackets_[b].iteration)) break;
+      for (int64_t i = 0; i < brackets_[c].size; ++i) create(ops);
+    }
+  }
+
+  // Bracket `bracket` has finished its first rung: the brackets after it that have not started,
+  // if any, may start now. With a model (sequential()), the next one does. Without, the next
+  // iteration's do once every bracket of this iteration has finished its first rung: the
+  // iteration's later rungs still keep workers busy while they train, and no more than two
+  // iterations' trials are ever created ahead, never iterations * brackets of them up front.
+  void start_next(size_t bracket, std::vector<Operation>& ops) {
+    const RequestId created = static_cast<RequestId>(trials_.size());
+    size_t next = bracket + 1;  // the first bracket not started: brackets start in order
+    while (next < brackets_.size() && brackets_[next].first < created) ++next;
+    if (next == brackets_.size()) return;
+    if (sequential()) {
+      if (next == bracket + 1) start_brackets(next, ops);
+      return;
+    }
+    // No trial of this iteration (they precede the next one's) is still training to rung 0.
+    const int64_t iteration = brackets_[bracket].iteration;
+    for (RequestId id = created; id-- > 0 && brackets_[trials_[id].bracket].iteration == iteration;)
+      if (trials_[id].running && trials_[id].rung() == 0) return;
+    start_brackets(next, ops);
   }
 
   // sha, hyperband: once no trial of the bracket is running, the best of its current rung go on.
@@ -619,10 +659,7 @@ class HalvingSearcher : public Searcher {
     int k = 0;
     for (RequestId id = b.first; id < last; ++id) k = std::max(k, trials_[id].rung());
     std::vector<Operation> ops;
-    // Sequential brackets: the next one starts once this one has finished its first rung.
-    if (sequential() && k == 0 && bracket + 1 < brackets_.size() &&
-        static_cast<RequestId>(trials_.size()) == last)
-      start_bracket(bracket + 1, ops);
+    if (k == 0) start_next(bracket, ops);
     if (k + 1 == b.rungs) return creates_first(std::move(ops));
     std::vector<RequestId> ids = ranked(b.first, last, k);
     size_t keep = std::max<size_t>(1, ids.size() / eta_);
@@ -697,7 +734,7 @@ SearcherKind moasha_searcher_kind() {
   return halving_kind(Kind::kMoAsha, {"parallel"});
 }
 SearcherKind hyperband_searcher_kind() {
-  return halving_kind(Kind::kHyperband, {"brackets", "sampler"});
+  return halving_kind(Kind::kHyperband, {"brackets", "iterations", "sampler"});
 }
 
 }  // namespace hippo

@@ -11,6 +11,7 @@
 //   max_length  the same, default the spec's length: no rung is longer
 //   parallel    asha, moasha: how many trials to keep in flight, default the workers (searcher.h)
 //   brackets    hyperband only: how many brackets to run, the most aggressive first; default all
+//   iterations  hyperband only: how many times to run the brackets, an integer >= 1, default 1
 // Lengths in epochs are converted per trial, as the spec's length is. A trial at a rung of length
 // L is trained to L and evaluated at the spec's evaluation steps below L, and at L.
 //
@@ -42,10 +43,17 @@
 // hyperband: with s_max the largest s where min_length * eta^s <= max_length, brackets
 //   s = s_max, s_max - 1, ... each run sha on ceil((s_max + 1) / (s + 1) * eta^s) trials whose
 //   rungs are max_length * eta^(k - s) (rounded down to whole steps), k = 0..s. Trial ids go
-//   through the brackets in that order; max_trials, if given, caps the total by leaving out the
-//   last trials. All brackets start at once: the master schedules all requested work by its
-//   critical path, so they keep every worker busy, where one bracket after another would leave
-//   workers idle while each bracket's last rung trains its one or few trials.
+//   through the brackets in that order, then again through the same brackets `iterations` times
+//   (Li et al.'s outer loop), ids continuing; max_trials, if given, caps the total by leaving out
+//   the last trials, and a study budget (spec.h) ends it early. An iteration's brackets start at
+//   once: the master schedules all requested work by its critical path, so they keep every worker
+//   busy, where one bracket after another would leave workers idle while each bracket's last rung
+//   trains its one or few trials. The next iteration's start when every bracket of the one before
+//   has finished its first rung: their later rungs still train meanwhile, and at most two
+//   iterations' trials are created ahead. With a model sampler (BOHB) a bracket's trials are drawn
+//   when the bracket before it, of the same iteration or the one before, has finished its first
+//   rung, so that each learns from the ones before. The grid's limit (kMaxGridTrials) counts the
+//   trials of every iteration: more need max_trials.
 #pragma once
 
 #include "searchers/searcher.h"

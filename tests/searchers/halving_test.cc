@@ -4,12 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
 
+#include "tests/searchers/run_hippo.h"
 #include "tests/searchers/spec_helpers.h"
 
 namespace hippo {
@@ -342,27 +346,152 @@ TEST(Hyperband, BracketSizesForEtaThree) {
   EXPECT_EQ(trained_to(ops, 12), (std::vector<RequestId>{27, 28, 29}));
 }
 
+std::vector<RequestId> created(const std::vector<Operation>& ops) {
+  std::vector<RequestId> out;
+  for (const Operation& op : ops)
+    if (const Create* c = std::get_if<Create>(&op)) out.push_back(c->trial);
+  return out;
+}
+
+// Runs the study to its end one event at a time: the trials each event created, by event.
+std::vector<std::vector<RequestId>> creations(Sim& sim, Searcher& s) {
+  std::vector<std::vector<RequestId>> out = {created(sim.ops)};
+  while (!sim.queue.empty() && !sim.finished()) {
+    const size_t before = sim.ops.size();
+    sim.run(s, 1);
+    std::vector<RequestId> ids =
+        created(std::vector<Operation>(sim.ops.begin() + before, sim.ops.end()));
+    if (!ids.empty()) out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+std::vector<RequestId> ids(RequestId first, RequestId last) {
+  std::vector<RequestId> out;
+  for (RequestId id = first; id < last; ++id) out.push_back(id);
+  return out;
+}
+
+// `iterations` 3 repeats the brackets (27, 12, 6, 4 trials) three times, trial ids continuing.
+// Without a model an iteration starts when every bracket of the one before has finished its first
+// rung, while their later rungs still train; each iteration halves as the first one did.
+TEST(Hyperband, IterationsRepeatTheBracketsWithoutAModel) {
+  json j = spec_json("hyperband");
+  j["searcher"]["iterations"] = 3;
+  std::unique_ptr<Searcher> s = make_searcher(parse_spec(j));
+  EXPECT_EQ(s->most_trials(), 147u);
+  Sim sim{[](RequestId id, int64_t) { return static_cast<double>(id % 49); }};
+  sim.take(s->on_study_start());
+  EXPECT_EQ(creations(sim, *s),
+            (std::vector<std::vector<RequestId>>{ids(0, 49), ids(49, 98), ids(98, 147)}));
+  EXPECT_TRUE(sim.finished());
+  // When trial 49 was created, each bracket of the first iteration had its rung 1 in training
+  // (27 -> 9 at 12 steps, 12 -> 4 at 36, 6 -> 2 at 108), and the top rungs came after.
+  auto at = std::find_if(sim.ops.begin(), sim.ops.end(), [](const Operation& op) {
+    return std::holds_alternative<Create>(op) && std::get<Create>(op).trial == 49;
+  });
+  const std::vector<Operation> before(sim.ops.begin(), at), after(at, sim.ops.end());
+  EXPECT_EQ(trained_to(before, 12).size(), 12u + 9u);
+  EXPECT_EQ(trained_to(before, 36).size(), 6u + 4u);
+  EXPECT_EQ(trained_to(before, 108), (std::vector<RequestId>{45, 46, 47, 48, 44, 43}));
+  const std::vector<RequestId> later = trained_to(after, 108);
+  EXPECT_NE(std::find(later.begin(), later.end(), 26), later.end());  // bracket 0's top rung
+  std::vector<RequestId> top = trained_to(sim.ops, 108);
+  std::sort(top.begin(), top.end());
+  std::vector<RequestId> expected;
+  for (RequestId base : {0, 49, 98})
+    for (RequestId id : {26, 38, 43, 44, 45, 46, 47, 48}) expected.push_back(base + id);
+  EXPECT_EQ(top, expected);
+
+  j["searcher"]["max_trials"] = 60;  // the cap cuts the second iteration's first bracket
+  s = make_searcher(parse_spec(j));
+  EXPECT_EQ(s->most_trials(), 60u);
+  Sim capped{[](RequestId id, int64_t) { return static_cast<double>(id); }};
+  capped.take(s->on_study_start());
+  EXPECT_EQ(creations(capped, *s), (std::vector<std::vector<RequestId>>{ids(0, 49), ids(49, 60)}));
+  EXPECT_TRUE(capped.finished());
+}
+
+// With a model each bracket is drawn when the one before has finished its first rung, from one
+// iteration to the next: 27, 12, 6, 4, 27, 12, 6, 4, ...
+TEST(Hyperband, IterationsWithAModelStartBracketsInTurn) {
+  json j = spec_json("hyperband");
+  j["searcher"]["iterations"] = 3;
+  j["searcher"]["sampler"] = {{"name", "tpe"}, {"n_startup", 4}};
+  std::unique_ptr<Searcher> s = make_searcher(parse_spec(j));
+  Sim sim{sha_value};
+  sim.take(s->on_study_start());
+  std::vector<std::vector<RequestId>> order = creations(sim, *s);
+  EXPECT_TRUE(sim.finished());
+  std::vector<std::vector<RequestId>> expected;
+  for (RequestId first = 0; first < 147;)
+    for (RequestId size : {27, 12, 6, 4}) {
+      expected.push_back(ids(first, first + size));
+      first += size;
+    }
+  EXPECT_EQ(order, expected);
+}
+
+// Saves `spec`'s searcher `cut` events after trial `from` was created, loads the state into a
+// new one, and runs both to the end: they must decide identically.
+void expect_restores_identically(const json& spec_json, RequestId from, int cut) {
+  StudySpec spec = parse_spec(spec_json);
+  std::unique_ptr<Searcher> a = make_searcher(spec);
+  Sim sim_a{sha_value};
+  sim_a.fails = {{3, 4}, {5, 12}, {52, 4}};
+  sim_a.take(a->on_study_start());
+  while (!sim_a.finished() && a->save()["trials"].size() <= static_cast<size_t>(from))
+    sim_a.run(*a, 1);
+  sim_a.run(*a, cut);
+  std::unique_ptr<Searcher> b = make_searcher(spec);
+  b->load(json::parse(a->save().dump()));  // through text, as the search plan keeps it
+  EXPECT_EQ(b->save(), a->save());
+  Sim sim_b = sim_a;
+  sim_a.run(*a);
+  sim_b.run(*b);
+  EXPECT_TRUE(sim_a.finished());
+  EXPECT_EQ(sim_a.ops, sim_b.ops);
+  EXPECT_EQ(a->save(), b->save());
+}
+
+// End to end in `hippo simulate`: a study budget ends an iterated hyperband done, saying so,
+// after more than one iteration's trials and long before its 100 iterations.
+TEST(Hyperband, AStudyBudgetStopsItsIterations) {
+  json j = spec_json("hyperband");
+  j["searcher"]["iterations"] = 100;
+  j["budget"] = {{"steps", 5000}};
+  const std::string file = ::testing::TempDir() + "hyperband-iterations.json";
+  std::ofstream(file) << j.dump();
+  hippo::testing::Outcome run = hippo::testing::hippo(
+      "--log-level warning --format json simulate " + file + " --workers 4 --step-time 0.01");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const json study = json::parse(hippo::testing::last_line(run.output))["shared"]["studies"][0];
+  EXPECT_EQ(study["status"], "done") << study;
+  EXPECT_NE(study["error"].get<std::string>().find("its budget of 5000 steps is spent"),
+            std::string::npos)
+      << study;
+  EXPECT_GT(study["trials"].get<int64_t>(), 49) << study;
+  EXPECT_LT(study["trials"].get<int64_t>(), 49 * 20) << study;
+}
+
 TEST(Halving, SaveAndLoadContinueIdentically) {
   for (const char* name : {"sha", "asha", "hyperband"}) {
     SCOPED_TRACE(name);
-    StudySpec spec = parse_spec(spec_json(name));
     // Cut after 1, 2, ... events: mid-rung, between a validation and its close, after a failure.
     for (int cut : {1, 40, 55, 81, 90}) {
       SCOPED_TRACE(cut);
-      std::unique_ptr<Searcher> a = make_searcher(spec);
-      Sim sim_a{sha_value};
-      sim_a.fails = {{3, 4}, {5, 12}};
-      sim_a.take(a->on_study_start());
-      sim_a.run(*a, cut);
-      std::unique_ptr<Searcher> b = make_searcher(spec);
-      b->load(json::parse(a->save().dump()));  // through text, as the search plan keeps it
-      EXPECT_EQ(b->save(), a->save());
-      Sim sim_b = sim_a;
-      sim_a.run(*a);
-      sim_b.run(*b);
-      EXPECT_TRUE(sim_a.finished());
-      EXPECT_EQ(sim_a.ops, sim_b.ops);
-      EXPECT_EQ(a->save(), b->save());
+      expect_restores_identically(spec_json(name), 0, cut);
+    }
+  }
+  // Hyperband's second iteration (trials 49 to 97), with and without a model.
+  json iterated = spec_json("hyperband");
+  iterated["searcher"]["iterations"] = 3;
+  for (json sampler : {json(nullptr), json{{"name", "tpe"}, {"n_startup", 4}}}) {
+    SCOPED_TRACE(sampler.dump());
+    if (!sampler.is_null()) iterated["searcher"]["sampler"] = sampler;
+    for (int cut : {0, 7, 60}) {
+      SCOPED_TRACE(cut);
+      expect_restores_identically(iterated, 49, cut);
     }
   }
 }
@@ -422,6 +551,24 @@ TEST(Halving, OptionErrorsNameTheirField) {
                                {"max_length", {{"steps", 10000000}}},
                                {"max_trials", 100}}),
             "accepted");
+  EXPECT_EQ(with("hyperband", {{"iterations", 0}}),
+            "searcher.iterations: expected an integer >= 1, got 0");
+  EXPECT_EQ(with("hyperband", {{"iterations", -1}}),
+            "searcher.iterations: expected an integer >= 1, got -1");
+  EXPECT_EQ(with("hyperband", {{"iterations", "x"}}),
+            "searcher.iterations: expected an integer, got \"x\"");
+  EXPECT_EQ(with("hyperband", {{"iterations", 2.5}}),
+            "searcher.iterations: expected an integer, got 2.5");
+  EXPECT_EQ(with("sha", {{"iterations", 2}}), "searcher.iterations: unknown field");
+  // The grid's limit counts every iteration: 49 trials each.
+  EXPECT_EQ(with("hyperband", {{"iterations", 20408}}), "accepted");
+  EXPECT_EQ(with("hyperband", {{"iterations", 20409}}),
+            "searcher.max_trials: hyperband's brackets have 1000041 trials; give max_trials to "
+            "cap them");
+  EXPECT_EQ(with("hyperband", {{"iterations", INT64_MAX}}),
+            "searcher.max_trials: hyperband's brackets have more than 1000000 trials; give "
+            "max_trials to cap them");
+  EXPECT_EQ(with("hyperband", {{"iterations", INT64_MAX}, {"max_trials", 1000}}), "accepted");
 
   json j = spec_json("sha");  // epochs: U differs between trials
   j["fixed"].erase("batch_size");

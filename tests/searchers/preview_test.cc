@@ -1,6 +1,5 @@
 // End to end: the real `hippo preview` binary on the real example specs.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,31 +11,13 @@
 #include <string>
 
 #include "searchers/searcher.h"
+#include "tests/searchers/run_hippo.h"
 
 namespace {
 
-struct Outcome {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-Outcome hippo(const std::string& args) {
-  std::string command = std::string(HIPPO_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return {};
-  Outcome run;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) run.output.append(buf, n);
-  int status = pclose(pipe);
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
-
-std::string last_line(const std::string& text) {
-  size_t end = text.find_last_not_of('\n');
-  size_t start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end - start);
-}
+using hippo::testing::hippo;
+using hippo::testing::last_line;
+using hippo::testing::Outcome;
 
 const std::string kExamples = HIPPO_SOURCE_DIR "/examples/";
 
