@@ -451,9 +451,10 @@ struct MasterAuth {
 
 int serve(std::string bind, const std::string& checkpoints, double timeout_s,
           int64_t snapshot_every, const MasterAuth& auth, const master::StudyRules& rules,
-          const std::string& events, const GlobalOptions& global) {
+          const std::string& events, bool lend_cores, const GlobalOptions& global) {
   master::Options options;
   options.rules = rules;
+  options.lend_cores = lend_cores;
   options.events = checked_events_file(events);
   const bool insecure = auth.insecure || global.insecure;
   std::string admits;
@@ -715,6 +716,13 @@ struct LocalRunArgs {
     return run;
   }
 };
+// `run` and `master`: the master lends idle workers' cores (Options::lend_cores).
+void add_lend_cores_flag(CLI::App* cmd, bool* lend_cores) {
+  cmd->add_flag("--lend-cores", *lend_cores,
+                "a built-in model's stage takes the cores of idle workers while fewer stages can "
+                "run than there are workers (the same bits; a gain on a machine of its own only)");
+}
+
 void add_local_run_options(CLI::App* cmd, LocalRunArgs* a, const std::string& commands) {
   a->workers_given =
       cmd->add_option("--workers", a->workers, "local worker processes (default: one per core)")
@@ -730,9 +738,7 @@ void add_local_run_options(CLI::App* cmd, LocalRunArgs* a, const std::string& co
   add_budget_options(cmd, &a->budget);
   add_keep_option(cmd, &a->keep);
   add_events_option(cmd, &a->events);
-  cmd->add_flag("--lend-cores", a->lend_cores,
-                "a built-in model's stage takes the cores of idle workers while fewer stages can "
-                "run than there are workers (the same bits; a gain on a machine of its own only)");
+  add_lend_cores_flag(cmd, &a->lend_cores);
 }
 
 }  // namespace
@@ -779,6 +785,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
       int64_t snapshot_every = 0;
       MasterAuth auth;
       Budget budget;
+      bool lend_cores = false;
     };
     auto a = std::make_shared<Args>();
     cmd->add_option("--bind", a->bind,
@@ -805,9 +812,11 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, Action* action
         ->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--snapshot-every", a->snapshot_every, "also snapshot every N steps (0: off)")
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
+    add_lend_cores_flag(cmd, &a->lend_cores);
     set_action(cmd, action, {}, [a, &global] {  // it logs on stderr
       return serve(a->bind, a->checkpoints, a->timeout, a->snapshot_every, a->auth,
-                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, a->events, global);
+                   {a->budget, exec_kinds(a->allow_exec), keep_bytes(a->keep)}, a->events,
+                   a->lend_cores, global);
     });
   }
   {

@@ -77,45 +77,65 @@ TEST_F(E2E, SharedAndTrialBasedRunsGiveIdenticalMetrics) {
 // Idle cores lent (worker/README.md): a CNN grid whose shared first epoch one worker trains while
 // the other waits, and whose third branch trains alone at the end. With --lend-cores its stages
 // take the idle worker's core (and give it back when both have work): the same bits as without.
+const json kLentChanges = {
+    {"model", {{"type", "cnn"}, {"hidden", nullptr}, {"channels", {8, 16}}, {"fc", {32}}}},
+    {"data", {{"train_samples", 1024}, {"eval_samples", 256}}},
+    {"hyperparameters",
+     {{"lr",
+       {{"schedule", "warmup_linear"},
+        {"every", nullptr},
+        {"gamma", nullptr},
+        {"init", 0.05},
+        {"warmup", 1},
+        {"after",
+         {{"schedule", "cosine"},
+          {"init", 0.05},
+          {"final", 0.0},
+          {"length", {{"grid", {1, 2, 3}}}}}}}}}}};
+
+// The master log's lines of jobs sent with both threads of a 2-core host (in its order, or from a
+// step on: the master's log says which).
+int jobs_with_two_threads(const std::string& log) {
+  int n = 0;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    n += line.find("job ") != std::string::npos && line.find(" 2 threads") != std::string::npos;
+  return n;
+}
+
 TEST_F(E2E, LentCoresTrainTheSameBits) {
-  const std::string file =
-      spec("lent",
-           {{"model", {{"type", "cnn"}, {"hidden", nullptr}, {"channels", {8, 16}}, {"fc", {32}}}},
-            {"data", {{"train_samples", 1024}, {"eval_samples", 256}}},
-            {"hyperparameters",
-             {{"lr",
-               {{"schedule", "warmup_linear"},
-                {"every", nullptr},
-                {"gamma", nullptr},
-                {"init", 0.05},
-                {"warmup", 1},
-                {"after",
-                 {{"schedule", "cosine"},
-                  {"init", 0.05},
-                  {"final", 0.0},
-                  {"length", {{"grid", {1, 2, 3}}}}}}}}}}});
+  const std::string file = spec("lent", kLentChanges);
   Result lent = sh(hippo("lent.db") + "--log-level debug --format json run " + file +
                    " --workers 2 --lend-cores 2>&1");
   ASSERT_EQ(lent.status, 0) << lent.out;
   Result own =
       sh(hippo("own.db") + "--log-level debug --format json run " + file + " --workers 2 2>&1");
   ASSERT_EQ(own.status, 0) << own.out;
-  // Some job ran with both threads (in its order, or from a step on: the master's log says which;
-  // the second worker may say hello after the first has its job); without lending, none did.
-  auto lines_with = [](const std::string& out, const std::string& a, const std::string& b) {
-    int n = 0;
-    std::istringstream in(out);
-    for (std::string line; std::getline(in, line);)
-      n += line.find(a) != std::string::npos && line.find(b) != std::string::npos;
-    return n;
-  };
-  EXPECT_GE(lines_with(lent.out, "job ", " 2 threads"), 1) << lent.out;
-  EXPECT_EQ(lines_with(own.out, "job ", " 2 threads"), 0) << own.out;
+  // Some job ran with both threads (the second worker may say hello after the first has its
+  // job); without lending, none did.
+  EXPECT_GE(jobs_with_two_threads(lent.out), 1) << lent.out;
+  EXPECT_EQ(jobs_with_two_threads(own.out), 0) << own.out;
   EXPECT_EQ(last_json(lent.out)["steps_executed"], last_json(own.out)["steps_executed"]);
   const json a = json::parse(sh(hippo("lent.db") + "--format json trials lent").out);
   const json b = json::parse(sh(hippo("own.db") + "--format json trials lent").out);
   ASSERT_EQ(a.size(), 3u);
   EXPECT_EQ(metrics_by_trial(a), metrics_by_trial(b));
+}
+
+// `hippo master --lend-cores` lends as `run --lend-cores` does: the same study submitted to a
+// cluster master with two workers on this host has a job sent with both threads (without the
+// flag it has none: the test above).
+TEST_F(E2E, AClusterMasterLendsCoresWithTheFlag) {
+  const std::string file = spec("lent", kLentChanges), address = "ipc://" + path("master.sock");
+  const pid_t master = spawn({kHippo, "--log-level", "debug", "--db", path("cluster.db"), "master",
+                              "--bind", address, "--lend-cores"});
+  for (const char* name : {"a", "b"})
+    spawn({kHippo, "worker", "--master", address, "--checkpoints", path("checkpoints"), "--name",
+           name});
+  Result run = sh(kHippo + " --master " + address + " --format json submit " + file + " --wait");
+  ASSERT_EQ(run.status, 0) << run.out;
+  EXPECT_EQ(json::parse(run.out)["status"], "done") << run.out;
+  EXPECT_GE(jobs_with_two_threads(log_of(master)), 1) << log_of(master);
 }
 
 // Two architectures in the space (`model.hidden`) under the CI example's grid: each is a root
