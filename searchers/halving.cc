@@ -438,7 +438,10 @@ class HalvingSearcher : public Searcher {
   // (as `grid` and `random` do); with a sampler, create() asks it instead.
   TrialState new_trial(RequestId id) const {
     TrialState t;
-    while (id >= brackets_[t.bracket].first + brackets_[t.bracket].size) ++t.bracket;
+    // The last bracket that starts at or before it (by bisection: iterations make many brackets).
+    auto after = std::upper_bound(brackets_.begin(), brackets_.end(), id,
+                                  [](RequestId i, const Bracket& b) { return i < b.first; });
+    t.bracket = static_cast<size_t>(after - brackets_.begin()) - 1;
     const SearchSpace& space = spec_.space;
     bool grid = std::any_of(space.params().begin(), space.params().end(),
                             [](const Param& p) { return p.kind == DistKind::kGrid; });
@@ -632,8 +635,8 @@ class HalvingSearcher : public Searcher {
   // Bracket `bracket` has finished its first rung: the brackets after it that have not started,
   // if any, may start now. With a model (sequential()), the next one does. Without, the next
   // iteration's do once every bracket of this iteration has finished its first rung: the
-  // iteration's later rungs still keep workers busy while they train, and no more than two
-  // iterations' trials are ever created ahead, never iterations * brackets of them up front.
+  // iteration's later rungs still keep workers busy while they train, and only one iteration's
+  // trials at a time wait for their first rung, never iterations * brackets of them up front.
   void start_next(size_t bracket, std::vector<Operation>& ops) {
     const RequestId created = static_cast<RequestId>(trials_.size());
     size_t next = bracket + 1;  // the first bracket not started: brackets start in order

@@ -43,17 +43,17 @@
 // hyperband: with s_max the largest s where min_length * eta^s <= max_length, brackets
 //   s = s_max, s_max - 1, ... each run sha on ceil((s_max + 1) / (s + 1) * eta^s) trials whose
 //   rungs are max_length * eta^(k - s) (rounded down to whole steps), k = 0..s. Trial ids go
-//   through the brackets in that order, then again through the same brackets `iterations` times
-//   (Li et al.'s outer loop), ids continuing; max_trials, if given, caps the total by leaving out
+//   through the brackets in that order, `iterations` times over (Li et al.'s outer loop), ids
+//   continuing; max_trials, if given, caps the total by leaving out
 //   the last trials, and a study budget (spec.h) ends it early. An iteration's brackets start at
 //   once: the master schedules all requested work by its critical path, so they keep every worker
 //   busy, where one bracket after another would leave workers idle while each bracket's last rung
 //   trains its one or few trials. The next iteration's start when every bracket of the one before
-//   has finished its first rung: their later rungs still train meanwhile, and at most two
-//   iterations' trials are created ahead. With a model sampler (BOHB) a bracket's trials are drawn
-//   when the bracket before it, of the same iteration or the one before, has finished its first
-//   rung, so that each learns from the ones before. The grid's limit (kMaxGridTrials) counts the
-//   trials of every iteration: more need max_trials.
+//   has finished its first rung: their later rungs still train meanwhile, and only one
+//   iteration's trials at a time wait for their first rung. With a model sampler (BOHB) a bracket's
+//   trials are drawn when the bracket before it, of the same iteration or the one before, has
+//   finished its first rung, so that each learns from the ones before. The grid's limit
+//   (kMaxGridTrials) counts the trials of every iteration: more need max_trials.
 #pragma once
 
 #include "searchers/searcher.h"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <deque>
@@ -452,6 +453,30 @@ void expect_restores_identically(const json& spec_json, RequestId from, int cut)
   EXPECT_TRUE(sim_a.finished());
   EXPECT_EQ(sim_a.ops, sim_b.ops);
   EXPECT_EQ(a->save(), b->save());
+}
+
+// Many iterations make many brackets: a trial finds its own by bisection, so that 2,000
+// iterations (98,000 trials, 8,000 brackets) run and reload in well under a second, not minutes.
+TEST(Hyperband, ManyIterationsStayFast) {
+#ifdef HIPPO_SANITIZED
+  const int64_t iterations = 400;
+#else
+  const int64_t iterations = 2000;
+#endif
+  json j = spec_json("hyperband");
+  j["searcher"]["iterations"] = iterations;
+  StudySpec spec = parse_spec(j);
+  auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Searcher> s = make_searcher(spec);
+  Sim sim{[](RequestId id, int64_t) { return static_cast<double>(id % 49); }};
+  sim.take(s->on_study_start());
+  sim.run(*s);
+  EXPECT_TRUE(sim.finished());
+  EXPECT_EQ(created(sim.ops).size(), static_cast<size_t>(49 * iterations));
+  make_searcher(spec)->load(s->save());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RecordProperty("seconds", std::to_string(seconds));
+  EXPECT_LT(seconds, 20.0);
 }
 
 // End to end in `hippo simulate`: a study budget ends an iterated hyperband done, saying so,
