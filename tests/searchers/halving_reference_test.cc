@@ -34,8 +34,9 @@ struct Config {
   int64_t min_steps = 4;
   int64_t max_steps = 108;
   std::optional<int64_t> max_trials;
-  int64_t parallel = 2;  // asha
-  int brackets = 0;      // hyperband; 0: all
+  int64_t parallel = 2;    // asha
+  int brackets = 0;        // hyperband; 0: all
+  int64_t iterations = 1;  // hyperband
   bool maximize = true;
 };
 
@@ -49,6 +50,7 @@ StudySpec make_spec(const Config& c) {
   if (c.max_trials) searcher["max_trials"] = *c.max_trials;
   if (c.name == "asha") searcher["parallel"] = c.parallel;
   if (c.name == "hyperband" && c.brackets > 0) searcher["brackets"] = c.brackets;
+  if (c.name == "hyperband" && c.iterations > 1) searcher["iterations"] = c.iterations;
   return parse_spec({{"name", "halving"},
                      {"model", {{"type", "mlp"}, {"hidden", {8}}}},
                      {"data", {{"name", "fashion-mnist"}, {"train_samples", 1024}}},
@@ -80,18 +82,18 @@ class Reference {
     int count = c.brackets > 0 ? c.brackets : top + 1;
     int64_t cap = c.max_trials.value_or(INT64_MAX);
     RequestId next = 0;
-    for (int s = top; s > top - count && next < cap; --s) {
-      int64_t n = ((top + 1) * power(c.eta, s) + s) / (s + 1);
-      brackets_.push_back({next, std::min(n, cap - next), s + 1});
-      next += brackets_.back().size;
-    }
+    for (int64_t i = 0; i < c.iterations && next < cap; ++i)
+      for (int s = top; s > top - count && next < cap; --s) {
+        int64_t n = ((top + 1) * power(c.eta, s) + s) / (s + 1);
+        brackets_.push_back({next, std::min(n, cap - next), s + 1, i});
+        next += brackets_.back().size;
+      }
   }
 
   std::vector<Operation> on_study_start() {
     if (c_.name == "asha") return fill();
     std::vector<Operation> ops;
-    for (const Bracket& b : brackets_)
-      for (int64_t i = 0; i < b.size; ++i) create(ops);
+    start_iteration(0, ops);
     return creates_first(std::move(ops));
   }
 
@@ -108,6 +110,17 @@ class Reference {
     t.running = false;
     if (failed) t.values.back().reset();
     std::vector<Operation> ops = c_.name == "asha" ? fill() : halve(t.bracket);
+    // Hyperband: the next iteration once no trial of the last one started trains to rung 0.
+    if (c_.name == "hyperband" && trials_.size() < total() &&
+        std::none_of(trials_.begin(), trials_.end(), [&](const Trial& x) {
+          return x.running && x.rung() == 0 &&
+                 brackets_[x.bracket].iteration == brackets_[trials_.back().bracket].iteration;
+        })) {
+      std::vector<Operation> started;
+      start_iteration(brackets_[trials_.back().bracket].iteration + 1, started);
+      ops.insert(ops.begin(), started.begin(), started.end());
+      ops = creates_first(std::move(ops));
+    }
     if (c_.name == "asha")
       for (; settled(settled_); ++settled_)
         for (RequestId waiting : ranked(0, static_cast<RequestId>(trials_.size()), settled_))
@@ -133,7 +146,17 @@ class Reference {
     RequestId first = 0;
     int64_t size = 0;
     int rungs = 0;
+    int64_t iteration = 0;
   };
+
+  size_t total() const {
+    return static_cast<size_t>(brackets_.back().first + brackets_.back().size);
+  }
+  void start_iteration(int64_t iteration, std::vector<Operation>& ops) {
+    for (const Bracket& b : brackets_)
+      if (b.iteration == iteration)
+        for (int64_t i = 0; i < b.size; ++i) create(ops);
+  }
   struct Trial {
     size_t bracket = 0;
     bool running = true;
@@ -280,6 +303,7 @@ Config random_config(const std::string& name, std::mt19937_64& rng) {
     int top = 0;
     for (int64_t len = c.min_steps; len <= c.max_steps / c.eta; len *= c.eta) ++top;
     if (rng() % 2 == 0) c.brackets = 1 + static_cast<int>(rng() % (top + 1));
+    if (rng() % 2 == 0) c.iterations = 1 + static_cast<int64_t>(rng() % 4);
   }
   return c;
 }
@@ -349,7 +373,7 @@ void compare_many(const std::string& name, int sequences, uint64_t seed) {
                  ", min " + std::to_string(c.min_steps) + ", max_trials " +
                  std::to_string(c.max_trials.value_or(-1)) + ", parallel " +
                  std::to_string(c.parallel) + ", brackets " + std::to_string(c.brackets) +
-                 (c.maximize ? ", max" : ", min"));
+                 ", iterations " + std::to_string(c.iterations) + (c.maximize ? ", max" : ", min"));
     Driven d = drive_and_compare(c, rng(), i % 2 == 0 ? 0 : 3);
     all.events += d.events;
     all.reloads += d.reloads;
