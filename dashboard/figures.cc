@@ -202,13 +202,21 @@ std::pair<double, double> value_range(const StudyView& study, bool every_point) 
   return {lo, hi};
 }
 
+// The drawing's parameter columns, if it has them for this study (a drawing made by hand has
+// none; one of another study, columns of another length).
+const std::vector<ParamColumn>* drawn_params(const StudyView& study, const Drawing& drawing) {
+  const auto& p = drawing.params;
+  return p && (p->empty() || p->front().values.size() == study.trials.size()) ? p.get() : nullptr;
+}
+
 // The parameters some trial has, in the spec's order: each a column of every trial's value (the
 // drawing's, when it has them).
 std::vector<const ParamColumn*> parameters(const StudyView& study, const Drawing& drawing,
                                            std::vector<ParamColumn>& own) {
-  if (!drawing.params) own = param_columns(study);
+  const std::vector<ParamColumn>* drawn = drawn_params(study, drawing);
+  if (!drawn) own = param_columns(study);
   std::vector<const ParamColumn*> out;
-  for (const ParamColumn& column : drawing.params ? *drawing.params : own)
+  for (const ParamColumn& column : drawn ? *drawn : own)
     if (column.present) out.push_back(&column);
   return out;
 }
@@ -767,8 +775,8 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
 }
 
 std::string importance_svg(const StudyView& study, const Drawing& drawing) {
-  const std::vector<Importance> list =
-      drawing.params ? importances(study, *drawing.params) : importances(study);
+  const std::vector<ParamColumn>* drawn = drawn_params(study, drawing);
+  const std::vector<Importance> list = drawn ? importances(study, *drawn) : importances(study);
   if (list.empty()) return empty_svg("importance", "no parameters with values yet");
   const double row = 22, left = 160, right = kWidth - 60, top = 8;
   const double height = top + row * static_cast<double>(list.size()) + 8;
