@@ -202,18 +202,22 @@ std::pair<double, double> value_range(const StudyView& study, bool every_point) 
   return {lo, hi};
 }
 
-// Parameter names of the study, in the spec's order; and whether each is numeric in every trial.
-std::vector<std::pair<std::string, bool>> parameters(const StudyView& study) {
-  std::map<std::string, bool> numeric;
-  for (const TrialView& t : study.trials)
-    if (t.row.params.is_object())
-      for (const auto& [name, value] : t.row.params.items()) {
-        auto [it, fresh] = numeric.emplace(name, value.is_number());
-        if (!fresh) it->second = it->second && value.is_number();
-      }
-  std::vector<std::pair<std::string, bool>> out;
-  for (const std::string& name : study.parameter_names())
-    if (auto it = numeric.find(name); it != numeric.end()) out.emplace_back(name, it->second);
+// The drawing's parameter columns, if it has them for this study (a drawing made by hand has
+// none; one of another study, columns of another length).
+const std::vector<ParamColumn>* drawn_params(const StudyView& study, const Drawing& drawing) {
+  const auto& p = drawing.params;
+  return p && (p->empty() || p->front().values.size() == study.trials.size()) ? p.get() : nullptr;
+}
+
+// The parameters some trial has, in the spec's order: each a column of every trial's value (the
+// drawing's, when it has them).
+std::vector<const ParamColumn*> parameters(const StudyView& study, const Drawing& drawing,
+                                           std::vector<ParamColumn>& own) {
+  const std::vector<ParamColumn>* drawn = drawn_params(study, drawing);
+  if (!drawn) own = param_columns(study);
+  std::vector<const ParamColumn*> out;
+  for (const ParamColumn& column : drawn ? *drawn : own)
+    if (column.present) out.push_back(&column);
   return out;
 }
 
@@ -223,43 +227,43 @@ struct ParamAxis {
   bool numeric = true;
   Scale scale;
   std::vector<std::string> categories;  // sorted, for non-numeric
-  std::optional<double> position(const nlohmann::json& params) const;
+  // Where the trial at an index in the column falls on the axis, if it has a value.
+  std::optional<double> position(const ParamColumn& column, size_t trial) const;
+  double category_position(size_t category) const;
 };
 
 std::string category_of(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
-std::optional<double> ParamAxis::position(const nlohmann::json& params) const {
-  if (!params.is_object()) return std::nullopt;
-  const auto found = params.find(name);  // one lookup: a study's figures make millions
-  if (found == params.end()) return std::nullopt;
-  const nlohmann::json& v = *found;
-  if (numeric) return scale(v.get<double>());
-  auto it = std::lower_bound(categories.begin(), categories.end(), category_of(v));
+std::optional<double> ParamAxis::position(const ParamColumn& column, size_t trial) const {
+  if (!column.values[trial]) return std::nullopt;
+  if (numeric) return scale(*column.numbers[trial]);
+  auto it =
+      std::lower_bound(categories.begin(), categories.end(), category_of(*column.values[trial]));
   if (it == categories.end()) return std::nullopt;
-  double i = static_cast<double>(it - categories.begin());
+  return category_position(static_cast<size_t>(it - categories.begin()));
+}
+
+double ParamAxis::category_position(size_t category) const {
+  double i = static_cast<double>(category);
   double n = static_cast<double>(categories.size());
   return scale.from + (i + 0.5) / n * (scale.to - scale.from);
 }
 
-ParamAxis param_axis(const StudyView& study, const std::string& name, bool numeric, double from,
-                     double to) {
+ParamAxis param_axis(const ParamColumn& column, double from, double to) {
   ParamAxis a;
-  a.name = name;
-  a.numeric = numeric;
+  a.name = column.name;
+  a.numeric = column.all_numbers;
   std::set<std::string> categories;
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (const TrialView& t : study.trials) {
-    if (!t.row.params.is_object()) continue;
-    const auto found = t.row.params.find(name);
-    if (found == t.row.params.end()) continue;
-    const nlohmann::json& v = *found;
-    if (numeric) {
-      lo = std::min(lo, v.get<double>());
-      hi = std::max(hi, v.get<double>());
+  for (size_t i = 0; i < column.values.size(); ++i) {
+    if (!column.values[i]) continue;
+    if (a.numeric) {
+      lo = std::min(lo, *column.numbers[i]);
+      hi = std::max(hi, *column.numbers[i]);
     } else {
-      categories.insert(category_of(v));
+      categories.insert(category_of(*column.values[i]));
     }
   }
   a.scale = fit(lo, hi, from, to, true);
@@ -276,7 +280,7 @@ std::vector<std::pair<double, std::string>> axis_labels(const ParamAxis& a) {
     // At most about 30 labels, however many categories.
     const size_t every = (a.categories.size() + 29) / 30;
     for (size_t i = 0; i < a.categories.size(); i += every)
-      out.emplace_back(*a.position({{a.name, a.categories[i]}}), a.categories[i]);
+      out.emplace_back(a.category_position(i), a.categories[i]);
   }
   return out;
 }
@@ -598,7 +602,8 @@ std::string curves_svg(const StudyView& study, const Drawing& drawing) {
 }
 
 std::string parallel_svg(const StudyView& study, const Drawing& drawing) {
-  auto params = parameters(study);
+  std::vector<ParamColumn> own;
+  const std::vector<const ParamColumn*> params = parameters(study, drawing, own);
   auto [lo, hi] = value_range(study, false);
   if (params.empty() || !(lo <= hi))
     return empty_svg("parallel", params.empty() ? "no parameters" : "no values yet");
@@ -608,14 +613,14 @@ std::string parallel_svg(const StudyView& study, const Drawing& drawing) {
     return left + (right - left) * static_cast<double>(i) / (axes_n - 1);
   };
   std::vector<ParamAxis> axes_list;
-  for (size_t i = 0; i < params.size(); ++i)
-    axes_list.push_back(param_axis(study, params[i].first, params[i].second, bottom, top));
+  for (const ParamColumn* column : params) axes_list.push_back(param_axis(*column, bottom, top));
   Scale metric = fit(lo, hi, bottom, top);
   // A trial's line: its position on each axis it has a value for, then the metric's.
   auto positions = [&](const TrialView& t) {
+    const size_t index = static_cast<size_t>(&t - study.trials.data());
     std::vector<std::pair<double, double>> out;
     for (size_t i = 0; i < axes_list.size(); ++i)
-      if (std::optional<double> py = axes_list[i].position(t.row.params))
+      if (std::optional<double> py = axes_list[i].position(*params[i], index))
         out.emplace_back(axis_x(i), *py);
     out.emplace_back(axis_x(axes_list.size()), metric(*t.best));
     return out;
@@ -721,8 +726,11 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
   auto [lo, hi] = value_range(study, false);
   if (!(lo <= hi)) return out;
   const double width = 340, height = 220, left = 52, bottom = 34, top = 10, right = 12;
-  for (const auto& [name, numeric] : parameters(study)) {
-    ParamAxis a = param_axis(study, name, numeric, left + 6, width - right - 6);
+  std::vector<ParamColumn> own;
+  for (const ParamColumn* c : parameters(study, drawing, own)) {
+    const ParamColumn& column = *c;
+    const std::string& name = column.name;
+    ParamAxis a = param_axis(column, left + 6, width - right - 6);
     Scale y = fit(lo, hi, height - bottom - 4, top + 4);
     std::string body = "<g class=\"axes\">";
     for (double v : ticks(y, 4)) {
@@ -744,8 +752,9 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
             number(height - 3) + "\" text-anchor=\"middle\">" + escape(name) + "</text></g>";
     std::vector<std::pair<double, double>> rest;
     std::vector<std::tuple<const TrialView*, double, double>> exact;
-    for (const TrialView& t : study.trials) {
-      std::optional<double> px = a.position(t.row.params);
+    for (size_t i = 0; i < study.trials.size(); ++i) {
+      const TrialView& t = study.trials[i];
+      std::optional<double> px = a.position(column, i);
       if (!t.best || !px) continue;
       if (drawing.exact.count(t.row.number)) {
         exact.emplace_back(&t, *px, y(*t.best));
@@ -765,8 +774,9 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
   return out;
 }
 
-std::string importance_svg(const StudyView& study) {
-  const std::vector<Importance> list = importances(study);
+std::string importance_svg(const StudyView& study, const Drawing& drawing) {
+  const std::vector<ParamColumn>* drawn = drawn_params(study, drawing);
+  const std::vector<Importance> list = drawn ? importances(study, *drawn) : importances(study);
   if (list.empty()) return empty_svg("importance", "no parameters with values yet");
   const double row = 22, left = 160, right = kWidth - 60, top = 8;
   const double height = top + row * static_cast<double>(list.size()) + 8;

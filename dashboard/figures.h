@@ -44,7 +44,7 @@ std::string parallel_svg(const StudyView& study, const Drawing& drawing = {});
 std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& study,
                                                             const Drawing& drawing = {});
 // The parameters' importances (summary.h's importances) as bars, most important first.
-std::string importance_svg(const StudyView& study);
+std::string importance_svg(const StudyView& study, const Drawing& drawing = {});
 // The stage tree along the step axis: a box per stage (class "stage", data-stage = its id,
 // data-state), branching where trials diverge, coloured by state, the trained part darker.
 // Past kMaxStagesDrawn stages it is collapsed: the critical path and the paths of the drawing's

@@ -89,22 +89,28 @@ void read_results(StudyView& v, const StudyRows& rows,
 }
 
 // The view of one study, computed from its rows and the plan's stage tree (no plan read). The
-// trials' and executions' rows move into it; their metrics stay in `rows`.
-StudyView study_view(const StudyRow& row, StudyRows rows, const StageTree& tree,
+// trials' and executions' rows move into it when `take` (a read that keeps no rows), else they
+// are copied (PlanReader keeps them for its next read); their metrics are only read, never copied.
+StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const StageTree& tree,
                      const Checkpoints& checkpoints, double now) {
   StudyView v;
   v.row = row;
   v.goals = goals_in(row.spec);
   v.metric = v.goals.objectives[0].metric;
   v.maximize = v.goals.objectives[0].maximize;
-  v.executions = std::move(rows.executions);
+  if (take) {
+    v.executions = std::move(rows.executions);
+  } else {
+    v.executions = rows.executions;
+  }
   const bool running = row.status == StudyStatus::kRunning;
 
   std::unordered_map<TrialId, size_t> index;
   v.trials.reserve(rows.trials.size());
   for (TrialRows& t : rows.trials) {
     index[t.row.id] = v.trials.size();
-    v.trials.push_back({std::move(t.row), {}, {}, std::nullopt, 0, 0, std::nullopt});
+    v.trials.push_back(
+        {take ? std::move(t.row) : TrialRow(t.row), {}, {}, std::nullopt, 0, 0, std::nullopt});
   }
   std::vector<const nlohmann::json*> params;
   for (const TrialView& t : v.trials) params.push_back(&t.row.params);
@@ -261,7 +267,7 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
     for (const StudyRow& row : rows) {
       StudyRows study = read_rows(plan, row.id, std::move(executions[row.id]), parsed);
       view.studies.push_back(
-          std::make_shared<StudyView>(study_view(row, std::move(study), tree, checkpoints, now)));
+          std::make_shared<StudyView>(study_view(row, study, true, tree, checkpoints, now)));
     }
   });
   return view;
@@ -416,8 +422,8 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
                          [](const ExecutionRow& a, const ExecutionRow& b) {
                            return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
                          });
-        auto v =
-            std::make_shared<StudyView>(study_view(row, study.rows, *s.tree, s.checkpoints, now));
+        auto v = std::make_shared<StudyView>(
+            study_view(row, study.rows, false, *s.tree, s.checkpoints, now));
         study.stages.clear();
         for (const StageView& st : v->stages) study.stages.insert(st.stage.id);
         study.view = std::move(v);

@@ -239,7 +239,7 @@ std::string study_figures(const StudyView& s, const Drawing& d) {
                     left_out + summarized);
   out += figure("Parallel coordinates", parallel_svg(s, d),
                 summarized.empty() ? "" : summarized.substr(2));
-  out += figure("Parameter importance", importance_svg(s),
+  out += figure("Parameter importance", importance_svg(s, d),
                 "the share of the variance of " + escape(s.metric) +
                     " (each trial's best) that each parameter alone explains: between bins of "
                     "the parameter (10 of equal counts, or its categories), less what chance "
@@ -398,7 +398,7 @@ Page study_page(const StudyView& s, const std::vector<int64_t>& selected) {
                               : "<p class=\"selected-note\">Selected: trial " + chosen +
                                     " (drawn one by one in every figure)</p>") +
               study_figures(s, d) +
-              part(trial_table_section(s, trial_table(s), study_link(s, "/trials")));
+              part(trial_table_section(s, trial_table(s, *d.params), study_link(s, "/trials")));
   return p;
 }
 
@@ -472,7 +472,7 @@ std::string report(const StudyView& s) {
               " by hippo from the search plan; this file needs no network.</p>" + summary(s) +
               study_figures(s, d) + "<h2>Stage tree</h2>" + tree_section(s, d) +
               "<h2>Timeline</h2>" + timeline_section(s) +
-              trial_table_section(s, trial_table(s), "");
+              trial_table_section(s, trial_table(s, *d.params), "");
   return document(p, false, "report");
 }
 

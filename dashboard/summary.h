@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +23,20 @@ namespace hippo::dashboard {
 constexpr size_t kDrawEveryTrialUpTo = 10000;
 constexpr size_t kTopDrawn = 50;
 
+// Each parameter's value in each trial, looked up once. The figures of a study read every
+// trial's parameters many times (each figure, each axis), and a lookup by name in a trial's JSON
+// costs more than the drawing: at 100,000 trials it was most of a page's rendering.
+struct ParamColumn {
+  std::string name;
+  std::vector<const nlohmann::json*> values;   // by trial (study.trials' order); nullptr: none
+  std::vector<std::optional<double>> numbers;  // by trial: the value, where it is a number
+  bool present = false;                        // some trial has a value
+  bool any_number = false;                     // some trial's value is a number
+  bool all_numbers = true;                     // every value there is is a number
+};
+// In the order of study.parameter_names(), every name of it.
+std::vector<ParamColumn> param_columns(const StudyView& study);
+
 struct Drawing {
   std::vector<int64_t> top;       // the top trials by the goal, best first (several objectives:
                                   // the front, by number)
@@ -30,6 +46,9 @@ struct Drawing {
   std::set<int64_t> exact;        // all of the above, and the front: drawn one by one
   bool summarized = false;        // more trials than every_up_to: the rest as densities
   size_t trials = 0;
+  // The study's parameter columns (param_columns), looked up once for every figure drawn with
+  // this drawing; none in a drawing made by hand (each figure then looks them up itself).
+  std::shared_ptr<const std::vector<ParamColumn>> params;
   // Why a trial is drawn one by one, as a class name: "selected", "top", "front" or "extreme";
   // "" for the rest.
   const char* role(int64_t number) const;
@@ -78,5 +97,6 @@ struct Importance {
   size_t trials = 0;  // with both a value of the parameter and a value of the metric
 };
 std::vector<Importance> importances(const StudyView& study);
+std::vector<Importance> importances(const StudyView& study, const std::vector<ParamColumn>& params);
 
 }  // namespace hippo::dashboard

@@ -118,13 +118,16 @@ std::vector<Test> parse_filter(const TrialTable& table, const std::string& text)
 }  // namespace
 
 TrialTable trial_table(const StudyView& s) {
+  return trial_table(s, param_columns(s));
+}
+
+TrialTable trial_table(const StudyView& s, const std::vector<ParamColumn>& params) {
   TrialTable table;
   std::set<std::string> metric_names;
   for (const TrialView& t : s.trials)
     for (const auto& [k, v] : t.last) metric_names.insert(k);
   table.columns = {"trial", "status", "end reason", "steps"};
-  const std::vector<std::string> param_names = s.parameter_names();
-  for (const std::string& p : param_names) table.columns.push_back(p);
+  for (const ParamColumn& p : params) table.columns.push_back(p.name);
   table.columns.push_back("best " + s.metric);
   table.default_sort = table.columns.size() - 1;
   table.default_descending = s.maximize;
@@ -142,13 +145,13 @@ TrialTable trial_table(const StudyView& s) {
   }
   for (const std::string& m : metric_names) table.columns.push_back("last " + m);
   table.rows.reserve(s.trials.size());
-  for (const TrialView& t : s.trials) {
+  for (size_t i = 0; i < s.trials.size(); ++i) {
+    const TrialView& t = s.trials[i];
     std::vector<nlohmann::json> row = {t.row.number, to_string(t.row.status), t.row.end_reason,
                                        t.needed};
-    for (const std::string& p : param_names)
-      row.push_back(t.row.params.is_object() && t.row.params.contains(p)
-                        ? cell_value(t.row.params[p], 4)
-                        : nlohmann::json());
+    row.reserve(table.columns.size());
+    for (const ParamColumn& p : params)
+      row.push_back(p.values[i] ? cell_value(*p.values[i], 4) : nlohmann::json());
     row.push_back(t.best ? cell_value(*t.best) : nlohmann::json());
     if (results) {
       for (size_t i = 0; i < s.goals.objectives.size(); ++i)
@@ -182,15 +185,22 @@ nlohmann::json table_page(const TrialTable& table, const TableQuery& query) {
   for (size_t i = 0; i < table.rows.size(); ++i)
     if (std::all_of(tests.begin(), tests.end(), [&](const Test& t) { return t(table.rows[i]); }))
       shown.push_back(i);
-  // Ties by trial number, whichever way: a stable order for paging.
-  std::sort(shown.begin(), shown.end(), [&](size_t a, size_t b) {
+  // Ties by trial number, whichever way: a total order, stable for paging.
+  auto before = [&](size_t a, size_t b) {
     const nlohmann::json &x = table.rows[a][query.sort], &y = table.rows[b][query.sort];
     int c = compare_cells(x, y);
     if (query.descending && !x.is_null() && !y.is_null()) c = -c;
     return c != 0 ? c < 0 : a < b;
-  });
+  };
   const size_t pages = std::max<size_t>(1, (shown.size() + kTablePage - 1) / kTablePage);
   size_t page = std::min(query.page, pages - 1);
+  // Only the rows up to the page asked for need their order (the order is total, so they are
+  // the same rows as a whole sort's); a trial asked for needs them all.
+  const size_t ordered =
+      query.trial ? shown.size() : std::min(shown.size(), (page + 1) * kTablePage);
+  const auto end = shown.begin() + static_cast<std::ptrdiff_t>(ordered);
+  if (end != shown.end()) std::nth_element(shown.begin(), end, shown.end(), before);
+  std::sort(shown.begin(), end, before);
   nlohmann::json found = nullptr;
   if (query.trial) {
     for (size_t i = 0; i < shown.size(); ++i)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dashboard/model.h"
+#include "dashboard/summary.h"
 
 namespace hippo::dashboard {
 
@@ -25,6 +26,8 @@ struct TrialTable {
   bool default_descending = false;
 };
 TrialTable trial_table(const StudyView& study);
+// The same with the study's parameter columns (param_columns) already looked up.
+TrialTable trial_table(const StudyView& study, const std::vector<ParamColumn>& params);
 
 struct TableQuery {
   size_t sort = 0;

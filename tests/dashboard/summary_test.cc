@@ -230,5 +230,85 @@ TEST(Table, PagesSortAndFilterOnTheServerAndFindATrial) {
   EXPECT_EQ(compressed_table(table).rfind("H4sI", 0), 0u);
 }
 
+// Every page ordered only up to itself (table_page) is the same slice of one whole order: by the
+// column, ties by trial number, empty cells last.
+TEST(Table, PagesAreSlicesOfOneWholeOrder) {
+  std::mt19937_64 rng(11);
+  const StudyView s = random_study(rng, 700, 1);  // best values with ties and empty ones
+  const TrialTable table = trial_table(s);
+  for (const bool descending : {false, true}) {
+    TableQuery q = default_query(table);
+    q.descending = descending;
+    std::vector<nlohmann::json> rows;
+    const size_t pages = table_page(table, q)["pages"];
+    for (q.page = 0; q.page < pages; ++q.page) {
+      const nlohmann::json page = table_page(table, q);
+      for (const auto& row : page["rows"]) rows.push_back(row);
+    }
+    ASSERT_EQ(rows.size(), s.trials.size());
+    for (size_t i = 1; i < rows.size(); ++i) {
+      const nlohmann::json &a = rows[i - 1][q.sort], &b = rows[i][q.sort];
+      if (a.is_null() || b.is_null()) {
+        EXPECT_TRUE(b.is_null()) << "empty cells last, at row " << i;
+        if (a.is_null()) {
+          EXPECT_LT(rows[i - 1][0], rows[i][0]);
+        }
+        continue;
+      }
+      const double x = a.get<double>(), y = b.get<double>();
+      EXPECT_TRUE(descending ? x >= y : x <= y) << "at row " << i;
+      if (x == y) {
+        EXPECT_LT(rows[i - 1][0], rows[i][0]) << "ties by number, at row " << i;
+      }
+    }
+  }
+}
+
+// The parameters looked up once (param_columns) are those of parameter_names(), in its order,
+// each trial's value where it has one, with its number.
+TEST(Summary, ParameterColumnsHoldEveryTrialsValues) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0, 1);
+  StudyView s;
+  s.goals.objectives.push_back({"accuracy", true});
+  s.param_names = {"wd", "lr"};  // the spec's order; "opt" and "depth" are not in it
+  for (int i = 0; i < 400; ++i) {
+    TrialView t;
+    t.row.number = i + 1;
+    if (i % 7 != 3) {
+      t.row.params = {{"lr", u(rng)}};
+      if (i % 3) t.row.params["wd"] = u(rng) < 0.5 ? nlohmann::json(1) : nlohmann::json(0.25);
+      if (i % 5) t.row.params["opt"] = i % 2 ? "adam" : "sgd";
+      if (i % 11 == 0) t.row.params["depth"] = i % 22 ? nlohmann::json(4) : nlohmann::json("deep");
+    }
+    s.trials.push_back(std::move(t));
+  }
+  const std::vector<ParamColumn> columns = param_columns(s);
+  std::vector<std::string> names;
+  for (const ParamColumn& c : columns) names.push_back(c.name);
+  EXPECT_EQ(names, s.parameter_names());
+  for (const ParamColumn& c : columns) {
+    ASSERT_EQ(c.values.size(), s.trials.size());
+    bool any = false, all = true;
+    for (size_t i = 0; i < s.trials.size(); ++i) {
+      const nlohmann::json& params = s.trials[i].row.params;
+      const bool has = params.is_object() && params.contains(c.name);
+      ASSERT_EQ(c.values[i] != nullptr, has) << c.name << " of trial " << i + 1;
+      if (!has) continue;
+      EXPECT_EQ(*c.values[i], params[c.name]);
+      const bool number = params[c.name].is_number();
+      EXPECT_EQ(c.numbers[i].has_value(), number);
+      if (number) {
+        EXPECT_EQ(*c.numbers[i], params[c.name].get<double>());
+      }
+      any = any || number;
+      all = all && number;
+    }
+    EXPECT_TRUE(c.present);
+    EXPECT_EQ(c.any_number, any) << c.name;
+    EXPECT_EQ(c.all_numbers, all) << c.name;
+  }
+}
+
 }  // namespace
 }  // namespace hippo::dashboard
