@@ -1316,9 +1316,10 @@ void Master::dispatch() {
 
 std::map<std::string, int64_t> Master::lend_cores(
     const std::map<std::string, const StudySpec*>& assigned) {
+  if (!options_.lend_cores) return {};
   std::vector<CoreHolder> holders;
   for (const auto& [peer, w] : pool_.workers()) {
-    if (!options_.lend_cores || w.hello.host.empty()) continue;  // it lends and borrows nothing
+    if (w.hello.host.empty()) continue;  // it lends and borrows nothing
     CoreHolder h{peer, w.hello.host, w.hello.threads};
     if (auto it = assigned.find(peer); it != assigned.end()) {
       h.busy = true;

@@ -314,16 +314,20 @@ class E2ETest : public ::testing::Test {
     return file;
   }
 
-  // A patch for spec(): constant learning rates instead of the CI example's schedule, so that
-  // each trial is one stage from step 0.
+  // A patch for spec(): a constant learning rate drawn from `distribution` (e.g. {"loguniform":
+  // [lo, hi]}) instead of the CI example's schedule, so that each trial is one stage from step 0.
+  static json constant_lr_from(const json& distribution) {
+    json lr = {{"schedule", nullptr},
+               {"unit", nullptr},
+               {"init", nullptr},
+               {"every", nullptr},
+               {"gamma", nullptr}};
+    lr.update(distribution);
+    return {{"lr", lr}};
+  }
+  // The same over a grid of `values`.
   static json constant_lr(const std::vector<double>& values) {
-    return {{"lr",
-             {{"schedule", nullptr},
-              {"unit", nullptr},
-              {"init", nullptr},
-              {"every", nullptr},
-              {"gamma", nullptr},
-              {"grid", values}}}};
+    return constant_lr_from({{"grid", values}});
   }
 
   // Starts a process with its stderr in process-<pid>.log; `before_exec` runs in the child (e.g.

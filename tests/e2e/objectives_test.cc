@@ -26,15 +26,9 @@ class Objectives : public E2ETest {
         {"constraints", {{{"metric", "accuracy"}, {"min", 0.55}}}},
         {"max_trials", trials}};
     if (searcher == "nsga2") searcher_spec["population"] = 4;
-    return spec(name, {{"hyperparameters",
-                        {{"lr",
-                          {{"schedule", nullptr},
-                           {"unit", nullptr},
-                           {"init", nullptr},
-                           {"every", nullptr},
-                           {"gamma", nullptr},
-                           {"loguniform", {0.0003, 0.5}}}},
-                         {"momentum", {{"uniform", {0.0, 0.9}}}}}},
+    json space = constant_lr_from({{"loguniform", {0.0003, 0.5}}});
+    space["momentum"] = {{"uniform", {0.0, 0.9}}};
+    return spec(name, {{"hyperparameters", space},
                        {"fixed", {{"momentum", nullptr}}},
                        {"searcher", searcher_spec},
                        {"length", {{"epochs", 2}}}});

@@ -16,14 +16,7 @@ class WarmStart : public E2ETest {
   // The CI example over lr in [0.01, 0.3] (one leaf, constant in each trial).
   std::string study(const std::string& name, const json& searcher,
                     const json& changes = json::object()) {
-    json patch = {{"hyperparameters",
-                   {{"lr",
-                     {{"schedule", nullptr},
-                      {"unit", nullptr},
-                      {"init", nullptr},
-                      {"every", nullptr},
-                      {"gamma", nullptr},
-                      {"loguniform", {0.01, 0.3}}}}}},
+    json patch = {{"hyperparameters", constant_lr_from({{"loguniform", {0.01, 0.3}}})},
                   {"searcher", searcher}};
     patch.merge_patch(changes);
     return spec(name, patch);
