@@ -4,7 +4,7 @@
 // --threads kernel threads, or over the streams of --device cuda:N, or over the GPUs of
 // --devices cuda:A-B), and prints one JSON line
 //   {"model": "mlp", "batch": 128, "threads": 1, "device": "cpu", "isa": "avx512",
-//    "precision": "fp32", "samples_per_s": 12345.6, "cpu_seconds": 1.2,
+//    "precision": "fp32", "samples_per_s": 12345.6, "cpu_seconds": 1.2, "steps_done": 20,
 //    "product_flops_per_step": 1.289e8, "product_gflops": 12.4}
 // (cpu_seconds: CPU time of the timed steps, all threads; isa: the CPU kernels' instruction set,
 // --device cpu:avx2 etc. picks one; product_*: the matrix products' flops per step and their
@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
                            {"device", device},
                            {"precision", precision},
                            {"samples_per_s", samples_per_s},
-                           {"cpu_seconds", cpu_seconds}};
+                           {"cpu_seconds", cpu_seconds},
+                           {"steps_done", state.step - warmup}};
     if (model != "gpt") {
       line["product_flops_per_step"] = product_flops_per_sample(config.model) * batch;
       line["product_gflops"] = product_flops_per_sample(config.model) * samples_per_s / 1e9;

@@ -31,9 +31,14 @@ for ((i = 0; i < reps; ++i)); do
   tail -n +2 "$out/line" >"$out/predict"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-$python - "$out" <<'PY'
+$python - "$out" "$steps" <<'PY'
 import json, statistics, sys
 runs = {k: [json.loads(l) for l in open(f"{sys.argv[1]}/{k}")] for k in ("without", "with")}
+# The peers did the work: every run trained the steps asked, or no ratio is printed.
+for k, lines in runs.items():
+    for l in lines:
+        if l["steps_done"] != int(sys.argv[2]):
+            sys.exit(f"error: a run {k} vocab_parallel trained {l['steps_done']} of {sys.argv[2]} steps")
 med = {}
 for k, lines in runs.items():
     rates = [l["samples_per_s"] for l in lines]
