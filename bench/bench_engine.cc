@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 1024));
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1000000));
-  app.add_option("--device", device, "cpu, cpu:avx512, cpu:avx2, cpu:portable or cuda:N");
+  app.add_option("--device", device,
+                 "cpu, cpu:avx512, cpu:avx2, cpu:portable, cuda:N or cuda:N:im2col");
   hippo::worker::RunConfig config;
   app.add_option("--microbatches", config.microbatches, "gpt: micro-batches per step")
       ->check(CLI::Range(1, 4096));

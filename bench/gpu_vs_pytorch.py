@@ -5,7 +5,9 @@ The same work per step as `bench_engine --device cuda:0`: a batch gathered on th
 60000-image uint8 set in a shuffled order, scaled and standardized there, copied to the GPU
 (pinned, asynchronous), then forward, backward and an SGD step (momentum 0.9) on the GPU. fp32
 runs without TF32 (hippo's fp32 products do not use it); bf16 is autocast (bf16 products and
-convolutions, fp32 weights and optimizer), as hippo's `precision: bf16`. Timed with CUDA events
+convolutions, fp32 weights and optimizer), as hippo's `precision: bf16`. `--deterministic` also
+sets torch.backends.cudnn.deterministic (cuDNN's deterministic algorithms only, as
+hippo.deterministic() does and as hippo's engine always runs). Timed with CUDA events
 around `steps` steps after `warmup` untimed ones; prints one JSON line like bench_engine's.
 
 For the ceiling that gpu_vs_pytorch.sh prints beside the ratio: the line also carries the product
@@ -30,10 +32,13 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--peak", action="store_true", help="print the GPU's product FLOP/s")
+    p.add_argument("--deterministic", action="store_true",
+                   help="cuDNN's deterministic algorithms only")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = a.deterministic
     torch.manual_seed(0)
     dev = torch.device("cuda:0")
     if a.peak:
@@ -76,7 +81,8 @@ def main():
     with FlopCounterMode(display=False) as counter:
         step()
     print(json.dumps({"model": a.model, "batch": a.batch, "device": "cuda:0",
-                      "precision": a.precision, "samples_per_s": a.batch * a.steps / seconds,
+                      "precision": a.precision, "deterministic": a.deterministic,
+                      "samples_per_s": a.batch * a.steps / seconds,
                       "flops_per_sample": counter.get_total_flops() / a.batch}))
 
 

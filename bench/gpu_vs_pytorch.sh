@@ -10,6 +10,12 @@
 # model's product and convolution FLOPs per sample (forward and backward, PyTorch's count), in
 # samples/s, and the share of it that hippo reached.
 #
+# The fp32 cnn, where cuDNN's choice of algorithms matters, gets three more rows: hippo's own
+# im2col convolutions (`--device cuda:0:im2col`, kernels.h) against the same PyTorch, and both of
+# hippo's paths against PyTorch restricted to cuDNN's deterministic algorithms (`--deterministic`),
+# the anchor that runs under the same rule as hippo. The `conv` column says which: hippo's path /
+# PyTorch's (default or det).
+#
 # Needs: a CUDA device, BUILD_DIR/bench_engine built with CUDA (on a bare GPU machine,
 # scripts/gpu-check builds it and runs this), python3 with torch, and the Fashion-MNIST files
 # (HIPPO_DATA_DIR, default /usr/share/datasets/fashion-mnist).
@@ -54,8 +60,21 @@ for precision in fp32 bf16; do
     "$(awk -v p="${peak[$precision]}" 'BEGIN {print p / 1e12}')"
 done
 
-printf "%-4s %5s %5s %28s %28s %7s %11s %8s\n" model batch prec "hippo median (min..max)" \
-  "torch median (min..max)" ratio ceiling "reached"
+printf "%-4s %5s %5s %-14s %28s %28s %7s %11s %8s\n" model batch prec conv \
+  "hippo median (min..max)" "torch median (min..max)" ratio ceiling "reached"
+# One row: hippo's result against PyTorch's (each "median min max flops"), with the ceiling.
+row() {
+  local model=$1 batch=$2 precision=$3 conv=$4 ours ours_lo ours_hi torch torch_lo torch_hi flops
+  read -r ours ours_lo ours_hi _ <<<"$5"
+  read -r torch torch_lo torch_hi flops <<<"$6"
+  awk -v f="$flops" 'BEGIN {exit !(f > 0)}' || { echo "error: no FLOP count for $model" >&2; exit 1; }
+  ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN {printf "%.2f", a / b}')
+  ceiling=$(awk -v p="${peak[$precision]}" -v f="$flops" 'BEGIN {printf "%.0f", p / f}')
+  reached=$(awk -v a="$ours" -v c="$ceiling" 'BEGIN {printf "%.1f%%", 100 * a / c}')
+  printf "%-4s %5d %5s %-14s %10.0f (%7.0f..%7.0f) %10.0f (%7.0f..%7.0f) %6sx %11.0f %8s\n" \
+    "$model" "$batch" "$precision" "$conv" "$ours" "$ours_lo" "$ours_hi" "$torch" "$torch_lo" \
+    "$torch_hi" "$ratio" "$ceiling" "$reached"
+}
 for model in mlp cnn; do
   for batch in 128 1024; do
     steps=$([ "$batch" = 128 ] && echo 300 || echo 100)
@@ -63,15 +82,14 @@ for model in mlp cnn; do
       args=(--model "$model" --batch "$batch" --precision "$precision" --steps "$steps" --warmup 20)
       hippo=$(measure "$bench" --device cuda:0 --data-dir "$data" "${args[@]}") || exit 1
       pytorch=$(measure python3 "$here/gpu_vs_pytorch.py" "${args[@]}") || exit 1
-      read -r ours ours_lo ours_hi _ <<<"$hippo"
-      read -r torch torch_lo torch_hi flops <<<"$pytorch"
-      awk -v f="$flops" 'BEGIN {exit !(f > 0)}' || { echo "error: no FLOP count for $model" >&2; exit 1; }
-      ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN {printf "%.2f", a / b}')
-      ceiling=$(awk -v p="${peak[$precision]}" -v f="$flops" 'BEGIN {printf "%.0f", p / f}')
-      reached=$(awk -v a="$ours" -v c="$ceiling" 'BEGIN {printf "%.1f%%", 100 * a / c}')
-      printf "%-4s %5d %5s %10.0f (%7.0f..%7.0f) %10.0f (%7.0f..%7.0f) %6sx %11.0f %8s\n" \
-        "$model" "$batch" "$precision" "$ours" "$ours_lo" "$ours_hi" "$torch" "$torch_lo" \
-        "$torch_hi" "$ratio" "$ceiling" "$reached"
+      conv=$([ "$model" = cnn ] && echo "cudnn/default" || echo "-")
+      row "$model" "$batch" "$precision" "$conv" "$hippo" "$pytorch"
+      [ "$model/$precision" = cnn/fp32 ] || continue
+      own=$(measure "$bench" --device cuda:0:im2col --data-dir "$data" "${args[@]}") || exit 1
+      strict=$(measure python3 "$here/gpu_vs_pytorch.py" --deterministic "${args[@]}") || exit 1
+      row "$model" "$batch" "$precision" "im2col/default" "$own" "$pytorch"
+      row "$model" "$batch" "$precision" "cudnn/det" "$hippo" "$strict"
+      row "$model" "$batch" "$precision" "im2col/det" "$own" "$strict"
     done
   done
 done

@@ -12,7 +12,8 @@
 // Determinism: cuBLAS products are bit-identical from run to run for the same shapes on the same
 // GPU model and library version when they run on one stream with atomics disallowed and a fixed
 // workspace (cuBLAS documentation, "Results reproducibility"); the other kernels reduce in fixed
-// trees (cuda_ops.cuh); convolutions are cuDNN's deterministic algorithms (cuda_conv.cuh).
+// trees (cuda_ops.cuh); convolutions are cuDNN's deterministic algorithms (cuda_conv.cuh) or, with
+// CudaConvolution::kIm2col, cuBLAS products between gathers (im2col.h).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -21,6 +22,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,7 @@ struct Cublas {
   decltype(&cublasSetAtomicsMode) set_atomics_mode;
   decltype(&cublasSetWorkspace_v2) set_workspace;
   decltype(&cublasSgemm_v2) sgemm;
+  decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
   // cublasGemmEx is overloaded in C++ (cublas_api.h adds an inline wrapper): the exported one.
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                             const void*, const void*, cudaDataType, int, const void*, cudaDataType,
@@ -74,6 +77,7 @@ const Cublas& cublas() {
     load(c.set_atomics_mode, "cublasSetAtomicsMode");
     load(c.set_workspace, "cublasSetWorkspace_v2");
     load(c.sgemm, "cublasSgemm_v2");
+    load(c.sgemm_strided_batched, "cublasSgemmStridedBatched");
     load(c.gemm_ex, "cublasGemmEx");
     load(c.status_name, "cublasGetStatusName");
     load(c.status_string, "cublasGetStatusString");
@@ -129,8 +133,8 @@ struct Scalars {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, Stream stream)
-      : device_(device), name_("cuda:" + std::to_string(device)) {
+  CudaBackend(int device, Stream stream, CudaConvolution conv)
+      : device_(device), name_("cuda:" + std::to_string(device)), conv_(conv) {
     activate();
     if (stream == Stream::kOwn) {
       HIPPO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -333,23 +337,40 @@ class CudaBackend final : public Backend {
     cuda::swap_outer_axes(stream_, x, y, a, b, inner);
   }
 
-  // ---- Convolution (cuDNN) and pooling -------------------------------------------------------
-  // col and dcol are the CPU backend's column scratch: cuDNN does not need them.
+  // ---- Convolution (cuDNN or im2col) and pooling ---------------------------------------------
+  // col and dcol are the column scratch: the im2col path fills them, cuDNN does not need them.
 
-  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float*,
-                      float* y) const override {
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
+                      float* col, float* y) const override {
     activate();
-    cuda::CudnnConvolutions& c = convolutions();
-    c.forward(s, precision_, x, w, y, workspace(c.workspace_bytes(s, precision_)));
+    if (im2col(s)) {
+      const Im2col g = im2col_of(s);
+      cuda::im2col(stream_, g, x, col);
+      gemm(false, false, s.out_channels, static_cast<int>(g.cols()), static_cast<int>(g.rows()), 1,
+           w, col, 0, y);  // y[Cout, N] = w[Cout, R] col[R, N]
+    } else {
+      cuda::CudnnConvolutions& c = convolutions();
+      c.forward(s, precision_, x, w, y, workspace(c.workspace_bytes(s, precision_)));
+    }
     if (bias) cuda::bias_forward(stream_, y, bias, 1, s.out_channels, s.col_cols());
   }
 
-  void conv2d_backward(const ConvShape& s, const float* x, const float*, const float* w,
-                       const float* dy, float*, float* dx, float* dw, float* dbias) const override {
+  void conv2d_backward(const ConvShape& s, const float* x, const float* col, const float* w,
+                       const float* dy, float* dcol, float* dx, float* dw,
+                       float* dbias) const override {
     activate();
     if (dbias) cuda::bias_backward(stream_, dy, dbias, 1, s.out_channels, s.col_cols());
-    cuda::CudnnConvolutions& c = convolutions();
-    c.backward(s, precision_, x, w, dy, dx, dw, workspace(c.workspace_bytes(s, precision_)));
+    if (!im2col(s)) {
+      cuda::CudnnConvolutions& c = convolutions();
+      c.backward(s, precision_, x, w, dy, dx, dw, workspace(c.workspace_bytes(s, precision_)));
+      return;
+    }
+    const Im2col g = im2col_of(s);
+    weight_gradient(g, s.out_channels, dy, col, dw);
+    if (dx == nullptr) return;
+    gemm(true, false, static_cast<int>(g.rows()), static_cast<int>(g.cols()), s.out_channels, 1, w,
+         dy, 0, dcol);  // dcol[R, N] = w[Cout, R]^T dy[Cout, N]
+    cuda::col2im(stream_, g, dcol, dx);
   }
 
   void maxpool_forward(const float* x, float* y, int64_t planes, int h, int w,
@@ -505,6 +526,39 @@ class CudaBackend final : public Backend {
     return workspace_.get();
   }
 
+  // Whether this convolution runs on the column matrix (fp32 under kIm2col; N = B*Ho*Wo columns
+  // and R = Cin*k*k rows must fit cuBLAS's int sizes, else cuDNN takes it).
+  bool im2col(const ConvShape& s) const {
+    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+    return conv_ == CudaConvolution::kIm2col && precision_ == Precision::kFp32 &&
+           s.col_cols() <= kMaxInt && s.col_rows() <= kMaxInt;
+  }
+
+  // dw[Cout, R] = dy[Cout, N] col[R, N]^T, as weight_gradient_slices cuts it (im2col.h): each
+  // slice's product in one strided batch, then the partials added in order. In cuBLAS's
+  // column-major terms, slice q's partial^T[R, Cout] = A^T B with A = col's columns of the slice
+  // read as [L, R] (lda = N) and B = dy's read as [L, Cout] (ldb = N).
+  void weight_gradient(const Im2col& g, int out_channels, const float* dy, const float* col,
+                       float* dw) const {
+    const WeightGradientSlices slices = weight_gradient_slices(g);
+    const int64_t n = g.cols(), plane = int64_t{g.ho} * g.wo, outputs = out_channels * g.rows();
+    const int64_t full = g.batch / slices.images, columns = slices.images * plane;
+    const int rows = static_cast<int>(g.rows()), ld = static_cast<int>(n);
+    float* partials = slices.count == 1
+                          ? dw
+                          : static_cast<float*>(workspace(sizeof(float) * slices.count * outputs));
+    const float one = 1, zero = 0;
+    auto products = [&](int64_t first, int64_t count, int64_t length) {
+      HIPPO_CUBLAS_CHECK(cublas().sgemm_strided_batched(
+          cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, rows, out_channels, static_cast<int>(length),
+          &one, col + first * columns, ld, columns, dy + first * columns, ld, columns, &zero,
+          partials + first * outputs, rows, outputs, static_cast<int>(count)));
+    };
+    if (full > 0) products(0, full, columns);
+    if (full < slices.count) products(full, 1, (g.batch - full * slices.images) * plane);
+    if (slices.count > 1) cuda::add_partials(stream_, partials, slices.count, outputs, dw);
+  }
+
   // Made at the first convolution (which loads cuDNN), on this backend's device.
   cuda::CudnnConvolutions& convolutions() const {
     if (!convolutions_) convolutions_ = std::make_unique<cuda::CudnnConvolutions>(stream_);
@@ -529,6 +583,7 @@ class CudaBackend final : public Backend {
   mutable size_t workspace_bytes_ = 0;
   mutable std::vector<DeviceMemory> outgrown_workspaces_;
   mutable std::unique_ptr<cuda::CudnnConvolutions> convolutions_;
+  CudaConvolution conv_;
   mutable Precision precision_ = Precision::kFp32;
 };
 
@@ -587,12 +642,12 @@ std::string cuda_device_environment(int device) {
          ", cuDNN " + dotted(dnn / 10000, dnn % 10000 / 100, dnn % 100);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream, CudaConvolution conv) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count)
     throw std::invalid_argument("cuda:" + std::to_string(device) + " requested, this machine has " +
                                 std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s"));
-  return std::make_unique<CudaBackend>(device, stream);
+  return std::make_unique<CudaBackend>(device, stream, conv);
 }
 
 }  // namespace hippo::kernels

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/im2col.h"
 #include "kernels/kernels.h"
 
 namespace hippo::kernels::cuda {
@@ -33,7 +34,13 @@ void swap_outer_axes(cudaStream_t stream, const In* x, Out* y, int64_t a, int64_
 template <typename In, typename Out>
 void convert(cudaStream_t stream, const In* x, Out* y, int64_t n);
 
-// cuda_pool.cu (convolutions are cuDNN's: cuda_conv.cuh)
+// cuda_im2col.cu, for the im2col convolutions (im2col.h): col[R, N] from x, dx from dcol[R, N]
+// (overwritten), and sum[n] = partials[0][n] + ... + partials[count - 1][n] in that order.
+void im2col(cudaStream_t stream, const Im2col& g, const float* x, float* col);
+void col2im(cudaStream_t stream, const Im2col& g, const float* dcol, float* dx);
+void add_partials(cudaStream_t stream, const float* partials, int64_t count, int64_t n, float* sum);
+
+// cuda_pool.cu (cuDNN's convolutions: cuda_conv.cuh)
 void maxpool_forward(cudaStream_t stream, const float* x, float* y, int64_t planes, int h, int w,
                      int k);
 void maxpool_backward(cudaStream_t stream, const float* x, const float* dy, float* dx,

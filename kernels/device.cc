@@ -14,16 +14,22 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
   if (device == "cpu") return make_cpu_backend(threads);
   for (const char* isa : {"avx512", "avx2", "portable"})
     if (device == std::string("cpu:") + isa) return make_cpu_backend(threads, isa);
-  const std::string prefix = "cuda:";
-  const std::string index =
+  const std::string prefix = "cuda:", im2col = ":im2col";
+  std::string index =
       device.substr(0, prefix.size()) == prefix ? device.substr(prefix.size()) : std::string();
+  const bool own_convolutions =
+      index.size() > im2col.size() &&
+      index.compare(index.size() - im2col.size(), im2col.size(), im2col) == 0;
+  if (own_convolutions) index.resize(index.size() - im2col.size());
   if (index.empty() || index.size() > 4 ||
       index.find_first_not_of("0123456789") != std::string::npos)
     throw std::invalid_argument(
         "device \"" + device +
-        "\": expected cpu or cuda:N (N = 0, 1, ... a CUDA device), or cpu:avx512, "
-        "cpu:avx2, cpu:portable (the CPU kernels' instruction set)");
-  return make_cuda_backend(std::stoi(index));
+        "\": expected cpu or cuda:N (N = 0, 1, ... a CUDA device; cuda:N:im2col for hippo's own "
+        "fp32 convolutions), or cpu:avx512, cpu:avx2, cpu:portable (the CPU kernels' "
+        "instruction set)");
+  return make_cuda_backend(std::stoi(index), Stream::kDefault,
+                           own_convolutions ? CudaConvolution::kIm2col : CudaConvolution::kCudnn);
 }
 
 void Backend::copy_from(const Backend& src_backend, void* dst, const void* src,
@@ -58,7 +64,7 @@ std::string cuda_device_environment(int device) {
   return cuda_device_model(device);  // throws
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, Stream) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Stream, CudaConvolution) {
   throw std::invalid_argument("cuda:" + std::to_string(device) +
                               " requested, but this hippo was built without CUDA (nvcc was not "
                               "found when it was configured, or HIPPO_CUDA=OFF)");

@@ -159,7 +159,8 @@ class Backend {
   // Convolution, CNHW. x[Cin, B, H, W], w[Cout, Cin, k, k], bias[Cout] -> y[Cout, B, Ho, Wo].
   // col[conv2d_scratch_size(s)] is scratch that forward fills and backward reads (keep it between
   // them); the CPU backend needs none (it builds columns in its own per-thread buffers), the CUDA
-  // backend, on cuDNN, asks for Cin*k*k x B*Ho*Wo floats and leaves them alone.
+  // backend asks for Cin*k*k x B*Ho*Wo floats (its im2col convolutions' column matrix; cuDNN's
+  // leave them alone).
   virtual int64_t conv2d_scratch_size(const ConvShape& s) const {
     return s.col_rows() * s.col_cols();
   }
@@ -317,11 +318,20 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, const std::string& isa = 
 // share a GPU).
 enum class Stream { kDefault, kOwn };
 
+// How a CUDA backend computes fp32 convolutions; both are deterministic and agree with the CPU
+// within fp32 rounding, but not bit for bit with each other (the worker's environment names the
+// one it uses). kCudnn: cuDNN's deterministic algorithms in plain FMA arithmetic, on NCHW copies
+// of the CNHW tensors (cuda_conv.cuh). kIm2col: hippo's own, a column matrix and cuBLAS products
+// on the CNHW tensors themselves (im2col.h), in the column scratch the engine already keeps. bf16
+// convolutions are cuDNN's either way.
+enum class CudaConvolution { kCudnn, kIm2col };
+
 // The CUDA backend on device `device` (cuda_backend.cu): cuBLAS products, CUDA kernels for the
 // rest, on `stream`, deterministic (kernels/README.md). Its memory is device memory. Throws
 // std::invalid_argument when the device is not there or hippo was built without CUDA,
 // std::runtime_error when the device cannot be set up.
-std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream = Stream::kDefault);
+std::unique_ptr<Backend> make_cuda_backend(int device, Stream stream = Stream::kDefault,
+                                           CudaConvolution conv = CudaConvolution::kCudnn);
 
 // The number of CUDA devices this process can use: 0 when hippo was built without CUDA, when no
 // driver is installed, or when there is no device. Never throws.
@@ -342,7 +352,8 @@ std::string cuda_device_model(int device);
 std::string cuda_device_environment(int device);
 
 // The backend a device name asks for: "cpu" (with `threads` threads; "cpu:avx2" etc. names the
-// kernels' instruction set, see make_cpu_backend) or "cuda:N" (threads is ignored). Fails at once
+// kernels' instruction set, see make_cpu_backend) or "cuda:N" (threads is ignored; "cuda:N:im2col"
+// computes fp32 convolutions with CudaConvolution::kIm2col). Fails at once
 // with std::invalid_argument naming the problem: a malformed name, a device that is not there
 // ("cuda:1 requested, this machine has 0 CUDA devices") or a build without CUDA.
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads);

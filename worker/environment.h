@@ -6,7 +6,8 @@
 //
 // Built-in models: the engine's. On a CPU, hippo's own kernels give the same bits for every
 // instruction set and thread count (kernels/README.md): "cpu, hippo 0.3.0". On a GPU: the GPU's
-// model and the CUDA libraries loaded (kernels::cuda_device_environment), and hippo's version.
+// model and the CUDA libraries loaded (kernels::cuda_device_environment), hippo's version, and
+// ", im2col convolutions" on a cuda:N:im2col device (kernels.h, CudaConvolution).
 // External trainers: the device they are given (a GPU's model) and the threads the worker gives
 // them (OMP/MKL/OpenBLAS threads change PyTorch's bits on a CPU). The trainer's own libraries are
 // not the worker's to know (python/README.md: a study's workers run one PyTorch build).
@@ -21,7 +22,7 @@ struct WorkerEnvironment {
   std::string trainer;  // for external trainers
 };
 
-// For a worker on `device` ("cpu" or "cuda:N") whose trainers get `threads` threads. On a GPU
+// For a worker on `device` ("cpu", "cuda:N" or "cuda:N:im2col") whose trainers get `threads` threads. On a GPU
 // it loads cuBLAS and cuDNN (which the engine would load at its first job); throws
 // std::invalid_argument when the device is not there.
 WorkerEnvironment worker_environment(const std::string& device, int threads);

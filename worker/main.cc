@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
   Options options;
   app.add_option("--master", options.master, "master address, e.g. tcp://127.0.0.1:5555")
       ->required();
-  app.add_option("--device", options.device, "cpu or cuda:N (a CUDA device; default cpu)");
+  app.add_option("--device", options.device,
+                 "cpu or cuda:N (a CUDA device; cuda:N:im2col: hippo's own fp32 convolutions; "
+                 "default cpu)");
   app.add_option("--threads", options.threads, "threads for this worker's kernels")
       ->check(CLI::Range(1, 256));
   app.add_option("--devices", options.devices,

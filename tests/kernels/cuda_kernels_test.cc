@@ -52,6 +52,20 @@ TEST(DeviceSelectionTest, MalformedDeviceNamesAreRefused) {
   }
   EXPECT_STREQ(make_backend("cpu", 2)->name(), "cpu");
   EXPECT_EQ(make_backend("cpu", 2)->threads(), 2);
+  for (const char* name : {"cuda:im2col", "cuda::im2col", "cuda:0:im2col:im2col", "cuda:0:IM2COL",
+                           "cuda:0:gemm", "cpu:im2col", "cuda:0im2col"}) {
+    const std::string error = error_of(name);
+    EXPECT_NE(error.find("expected cpu or cuda:N"), std::string::npos) << name << ": " << error;
+  }
+}
+
+TEST(DeviceSelectionTest, Im2colConvolutionsNameACudaDevice) {
+  const std::string device = "cuda:" + std::to_string(cuda_device_count()) + ":im2col";
+  const std::string error = error_of(device);  // one past the last device, in the plain form
+  EXPECT_EQ(error.find("expected cpu or cuda:N"), std::string::npos) << error;
+  EXPECT_NE(error.find("cuda:" + std::to_string(cuda_device_count()) + " requested"),
+            std::string::npos)
+      << error;
 }
 
 TEST(DeviceSelectionTest, CpuBackendRefusesBf16) {
@@ -145,6 +159,9 @@ class CudaKernelsTest : public ::testing::Test {
     for (size_t k : outputs)
       EXPECT_LT(relative_error(gpu_t[k], cpu_t.f[k]), tolerance) << what << ", tensor " << k;
   }
+
+  // Every convolution shape of the test, fp32 and bf16, on `gpu` against the CPU.
+  void convolutions_agree_with_the_cpu();
 
   std::shared_ptr<const Backend> cpu = make_cpu_backend(1);
   std::shared_ptr<const Backend> gpu;
@@ -285,15 +302,17 @@ TEST_F(CudaKernelsTest, ActivationsAndAxisSwap) {
   expect_close(u, h, {0, 1}, kFp32Tolerance, "relu in place");
 }
 
-// Small odd shapes, then the CNN's two layers (the first, as in the model, without dx).
-TEST_F(CudaKernelsTest, ConvolutionForwardAndBackward) {
+// Small odd shapes, then the CNN's two layers (the first, as in the model, without dx), and
+// images of more than 4096 output positions (the im2col weight gradient's slices: one image each).
+void CudaKernelsTest::convolutions_agree_with_the_cpu() {
   struct Case {
     int k, pad, batch, in, out, height, width;
     bool dx;
   };
   for (const Case& c : {Case{3, 1, 4, 3, 8, 14, 11, true}, Case{3, 0, 3, 3, 8, 14, 11, true},
                         Case{1, 0, 2, 3, 8, 14, 11, true}, Case{5, 2, 2, 3, 8, 14, 11, true},
-                        Case{3, 1, 32, 1, 32, 28, 28, false}, Case{3, 1, 32, 32, 64, 14, 14, true}})
+                        Case{3, 1, 32, 1, 32, 28, 28, false}, Case{3, 1, 32, 32, 64, 14, 14, true},
+                        Case{3, 1, 3, 2, 4, 70, 70, true}})
     for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
       const ConvShape s{.batch = c.batch,
                         .in_channels = c.in,
@@ -321,6 +340,15 @@ TEST_F(CudaKernelsTest, ConvolutionForwardAndBackward) {
       expect_close(t, g, {4, 7, 8}, bf16 ? kBf16Tolerance : kFp32Tolerance, what);
       expect_close(t, g, {9}, kFp32Tolerance, what + " dbias");
     }
+}
+
+TEST_F(CudaKernelsTest, ConvolutionForwardAndBackward) {
+  convolutions_agree_with_the_cpu();
+}
+
+TEST_F(CudaKernelsTest, Im2colConvolutionForwardAndBackward) {
+  gpu = make_backend("cuda:0:im2col", 1);
+  convolutions_agree_with_the_cpu();
 }
 
 TEST_F(CudaKernelsTest, PoolingRoutesGradientsLikeTheCpu) {

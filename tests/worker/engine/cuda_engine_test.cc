@@ -3,7 +3,8 @@
 // bit, in fp32 and bf16, for the mlp, cnn and gpt models; forked children equal their trials
 // trained alone; and the GPU trains the same model as the CPU (fp32: parameters within 1e-3 after
 // a dozen steps). The pipelined gpt on GPUs equals the unpipelined gpt on the same GPU, bit for
-// bit. Skipped without a CUDA device (the two-GPU pipeline without two).
+// bit. The cnn also on cuda:0:im2col (hippo's own fp32 convolutions; bf16 stays on cuDNN there).
+// Skipped without a CUDA device (the two-GPU pipeline without two).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -27,9 +28,10 @@ const char* const kDevice = "cuda:0";
 
 struct Case {
   std::string model, optimizer, precision;
+  std::string device = kDevice;  // cuda:0:im2col: hippo's own fp32 convolutions
 };
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.model << " " << c.optimizer << " " << c.precision;
+  *os << c.model << " " << c.optimizer << " " << c.precision << " on " << c.device;
 }
 
 class CudaExactnessTest : public ::testing::TestWithParam<Case> {
@@ -50,7 +52,7 @@ TrainState train_alone(Engine& engine, const Hyperparams& hp, const nlohmann::js
 }
 
 TEST_P(CudaExactnessTest, SplitRunsEqualOneRun) {
-  Engine engine(small_config(GetParam().model), 1, kDevice);
+  Engine engine(small_config(GetParam().model), 1, GetParam().device);
   const Hyperparams hp = recipe_hp(0.05);
   const TrainState whole = train_alone(engine, hp, fixed(), kSteps);
   const Metrics whole_metrics = engine.evaluate(whole);
@@ -68,7 +70,7 @@ TEST_P(CudaExactnessTest, SplitRunsEqualOneRun) {
                               ("hippo_cuda_engine_test_" + std::to_string(::getpid()) + ".ckpt"))
                                  .string();
     save_checkpoint(path, head, engine.config_hash());
-    Engine other(small_config(GetParam().model), 1, kDevice);
+    Engine other(small_config(GetParam().model), 1, GetParam().device);
     TrainState loaded =
         load_checkpoint(path, other.checkpoint_shape(k, hp, fixed()), other.backend());
     std::filesystem::remove(path);
@@ -82,7 +84,7 @@ TEST_P(CudaExactnessTest, SplitRunsEqualOneRun) {
 }
 
 TEST_P(CudaExactnessTest, ForkedChildrenEqualTrialsTrainedAlone) {
-  Engine engine(small_config(GetParam().model), 1, kDevice);
+  Engine engine(small_config(GetParam().model), 1, GetParam().device);
   for (int64_t k : {2, 6}) {
     SCOPED_TRACE("fork at " + std::to_string(k));
     auto trial = [&](double late_lr) {
@@ -107,7 +109,7 @@ TEST_P(CudaExactnessTest, ForkedChildrenEqualTrialsTrainedAlone) {
 // CPU's parameters must stay below half of the distance training moved them (emulated: 0.001 to
 // 0.24 of it), which a broken product (about 1x or more) does not.
 TEST_P(CudaExactnessTest, GpuTrainsTheSameModelAsTheCpu) {
-  Engine gpu(small_config(GetParam().model), 1, kDevice);
+  Engine gpu(small_config(GetParam().model), 1, GetParam().device);
   Engine cpu(small_config(GetParam().model), 1);
   nlohmann::json cpu_fixed = fixed();
   cpu_fixed["precision"] = "fp32";
@@ -134,10 +136,14 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaExactnessTest,
                                            Case{"mlp", "adamw", "fp32"},
                                            Case{"cnn", "adam", "fp32"}, Case{"mlp", "sgd", "bf16"},
                                            Case{"cnn", "adamw", "bf16"}, Case{"gpt", "sgd", "fp32"},
-                                           Case{"gpt", "adamw", "bf16"}),
+                                           Case{"gpt", "adamw", "bf16"},
+                                           Case{"cnn", "sgd", "fp32", "cuda:0:im2col"},
+                                           Case{"cnn", "adam", "fp32", "cuda:0:im2col"},
+                                           Case{"cnn", "adamw", "bf16", "cuda:0:im2col"}),
                          [](const auto& info) {
+                           const bool im2col = info.param.device != kDevice;
                            return info.param.model + "_" + info.param.optimizer + "_" +
-                                  info.param.precision;
+                                  info.param.precision + (im2col ? "_im2col" : "");
                          });
 
 // The pipelined gpt on one GPU, its stages sharing cuda:0 (a stream each, activations moved by
