@@ -76,7 +76,9 @@ def main():
     import hippo
     data = {"train_samples": spec["data"].get("train_samples", 60000),
             "eval_samples": spec["data"].get("eval_samples", 10000)}
-    x, y, x_eval, y_eval = fm.load_data(data, "cpu")  # the CPU, as hippo's CPU workers
+    # The CPU, as hippo's CPU workers, or $BENCH_DEVICE (cuda:N: the GPU hippo's worker trains on).
+    device = os.environ.get("BENCH_DEVICE", "cpu")
+    x, y, x_eval, y_eval = fm.load_data(data, device)
     fixed, seed = spec["fixed"], spec.get("seed", 0)
     hp = spec["hyperparameters"]
     batch = fixed["batch_size"]
@@ -90,7 +92,7 @@ def main():
         gamma = trial.suggest_categorical("lr.gamma", grid["lr.gamma"])
         trial.set_user_attr("peer", peer)
         hippo.deterministic(threads=1)
-        model = fm.build_model(fixed, seed)
+        model = fm.build_model(fixed, seed).to(device)  # initialized on the CPU, as hippo's
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
         batches = hippo.BatchSampler(len(x), batch, seed)
         accuracy = 0.0

@@ -19,7 +19,9 @@
 # the bound), and what each stage paid beyond training (setup + load + save) against an epoch.
 # Usage: bench/pytorch_vs_optuna.sh [SPEC] [WORKERS] [REPS]   (from anywhere)
 # Environment: HIPPO (default build/hippo); BENCH_PYTHON, the interpreter of Optuna's side (default
-# /usr/bin/python3, Debian's, with optuna and torch; tests/bench/ points it at a peer killer).
+# /usr/bin/python3, Debian's, with optuna and torch; tests/bench/ points it at a peer killer);
+# BENCH_DEVICE, where both sides train: cpu (default) or cuda:N, one GPU, which takes WORKERS = 1
+# (hippo run --gpus N: one worker on it; one Optuna peer on it; scripts/gpu-check's speed part).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spec=${1:-examples/pytorch/fmnist-mlp-lr-decay.json}
@@ -27,11 +29,23 @@ workers=${2:-2}
 reps=${3:-1}
 hippo=${HIPPO:-build/hippo}
 python=${BENCH_PYTHON:-/usr/bin/python3}
+device=${BENCH_DEVICE:-cpu}
+# The checks and the report need only the standard library: Debian's python3, else this PATH's.
+check_python=/usr/bin/python3
+[ -x "$check_python" ] || check_python=python3
 [ -x "$hippo" ] || { echo "error: $hippo not found; build it (scripts/build)" >&2; exit 2; }
+case $device in
+  cpu) where=(--workers "$workers") ;;
+  cuda:[0-9]*)
+    [ "$workers" = 1 ] || { echo "error: on $device, one worker and one peer (WORKERS = 1), got $workers" >&2; exit 2; }
+    where=(--gpus "${device#cuda:}") ;;
+  *) echo "error: BENCH_DEVICE=$device: expected cpu or cuda:N" >&2; exit 2 ;;
+esac
+export BENCH_DEVICE=$device
 [ -f "$spec" ] || { echo "error: spec $spec not found" >&2; exit 2; }
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-echo "machine: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+echo "machine: $device, $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 tmp=$(mktemp -d)
 # The logs are what explains a failed check: kept then, removed after a run that passed.
 trap '[ -e "$tmp/keep" ] || rm -rf "$tmp"' EXIT
@@ -39,14 +53,14 @@ trap '[ -e "$tmp/keep" ] || rm -rf "$tmp"' EXIT
 # check hippo NAME POINTS | check peers NAME WORKERS POINTS: verifies a side's run (above) from
 # the files it left in $tmp (bench/verify_peers.py); on a failure, exits 1 saying what failed.
 check() {
-  /usr/bin/python3 bench/verify_peers.py "$tmp" "$hippo" "$@" ||
+  "$check_python" bench/verify_peers.py "$tmp" "$hippo" "$@" ||
     { touch "$tmp/keep"; echo "logs kept in $tmp" >&2; exit 1; }
 }
 
 run_hippo() {  # $1: repetition; its summary is the last line of $tmp/hippo-$1.out
   local rc=0 start
   start=$(date +%s.%N)
-  "$hippo" --db "$tmp/hippo-$1.db" --format json run "$spec" --workers "$workers" --allow-exec trainer \
+  "$hippo" --db "$tmp/hippo-$1.db" --format json run "$spec" "${where[@]}" --allow-exec trainer \
     >"$tmp/hippo-$1.out" 2>"$tmp/hippo-$1.log" || rc=$?
   echo "$rc" >"$tmp/hippo-$1.rc"
   echo "$start $(date +%s.%N)" >"$tmp/hippo-$1.wall"
@@ -77,14 +91,14 @@ run_optuna() {  # $1: repetition; its peers' files are $tmp/optuna-$1.peerN.*, i
 }
 for r in $(seq "$reps"); do
   if [ $((r % 2)) -eq 1 ]; then run_hippo "$r"; run_optuna "$r"; else run_optuna "$r"; run_hippo "$r"; fi
-  points=$(/usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["grid_points"])' <"$tmp/optuna-$r.create")
+  points=$("$check_python" -c 'import json, sys; print(json.load(sys.stdin)["grid_points"])' <"$tmp/optuna-$r.create")
   check hippo "hippo-$r" "$points"
   check peers "optuna-$r" "$workers" "$points"
   echo "verified (repetition $r): hippo done with $points trials; $workers Optuna peers exited 0, each completed the trials it claims, $points grid points once each"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-/usr/bin/python3 - "$tmp" "$reps" "$hippo" "$spec" "$workers" <<'PY'
+"$check_python" - "$tmp" "$reps" "$hippo" "$spec" "$workers" <<'PY'
 import json, statistics, sys
 sys.path.insert(0, "bench")
 import schedule_bound
