@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -526,12 +525,13 @@ class CudaBackend final : public Backend {
     return workspace_.get();
   }
 
-  // Whether this convolution runs on the column matrix (fp32 under kIm2col; N = B*Ho*Wo columns
-  // and R = Cin*k*k rows must fit cuBLAS's int sizes, else cuDNN takes it).
+  // Whether this convolution runs on the column matrix: fp32 under kIm2col, and sizes that the
+  // int arithmetic of cuBLAS and of the gathers (im2col.h) holds with room for a grid's stride
+  // (N = B*Ho*Wo columns, R = Cin*k*k rows, H*W input positions); else cuDNN takes it.
   bool im2col(const ConvShape& s) const {
-    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+    constexpr int64_t kLimit = int64_t{1} << 30;
     return conv_ == CudaConvolution::kIm2col && precision_ == Precision::kFp32 &&
-           s.col_cols() <= kMaxInt && s.col_rows() <= kMaxInt;
+           s.col_cols() < kLimit && s.col_rows() < kLimit && int64_t{s.height} * s.width < kLimit;
   }
 
   // dw[Cout, R] = dy[Cout, N] col[R, N]^T, as weight_gradient_slices cuts it (im2col.h): each

@@ -36,24 +36,22 @@ inline Im2col im2col_of(const ConvShape& s) {
           s.height, s.width,       s.out_height(), s.out_width()};
 }
 
-// col[i] (i = r * N + j) from x.
-HIPPO_HOST_DEVICE inline float im2col_value(const Im2col& g, const float* x, int64_t i) {
-  const int64_t n = g.cols();
-  const int64_t r = i / n, j = i % n;
-  const int ox = static_cast<int>(j % g.wo), oy = static_cast<int>(j / g.wo % g.ho);
-  const int64_t b = j / (int64_t{g.ho} * g.wo);
-  const int kj = static_cast<int>(r % g.k), ki = static_cast<int>(r / g.k % g.k);
-  const int64_t c = r / (int64_t{g.k} * g.k);
+// col[r, j] from x: row r = (c, ki, kj), column j = (b, oy, ox). r and j fit an int (the backend
+// sends larger shapes to cuDNN), so only x's offset needs 64 bits.
+HIPPO_HOST_DEVICE inline float im2col_at(const Im2col& g, const float* x, int r, int j) {
+  const int ox = j % g.wo, oy = j / g.wo % g.ho, b = j / (g.wo * g.ho);
+  const int kj = r % g.k, ki = r / g.k % g.k, c = r / (g.k * g.k);
   const int iy = oy + ki - g.pad, ix = ox + kj - g.pad;
   if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return 0.0f;
-  return x[((c * g.batch + b) * g.h + iy) * g.w + ix];
+  return x[((int64_t{c} * g.batch + b) * g.h + iy) * g.w + ix];
 }
 
-// dx[i] (i = ((c * B + b) * H + iy) * W + ix) from dcol[R, N].
-HIPPO_HOST_DEVICE inline float col2im_value(const Im2col& g, const float* dcol, int64_t i) {
+// dx[plane, p] from dcol[R, N]: plane = c * B + b of x's C * B planes, p = iy * W + ix within it;
+// the (ki, kj) terms added in that order.
+HIPPO_HOST_DEVICE inline float col2im_at(const Im2col& g, const float* dcol, int64_t plane, int p) {
   const int64_t n = g.cols();
-  const int ix = static_cast<int>(i % g.w), iy = static_cast<int>(i / g.w % g.h);
-  const int64_t b = i / (int64_t{g.h} * g.w) % g.batch, c = i / (int64_t{g.h} * g.w * g.batch);
+  const int ix = p % g.w, iy = p / g.w;
+  const int64_t c = plane / g.batch, b = plane % g.batch;
   float sum = 0.0f;
   for (int ki = 0; ki < g.k; ++ki) {
     const int oy = iy + g.pad - ki;

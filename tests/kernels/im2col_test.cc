@@ -78,7 +78,8 @@ TEST(Im2colTest, ColumnsProductsAndGatherEqualTheDirectConvolution) {
 
     // The im2col path: col, y = w col, dcol = w^T dy, dx gathered from dcol.
     std::vector<float> columns(static_cast<size_t>(rows * cols));
-    for (int64_t i = 0; i < rows * cols; ++i) columns[i] = im2col_value(g, x.data(), i);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < cols; ++j) columns[r * cols + j] = im2col_at(g, x.data(), r, j);
     const std::vector<float> y2 = product(
         cout, cols, rows, [&](int64_t i, int64_t l) { return w[i * rows + l]; },
         [&](int64_t l, int64_t j) { return columns[l * cols + j]; });
@@ -87,7 +88,10 @@ TEST(Im2colTest, ColumnsProductsAndGatherEqualTheDirectConvolution) {
         rows, cols, cout, [&](int64_t r, int64_t o) { return w[o * rows + r]; },
         [&](int64_t o, int64_t j) { return dy[o * cols + j]; });
     std::vector<float> dx2(x.size());
-    for (int64_t i = 0; i < g.inputs(); ++i) dx2[i] = col2im_value(g, dcolumns.data(), i);
+    const int positions = g.h * g.w;
+    for (int64_t plane = 0; plane < int64_t{g.channels} * g.batch; ++plane)
+      for (int p = 0; p < positions; ++p)
+        dx2[plane * positions + p] = col2im_at(g, dcolumns.data(), plane, p);
     EXPECT_LT(relative_error(dx2, dx), 1e-5) << what << ": input gradient";
 
     // The weight gradient slice by slice, as CudaBackend::weight_gradient cuts the columns: the
