@@ -123,10 +123,12 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
     train_steps(s, to, hp, fixed, after_step);
   } catch (...) {
     if (network_->holds_state()) {
+      // Where a failed update lost the state, s stays without it (check_state refuses it) and
+      // the step's error is the one reported.
       try {
         network_->assemble(s);
-      } catch (...) {  // a failed update lost the state: s stays without it (check_state
-      }                 // refuses it), and the step's error is the one to report
+      } catch (...) {
+      }
       network_->release();
     }
     throw;
