@@ -238,35 +238,6 @@ TEST_F(E2E, WsdCooldownSweepSharedEqualsTrialBased) {
             metrics_by_trial(json::parse(sh(hippo("trial.db") + "--format json trials wsd").out)));
 }
 
-// A pipelined gpt study (examples/gpt-fortunes-pipeline.json, made small) through the workers:
-// its stages hold the state between steps, and the job runner's evaluations (every 5 steps,
-// inside its jobs) and snapshots (where trials branch, forked by the other worker) read it as
-// the engine assembles it: every metric equals the same study's on one stage, bit for bit.
-TEST_F(E2E, PipelinedStudyEqualsUnpipelined) {
-  json s = json::parse(std::ifstream(kExamples + "/gpt-fortunes-pipeline.json"));
-  s["model"].update({{"dim", 16}, {"heads", 2}, {"context", 16}});
-  s["data"].update({{"train_samples", 256}, {"eval_samples", 16}});
-  s["hyperparameters"]["lr"]["milestones"] = json::array({{{"grid", {10, 20}}}});
-  s["length"]["steps"] = 30;
-  s["eval"]["every"]["steps"] = 5;
-  std::map<std::string, std::map<int64_t, std::string>> metrics;
-  for (const std::string name : {"piped", "alone"}) {
-    s["name"] = name;
-    if (name == "alone") s["pipeline"]["stages"] = 1;  // the same 4 micro-batches
-    const std::string file = path(name + ".json"), db = name + ".db";
-    std::ofstream(file) << s.dump();
-    Result r = sh(hippo(db) + "--format json run " + file + " --workers 2");
-    ASSERT_EQ(r.status, 0) << r.out;
-    EXPECT_EQ(last_json(r.out)["status"], "done");
-    EXPECT_EQ(last_json(r.out)["steps_executed"], 2 * (10 + 20 + 20)) << "shared prefixes";
-    const json trials = json::parse(sh(hippo(db) + "--format json trials " + name).out);
-    ASSERT_EQ(trials.size(), 4u);
-    for (const json& t : trials) EXPECT_EQ(t["metrics"].size(), 6u * 3u) << t.dump();
-    metrics[name] = metrics_by_trial(trials);
-  }
-  EXPECT_EQ(metrics["piped"], metrics["alone"]);
-}
-
 TEST_F(E2E, QueriesReadTheSearchPlan) {
   std::string file = spec("q", json::object());
   ASSERT_EQ(sh(hippo("q.db") + "run " + file + " --workers 1 >/dev/null").status, 0);
