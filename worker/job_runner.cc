@@ -121,10 +121,13 @@ bool JobRunner::run_on_engine(const JobHost& host) {
                              ", the job starts at " + std::to_string(job_.from));
 
   size_t next_eval = 0;
-  // Evaluates where asked; a non-finite loss stops the job there (the model diverged).
-  auto due_evals = [&](const TrainState& s) {
-    while (next_eval < job_.eval_steps.size() && job_.eval_steps[next_eval] == s.step) {
+  // Evaluates where asked at `step`, on state() (read only then: a pipelined engine assembles the
+  // state for it, engine.h's StepDone); a non-finite loss stops the job there (the model
+  // diverged).
+  auto due_evals = [&](int64_t step, const auto& state) {
+    while (next_eval < job_.eval_steps.size() && job_.eval_steps[next_eval] == step) {
       Stopwatch eval(times_.eval);
+      const TrainState& s = state();
       Metrics m = engine.evaluate(s);
       // `params`: the trainable parameters, counted in the state's own parameter buffer.
       host.metric({.job = job_.id,
@@ -136,28 +139,30 @@ bool JobRunner::run_on_engine(const JobHost& host) {
       if (!std::isfinite(m.loss)) diverged_at_ = s.step;
     }
   };
-  due_evals(state);
+  due_evals(state.step, [&]() -> const TrainState& { return state; });
   if (diverged_at_) return true;
   bool stopped = false;
   // Training is what the engine's call takes less what runs between its steps: evaluations,
   // snapshots, and the host's turn (heartbeats, the master's orders), which no part names.
   double between = 0;
   const auto train_started = Clock::now();
-  engine.train(state, job_.to, job_.hyperparams, job_.run.fixed, [&](const TrainState& s) {
+  // `state` itself is the engine's until train() returns: the callback reads done.state().
+  engine.train(state, job_.to, job_.hyperparams, job_.run.fixed, [&](const StepDone& done) {
     Stopwatch turn(between);
-    step_ = s.step;
-    due_evals(s);
+    step_ = done.step();
+    due_evals(step_, [&]() -> const TrainState& { return done.state(); });
     if (diverged_at_) return false;  // nothing after it is worth training, nor its state saving
     {
       Stopwatch save(times_.save);
       while (next_snapshot_ < job_.snapshots.size() &&
-             job_.snapshots[next_snapshot_].step <= s.step) {
-        if (job_.snapshots[next_snapshot_].step == s.step)
-          snapshots_.take(job_.id, s, job_.snapshots[next_snapshot_], engine.config_hash());
+             job_.snapshots[next_snapshot_].step <= step_) {
+        if (job_.snapshots[next_snapshot_].step == step_)
+          snapshots_.take(job_.id, done.state(), job_.snapshots[next_snapshot_],
+                          engine.config_hash());
         ++next_snapshot_;
       }
     }
-    stopped = !host.between_steps(s.step);
+    stopped = !host.between_steps(step_);
     Stopwatch save(times_.save);
     snapshots_.announce(false);
     return !stopped;

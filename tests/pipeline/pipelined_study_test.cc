@@ -1,8 +1,11 @@
 // Pipelined studies end to end: the real hippo and hippo-worker processes. A gpt study trained
-// through a 2-stage pipeline has the metrics of the same study trained unpipelined, bit for bit,
-// and the master gives a pipelined stage only to a worker with enough devices.
+// through a 2-stage pipeline has the metrics of the same study trained unpipelined, bit for bit
+// (also where its trials branch, and are evaluated and forked inside jobs), and the master gives
+// a pipelined stage only to a worker with enough devices.
 #include <chrono>
+#include <map>
 #include <thread>
+#include <utility>
 
 #include "tests/e2e/e2e_helper.h"
 
@@ -49,6 +52,39 @@ TEST_F(PipelinedStudy, HasTheMetricsOfTheUnpipelinedStudyBitForBit) {
   ASSERT_EQ(ta.size(), 2u);
   EXPECT_EQ(metrics_by_trial(ta), metrics_by_trial(tb));
   EXPECT_EQ(ta[0]["metrics"].size(), 6u);  // loss, accuracy and params at steps 10 and 20
+}
+
+// Trials that branch (a learning rate that drops at step 10 or 20): the stages hold the state
+// between the steps of a job, and what the job runner reads inside its jobs, evaluations every 5
+// steps and the snapshots where trials branch (forked by the other worker), is the state the
+// engine assembles at that step: every metric equals the same study's on one stage, bit for bit.
+TEST_F(PipelinedStudy, ReadsInsideJobsAndForksHaveTheUnpipelinedMetrics) {
+  auto spec = [&](const std::string& name, int stages) {
+    std::string file = gpt_spec(name, {{"stages", stages}, {"microbatches", 2}});
+    json s = json::parse(std::ifstream(file));
+    s["hyperparameters"]["lr"] = {{"schedule", "multistep"},
+                                  {"unit", "step"},
+                                  {"init", {{"grid", {0.003, 0.001}}}},
+                                  {"milestones", json::array({{{"grid", {10, 20}}}})},
+                                  {"gamma", 0.3}};
+    s["length"]["steps"] = 30;
+    s["eval"]["every"]["steps"] = 5;
+    std::ofstream(file) << s.dump(2);
+    return file;
+  };
+  std::map<std::string, std::map<int64_t, std::string>> metrics;
+  for (const auto& [name, stages] : {std::pair{"piped", 2}, std::pair{"alone", 1}}) {
+    const std::string db = std::string(name) + ".db";
+    Result r =
+        sh("timeout 300 " + hippo(db) + "--format json run " + spec(name, stages) + " --workers 2");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(last_json(r.out)["steps_executed"], 2 * (10 + 20 + 20)) << "shared prefixes";
+    const json trials = json::parse(sh(hippo(db) + "--format json trials " + name).out);
+    ASSERT_EQ(trials.size(), 4u);
+    for (const json& t : trials) EXPECT_EQ(t["metrics"].size(), 6u * 3u) << t;
+    metrics[name] = metrics_by_trial(trials);
+  }
+  EXPECT_EQ(metrics["piped"], metrics["alone"]);
 }
 
 // The gpt over bpe32k's subwords: the tokenizer reaches the worker with the job (the loss starts

@@ -107,13 +107,43 @@ void Engine::check_state(const TrainState& s) const {
                                 " for optimizer \"" + s.optimizer + "\"");
 }
 
+const TrainState& StepDone::state() const {
+  if (holder_ && !assembled_) {
+    holder_->assemble(s_);
+    assembled_ = true;
+  }
+  return s_;
+}
+
 void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohmann::json& fixed,
-                   const std::function<bool(const TrainState&)>& after_step) {
+                   const std::function<bool(const StepDone&)>& after_step) {
   check_settings(hp, fixed);
   check_state(s);
+  try {
+    train_steps(s, to, hp, fixed, after_step);
+  } catch (...) {
+    if (network_->holds_state()) {
+      // Where a failed update lost the state, s stays without it (check_state refuses it) and
+      // the step's error is the one reported.
+      try {
+        network_->assemble(s);
+      } catch (...) {
+      }
+      network_->release();
+    }
+    throw;
+  }
+  if (network_->holds_state()) {
+    network_->assemble(s);
+    network_->release();
+  }
+}
+
+void Engine::train_steps(TrainState& s, int64_t to, const Hyperparams& hp,
+                         const nlohmann::json& fixed,
+                         const std::function<bool(const StepDone&)>& after_step) {
   const kernels::Backend& be = *backend_;
   const int64_t nparams = param_count();
-  bool first_step = true;
   while (s.step < to) {
     const StepSettings st = settings_at(hp, fixed, s.step);
     if (st.batch_size % config_.microbatches != 0)
@@ -158,9 +188,9 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
                             .t = s.step + 1};
     }
     // A network whose state lives in buffers of its own (a pipeline's stages) takes the whole
-    // step, reading s at the first step of this call.
-    if (!network_->train_step(s, first_step, indices_.data(), batch, config_.microbatches,
-                              update)) {
+    // step, taking s's parameters and optimizer state at the first step of this call.
+    if (!network_->train_step(s, !network_->holds_state(), indices_.data(), batch,
+                              config_.microbatches, update)) {
       // The gradient goes into grads_, sized at the first such step.
       if (grads_.empty()) grads_ = kernels::Buffer<float>(backend_, network_->grad_count());
       if (!update.adam) {
@@ -179,10 +209,16 @@ void Engine::train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohm
                        s.opt_state.data() + nparams, nparams, update.adam_params);
       }
     }
-    first_step = false;
     s.data_position = next_position;
     ++s.step;
-    if (after_step && !after_step(s)) break;
+    if (!after_step) continue;
+    const StepDone done(s, network_->holds_state() ? network_.get() : nullptr);
+    const bool go_on = after_step(done);
+    if (done.assembled_) {  // the stages hold the state still: no copy of it goes stale
+      s.params = {};
+      s.opt_state = {};
+    }
+    if (!go_on) break;
   }
 }
 

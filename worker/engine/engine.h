@@ -10,7 +10,10 @@
 //
 //   Engine engine(config, threads);
 //   TrainState s = engine.initial_state();
-//   engine.train(s, 1000, hp, fixed, [&](const TrainState& st) { return true; });
+//   engine.train(s, 1000, hp, fixed, [&](const StepDone& done) {
+//     if (done.step() % 100 == 0) engine.evaluate(done.state());
+//     return true;
+//   });
 //   Metrics m = engine.evaluate(s);
 //   save_checkpoint(path, s, engine.config_hash());
 //   s = load_checkpoint(path, engine.checkpoint_shape(s.step, hp, fixed), engine.backend());
@@ -71,6 +74,27 @@ struct Metrics {
 
 class Network;  // network.h
 
+// What train()'s after_step sees after each step: the step count, and the whole state on request.
+// Between the steps of one train() call a pipelined gpt's stages hold the parameters and the
+// optimizer state in buffers of their own (pipelined_engine.h) and the TrainState's two buffers
+// are empty (no second copy, no copy per step): state() copies them into it (assembles) the first
+// time it is called after a step, and train() empties them again when after_step returns. So a
+// callback that reads only step() costs nothing, and one that evaluates, saves or forks the state
+// reads it through state(), never through a TrainState of its own (whose buffers it would find
+// empty, which evaluate() and checkpoints refuse). Unpipelined, state() is the TrainState itself.
+class StepDone {
+ public:
+  int64_t step() const { return s_.step; }
+  const TrainState& state() const;
+
+ private:
+  friend class Engine;
+  StepDone(TrainState& s, Network* holder) : s_(s), holder_(holder) {}
+  TrainState& s_;
+  Network* holder_;  // the network holding s's parameters and optimizer state; null: s is whole
+  mutable bool assembled_ = false;
+};
+
 class Engine {
  public:
   // Loads the data (once per process) and builds the model; throws std::invalid_argument naming
@@ -87,11 +111,13 @@ class Engine {
 
   // Trains s from s.step up to step `to` (exclusive end). Each setting's value at each step comes
   // from hp (name -> sequence) if present, else from fixed (name -> JSON value), else the default
-  // of stagetree/settings.h. after_step(s) runs after every step (may be empty); returning false
-  // stops early. Throws std::invalid_argument for bad settings or a state of another model, and
-  // when the optimizer differs from the one that made s.opt_state.
+  // of stagetree/settings.h. after_step runs after every step (may be empty; StepDone above);
+  // returning false stops early. Throws std::invalid_argument for bad settings or a state of
+  // another model, and when the optimizer differs from the one that made s.opt_state. However it
+  // returns (an exception from a step or from after_step too), s is whole again at its last step
+  // done; only a failure inside a pipelined update (a device error) leaves s without parameters.
   void train(TrainState& s, int64_t to, const Hyperparams& hp, const nlohmann::json& fixed,
-             const std::function<bool(const TrainState&)>& after_step);
+             const std::function<bool(const StepDone&)>& after_step);
 
   // Accuracy and mean loss on the evaluation prefix (in fixed batches, summed in a fixed order).
   Metrics evaluate(const TrainState& s);
@@ -118,6 +144,9 @@ class Engine {
 
  private:
   void check_state(const TrainState& s) const;
+  // train()'s steps, after which train() has the network hand back the state it holds.
+  void train_steps(TrainState& s, int64_t to, const Hyperparams& hp, const nlohmann::json& fixed,
+                   const std::function<bool(const StepDone&)>& after_step);
   // Tells the network which samples the step at `step` (data position `position`) will read, so
   // that it can fetch them while this step trains; nothing when that step's settings are bad.
   void prefetch(const Hyperparams& hp, const nlohmann::json& fixed, int64_t step, int64_t position);

@@ -105,6 +105,13 @@ class GptNetwork final : public Network {
                      grad_scale(batch), update);
     return true;
   }
+  bool holds_state() const override { return pipelined_ && pipelined_->holds_state(); }
+  void assemble(TrainState& s) override {
+    if (pipelined_) pipelined_->assemble(s);
+  }
+  void release() override {
+    if (pipelined_) pipelined_->release();
+  }
 
   Metrics evaluate(const float* params) override {
     const int T = model_.shape().context, V = model_.shape().vocab;

@@ -46,14 +46,25 @@ class Network {
     return false;
   }
   // A network that keeps the training state in buffers of its own (a pipeline's stages, each
-  // its share) takes the whole step: the gradient of the samples indices[batch] and the update,
-  // leaving s.params and s.opt_state as gradients() and the backend's update would (the same
-  // bits). `load`: s may not be what the network holds (the first step of a train() call), so
-  // it reads it first. Returns false, changing nothing, where the network does not.
+  // its share) takes the whole step: the gradient of the samples indices[batch] and the update
+  // of the parameters and optimizer state it holds, as gradients() and the backend's update
+  // would (the same bits). `load` (the first step of a train() call): it first takes s.params
+  // and s.opt_state into its buffers and empties them; from then on it holds the state, and s's
+  // buffers stay empty until assemble(). Returns false, changing nothing, where the network
+  // does not.
   virtual bool train_step(TrainState& /*s*/, bool /*load*/, const int32_t* /*indices*/,
                           int /*batch*/, int /*microbatches*/, const OptimizerUpdate& /*update*/) {
     return false;
   }
+  // Whether it holds a state taken from a TrainState (from a load to the next release()).
+  virtual bool holds_state() const { return false; }
+  // Such a network's state into s.params and s.opt_state (allocated anew, in the engine
+  // backend's memory), as the unpipelined steps would have left them; it still holds it. Throws
+  // std::runtime_error where a failed step left it no consistent state.
+  virtual void assemble(TrainState& /*s*/) {}
+  // It frees the buffers of the state it holds, holding none until the next load (the end of a
+  // train() call: the state is s's again).
+  virtual void release() {}
   // Metrics on the evaluation prefix, read in order in fixed batches and summed in a fixed order.
   virtual Metrics evaluate(const float* params) = 0;
   // A hint: the training samples indices[batch] come next, so a network may start fetching them

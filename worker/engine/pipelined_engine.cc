@@ -49,14 +49,11 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
 
   // Reads this stage's regions of a state's parameters and optimizer state (in the home's memory,
   // laid out as gpt.h and train_state.h say) into its own buffers, and a tied last stage's copy
-  // of wte (on the engine's thread, before a step).
+  // of wte (on the engine's thread, before a step; the gradients' buffers come after the state's
+  // are freed, in begin_step).
   void load(const TrainState& s, int optimizer_floats) {
     const int64_t P = owner_.model_.param_count();
-    if (params_.size() != params_size_) {
-      params_ = kernels::Buffer<float>(be_, params_size_);
-      grads_ = kernels::Buffer<float>(be_, grads_size_);
-      if (owner_.program_.microbatches > 1) micro_ = kernels::Buffer<float>(be_, grads_size_);
-    }
+    if (params_.size() != params_size_) params_ = kernels::Buffer<float>(be_, params_size_);
     if (opt_.size() != optimizer_floats * owned_)
       opt_ = kernels::Buffer<float>(be_, optimizer_floats * owned_);
     be_->wait_for(*owner_.home_);
@@ -70,7 +67,16 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     }
   }
 
-  // Writes its owned regions of the parameters and optimizer state back into s (after a step).
+  // Frees its gradients' buffers (a step's scratch: begin_step makes them again), so that the
+  // state's assembled copy takes their place instead of adding to the peak (assemble()).
+  void drop_gradients() { grads_ = {}, micro_ = {}, tied_scratch_ = {}; }
+  // Frees its state's buffers (release()), once the home's copies from them are done.
+  void drop_state() {
+    drop_gradients();
+    params_ = {}, opt_ = {};
+  }
+
+  // Writes its owned regions of the parameters and optimizer state into s (assemble()).
   void store(TrainState& s, int optimizer_floats) const {
     const int64_t P = owner_.model_.param_count();
     owner_.home_->wait_for(*be_);
@@ -108,10 +114,17 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   // Gpt::reduce_tied), the updated wte copied back after it.
   static void add_tied_share(Stage& first, Stage& last) {
     const int64_t n = int64_t{first.owner_.model_.shape().vocab} * first.owner_.model_.shape().dim;
-    if (first.tied_scratch_.size() != n) first.tied_scratch_ = kernels::Buffer<float>(first.be_, n);
-    first.be_->copy_from(*last.be_, first.tied_scratch_.data(), last.grad(last.tied_share()),
-                         n * int64_t{sizeof(float)});
-    first.be_->add(first.grad(0), first.tied_scratch_.data(), first.grad(0), n);
+    const float* share = last.grad(last.tied_share());
+    if (std::string(first.be_->name()) == last.be_->name()) {  // one memory: host, one GPU
+      first.be_->wait_for(*last.be_);
+    } else {  // another GPU: copied over first
+      if (first.tied_scratch_.size() != n)
+        first.tied_scratch_ = kernels::Buffer<float>(first.be_, n);
+      first.be_->copy_from(*last.be_, first.tied_scratch_.data(), share,
+                           n * int64_t{sizeof(float)});
+      share = first.tied_scratch_.data();
+    }
+    first.be_->add(first.grad(0), share, first.grad(0), n);
   }
   static void copy_tied_weight(const Stage& first, Stage& last) {
     const int64_t n = int64_t{first.owner_.model_.shape().vocab} * first.owner_.model_.shape().dim;
@@ -144,6 +157,10 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
     next_backward_.assign(owner_.program_.chunks, 0);
     const int64_t scratch = scratch_per_sequence_ * sequences;
     if (scratch_.size() < scratch) scratch_ = kernels::Buffer<float>(be_, scratch);
+    if (grads_.empty()) {  // the first step since a load
+      grads_ = kernels::Buffer<float>(be_, grads_size_);
+      if (owner_.program_.microbatches > 1) micro_ = kernels::Buffer<float>(be_, grads_size_);
+    }
     be_->wait_for(*owner_.home_);  // the tokens' upload, the last update
     if (!mirrored_) {
       inputs_ = inputs, targets_ = targets;
@@ -627,7 +644,8 @@ class PipelinedGpt::Stage final : public pipeline::StageExecutor {
   std::vector<Region> param_regions_, grad_regions_;
   int64_t owned_ = 0, params_size_ = 0, grads_size_ = 0;
   kernels::Buffer<float> params_, grads_, micro_, opt_;
-  kernels::Buffer<float> tied_scratch_;  // stage 0: the last stage's share of wte's gradient
+  // Stage 0, when the last stage is on another GPU: the last stage's share of wte's gradient.
+  kernels::Buffer<float> tied_scratch_;
 
   // On another GPU than the home's: the step's tokens.
   kernels::Buffer<int32_t> inputs_mirror_, targets_mirror_;
@@ -771,9 +789,16 @@ void PipelinedGpt::set_precision(kernels::Precision precision) {
 
 void PipelinedGpt::step(TrainState& s, bool load, const int32_t* inputs, const int32_t* targets,
                         int sequences, float grad_scale, const OptimizerUpdate& update) {
-  const int optimizer_floats = update.adam ? 2 : 1;
-  if (load)
-    for (auto& stage : stages_) stage->load(s, optimizer_floats);
+  if (load) {
+    optimizer_floats_ = update.adam ? 2 : 1;
+    for (auto& stage : stages_) stage->load(s, optimizer_floats_);
+    // The stages' copies (on their streams) read s's buffers: done before they are freed.
+    for (auto& stage : stages_) stage->backend().finish();
+    s.params = {};
+    s.opt_state = {};
+    held_ = true, lost_ = false;
+  }
+  if (!held_) throw std::logic_error("pipeline: a step without a state (none was loaded)");
   std::vector<pipeline::StageExecutor*> executors;
   for (auto& stage : stages_) {
     stage->begin_step(inputs, targets, sequences, grad_scale);
@@ -789,13 +814,35 @@ void PipelinedGpt::step(TrainState& s, bool load, const int32_t* inputs, const i
   for (auto& stage : stages_) stage->end_step();
   Stage &first = *stages_.front(), &last = *stages_.back();
   if (last.has_tied_copy()) Stage::add_tied_share(first, last);
-  // Each stage's update on a thread of its own, as on devices of their own.
+  // Each stage's update on a thread of its own, as on devices of their own. Until all are done
+  // (and the tied copy refreshed) the stages' state is not one step's.
+  lost_ = true;
   std::vector<std::future<void>> updates;
   for (auto& stage : stages_)
     updates.push_back(std::async(std::launch::async, [&stage, &update] { stage->update(update); }));
   for (auto& done : updates) done.get();  // rethrows a stage's error
   if (last.has_tied_copy()) Stage::copy_tied_weight(first, last);
-  for (auto& stage : stages_) stage->store(s, optimizer_floats);
+  lost_ = false;
+  // The home's next work (the next step's tokens, an assembly) after every stage's of this
+  // step, as every stage's next step is after the home's (begin_step).
+  for (auto& stage : stages_) home_->wait_for(stage->backend());
+}
+
+void PipelinedGpt::assemble(TrainState& s) {
+  if (!held_) throw std::logic_error("pipeline: no state to assemble (none was loaded)");
+  if (lost_)
+    throw std::runtime_error("pipeline: a stage's update failed, the stages' state is lost");
+  for (const auto& stage : stages_) stage->drop_gradients();
+  const int64_t P = model_.param_count();
+  s.params = kernels::Buffer<float>(home_, P);
+  s.opt_state = kernels::Buffer<float>(home_, optimizer_floats_ * P);
+  for (const auto& stage : stages_) stage->store(s, optimizer_floats_);
+}
+
+void PipelinedGpt::release() {
+  home_->finish();  // assemble's copies (on the home's stream) read the stages' buffers
+  for (auto& stage : stages_) stage->drop_state();
+  held_ = false;
 }
 
 std::unique_ptr<pipeline::Transport> PipelinedGpt::make_transport() const {

@@ -12,10 +12,14 @@
 // State. Each stage holds its own parameters, gradients (and micro-batch gradients) and
 // optimizer state, one contiguous buffer of each kind in its device's memory (llm.c's layout):
 // the regions of gpt.h's layout that its blocks own, one after another (stage_balance.h counts
-// them). A step's state is still one TrainState in the engine's backend ("home": the group's
-// first device), which checkpoints and forks read: at the first step of a train() call the
-// stages read their regions of it (split), after every step they write them back (assemble), so
-// a pipelined state is the unpipelined one's. A stage computes its gradients in its buffers and
+// them). Between the steps of a train() call these buffers are the state: at its first step the
+// stages read their regions of the TrainState, in the engine's backend ("home": the group's first
+// device), into them (split) and the TrainState's parameters and optimizer state are freed; they
+// are written back into it, laid out as the unpipelined state (assemble), only when someone reads
+// it: when train() returns (or fails), and when its after_step asks (engine.h's StepDone: an
+// evaluation, a checkpoint, a fork). So a pipelined run holds one copy of its state, not two, and
+// copies none per step. At the end of a train() call the stages free their state's buffers (the
+// next call splits the state it is given). A stage computes its gradients in its buffers and
 // applies its optimizer's update to them itself (the same elementwise kernel as the unpipelined
 // update: the same bits). Every copy between the home and a stage is ordered by copy_from and
 // wait_for. On another GPU than the home's a stage also copies the step's tokens. Stage buffers
@@ -90,23 +94,32 @@ class PipelinedGpt {
   const std::vector<size_t>& cut() const { return cut_; }
   // The device of each stage: "cpu" or "cuda:N".
   std::vector<std::string> stage_devices() const;
-  // Each stage's peak of the bytes its own buffers held at once (activations, messages, loans,
-  // vocabulary buffers, scratch, mirrors: counted, since CPU stages share one process), over the
-  // steps so far. The state (parameters, gradients, optimizer) is the engine's: not in it.
+  // Each stage's peak of the bytes its own buffers held at once (its parameters, gradients and
+  // optimizer state, activations, messages, loans, vocabulary buffers, scratch, mirrors: counted,
+  // since CPU stages share one process), over the steps so far.
   std::vector<int64_t> stage_peak_bytes() const;
 
   // The precision of the stages' products from the next step on (Backend::set_precision).
   void set_precision(kernels::Precision precision);
 
-  // One optimizer step of s: shape.microbatches micro-batches of `sequences` sequences each,
-  // whose tokens are inputs/targets[microbatches * sequences, T] (micro-batch m at row
-  // m * sequences, in home's memory), then each stage's update of its own parameters. `load`:
-  // the stages first read their regions of s (its parameters and optimizer state, which the
-  // engine has allocated for update's optimizer), as after another train() call, a fork or a
-  // load; otherwise they hold what the last step left. Afterwards s holds every stage's new
-  // parameters and optimizer state, assembled.
+  // One optimizer step: shape.microbatches micro-batches of `sequences` sequences each, whose
+  // tokens are inputs/targets[microbatches * sequences, T] (micro-batch m at row m * sequences,
+  // in home's memory), then each stage's update of its own parameters. `load`: the stages first
+  // read their regions of s (its parameters and optimizer state, which the engine has allocated
+  // for update's optimizer) and s's two buffers are freed: the stages hold the state from then
+  // on (holds_state()); otherwise they go on from what the last step left (s is not read).
   void step(TrainState& s, bool load, const int32_t* inputs, const int32_t* targets, int sequences,
             float grad_scale, const OptimizerUpdate& update);
+  // Whether the stages hold a state (from a step with `load` to release()).
+  bool holds_state() const { return held_; }
+  // The state they hold into s.params and s.opt_state (allocated anew in home's memory), laid
+  // out as the unpipelined state: the same bits. The stages first free their gradients' buffers
+  // (made again at the next step), so that the copy does not raise the peak memory.
+  // std::runtime_error where a stage's update failed (a device error) and left the stages no
+  // consistent state.
+  void assemble(TrainState& s);
+  // The stages free their state's buffers (parameters, gradients, optimizer state) and hold none.
+  void release();
 
  private:
   class Stage;
@@ -122,6 +135,10 @@ class PipelinedGpt {
   // Kept from step to step (a CUDA transport sets up its links once); dropped after a failed
   // step (an aborted transport stays aborted).
   std::unique_ptr<pipeline::Transport> transport_;
+  // Whether the stages hold a state, and whether a failed update left part of it a step ahead;
+  // its optimizer's buffers per parameter (sgd: 1, adam: 2).
+  bool held_ = false, lost_ = false;
+  int optimizer_floats_ = 0;
 };
 
 }  // namespace hippo::worker

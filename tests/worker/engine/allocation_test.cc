@@ -70,7 +70,7 @@ int64_t most_allocations_per_step(Engine& engine, TrainState& s, const Hyperpara
                                   const nlohmann::json& fixed, int64_t warm, int64_t to) {
   engine.train(s, warm, hp, fixed, {});
   int64_t before = allocations.load(), most = 0;
-  engine.train(s, to, hp, fixed, [&](const TrainState&) {
+  engine.train(s, to, hp, fixed, [&](const StepDone&) {
     const int64_t now = allocations.load();
     most = std::max(most, now - before);
     before = allocations.load();  // what after_step itself did is not the step's

@@ -3,8 +3,9 @@
 // bit, in fp32 and bf16, for the mlp, cnn and gpt models; forked children equal their trials
 // trained alone; and the GPU trains the same model as the CPU (fp32: parameters within 1e-3 after
 // a dozen steps). The pipelined gpt on GPUs equals the unpipelined gpt on the same GPU, bit for
-// bit. The cnn also on cuda:0:im2col (hippo's own fp32 convolutions; bf16 stays on cuDNN there).
-// Skipped without a CUDA device (the two-GPU pipeline without two).
+// bit, also what is read between its steps. The cnn also on cuda:0:im2col (hippo's own fp32
+// convolutions; bf16 stays on cuDNN there). Skipped without a CUDA device (the two-GPU pipeline
+// without two).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "tests/cuda_devices.h"
 #include "tests/worker/engine/recipe.h"
@@ -192,6 +194,42 @@ TEST(CudaPipelinedTest, StagesOnTwoGpusEqualUnpipelinedBitForBit) {
       EXPECT_TRUE(piped.state == alone.state);
       EXPECT_EQ(piped.metrics.loss, alone.metrics.loss);
     }
+  }
+}
+
+// Between the steps the stages hold the state in their own device buffers; what after_step reads
+// (StepDone::state(), assembled on cuda:0 by device copies ordered after the stages' streams) is
+// the unpipelined state at that step, bit for bit, at steps read after steps not read, and the
+// run goes on to the same end: stages sharing cuda:0, and on two GPUs when there are two.
+TEST(CudaPipelinedTest, AfterStepReadsTheStateOfThatStep) {
+  HIPPO_NEED_CUDA_DEVICES(1);
+  const Hyperparams hp = {{"lr", multistep(3e-3, {2}, 0.5)}};
+  const nlohmann::json fixed = {{"optimizer", "adamw"}, {"batch_size", 16}, {"weight_decay", 0.1}};
+  constexpr int64_t kReadSteps = 5;
+  Engine alone_engine(testing::pipeline_config(1, "1f1b", 1), 1, kDevice);
+  TrainState alone = alone_engine.initial_state();
+  std::vector<TrainState> states;  // after each step
+  alone_engine.train(alone, kReadSteps, hp, fixed, [&](const StepDone& done) {
+    states.push_back(done.state());
+    return true;
+  });
+  std::vector<std::string> groups = {""};  // the engine's device: all stages on cuda:0
+  if (kernels::cuda_device_count() >= 2) groups.push_back("cuda:0-1");
+  for (const std::string& devices : groups) {
+    SCOPED_TRACE("devices \"" + devices + "\"");
+    RunConfig c = testing::pipeline_config(2, "1f1b", 1);
+    c.pipeline_devices = devices;
+    Engine engine(c, 1, kDevice);
+    TrainState s = engine.initial_state();
+    std::vector<int64_t> read;
+    engine.train(s, kReadSteps, hp, fixed, [&](const StepDone& done) {
+      if (done.step() == 1 || done.step() == 4) return true;
+      read.push_back(done.step());
+      EXPECT_TRUE(done.state() == states[static_cast<size_t>(done.step() - 1)]) << done.step();
+      return true;
+    });
+    EXPECT_EQ(read, (std::vector<int64_t>{2, 3, 5}));
+    EXPECT_TRUE(s == alone);
   }
 }
 

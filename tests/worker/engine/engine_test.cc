@@ -127,15 +127,15 @@ TEST(EngineThreads, ThreadsChangedBetweenStepsTrainTheSameBits) {
     const TrainState whole = train_alone(one, hp, fixed, kLength);
     Engine lent(config, 2);
     TrainState s = lent.initial_state();
-    lent.train(s, 3, hp, fixed, [&](const TrainState& at) {
-      lent.set_threads(at.step == 1 ? 1 : 2);
+    lent.train(s, 3, hp, fixed, [&](const StepDone& at) {
+      lent.set_threads(at.step() == 1 ? 1 : 2);
       return true;
     });
     const Metrics between = lent.evaluate(s);  // at 2 threads
     lent.set_threads(1);
     EXPECT_EQ(between.loss, one.evaluate(train_alone(one, hp, fixed, 3)).loss);
-    lent.train(s, kLength, hp, fixed, [&](const TrainState& at) {
-      lent.set_threads(at.step % 2 ? 2 : 1);
+    lent.train(s, kLength, hp, fixed, [&](const StepDone& at) {
+      lent.set_threads(at.step() % 2 ? 2 : 1);
       return true;
     });
     EXPECT_EQ(lent.backend()->threads(), 2);
@@ -282,9 +282,9 @@ TEST(EngineTest, AfterStepSeesEveryStepAndCanStop) {
   Engine engine(small_config("mlp"), 1);
   TrainState s = engine.initial_state();
   std::vector<int64_t> seen;
-  engine.train(s, 10, recipe_hp(0.05), recipe_fixed("sgd"), [&](const TrainState& st) {
-    seen.push_back(st.step);
-    return st.step < 4;
+  engine.train(s, 10, recipe_hp(0.05), recipe_fixed("sgd"), [&](const StepDone& st) {
+    seen.push_back(st.step());
+    return st.step() < 4;
   });
   EXPECT_EQ(seen, (std::vector<int64_t>{1, 2, 3, 4}));
   EXPECT_EQ(s.step, 4);

@@ -101,7 +101,7 @@ TEST(PipelinedTest, VocabParallelEqualsUnpipelinedBitForBit) {
 }
 
 // Each stage holds its own parameters and optimizer state, read from the TrainState at the first
-// step of a train() call and written back after every step: a run split over calls, and a fork
+// step of a train() call and written back when it returns: a run split over calls, and a fork
 // trained on the same engine after the original moved on, equal the unpipelined run bit for bit
 // (tied and untied: the last stage's copy of wte; the vocabulary-parallel stages' rows are read
 // the same way, at the first step of every run above).
@@ -135,6 +135,74 @@ TEST(PipelinedTest, StagesStateSplitsAndAssemblesAcrossCallsAndForks) {
     engine.train(fork, kPipelineSteps, hp, fixed, {});
     EXPECT_TRUE(fork == alone);
     EXPECT_EQ(engine.evaluate(fork).loss, alone_engine.evaluate(alone).loss);
+  }
+}
+
+// Between the steps of a train() call the stages hold the state and the TrainState's buffers are
+// empty (no second copy); after_step reads it through StepDone::state(), assembled then: an
+// evaluation, a checkpoint's bytes and a fork at a step are the unpipelined run's at that step,
+// bit for bit, at steps read and steps not read in between, and the fork, trained on after the
+// run went on, ends where the run does. A reader of the bare TrainState is refused (no stale
+// bytes). A callback that throws, or stops the run, leaves the state whole at its step.
+TEST(PipelinedTest, ReadersBetweenStepsSeeTheCurrentState) {
+  const Hyperparams hp = {{"lr", multistep(3e-3, {2}, 0.5)}};
+  const nlohmann::json fixed = {{"optimizer", "adamw"}, {"batch_size", 16}, {"weight_decay", 0.1}};
+  constexpr int64_t kSteps = 5;
+  for (const RunConfig& c : {config(2, "1f1b", 1, true), config(3, "bpipe", 1, false)}) {
+    SCOPED_TRACE(c.model.dump() + " " + c.pipeline_schedule);
+    RunConfig alone_config = c;
+    alone_config.pipeline_stages = 1;
+    alone_config.pipeline_schedule = "1f1b";
+    Engine alone_engine(alone_config, 1);
+    // The unpipelined state after each step, its checkpoint's bytes and its loss.
+    std::vector<TrainState> states;
+    std::vector<std::vector<char>> files;
+    std::vector<double> losses;
+    TrainState alone = alone_engine.initial_state();
+    alone_engine.train(alone, kSteps, hp, fixed, [&](const StepDone& done) {
+      states.push_back(done.state());
+      files.push_back(encode_checkpoint(done.state(), alone_engine.config_hash()));
+      losses.push_back(alone_engine.evaluate(done.state()).loss);
+      return true;
+    });
+    ASSERT_EQ(states.size(), size_t{kSteps});
+
+    Engine engine(c, 1);
+    TrainState s = engine.initial_state(), fork;
+    std::vector<int64_t> read;
+    engine.train(s, kSteps, hp, fixed, [&](const StepDone& done) {
+      EXPECT_TRUE(s.params.empty() && s.opt_state.empty()) << done.step();
+      EXPECT_THROW(engine.evaluate(s), std::invalid_argument);
+      if (done.step() == 1 || done.step() == 4) return true;  // not read: nothing assembled
+      const size_t at = static_cast<size_t>(done.step() - 1);
+      read.push_back(done.step());
+      EXPECT_EQ(engine.evaluate(done.state()).loss, losses[at]);
+      EXPECT_TRUE(encode_checkpoint(done.state(), engine.config_hash()) == files[at]);
+      if (done.step() == 2) fork = done.state();
+      return true;
+    });
+    EXPECT_EQ(read, (std::vector<int64_t>{2, 3, 5}));
+    EXPECT_TRUE(s == alone);
+    ASSERT_EQ(fork.step, 2);
+    EXPECT_TRUE(fork == states[1]);
+    engine.train(fork, kSteps, hp, fixed, {});
+    EXPECT_TRUE(fork == alone);
+
+    // A callback's exception at step 2, and a stop at step 3: the state of that step, whole; the
+    // first goes on to the run's end.
+    TrainState failed = engine.initial_state();
+    EXPECT_THROW(engine.train(failed, kSteps, hp, fixed,
+                              [](const StepDone& done) {
+                                if (done.step() == 2) throw std::runtime_error("a reader failed");
+                                return true;
+                              }),
+                 std::runtime_error);
+    EXPECT_TRUE(failed == states[1]);
+    engine.train(failed, kSteps, hp, fixed, {});
+    EXPECT_TRUE(failed == alone);
+    TrainState stopped = engine.initial_state();
+    engine.train(stopped, kSteps, hp, fixed, [](const StepDone& done) { return done.step() < 3; });
+    EXPECT_TRUE(stopped == states[2]);
   }
 }
 
