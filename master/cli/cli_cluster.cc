@@ -4,11 +4,13 @@
 // workers. `hippo enqueue` without one asks this user's `hippo run` of the plan of --db, which
 // records where it listens (master/run_record.h). Also ask_master, the one request/reply of every
 // client command.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <zmq.hpp>
@@ -58,12 +60,15 @@ json params_argument(const std::string& text) {
   }
 }
 
-// One request to the master at `address`; protocol::AuthError when our keys are refused.
-json ask(const std::string& address, const protocol::ClientKeys& keys, const json& request) {
+// One request to the master at `address`; protocol::AuthError when our keys are refused. `gone`:
+// protocol::request's.
+json ask(const std::string& address, const protocol::ClientKeys& keys, const json& request,
+         const std::function<bool()>& gone = nullptr) {
   zmq::context_t context;
   protocol::Reply reply;
   try {
-    reply = protocol::Reply::from_json(protocol::request(context, address, request, 30000, keys));
+    reply =
+        protocol::Reply::from_json(protocol::request(context, address, request, 30000, keys, gone));
   } catch (const protocol::AuthError&) {
     throw;
   } catch (const protocol::ProtocolError& e) {
@@ -117,8 +122,13 @@ json ask_study_master(const std::string& study, const json& request, const Globa
   if (!run) throw BadInput(no_run_for(study, global.db));
   protocol::ClientKeys keys = client_keys(global);  // the local key pair
   keys.master_public_key = run->master_key;
+  // A run that ends meanwhile answers no more: its process gone, the plan says how it ended.
+  const pid_t pid = static_cast<pid_t>(run->pid);
   try {
-    return ask(run->address, keys, request);
+    return ask(run->address, keys, request, [pid] { return kill(pid, 0) != 0; });
+  } catch (const RunFailed&) {
+    if (kill(pid, 0) == 0) throw;
+    throw BadInput(no_run_for(study, global.db));
   } catch (const protocol::AuthError&) {
     // Its record was in this user's directory, yet the run does not know this key: the record was
     // copied there, or the local key changed since the run started.

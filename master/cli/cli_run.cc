@@ -337,6 +337,8 @@ int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pip
         break;
       }
     }
+    // It takes no configuration any more: a client finds the plan's word instead of this run.
+    em.record.reset();
     if (tty) {
       draw_progress(m.progress(study));
       std::fprintf(stderr, "\n");

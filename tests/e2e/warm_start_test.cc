@@ -3,7 +3,8 @@
 // deleted, resumes to exactly the trials of an undisturbed run (its prior evaluations are in its
 // stored spec); `hippo preview` says what it starts from; bad warm starts are refused and change
 // nothing; `hippo enqueue` on a running study makes the configuration its next trial, through a
-// master's restart, and refuses bad input, an ended study and an interrupted one.
+// master's restart, and refuses bad input, an ended study and an interrupted one; it reaches a
+// `hippo run` of the same user, and params the study has already make no new trial.
 #include <signal.h>
 
 #include "tests/e2e/e2e_helper.h"
@@ -199,9 +200,9 @@ std::vector<pid_t> children_of(pid_t parent) {
 // `hippo enqueue` without --master reaches this user's `hippo run` of the plan of --db (the run's
 // record in $HIPPO_HOME/runs, master/run_record.h): the configuration becomes a trial of the run;
 // params a trial has, or that wait for a slot, are not enqueued again (exit 0, saying which);
-// another user, a key the run does not know, a request other than enqueue, no plan and an ended
-// study are refused (exit 2). The run's one worker is held (SIGSTOP) while the client speaks, so
-// that the study is still at its first trial.
+// another user, a key the run does not know, a request other than enqueue, no plan, no such study
+// and an ended study are refused (exit 2). The run's one worker is held (SIGSTOP) while the client
+// speaks, so that the study is still at its first trial.
 TEST_F(WarmStart, EnqueueReachesAHippoRunOfTheSameUser) {
   const std::string db = path("run.db"), enqueue = kHippo + " --db " + db + " enqueue live ";
   auto says = [](const Result& r, int status, const std::string& text) {
@@ -227,6 +228,8 @@ TEST_F(WarmStart, EnqueueReachesAHippoRunOfTheSameUser) {
   says(sh(enqueue + given + " 2>&1"), 0, "enqueued in study live: its next trial");
   says(sh(enqueue + R"('{"lr": 6.25e-2}' 2>&1)"), 0,
        "study live has these params enqueued already, waiting for a free slot");
+  says(sh(kHippo + " --db " + db + " enqueue nosuch " + given + " 2>&1"), 2,
+       "no study named nosuch");
   const json first = trials(db, "live").at(0);
   says(sh(enqueue + "'" + first["params"].dump() + "' 2>&1"), 0,
        "study live has these params already: trial 1 (" + first["status"].get<std::string>() +
