@@ -438,6 +438,11 @@ const std::map<std::string, Master::Handler>& Master::handlers() {
           throw std::invalid_argument(from.identity.describe() +
                                       " is not a client of this master (its key is not in "
                                       "clients/ or admins/ of the master's --authorized)");
+        if (const auto& allowed = master.options_.client_requests;
+            allowed && !allowed->count(m.value("type", "")))
+          throw std::invalid_argument(
+              "this master is a `hippo run`'s: it answers a client's enqueue only (" +
+              m.value("type", std::string()) + " needs a cluster master, `hippo master`)");
         reply.fields = (master.*handler)(from, decode(m));
         reply.ok = true;
       } catch (const PlanFailure&) {
@@ -1054,11 +1059,20 @@ json Master::on_enqueue(const Sender& from, const protocol::Enqueue& m) {
     throw std::invalid_argument("study " + s.spec.name +
                                 " was submitted by another key: only its owner or an admin may "
                                 "enqueue a configuration in it");
-  apply(driver_.enqueue(id, m.params));
+  EnqueueDecision decided = driver_.enqueue(id, m.params);
+  json reply = {{"study", id}, {"name", s.spec.name}};
+  if (const std::optional<ExistingParams>& had = decided.existing) {
+    // Nothing changes: the study has these params (Optuna's skip_if_exists).
+    reply["existing"] = had->trial ? json{{"trial", had->trial}, {"status", to_string(had->status)}}
+                                   : json{{"waiting", true}};
+    return reply;
+  }
+  apply(decided.edit);
   drain();
   spdlog::info("study {}: a configuration enqueued", s.spec.name);
   schedule_changed_ = true;
-  return {{"study", id}, {"name", s.spec.name}, {"trials", s.trials.size()}};
+  reply["trials"] = s.trials.size();
+  return reply;
 }
 
 json Master::on_list_workers(const Sender&, const protocol::ListWorkers&) {

@@ -88,6 +88,10 @@ struct Options {
   bool resume_running = true;
   // --events FILE: the studies' events as JSON lines (events.h); "" for none, "-" for stdout.
   std::string events;
+  // The requests it answers from clients, by message type; nullopt (`hippo master`): all of them.
+  // `hippo run`: enqueue only (its one study runs to the end with its own workers: another study
+  // submitted or resumed there would be left behind when the run ends).
+  std::optional<std::set<std::string>> client_requests;
 };
 
 // The measured time per step of each root key (from the jobs that ended), for priorities.

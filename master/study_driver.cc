@@ -400,16 +400,56 @@ Edit StudyDriver::cancel(int64_t study) const {
   return end_study(s, StudyStatus::kCancelled, "cancelled by a client", "the study was cancelled");
 }
 
-Edit StudyDriver::enqueue(int64_t study, const Params& params) {
+json enqueued_params(const SearchSpace& space, const json& params) {
+  json stored = params;
+  for (const Param& p : space.params()) {
+    json& value = stored.at(p.name);
+    switch (p.kind) {
+      case DistKind::kUniform:
+      case DistKind::kLogUniform:
+        value = value.get<double>();
+        break;
+      case DistKind::kGrid:
+      case DistKind::kChoice:
+        value = *std::find(p.values.begin(), p.values.end(), value);  // admitted: it is there
+        break;
+      case DistKind::kInt:
+        break;
+    }
+  }
+  return stored;
+}
+
+std::optional<ExistingParams> StudyDriver::existing(const TrackedStudy& s,
+                                                    const json& params) const {
+  std::optional<ExistingParams> found;
+  for (const auto& [request, id] : s.trials) {
+    const TrackedTrial& t = trials_.at(id);
+    if (t.params == params && (!found || t.number < found->trial))
+      found = ExistingParams{t.number, t.status};
+  }
+  if (found) return found;
+  // Every configuration enqueued becomes a trial (the searcher refuses one beyond max_trials):
+  // one that no trial has yet waits for a slot.
+  for (const json& given : s.spec.enqueued)
+    if (given == params) return ExistingParams{};
+  for (const EventRow& e : plan_.events(s.id, INT64_MAX))
+    if (e.kind == "enqueued" && e.detail.value("params", json()) == params) return ExistingParams{};
+  return std::nullopt;
+}
+
+EnqueueDecision StudyDriver::enqueue(int64_t study, const Params& given) {
   TrackedStudy& s = studies_.at(study);
   if (s.status != StudyStatus::kRunning)
     throw std::invalid_argument("study " + s.spec.name +
                                 " has already ended: " + to_string(s.status));
   try {
-    s.spec.check_params(params);
+    s.spec.check_params(given);
   } catch (const SpecError& e) {
     throw SpecError(std::string("params.") + e.what());
   }
+  const Params params = enqueued_params(s.spec.space, given);
+  if (std::optional<ExistingParams> had = existing(s, params)) return {{}, had};
   std::vector<Operation> ops;
   try {
     ops = s.searcher->enqueue(params);
@@ -421,7 +461,7 @@ Edit StudyDriver::enqueue(int64_t study, const Params& params) {
   e.add(edit::Journal{s.id, {}, s.searcher->save()});
   e.add(edit::AddEvent{s.id, "enqueued", {{"params", params}}});
   for (Operation& op : ops) e.next.push_back(Operate{s.id, std::move(op)});
-  return e;
+  return {std::move(e), std::nullopt};
 }
 
 Edit StudyDriver::interrupt(int64_t study, const std::string& why) const {

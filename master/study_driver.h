@@ -122,6 +122,27 @@ struct TrackedStudy {
   double wall_s() const;
 };
 
+// `hippo enqueue`'s params as the master stores and compares them: each leaf's value as its
+// distribution types it (a uniform or loguniform leaf's number as a double, so 1 is 1.0 and 0.1000
+// is 0.1; a grid or choice leaf's value as the candidate of the spec it equals, numbers compared
+// as numbers; an int leaf's integer as it is). `params` must have passed
+// StudySpec::check_params.
+json enqueued_params(const SearchSpace& space, const json& params);
+
+// A running study has a configuration already (Optuna's enqueue_trial(skip_if_exists=True)): its
+// trial with equal params (enqueued_params' form; the lowest number), or, when no trial has them
+// yet, a configuration enqueued (in the spec or by `hippo enqueue`) that is to become one.
+struct ExistingParams {
+  int64_t trial = 0;  // its number in the study; 0: enqueued, waiting for a free slot
+  TrialStatus status = TrialStatus::kPending;
+};
+// What `hippo enqueue` decided: the edit that gives the searcher the configuration, or, when the
+// study has it already, nothing to do and which trial has it.
+struct EnqueueDecision {
+  Edit edit;
+  std::optional<ExistingParams> existing;
+};
+
 // A study as it is read from the plan, to be taken up (edit::TakeUpStudy).
 struct LoadedStudy {
   TrackedStudy study;
@@ -173,12 +194,14 @@ class StudyDriver {
   // study that has ended).
   // A client cancels it: its open trials stop, it ends `cancelled`.
   Edit cancel(int64_t study) const;
-  // A client enqueues a configuration (`hippo enqueue`): checked against the study's space and
-  // given to its searcher (Searcher::enqueue), whose whole state is saved at once (its journal
-  // holds events, not configurations), so that a restart replays it; the trial it creates now, if
-  // a slot is free, follows. Throws (SpecError for params outside the space, std::invalid_argument
-  // for an ended study or a searcher that takes none) having changed nothing.
-  Edit enqueue(int64_t study, const Params& params);
+  // A client enqueues a configuration (`hippo enqueue`): checked against the study's space, in
+  // its stored form (enqueued_params), and, unless the study has it already (existing: then the
+  // edit is empty), given to its searcher (Searcher::enqueue), whose whole state is saved at once
+  // (its journal holds events, not configurations), so that a restart replays it; the trial it
+  // creates now, if a slot is free, follows. Throws (SpecError for params outside the space,
+  // std::invalid_argument for an ended study or a searcher that takes none) having changed
+  // nothing.
+  EnqueueDecision enqueue(int64_t study, const Params& params);
   // `hippo run` stops before it ends (a signal, a crash of its own): its trials stay as they are,
   // and a later run resumes them.
   Edit interrupt(int64_t study, const std::string& why) const;
@@ -338,6 +361,8 @@ class StudyDriver {
   void forget_pending(TrackedTrial& t);
   // The owner recorded in the study's "submitted" event.
   std::string owner_of(int64_t study) const;
+  // The trial or waiting configuration of a running study with these params (stored form).
+  std::optional<ExistingParams> existing(const TrackedStudy& s, const json& params) const;
   void touched(int64_t study) { charged_.insert(study); }
 
   SearchPlan& plan_;

@@ -11,7 +11,8 @@
 //   without it    admits only the operator's own local key (local_key_pair: made on first use in
 //                 $HIPPO_HOME, default ~/.hippo, a 0700 directory), which the workers and clients
 //                 of the same OS user find by themselves; other users cannot read it;
-//   `hippo run`   admits the key it made for its own workers.
+//   `hippo run`   admits the key it made for its own workers, and the operator's local key as a
+//                 client for `hippo enqueue` alone (master/run_record.h).
 // Its ZAP handler (ZeroMQ's "may this peer in?" protocol, served on inproc://zeromq.zap.01 in the
 // master's context) runs on a thread of its own and answers each admitted peer with its identity
 // (trust.h's user id), which ZeroMQ attaches to every message of that connection. ZeroMQ drops a

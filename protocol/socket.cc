@@ -1,5 +1,6 @@
 #include "protocol/socket.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <vector>
@@ -101,7 +102,7 @@ bool dealer_send(zmq::socket_t& dealer, const json& message) {
 }
 
 json request(zmq::context_t& context, const std::string& address, const json& message,
-             int timeout_ms, const ClientKeys& keys) {
+             int timeout_ms, const ClientKeys& keys, const std::function<bool()>& gone) {
   zmq::socket_t req(context, zmq::socket_type::req);
   configure(req);
   secure_client(req, keys);
@@ -116,6 +117,7 @@ json request(zmq::context_t& context, const std::string& address, const json& me
     auto left =
         std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
+    if (gone) left = std::min(left, std::chrono::milliseconds(100));
     try {
       zmq::poll(items, 2, left);
     } catch (const zmq::error_t& e) {
@@ -129,6 +131,7 @@ json request(zmq::context_t& context, const std::string& address, const json& me
     }
     if (std::optional<std::string> why = handshakes.failure(0))
       throw AuthError("the master at " + address + " refused this connection: " + *why);
+    if (gone && gone()) throw ProtocolError("the master at " + address + " has exited");
   }
   throw ProtocolError("no answer from the master at " + address + " within " +
                       std::to_string(timeout_ms / 1000) + " s (is a master running there?)");

@@ -4,6 +4,7 @@
 // carries the identity its connection proved (trust.h's user id, set by the master's ZAP handler).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <zmq.hpp>
@@ -53,8 +54,11 @@ bool dealer_send(zmq::socket_t& dealer, const json& message);
 
 // REQ side (clients): one request, one reply, or ProtocolError after timeout_ms. With keys, the
 // socket is a CURVE client; a handshake the master refuses (or a master that wants CURVE when no
-// keys are given) throws AuthError naming the likely cause as soon as it happens.
+// keys are given) throws AuthError naming the likely cause as soon as it happens. `gone`, when
+// given, is asked every 100 ms while the reply is awaited: true (the master's process has exited)
+// ends the wait with ProtocolError at once.
 json request(zmq::context_t& context, const std::string& address, const json& message,
-             int timeout_ms, const ClientKeys& keys = {});
+             int timeout_ms, const ClientKeys& keys = {},
+             const std::function<bool()>& gone = nullptr);
 
 }  // namespace hippo::protocol

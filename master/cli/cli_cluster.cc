@@ -1,16 +1,23 @@
 // Operating a running master: `hippo cancel STUDY`, `hippo enqueue STUDY PARAMS`, `hippo workers`
 // and `hippo drain WORKER`. They need the master (--master ADDR or $HIPPO_MASTER): a study is
 // cancelled, or given a configuration, by the master that runs it, and only the master knows its
-// workers. Also ask_master, the one request/reply of every client
-// command.
+// workers. `hippo enqueue` without one asks this user's `hippo run` of the plan of --db, which
+// records where it listens (master/run_record.h). Also ask_master, the one request/reply of every
+// client command.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <zmq.hpp>
 
 #include "master/cli/cli.h"
 #include "master/cli/report.h"
+#include "master/run_record.h"
 #include "protocol/message.h"
 #include "protocol/socket.h"
 #include "protocol/text.h"
@@ -53,14 +60,105 @@ json params_argument(const std::string& text) {
   }
 }
 
+// One request to the master at `address`; protocol::AuthError when our keys are refused. `gone`:
+// protocol::request's.
+json ask(const std::string& address, const protocol::ClientKeys& keys, const json& request,
+         const std::function<bool()>& gone = nullptr) {
+  zmq::context_t context;
+  protocol::Reply reply;
+  try {
+    reply =
+        protocol::Reply::from_json(protocol::request(context, address, request, 30000, keys, gone));
+  } catch (const protocol::AuthError&) {
+    throw;
+  } catch (const protocol::ProtocolError& e) {
+    throw RunFailed(e.what());
+  }
+  if (!reply.ok) throw BadInput(reply.error);
+  return reply.fields;
+}
+
+// Why no `hippo run` of this user on this host can take a configuration for `study` of the plan
+// at `db`: the plan says what became of it.
+std::string no_run_for(const std::string& study, const std::string& db) {
+  if (!std::filesystem::exists(db))
+    return "no master to ask: give --master ADDR (or set HIPPO_MASTER) for a cluster master's "
+           "study; without it, the `hippo run` of the plan of --db is asked, and there is no "
+           "plan at " +
+           db;
+  SearchPlan plan = open_existing_plan(db);
+  std::optional<StudyRow> row = plan.study_by_name(study);
+  if (std::optional<int64_t> id = study_id_in(study); !row && id) row = plan.study(*id);
+  if (!row || row->deleted_at) return "no study named " + study + " in " + db;
+  if (row->status == StudyStatus::kInterrupted)
+    return "study " + row->name + " is interrupted: resume it (hippo resume " + row->name +
+           "), then enqueue";
+  if (row->status != StudyStatus::kRunning)
+    return "study " + row->name + " has already ended: " + to_string(row->status);
+  return "study " + row->name + " is running, but no `hippo run` of this user (uid " +
+         std::to_string(geteuid()) +
+         ") on this host runs it: a cluster master's study needs "
+         "--master ADDR; a run takes configurations from its own OS user only (its record in " +
+         protocol::local_key_dir() +
+         "/runs); a run that was killed left its study running until `hippo resume " + row->name +
+         "`";
+}
+
+// The master that runs `study`: the one of --master, else this user's `hippo run` of the plan of
+// --db (master/run_record.h), proven with the local key.
+json ask_study_master(const std::string& study, const json& request, const GlobalOptions& global) {
+  if (!global.master.empty()) return ask_master(global, request);
+  if (global.insecure || !global.key.empty() || !global.master_key.empty())
+    throw BadInput(
+        "--insecure, --key and --master-key are for a cluster master: give its --master ADDR (a "
+        "`hippo run` of this user is reached with the local key)");
+  std::optional<master::RunAddress> run;
+  try {
+    run = master::find_run(global.db);
+  } catch (const std::exception& e) {
+    if (!std::filesystem::exists(global.db)) throw BadInput(no_run_for(study, global.db));
+    throw BadInput(std::string("the record of a `hippo run`: ") + e.what());
+  }
+  if (!run) throw BadInput(no_run_for(study, global.db));
+  protocol::ClientKeys keys = client_keys(global);  // the local key pair
+  keys.master_public_key = run->master_key;
+  // A run that ends meanwhile answers no more: its process gone, the plan says how it ended.
+  const pid_t pid = static_cast<pid_t>(run->pid);
+  try {
+    return ask(run->address, keys, request, [pid] { return kill(pid, 0) != 0; });
+  } catch (const RunFailed&) {
+    if (kill(pid, 0) == 0) throw;
+    throw BadInput(no_run_for(study, global.db));
+  } catch (const protocol::AuthError&) {
+    // Its record was in this user's directory, yet the run does not know this key: the record was
+    // copied there, or the local key changed since the run started.
+    throw BadInput("the `hippo run` of " + global.db + " (pid " + std::to_string(run->pid) +
+                   ") refused this user's local key, " + protocol::local_key_dir() +
+                   "/local.key: a run admits the local key of the $HIPPO_HOME it started with");
+  }
+}
+
 int enqueue(const std::string& study, const std::string& params, const GlobalOptions& global) {
-  json reply = ask_master(
-      global, protocol::Enqueue{.study = study, .params = params_argument(params)}.to_json());
-  if (global.format == Format::kJson)
+  json reply = ask_study_master(
+      study, protocol::Enqueue{.study = study, .params = params_argument(params)}.to_json(),
+      global);
+  if (global.format == Format::kJson) {
     std::printf("%s\n", reply.dump().c_str());
-  else
+    return 0;
+  }
+  const std::string name = protocol::printable(reply.value("name", study));
+  if (!reply.contains("existing"))
     std::printf("enqueued in study %s: its next trial, before the searcher's own proposals\n",
-                protocol::printable(reply.value("name", study)).c_str());
+                name.c_str());
+  else if (const json& had = reply["existing"]; had.contains("trial"))
+    std::printf("study %s has these params already: trial %lld (%s); nothing enqueued\n",
+                name.c_str(), had["trial"].get<long long>(),
+                protocol::printable(had.value("status", "")).c_str());
+  else
+    std::printf(
+        "study %s has these params enqueued already, waiting for a free slot to become a trial; "
+        "nothing enqueued\n",
+        name.c_str());
   return 0;
 }
 
@@ -115,19 +213,11 @@ int drain(const std::string& worker, const GlobalOptions& global) {
 
 json ask_master(const GlobalOptions& global, const json& request) {
   if (global.master.empty()) throw BadInput("no master: give --master ADDR or set HIPPO_MASTER");
-  protocol::ClientKeys keys = client_keys(global);
-  zmq::context_t context;
-  protocol::Reply reply;
   try {
-    reply =
-        protocol::Reply::from_json(protocol::request(context, global.master, request, 30000, keys));
+    return ask(global.master, client_keys(global), request);
   } catch (const protocol::AuthError& e) {
     throw BadInput(e.what());
-  } catch (const protocol::ProtocolError& e) {
-    throw RunFailed(e.what());
   }
-  if (!reply.ok) throw BadInput(reply.error);
-  return reply.fields;
 }
 
 void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* action) {
@@ -141,8 +231,9 @@ void add_cluster_commands(CLI::App& app, const GlobalOptions& global, Action* ac
   {
     CLI::App* cmd = app.add_subcommand(
         "enqueue",
-        "evaluate a configuration next in a running study, before its searcher's own proposals "
-        "(--master; tpe, gp, cmaes, median_stop, asha)");
+        "evaluate a configuration next in a running study, before its searcher's own proposals, "
+        "unless a trial has it already (--master, else this user's `hippo run` of --db; tpe, gp, "
+        "cmaes, median_stop, asha)");
     cmd->fallthrough();
     auto study = std::make_shared<std::string>();
     auto params = std::make_shared<std::string>();

@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "master/cli/cli.h"
 #include "master/master.h"
+#include "master/run_record.h"
 #include "master/warm_start.h"
 #include "protocol/auth.h"
 #include "protocol/failpoint.h"
@@ -259,14 +260,33 @@ struct EmbeddedMaster {
     options.lend_cores = local.lend_cores;
     options.auth = protocol::ServerKeys{
         dir.master, "", {{dir.worker.public_key, protocol::kWorkerRole, "run-workers"}}};
+    // `hippo enqueue` of the run's operator, from another process: this OS user's local key is
+    // admitted as a client (and an admin: the operator's), for enqueue only, and the run records
+    // where it listens in the user's own $HIPPO_HOME (master/run_record.h).
+    std::optional<protocol::KeyPair> operator_key;
+    try {
+      operator_key = protocol::local_key_pair();
+      options.auth->admitted.push_back(
+          {operator_key->public_key, protocol::kClientRole | protocol::kAdminRole, "local"});
+    } catch (const protocol::AuthError& e) {
+      spdlog::warn("this run takes no `hippo enqueue`: {}", e.what());
+    }
+    options.client_requests = std::set<std::string>{protocol::Enqueue::kType};
     lock.emplace(global.db, "a run", /*create=*/true);  // before the plan is opened: plan_lock.h
     master.emplace(open_plan(global.db), options);
     checkpoints = options.checkpoints;
+    if (!operator_key) return;
+    try {
+      record.emplace(global.db, master::RunAddress{dir.address(), dir.master.public_key, getpid()});
+    } catch (const std::runtime_error& e) {
+      spdlog::warn("this run takes no `hippo enqueue`: {}", e.what());
+    }
   }
   RunDirectory dir;
   std::optional<master::PlanLock> lock;
   std::optional<master::Master> master;
   std::string checkpoints;
+  std::optional<master::RunRecord> record;  // removed first, before the directory it names
 };
 
 // Runs the study to its end with `local.workers` worker processes, draws the progress, and
@@ -317,6 +337,8 @@ int run_to_end(EmbeddedMaster& em, int64_t study, const LocalRun& local, int pip
         break;
       }
     }
+    // It takes no configuration any more: a client finds the plan's word instead of this run.
+    em.record.reset();
     if (tty) {
       draw_progress(m.progress(study));
       std::fprintf(stderr, "\n");

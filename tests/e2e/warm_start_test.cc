@@ -3,7 +3,8 @@
 // deleted, resumes to exactly the trials of an undisturbed run (its prior evaluations are in its
 // stored spec); `hippo preview` says what it starts from; bad warm starts are refused and change
 // nothing; `hippo enqueue` on a running study makes the configuration its next trial, through a
-// master's restart, and refuses bad input, an ended study and an interrupted one.
+// master's restart, and refuses bad input, an ended study and an interrupted one; it reaches a
+// `hippo run` of the same user, and params the study has already make no new trial.
 #include <signal.h>
 
 #include "tests/e2e/e2e_helper.h"
@@ -176,6 +177,95 @@ TEST_F(WarmStart, EnqueueOnARunningStudyIsItsNextTrialThroughARestart) {
       r.out.find("study paused is interrupted: resume it (hippo resume paused), then enqueue"),
       std::string::npos)
       << r.out;
+}
+
+// The processes whose parent is `parent` (from /proc: a `hippo run`'s workers).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string state;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// `hippo enqueue` without --master reaches this user's `hippo run` of the plan of --db (the run's
+// record in $HIPPO_HOME/runs, master/run_record.h): the configuration becomes a trial of the run;
+// params a trial has, or that wait for a slot, are not enqueued again (exit 0, saying which);
+// another user, a key the run does not know, a request other than enqueue, no plan, no such study
+// and an ended study are refused (exit 2). The run's one worker is held (SIGSTOP) while the client
+// speaks, so that the study is still at its first trial.
+TEST_F(WarmStart, EnqueueReachesAHippoRunOfTheSameUser) {
+  const std::string db = path("run.db"), enqueue = kHippo + " --db " + db + " enqueue live ";
+  auto says = [](const Result& r, int status, const std::string& text) {
+    EXPECT_EQ(r.status, status) << r.out;
+    EXPECT_NE(r.out.find(text), std::string::npos) << "expected \"" << text << "\" in: " << r.out;
+  };
+  says(sh(enqueue + "'{\"lr\": 0.1}' 2>&1"), 2, "no master to ask: give --master ADDR");
+  const std::string file = study("live", {{"name", "tpe"},
+                                          {"metric", "accuracy"},
+                                          {"mode", "max"},
+                                          {"max_trials", 3},
+                                          {"n_startup", 3},
+                                          {"parallel", 1}});
+  const pid_t run = spawn({kHippo, "--db", db, "run", file, "--workers", "1"});
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 2000 && workers.empty(); ++i) {
+    workers = children_of(run);
+    if (workers.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(workers.size(), 1u) << log_of(run);
+  kill(workers[0], SIGSTOP);
+  const std::string given = R"('{"lr": 0.0625}')";
+  says(sh(enqueue + given + " 2>&1"), 0, "enqueued in study live: its next trial");
+  says(sh(enqueue + R"('{"lr": 6.25e-2}' 2>&1)"), 0,
+       "study live has these params enqueued already, waiting for a free slot");
+  says(sh(kHippo + " --db " + db + " enqueue nosuch " + given + " 2>&1"), 2,
+       "no study named nosuch");
+  const json first = trials(db, "live").at(0);
+  says(sh(enqueue + "'" + first["params"].dump() + "' 2>&1"), 0,
+       "study live has these params already: trial 1 (" + first["status"].get<std::string>() +
+           "); nothing enqueued");
+  // Another OS user (another $HIPPO_HOME) finds no run of its own; a key that learned the run's
+  // record is refused at the handshake.
+  const std::string other = path("other");
+  says(sh("HIPPO_HOME=" + other + " " + enqueue + given + " 2>&1"), 2,
+       "study live is running, but no `hippo run` of this user");
+  fs::create_directories(other + "/runs");
+  fs::permissions(other, fs::perms::owner_all);
+  fs::permissions(other + "/runs", fs::perms::owner_all);
+  std::string record;
+  for (const fs::directory_entry& e : fs::directory_iterator(path("home/runs"))) record = e.path();
+  ASSERT_FALSE(record.empty());
+  fs::copy_file(record, other + "/runs/" + fs::path(record).filename().string());
+  says(sh("HIPPO_HOME=" + other + " " + enqueue + given + " 2>&1"), 2,
+       "refused this user's local key");
+  // The run's master answers enqueue alone, even to its own user.
+  std::ofstream(path("run.pub"))
+      << json::parse(std::ifstream(record))["master_key"].get<std::string>() << "\n";
+  const std::string address = json::parse(std::ifstream(record))["address"];
+  says(sh(kHippo + " --master " + address + " --master-key " + path("run.pub") + " --key " +
+          path("home/local.key") + " submit " + earlier() + " 2>&1"),
+       2, "this master is a `hippo run`'s: it answers a client's enqueue only");
+  kill(workers[0], SIGCONT);
+  ASSERT_EQ(exit_status_within(run, 120), 0) << log_of(run);
+  const json made = trials(db, "live");
+  ASSERT_EQ(made.size(), 3u) << made.dump();
+  // Once: trial 2, between the searcher's own first and next proposals.
+  EXPECT_EQ(made[0]["params"], first["params"]);
+  EXPECT_EQ(made[1]["params"], json({{"lr", 0.0625}})) << made.dump();
+  EXPECT_NE(made[2]["params"], made[1]["params"]);
+  EXPECT_NE(made[2]["params"], made[0]["params"]);
+  EXPECT_TRUE(fs::is_empty(path("home/runs")));  // the run removed its record
+  says(sh(enqueue + given + " 2>&1"), 2, "study live has already ended: done");
 }
 
 }  // namespace

@@ -457,7 +457,7 @@ TEST_F(StudyDriverTest, AnEnqueuedConfigurationIsTheNextTrial) {
     EXPECT_STREQ(e.what(), "params.lr: value 2 is not in its range");
   }
   EXPECT_THROW(driver_->enqueue(study, {{"momentum", 0.5}}), SpecError);
-  plan_->transaction([&] { apply(driver_->enqueue(study, given)); });
+  plan_->transaction([&] { apply(driver_->enqueue(study, given).edit); });
   EXPECT_EQ(plan_->study(study)->searcher_state["queued"], json::array({given}));
   EXPECT_TRUE(plan_->last_event(study, "enqueued").has_value());
   run(study, curve);
@@ -471,22 +471,82 @@ TEST_F(StudyDriverTest, AnEnqueuedConfigurationIsTheNextTrial) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "study study has already ended: done");
   }
-  json grid = spec_with({{"name", "grid"}, {"metric", "accuracy"}, {"mode", "max"}},
-                        {{"lr", {{"grid", {0.1, 0.05}}}}});
-  grid["name"] = "grid";
-  const int64_t g = submit(grid);
+  json random = spec_with(
+      {{"name", "random"}, {"metric", "accuracy"}, {"mode", "max"}, {"max_trials", 2}}, leaf);
+  random["name"] = "random";
+  const int64_t g = submit(random);
   const json state = plan_->study(g)->searcher_state;
   try {
-    driver_->enqueue(g, {{"lr", 0.1}});
+    driver_->enqueue(g, {{"lr", 0.0425}});
     ADD_FAILURE() << "accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("study grid: searcher grid: it takes no configuration "
-                                          "while it runs",
+    EXPECT_EQ(std::string(e.what()).rfind("study random: searcher random: it takes no "
+                                          "configuration while it runs",
                                           0),
               0u)
         << e.what();
   }
   EXPECT_EQ(plan_->study(g)->searcher_state, state);
+}
+
+// Optuna's enqueue_trial(skip_if_exists=True), hippo enqueue's only way: params a trial has
+// already (compared in their stored form: a uniform leaf's 0.1000 and 1e-1 are 0.1, its 1 is 1.0;
+// a choice's 1.0 is its candidate 1) make no trial and change nothing, and the decision names the
+// trial with its status; params enqueued that wait for a slot are found too; others are
+// enqueued in their stored form.
+TEST_F(StudyDriverTest, ParamsAStudyHasAlreadyAreNotEnqueuedAgain) {
+  json spec = spec_with({{"name", "tpe"},
+                         {"metric", "accuracy"},
+                         {"mode", "max"},
+                         {"max_trials", 6},
+                         {"parallel", 1}},
+                        {{"lr", {{"uniform", {0.01, 1}}}},
+                         {"momentum", {{"choice", {0, 0.5, 1}}}},
+                         {"weight_decay", {{"int", {0, 3}}}}});
+  spec["enqueue"] = {{{"lr", 0.1}, {"momentum", 0.5}, {"weight_decay", 1}},
+                     {{"lr", 0.2}, {"momentum", 0}, {"weight_decay", 2}}};
+  const int64_t study = submit(spec);
+  auto decide = [&](const std::string& params) {
+    return driver_->enqueue(study, json::parse(params));
+  };
+  auto state = [&] { return plan_->study(study)->searcher_state; };
+  const json before = state();
+  // Trial 1 runs (parallel 1): the spec's first entry, however it is written.
+  for (const char* same : {R"({"lr": 0.1000, "momentum": 0.5, "weight_decay": 1})",
+                           R"({"weight_decay": 1, "lr": 1e-1, "momentum": 0.50})"}) {
+    EnqueueDecision d = decide(same);
+    ASSERT_TRUE(d.existing.has_value()) << same;
+    EXPECT_EQ(d.existing->trial, 1);
+    EXPECT_EQ(d.existing->status, TrialStatus::kRunning);
+    EXPECT_TRUE(d.edit.ops.empty());
+  }
+  // The spec's second entry is no trial yet: it waits for a slot.
+  EnqueueDecision waiting = decide(R"({"lr": 0.2, "momentum": 0.0, "weight_decay": 2})");
+  ASSERT_TRUE(waiting.existing.has_value());
+  EXPECT_EQ(waiting.existing->trial, 0);
+  EXPECT_EQ(state(), before);
+  EXPECT_FALSE(plan_->last_event(study, "enqueued").has_value());
+  // New params: enqueued in their stored form (lr 1 as 1.0, momentum 1.0 as the choice's 1); the
+  // same again, written otherwise, is found waiting.
+  EnqueueDecision fresh = decide(R"({"lr": 1, "momentum": 1.0, "weight_decay": 3})");
+  ASSERT_FALSE(fresh.existing.has_value());
+  const json stored = {{"lr", 1.0}, {"momentum", 1}, {"weight_decay", 3}};
+  plan_->transaction([&] { apply(fresh.edit); });
+  EXPECT_EQ(state()["queued"].dump(), json::array({stored}).dump());
+  EXPECT_TRUE(state()["queued"][0]["lr"].is_number_float());
+  EXPECT_TRUE(state()["queued"][0]["momentum"].is_number_integer());
+  EnqueueDecision again = decide(R"({"lr": 1.0, "momentum": 1, "weight_decay": 3})");
+  ASSERT_TRUE(again.existing.has_value());
+  EXPECT_EQ(again.existing->trial, 0);
+  // An int leaf takes integers only (its type), and other values are other params.
+  EXPECT_THROW(decide(R"({"lr": 0.1, "momentum": 0.5, "weight_decay": 1.0})"), SpecError);
+  EXPECT_FALSE(decide(R"({"lr": 0.1000001, "momentum": 0.5, "weight_decay": 1})").existing);
+  // Once run, the enqueued params are trial 3, done.
+  run(study, curve);
+  const std::vector<TrialRow> made = trials(study);
+  ASSERT_EQ(made.size(), 6u);
+  EXPECT_EQ(made[2].params.dump(), stored.dump());
+  EXPECT_THROW(decide(stored.dump()), std::invalid_argument);  // it has ended
 }
 
 }  // namespace
