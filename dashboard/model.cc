@@ -91,8 +91,11 @@ void read_results(StudyView& v, const StudyRows& rows,
 // The view of one study, computed from its rows and the plan's stage tree (no plan read). The
 // trials' and executions' rows move into it when `take` (a read that keeps no rows), else they
 // are copied (PlanReader keeps them for its next read); their metrics are only read, never copied.
+// `plan_ids`: the plan's id of each of the tree's stages (a study's tree, load_study_tree), or
+// empty when the tree's ids are the plan's.
 StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const StageTree& tree,
-                     const Checkpoints& checkpoints, double now) {
+                     const std::vector<StageId>& plan_ids, const Checkpoints& checkpoints,
+                     double now) {
   StudyView v;
   v.row = row;
   v.goals = goals_in(row.spec);
@@ -133,6 +136,7 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
     }
   }
   if (v.goals.multi()) read_results(v, rows, index);
+  if (take) rows.trials = {};  // what is left of them (their metrics): not needed any more
 
   // Steps as the master counts them (Master::summary): a stopped trial needs what it had been
   // trained to, a diverged one the step it diverged at, every other its length.
@@ -195,6 +199,11 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
   for (StageId id : study_stages(tree, on_paths)) {
     StageView s;
     s.stage = tree.stage(id);
+    if (!plan_ids.empty()) {
+      s.stage.id = plan_ids[s.stage.id];
+      if (s.stage.parent != kNoStage) s.stage.parent = plan_ids[s.stage.parent];
+      for (StageId& child : s.stage.children) child = plan_ids[child];
+    }
     s.needed_end = std::max(needed_end[id], s.stage.start);
     const int64_t trained = s.stage.trained_until;
     if (trained >= s.stage.end) {
@@ -209,7 +218,7 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
     s.trials_ending = std::move(ending[id]);
     std::sort(s.trials_ending.begin(), s.trials_ending.end());
     s.trials_through = through[id];
-    auto c = checkpoints.find(id);
+    auto c = checkpoints.find(s.stage.id);
     if (c != checkpoints.end()) s.checkpoints = c->second;
     s.on_critical_path = critical.count(id) != 0;
     v.stages.push_back(std::move(s));
@@ -217,15 +226,21 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
   return v;
 }
 
-// A study's rows from the plan, in the snapshot open.
+// A study's rows from the plan, in the snapshot open; the trials' hyper-parameters are the tree's
+// (no page shows them), not kept.
 StudyRows read_rows(SearchPlan& plan, int64_t study, std::vector<ExecutionRow> executions,
                     ParsedTrialValues* parsed) {
   StudyRows rows;
   std::unordered_map<TrialId, size_t> index;
-  for (TrialRow& t : plan.trials(study, parsed)) {
-    index[t.id] = rows.trials.size();
-    rows.trials.push_back({std::move(t), {}});
-  }
+  {
+    std::vector<TrialRow> trials = plan.trials(study, parsed);
+    rows.trials.reserve(trials.size());
+    for (TrialRow& t : trials) {
+      index[t.id] = rows.trials.size();
+      t.hyperparams = {};
+      rows.trials.push_back({std::move(t), {}});
+    }
+  }  // (what is left of `trials` goes before the metrics come)
   for (MetricRow& m : plan.study_metrics(study)) {
     auto it = index.find(m.trial);
     if (it != index.end()) rows.trials[it->second].metrics.push_back(std::move(m));
@@ -238,9 +253,10 @@ StudyRows read_rows(SearchPlan& plan, int64_t study, std::vector<ExecutionRow> e
 
 PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
                    ParsedTrialValues* parsed) {
-  // Within one read, the tree's parse of the trials' values serves the studies' reads too.
+  // Reading every study, the tree's parse of the trials' values serves the studies' reads too;
+  // reading one (hippo report), its trials' values are parsed twice rather than kept twice.
   ParsedTrialValues this_read;
-  if (!parsed) parsed = &this_read;
+  if (!parsed && only.empty()) parsed = &this_read;
   PlanView view;
   view.read_at = now;
   plan.snapshot([&] {
@@ -257,17 +273,31 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
       rows = named == rows.end() ? std::vector<StudyRow>{} : std::vector<StudyRow>{*named};
       if (rows.empty()) return;
     }
-    StageTree tree = plan.load_tree(parsed);  // joins this snapshot
+    // One study: only the part of the tree that its trials live in (their root keys), and its
+    // executions. (These reads join this snapshot.)
+    const std::optional<int64_t> one = only.empty() ? std::nullopt : std::optional(rows[0].id);
+    StudyTree tree;
     Checkpoints checkpoints;
-    for (const CheckpointRow& c : plan.checkpoints()) checkpoints[c.stage].push_back(c.step);
+    if (one) {
+      tree = plan.load_study_tree(*one, parsed);
+      for (const CheckpointRow& c : plan.study_tree_checkpoints(*one))
+        checkpoints[c.stage].push_back(c.step);
+    } else {
+      tree.tree = plan.load_tree(parsed);
+      for (const CheckpointRow& c : plan.checkpoints()) checkpoints[c.stage].push_back(c.step);
+    }
     std::map<int64_t, std::vector<ExecutionRow>> executions;
-    for (ExecutionRow& e :
-         plan.executions(only.empty() ? std::nullopt : std::optional<int64_t>(rows[0].id)))
+    for (ExecutionRow& e : plan.executions(one)) {
+      if (one) {
+        executions[*one].push_back(std::move(e));  // (the others it served are not read)
+        continue;
+      }
       for (int64_t study : e.studies) executions[study].push_back(e);
+    }
     for (const StudyRow& row : rows) {
       StudyRows study = read_rows(plan, row.id, std::move(executions[row.id]), parsed);
-      view.studies.push_back(
-          std::make_shared<StudyView>(study_view(row, study, true, tree, checkpoints, now)));
+      view.studies.push_back(std::make_shared<StudyView>(
+          study_view(row, study, true, tree.tree, tree.plan_ids, checkpoints, now)));
     }
   });
   return view;
@@ -384,6 +414,7 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
       auto metric = changes.metrics.begin();
       for (const TrialRow& t : changes.trials) {
         TrialRows entry{t, {}};
+        entry.row.hyperparams = {};  // the tree's (no page shows them)
         for (; metric != changes.metrics.end() && metric->trial <= t.id; ++metric)
           if (metric->trial == t.id) entry.metrics.push_back(*metric);
         std::vector<TrialRows>& trials = s.studies[t.study_id].rows.trials;
@@ -423,7 +454,7 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
                            return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
                          });
         auto v = std::make_shared<StudyView>(
-            study_view(row, study.rows, false, *s.tree, s.checkpoints, now));
+            study_view(row, study.rows, false, *s.tree, {}, s.checkpoints, now));
         study.stages.clear();
         for (const StageView& st : v->stages) study.stages.insert(st.stage.id);
         study.view = std::move(v);

@@ -687,5 +687,49 @@ TEST_F(ModelTest, AnExpandedTreeDrawsBreadthFirstUpToItsLimitAndSaysWhatItLeftOu
   EXPECT_THROW(tree_page(s, {}, {.below = 999999}), std::out_of_range);
 }
 
+// A study read alone (hippo report) reads only the part of the tree its trials live in (their
+// root keys: storage's load_study_tree, its stages renumbered) and the checkpoints of that part,
+// and shows the same stages, by the plan's ids, as a read of the whole plan.
+TEST_F(ModelTest, AStudyReadAloneReadsItsPartOfTheTreeAndShowsWhatTheWholeReadShows) {
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    write_study(plan, "first");  // root key "r": the plan's first stages
+    testing::LargeStudy o;
+    o.trials = 700;
+    o.workers = 10;
+    testing::write_large_study(plan, "large", o);  // root key "large": stages after r's
+    StageTree tree = plan.load_tree();
+    const StageId last = static_cast<StageId>(tree.stages().size()) - 1;
+    plan.add_checkpoint({0, last, tree.stage(last).start + 1, "large.ckpt", 1, "", 0});
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  const StageTree whole = reader.load_tree();
+  const StudyTree part = reader.load_study_tree(2);
+  EXPECT_LT(part.tree.stages().size(), whole.stages().size());
+  EXPECT_EQ(part.tree.stages().size(), part.plan_ids.size());
+  EXPECT_EQ(part.tree.trials().size(), 700u);
+  EXPECT_GT(part.plan_ids.front(), 0);  // renumbered: r's stages come first in the plan
+  EXPECT_EQ(reader.study_tree_checkpoints(2).size(), 1u);
+  EXPECT_EQ(reader.study_tree_checkpoints(1).size(), 1u);
+  const PlanView all = read_plan(reader, 100);
+  ASSERT_EQ(all.studies.size(), 2u);
+  for (const std::string name : {"first", "large"}) {
+    const PlanView alone = read_plan(reader, 100, name);
+    ASSERT_EQ(alone.studies.size(), 1u);
+    const StudyView &a = *alone.studies[0], &w = *all.find(name);
+    ASSERT_EQ(a.stages.size(), w.stages.size()) << name;
+    for (size_t i = 0; i < a.stages.size(); ++i) {
+      EXPECT_EQ(a.stages[i].stage, w.stages[i].stage) << name << " " << i;
+      EXPECT_EQ(a.stages[i].checkpoints, w.stages[i].checkpoints) << name << " " << i;
+      EXPECT_EQ(a.stages[i].on_critical_path, w.stages[i].on_critical_path) << name << " " << i;
+    }
+    EXPECT_EQ(a.steps_unique, w.steps_unique) << name;
+    EXPECT_EQ(a.executions.size(), w.executions.size()) << name;
+    EXPECT_EQ(study_page(a).content, study_page(w).content) << name;
+    EXPECT_EQ(tree_page(a).content, tree_page(w).content) << name;
+    EXPECT_EQ(timeline_page(a).content, timeline_page(w).content) << name;
+  }
+}
+
 }  // namespace
 }  // namespace hippo::dashboard
