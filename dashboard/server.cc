@@ -655,15 +655,20 @@ struct Server::Impl {
     http.Get(pattern, [this, make](const httplib::Request& req, httplib::Response& res) {
       const std::string name = req.matches[1];
       const std::vector<int64_t> trials = selected(req);
-      std::string key = req.path;
-      for (int64_t t : trials) {
-        key += '\n';  // (one append at a time: GCC 12 warns falsely on "\n" + a temporary)
-        key += std::to_string(t);
-      }
       answer(
-          req, res, key, [&](const PlanView& v) { return Views{study(v, name)}; },
+          req, res, selection_key(req.path, trials),
+          [&](const PlanView& v) { return Views{study(v, name)}; },
           [&](const PlanView& v) { return make(*study(v, name), trials); });
     });
+  }
+  // The cache's key of a page at `path` that selects `trials`.
+  static std::string selection_key(const std::string& path, const std::vector<int64_t>& trials) {
+    std::string key = path;
+    for (int64_t t : trials) {
+      key += '\n';  // (one append at a time: GCC 12 warns falsely on "\n" + a temporary)
+      key += std::to_string(t);
+    }
+    return key;
   }
 
   void routes() {
@@ -706,14 +711,9 @@ struct Server::Impl {
       } else if (req.has_param("expand")) {
         expansion.below = whole_number(expand, "expand (all, or a stage's number)");
       }
-      std::string key = req.path;
-      for (int64_t t : trials) {
-        key += '\n';
-        key += std::to_string(t);
-      }
-      key += "\nexpand=" + expand;
       answer(
-          req, res, key, [&](const PlanView& v) { return Views{study(v, name)}; },
+          req, res, selection_key(req.path, trials) + "\nexpand=" + expand,
+          [&](const PlanView& v) { return Views{study(v, name)}; },
           [&](const PlanView& v) { return tree_page(*study(v, name), trials, expansion); });
     });
     study_route(R"(/study/([^/]+)/timeline)", timeline_page);
