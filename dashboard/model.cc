@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -91,10 +92,15 @@ void read_results(StudyView& v, const StudyRows& rows,
 // The view of one study, computed from its rows and the plan's stage tree (no plan read). The
 // trials' and executions' rows move into it when `take` (a read that keeps no rows), else they
 // are copied (PlanReader keeps them for its next read); their metrics are only read, never copied.
-// `plan_ids`: the plan's id of each of the tree's stages (a study's tree, load_study_tree), or
-// empty when the tree's ids are the plan's.
-StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const StageTree& tree,
-                     const std::vector<StageId>& plan_ids, const Checkpoints& checkpoints,
+// `tree_of` gives the tree once the trials' rows are taken: a read of one study loads it only
+// then (its rows, let go, leave it room); `plan_ids` there is the plan's id of each of its stages
+// (a study's tree, load_study_tree), or empty when the tree's ids are the plan's.
+struct TreeRef {
+  const StageTree& tree;
+  const std::vector<StageId>& plan_ids;
+};
+StudyView study_view(const StudyRow& row, StudyRows& rows, bool take,
+                     const std::function<TreeRef()>& tree_of, const Checkpoints& checkpoints,
                      double now) {
   StudyView v;
   v.row = row;
@@ -137,6 +143,7 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
   }
   if (v.goals.multi()) read_results(v, rows, index);
   if (take) rows.trials = {};  // what is left of them (their metrics): not needed any more
+  const auto [tree, plan_ids] = tree_of();
 
   // Steps as the master counts them (Master::summary): a stopped trial needs what it had been
   // trained to, a diverged one the step it diverged at, every other its length.
@@ -276,16 +283,15 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
     // One study: only the part of the tree that its trials live in (their root keys), and its
     // executions. (These reads join this snapshot.)
     const std::optional<int64_t> one = only.empty() ? std::nullopt : std::optional(rows[0].id);
-    StudyTree tree;
     Checkpoints checkpoints;
-    if (one) {
-      tree = plan.load_study_tree(*one, parsed);
-      for (const CheckpointRow& c : plan.study_tree_checkpoints(*one))
-        checkpoints[c.stage].push_back(c.step);
-    } else {
-      tree.tree = plan.load_tree(parsed);
-      for (const CheckpointRow& c : plan.checkpoints()) checkpoints[c.stage].push_back(c.step);
-    }
+    for (const CheckpointRow& c : one ? plan.study_tree_checkpoints(*one) : plan.checkpoints())
+      checkpoints[c.stage].push_back(c.step);
+    std::optional<StudyTree> tree;  // read when the first view asks for it
+    auto tree_of = [&] {
+      if (!tree)
+        tree = one ? plan.load_study_tree(*one, parsed) : StudyTree{plan.load_tree(parsed), {}};
+      return TreeRef{tree->tree, tree->plan_ids};
+    };
     std::map<int64_t, std::vector<ExecutionRow>> executions;
     for (ExecutionRow& e : plan.executions(one)) {
       if (one) {
@@ -296,8 +302,8 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
     }
     for (const StudyRow& row : rows) {
       StudyRows study = read_rows(plan, row.id, std::move(executions[row.id]), parsed);
-      view.studies.push_back(std::make_shared<StudyView>(
-          study_view(row, study, true, tree.tree, tree.plan_ids, checkpoints, now)));
+      view.studies.push_back(
+          std::make_shared<StudyView>(study_view(row, study, true, tree_of, checkpoints, now)));
     }
   });
   return view;
@@ -357,6 +363,8 @@ bool bring_up_to_date(StageTree& tree, const PlanChanges& changes) {
 }
 
 }  // namespace
+
+const std::vector<StageId> kPlanIds;  // (none: the kept tree's ids are the plan's)
 
 struct PlanReader::State {
   struct Study {
@@ -453,8 +461,12 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
                          [](const ExecutionRow& a, const ExecutionRow& b) {
                            return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
                          });
-        auto v = std::make_shared<StudyView>(
-            study_view(row, study.rows, false, *s.tree, {}, s.checkpoints, now));
+        auto v = std::make_shared<StudyView>(study_view(
+            row, study.rows, false,
+            [&] {
+              return TreeRef{*s.tree, kPlanIds};
+            },
+            s.checkpoints, now));
         study.stages.clear();
         for (const StageView& st : v->stages) study.stages.insert(st.stage.id);
         study.view = std::move(v);
