@@ -970,6 +970,9 @@ std::string tree_svg(const StudyView& study, const Drawing& drawing,
            std::to_string(st.end) + "\" data-trained=\"" + std::to_string(st.trained_until) +
            "\" data-through=\"" + std::to_string(s.trials_through) + "\" data-trials=\"" + trials +
            "\" data-checkpoints=\"" + checkpoints + "\">";
+    // Its number shows on hover without the script too (what "expand below stage" asks for).
+    out += "<title>stage " + std::to_string(st.id) + ": steps [" + std::to_string(st.start) +
+           ", " + std::to_string(st.end) + ")</title>";
     out += "<rect x=\"";
     coord(out, x0);
     out += "\" y=\"";

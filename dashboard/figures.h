@@ -47,7 +47,8 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
 // The parameters' importances (summary.h's importances) as bars, most important first.
 std::string importance_svg(const StudyView& study, const Drawing& drawing = {});
 // The stage tree along the step axis: a box per stage (class "stage", data-stage = its id,
-// data-state), branching where trials diverge, coloured by state, the trained part darker.
+// data-state, a <title> with its id and steps), branching where trials diverge, coloured by
+// state, the trained part darker.
 // Past kMaxStagesDrawn stages it is collapsed: the critical path and the paths of the drawing's
 // top, front and selected trials, and under them how many of the other stages cover each step
 // (data-drawn: the stages drawn). An expansion draws more of it (tree_stages_drawn).

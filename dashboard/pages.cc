@@ -277,7 +277,7 @@ std::string tree_section(const StudyView& s, const Drawing& d, const TreeExpansi
                     std::to_string(left_out) +
                     " stages not shown (an expanded tree draws at most " + std::to_string(e.limit) +
                     " stages; the band under it counts the others at each step); "
-                    "narrow with <em>expand below stage</em> (select a stage for its number) or "
+                    "narrow with <em>expand below stage</em> (hover a stage for its number) or "
                     "<em>draw the path of trial</em>.</p>"
               : "") +
          legend({{"trained", "trained"},
