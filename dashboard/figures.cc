@@ -4,10 +4,12 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "dashboard/scale.h"
@@ -798,26 +800,80 @@ std::string importance_svg(const StudyView& study, const Drawing& drawing) {
   return out + "</svg>";
 }
 
-std::string tree_svg(const StudyView& study, const Drawing& drawing) {
+TreeDrawn tree_stages_drawn(const StudyView& study, const Drawing& drawing,
+                            const TreeExpansion& expansion) {
+  const size_t n = study.stages.size();
+  std::unordered_map<StageId, size_t> position;
+  for (size_t i = 0; i < n; ++i) position[study.stages[i].stage.id] = i;
+  std::optional<size_t> below;
+  if (expansion.below) {
+    auto at = position.find(*expansion.below);
+    if (at == position.end())
+      throw std::out_of_range("no stage " + std::to_string(*expansion.below) + " in study " +
+                              study.row.name);
+    below = at->second;
+  }
+  TreeDrawn t;
+  if (n <= kMaxStagesDrawn) {
+    t.drawn.assign(n, true);
+    t.shown = n;
+    return t;
+  }
+  // Collapsed: the critical path and the paths of the trials drawn one by one (the top ones, the
+  // front, the selected); the others are counted per step under them.
+  t.drawn.assign(n, false);
+  auto draw_path = [&](size_t i) {  // a stage and its ancestors
+    for (auto at = position.find(study.stages[i].stage.id);
+         at != position.end() && !t.drawn[at->second];
+         at = position.find(study.stages[at->second].stage.parent)) {
+      t.drawn[at->second] = true;
+      ++t.shown;
+    }
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const StageView& s = study.stages[i];
+    bool keep = s.on_critical_path;
+    for (int64_t number : s.trials_ending)
+      keep = keep || (drawing.exact.count(number) && !drawing.extremes.count(number));
+    if (keep) draw_path(i);
+  }
+  if (!expansion.expanded()) return t;
+  // Expanded: breadth first from the top stages (or the stage asked for, after its path) while
+  // under the limit; past it, the stages reached are counted.
+  std::deque<size_t> todo;
+  if (below) {
+    draw_path(*below);
+    todo.push_back(*below);
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      if (!position.count(study.stages[i].stage.parent)) todo.push_back(i);
+  }
+  for (; !todo.empty(); todo.pop_front()) {
+    const size_t i = todo.front();
+    if (!t.drawn[i]) {
+      if (t.shown < expansion.limit) {
+        t.drawn[i] = true;
+        ++t.shown;
+      } else {
+        ++t.left_out;
+      }
+    }
+    for (StageId child : study.stages[i].stage.children) {
+      auto at = position.find(child);
+      if (at != position.end()) todo.push_back(at->second);
+    }
+  }
+  return t;
+}
+
+std::string tree_svg(const StudyView& study, const Drawing& drawing,
+                     const TreeExpansion& expansion) {
   if (study.stages.empty()) return empty_svg("tree", "no stages yet");
   std::unordered_map<StageId, size_t> position;
   for (size_t i = 0; i < study.stages.size(); ++i) position[study.stages[i].stage.id] = i;
-  // Past kMaxStagesDrawn stages the tree is collapsed: the critical path and the paths of the
-  // trials drawn one by one (the top ones, the front, the selected), and the count of the others
-  // per step under it.
-  const bool collapsed = study.stages.size() > kMaxStagesDrawn;
-  std::vector<bool> drawn(study.stages.size(), !collapsed);
-  if (collapsed) {
-    for (size_t i = 0; i < study.stages.size(); ++i) {
-      const StageView& s = study.stages[i];
-      bool keep = s.on_critical_path;
-      for (int64_t number : s.trials_ending)
-        keep = keep || (drawing.exact.count(number) && !drawing.extremes.count(number));
-      for (auto at = position.find(s.stage.id); keep && at != position.end() && !drawn[at->second];
-           at = position.find(study.stages[at->second].stage.parent))
-        drawn[at->second] = true;
-    }
-  }
+  const std::vector<bool> drawn = tree_stages_drawn(study, drawing, expansion).drawn;
+  // Some stages not drawn: they are counted per step under the others.
+  const bool collapsed = std::find(drawn.begin(), drawn.end(), false) != drawn.end();
   // Rows: a stage shares the row of its first drawn child; every other child opens a new row.
   std::unordered_map<StageId, size_t> row;
   size_t rows = 0, shown = 0;
@@ -914,6 +970,9 @@ std::string tree_svg(const StudyView& study, const Drawing& drawing) {
            std::to_string(st.end) + "\" data-trained=\"" + std::to_string(st.trained_until) +
            "\" data-through=\"" + std::to_string(s.trials_through) + "\" data-trials=\"" + trials +
            "\" data-checkpoints=\"" + checkpoints + "\">";
+    // Its number shows on hover without the script too (what "expand below stage" asks for).
+    out += "<title>stage " + std::to_string(st.id) + ": steps [" + std::to_string(st.start) +
+           ", " + std::to_string(st.end) + ")</title>";
     out += "<rect x=\"";
     coord(out, x0);
     out += "\" y=\"";

@@ -12,6 +12,7 @@
 // figure says data-trials, data-exact and data-summarized.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -46,12 +47,36 @@ std::vector<std::pair<std::string, std::string>> slice_svgs(const StudyView& stu
 // The parameters' importances (summary.h's importances) as bars, most important first.
 std::string importance_svg(const StudyView& study, const Drawing& drawing = {});
 // The stage tree along the step axis: a box per stage (class "stage", data-stage = its id,
-// data-state), branching where trials diverge, coloured by state, the trained part darker.
+// data-state, a <title> with its id and steps), branching where trials diverge, coloured by
+// state, the trained part darker.
 // Past kMaxStagesDrawn stages it is collapsed: the critical path and the paths of the drawing's
 // top, front and selected trials, and under them how many of the other stages cover each step
-// (data-drawn: the stages drawn).
+// (data-drawn: the stages drawn). An expansion draws more of it (tree_stages_drawn).
 constexpr size_t kMaxStagesDrawn = 2000;
-std::string tree_svg(const StudyView& study, const Drawing& drawing = {});
+// How a tree of more than kMaxStagesDrawn stages is drawn: collapsed (no expansion), or expanded
+// from its top stages (`all`) or from one stage (`below`: that stage, its path and what is under
+// it). An expanded tree draws the collapsed tree's paths and then stages breadth first, those
+// nearest the top (or the stage) first, until `limit` stages are drawn in all (more only where
+// those paths need more): an expanded tree of any size is a page of bounded size.
+constexpr size_t kMaxStagesExpanded = 5000;
+struct TreeExpansion {
+  bool all = false;
+  std::optional<StageId> below;  // a stage of the study (the plan's id)
+  size_t limit = kMaxStagesExpanded;
+  bool expanded() const { return all || below.has_value(); }
+};
+// Which of study.stages the tree draws (stages are drawn with their parents), and how many
+// stages the expansion reaches that its limit left out. Throws std::out_of_range if `below` is
+// not a stage of the study.
+struct TreeDrawn {
+  std::vector<bool> drawn;  // by position in study.stages
+  size_t shown = 0;         // how many are drawn
+  size_t left_out = 0;      // reached by the expansion, not drawn: past its limit
+};
+TreeDrawn tree_stages_drawn(const StudyView& study, const Drawing& drawing,
+                            const TreeExpansion& expansion);
+std::string tree_svg(const StudyView& study, const Drawing& drawing = {},
+                     const TreeExpansion& expansion = {});
 // The timeline: a lane per worker, a bar per execution (class "execution"), idle time blank;
 // each lane says how busy its worker was, bars on the critical path are outlined. Past
 // kMaxExecutionsDrawn executions: how busy each worker (or group of workers, past 100) was in

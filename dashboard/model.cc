@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -91,8 +92,16 @@ void read_results(StudyView& v, const StudyRows& rows,
 // The view of one study, computed from its rows and the plan's stage tree (no plan read). The
 // trials' and executions' rows move into it when `take` (a read that keeps no rows), else they
 // are copied (PlanReader keeps them for its next read); their metrics are only read, never copied.
-StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const StageTree& tree,
-                     const Checkpoints& checkpoints, double now) {
+// `tree_of` gives the tree once the trials' rows are taken: a read of one study loads it only
+// then (its rows, let go, leave it room); `plan_ids` there is the plan's id of each of its stages
+// (a study's tree, load_study_tree), or empty when the tree's ids are the plan's.
+struct TreeRef {
+  const StageTree& tree;
+  const std::vector<StageId>& plan_ids;
+};
+StudyView study_view(const StudyRow& row, StudyRows& rows, bool take,
+                     const std::function<TreeRef()>& tree_of, const Checkpoints& checkpoints,
+                     double now) {
   StudyView v;
   v.row = row;
   v.goals = goals_in(row.spec);
@@ -133,6 +142,8 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
     }
   }
   if (v.goals.multi()) read_results(v, rows, index);
+  if (take) rows.trials = {};  // what is left of them (their metrics): not needed any more
+  const auto [tree, plan_ids] = tree_of();
 
   // Steps as the master counts them (Master::summary): a stopped trial needs what it had been
   // trained to, a diverged one the step it diverged at, every other its length.
@@ -195,6 +206,11 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
   for (StageId id : study_stages(tree, on_paths)) {
     StageView s;
     s.stage = tree.stage(id);
+    if (!plan_ids.empty()) {
+      s.stage.id = plan_ids[s.stage.id];
+      if (s.stage.parent != kNoStage) s.stage.parent = plan_ids[s.stage.parent];
+      for (StageId& child : s.stage.children) child = plan_ids[child];
+    }
     s.needed_end = std::max(needed_end[id], s.stage.start);
     const int64_t trained = s.stage.trained_until;
     if (trained >= s.stage.end) {
@@ -209,7 +225,7 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
     s.trials_ending = std::move(ending[id]);
     std::sort(s.trials_ending.begin(), s.trials_ending.end());
     s.trials_through = through[id];
-    auto c = checkpoints.find(id);
+    auto c = checkpoints.find(s.stage.id);
     if (c != checkpoints.end()) s.checkpoints = c->second;
     s.on_critical_path = critical.count(id) != 0;
     v.stages.push_back(std::move(s));
@@ -217,15 +233,21 @@ StudyView study_view(const StudyRow& row, StudyRows& rows, bool take, const Stag
   return v;
 }
 
-// A study's rows from the plan, in the snapshot open.
+// A study's rows from the plan, in the snapshot open; the trials' hyper-parameters are the tree's
+// (no page shows them), not kept.
 StudyRows read_rows(SearchPlan& plan, int64_t study, std::vector<ExecutionRow> executions,
                     ParsedTrialValues* parsed) {
   StudyRows rows;
   std::unordered_map<TrialId, size_t> index;
-  for (TrialRow& t : plan.trials(study, parsed)) {
-    index[t.id] = rows.trials.size();
-    rows.trials.push_back({std::move(t), {}});
-  }
+  {
+    std::vector<TrialRow> trials = plan.trials(study, parsed);
+    rows.trials.reserve(trials.size());
+    for (TrialRow& t : trials) {
+      index[t.id] = rows.trials.size();
+      t.hyperparams = {};
+      rows.trials.push_back({std::move(t), {}});
+    }
+  }  // (what is left of `trials` goes before the metrics come)
   for (MetricRow& m : plan.study_metrics(study)) {
     auto it = index.find(m.trial);
     if (it != index.end()) rows.trials[it->second].metrics.push_back(std::move(m));
@@ -238,9 +260,10 @@ StudyRows read_rows(SearchPlan& plan, int64_t study, std::vector<ExecutionRow> e
 
 PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
                    ParsedTrialValues* parsed) {
-  // Within one read, the tree's parse of the trials' values serves the studies' reads too.
+  // Reading every study, the tree's parse of the trials' values serves the studies' reads too;
+  // reading one (hippo report), its trials' values are parsed twice rather than kept twice.
   ParsedTrialValues this_read;
-  if (!parsed) parsed = &this_read;
+  if (!parsed && only.empty()) parsed = &this_read;
   PlanView view;
   view.read_at = now;
   plan.snapshot([&] {
@@ -257,17 +280,30 @@ PlanView read_plan(SearchPlan& plan, double now, const std::string& only,
       rows = named == rows.end() ? std::vector<StudyRow>{} : std::vector<StudyRow>{*named};
       if (rows.empty()) return;
     }
-    StageTree tree = plan.load_tree(parsed);  // joins this snapshot
+    // One study: only the part of the tree that its trials live in (their root keys), and its
+    // executions. (These reads join this snapshot.)
+    const std::optional<int64_t> one = only.empty() ? std::nullopt : std::optional(rows[0].id);
     Checkpoints checkpoints;
-    for (const CheckpointRow& c : plan.checkpoints()) checkpoints[c.stage].push_back(c.step);
+    for (const CheckpointRow& c : one ? plan.study_tree_checkpoints(*one) : plan.checkpoints())
+      checkpoints[c.stage].push_back(c.step);
+    std::optional<StudyTree> tree;  // read when the first view asks for it
+    auto tree_of = [&] {
+      if (!tree)
+        tree = one ? plan.load_study_tree(*one, parsed) : StudyTree{plan.load_tree(parsed), {}};
+      return TreeRef{tree->tree, tree->plan_ids};
+    };
     std::map<int64_t, std::vector<ExecutionRow>> executions;
-    for (ExecutionRow& e :
-         plan.executions(only.empty() ? std::nullopt : std::optional<int64_t>(rows[0].id)))
+    for (ExecutionRow& e : plan.executions(one)) {
+      if (one) {
+        executions[*one].push_back(std::move(e));  // (the others it served are not read)
+        continue;
+      }
       for (int64_t study : e.studies) executions[study].push_back(e);
+    }
     for (const StudyRow& row : rows) {
       StudyRows study = read_rows(plan, row.id, std::move(executions[row.id]), parsed);
       view.studies.push_back(
-          std::make_shared<StudyView>(study_view(row, study, true, tree, checkpoints, now)));
+          std::make_shared<StudyView>(study_view(row, study, true, tree_of, checkpoints, now)));
     }
   });
   return view;
@@ -328,6 +364,8 @@ bool bring_up_to_date(StageTree& tree, const PlanChanges& changes) {
 
 }  // namespace
 
+const std::vector<StageId> kPlanIds;  // (none: the kept tree's ids are the plan's)
+
 struct PlanReader::State {
   struct Study {
     StudyRow row;
@@ -384,6 +422,7 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
       auto metric = changes.metrics.begin();
       for (const TrialRow& t : changes.trials) {
         TrialRows entry{t, {}};
+        entry.row.hyperparams = {};  // the tree's (no page shows them)
         for (; metric != changes.metrics.end() && metric->trial <= t.id; ++metric)
           if (metric->trial == t.id) entry.metrics.push_back(*metric);
         std::vector<TrialRows>& trials = s.studies[t.study_id].rows.trials;
@@ -422,8 +461,12 @@ PlanView PlanReader::read(SearchPlan& plan, double now) {
                          [](const ExecutionRow& a, const ExecutionRow& b) {
                            return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
                          });
-        auto v = std::make_shared<StudyView>(
-            study_view(row, study.rows, false, *s.tree, s.checkpoints, now));
+        auto v = std::make_shared<StudyView>(study_view(
+            row, study.rows, false,
+            [&] {
+              return TreeRef{*s.tree, kPlanIds};
+            },
+            s.checkpoints, now));
         study.stages.clear();
         for (const StageView& st : v->stages) study.stages.insert(st.stage.id);
         study.view = std::move(v);

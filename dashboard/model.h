@@ -99,7 +99,9 @@ struct HypervolumeHistory {
 HypervolumeHistory hypervolume_history(const StudyView& study, size_t max_points = 200);
 
 // Reads every study in one snapshot of the plan, or only the one `only` names (its name or id;
-// none if there is no such study). `now` (unix seconds) is the end of the wall time of running
+// none if there is no such study): then only its part of the plan (the tree of its trials' root
+// keys, SearchPlan::load_study_tree, and its own rows), and its trials' values are parsed again
+// rather than kept twice (`parsed` is for a reader that reads the same plan again). `now` (unix seconds) is the end of the wall time of running
 // studies. `parsed` keeps the trials' parsed values from one read to the next: a reader that
 // reads the same plan again parses only the trials added since (SearchPlan::trials).
 PlanView read_plan(SearchPlan& plan, double now, const std::string& only = "",

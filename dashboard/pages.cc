@@ -249,27 +249,43 @@ std::string study_figures(const StudyView& s, const Drawing& d) {
   return out + "</div>";
 }
 
-std::string tree_section(const StudyView& s, const Drawing& d) {
+std::string tree_section(const StudyView& s, const Drawing& d, const TreeExpansion& e = {}) {
   size_t trained = 0;
   for (const StageView& st : s.stages) trained += st.state == StageState::kTrained;
-  const bool collapsed = s.stages.size() > kMaxStagesDrawn;
+  const size_t left_out = tree_stages_drawn(s, d, e).left_out;
+  const std::string paths = "the critical path and the paths of the top " +
+                            std::to_string(d.top.size()) +
+                            " trials, the front and the selected trials";
+  std::string how;
+  if (s.stages.size() > kMaxStagesDrawn && !e.expanded()) {
+    how = " Collapsed past " + std::to_string(kMaxStagesDrawn) + " stages: drawn are " + paths +
+          " (select one with ?trial=N, or jump to it in the study's table); the band under "
+          "them counts the other stages at each step.";
+  } else if (s.stages.size() > kMaxStagesDrawn) {
+    how = " Expanded " +
+          (e.below ? "below stage " + std::to_string(*e.below) : std::string("from the top")) +
+          ": drawn are " + paths + ", then the stages nearest " +
+          (e.below ? "that stage" : "the top") + " first, at most " + std::to_string(e.limit) +
+          " stages in all.";
+  }
   return "<p>" + std::to_string(s.stages.size()) + " stages (" + std::to_string(trained) +
          " trained) along the step axis; a branch is where trials diverge. Hover or select a "
          "stage for its trials, steps and checkpoints." +
-         (collapsed ? " Collapsed past " + std::to_string(kMaxStagesDrawn) +
-                          " stages: drawn are the critical path and the paths of the top " +
-                          std::to_string(d.top.size()) +
-                          " trials, the front and the selected trials (select one with "
-                          "?trial=N, or jump to it in the study's table); the band under "
-                          "them counts the other stages at each step."
-                    : "") +
-         "</p>" +
+         how + "</p>" +
+         (left_out > 0
+              ? "<p class=\"note tree-limit\" data-left-out=\"" + std::to_string(left_out) + "\">" +
+                    std::to_string(left_out) +
+                    " stages not shown (an expanded tree draws at most " + std::to_string(e.limit) +
+                    " stages; the band under it counts the others at each step); "
+                    "narrow with <em>expand below stage</em> (hover a stage for its number) or "
+                    "<em>draw the path of trial</em>.</p>"
+              : "") +
          legend({{"trained", "trained"},
                  {"training", "training"},
                  {"pending", "pending"},
                  {"pruned", "pruned (no running trial needs it)"},
                  {"checkpoint", "checkpoint"}}) +
-         figure("Stage tree", tree_svg(s, d)) +
+         figure("Stage tree", tree_svg(s, d, e)) +
          "<div class=\"stage-details\" aria-live=\"polite\"></div>";
 }
 
@@ -402,16 +418,64 @@ Page study_page(const StudyView& s, const std::vector<int64_t>& selected) {
   return p;
 }
 
-Page tree_page(const StudyView& s, const std::vector<int64_t>& selected) {
-  // A collapsed tree expands along the paths of the trials asked for.
-  const std::string expand =
-      s.stages.size() > kMaxStagesDrawn
-          ? "<form class=\"select-trial\" method=\"get\"><label>draw the path of trial <input "
-            "type=\"number\" name=\"trial\" min=\"1\"></label> <button>draw</button></form>"
-          : "";
+namespace {
+
+// The query of a tree page that selects `trials` and expands as `expand` says ("all", a stage's
+// number, or "" for collapsed), as a link's href ("?" alone: the collapsed tree, nothing
+// selected) or as a form's hidden inputs.
+std::string tree_query(const std::vector<int64_t>& trials, const std::string& expand) {
+  std::string query = "?";
+  for (int64_t t : trials) {
+    if (query.size() > 1) query += '&';
+    query += "trial=";
+    query += std::to_string(t);
+  }
+  if (!expand.empty()) {
+    if (query.size() > 1) query += '&';
+    query += "expand=";
+    query += expand;
+  }
+  return query;
+}
+std::string hidden_inputs(const std::vector<int64_t>& trials, const std::string& expand) {
+  std::string out;
+  for (int64_t t : trials)
+    out += "<input type=\"hidden\" name=\"trial\" value=\"" + std::to_string(t) + "\">";
+  if (!expand.empty())
+    out += "<input type=\"hidden\" name=\"expand\" value=\"" + escape(expand) + "\">";
+  return out;
+}
+
+}  // namespace
+
+Page tree_page(const StudyView& s, const std::vector<int64_t>& selected,
+               const TreeExpansion& expansion) {
+  // A collapsed tree expands along the paths of the trials asked for, and from its top or below
+  // a stage as far as kMaxStagesExpanded: plain links and forms (GET), so that they work without
+  // the script, and the live page polls the URL they make.
+  std::string controls;
+  if (s.stages.size() > kMaxStagesDrawn) {
+    const std::string expand = expansion.below ? std::to_string(*expansion.below)
+                               : expansion.all ? "all"
+                                               : "";
+    controls =
+        "<div class=\"tree-controls\"><form class=\"select-trial\" method=\"get\"><label>draw "
+        "the path of trial <input type=\"number\" name=\"trial\" min=\"1\"></label>" +
+        hidden_inputs({}, expand) +
+        " <button>draw</button></form><form class=\"expand-tree\" method=\"get\">" +
+        (expansion.all ? "<strong>expanded</strong>"
+                       : "<a class=\"expand-all\" href=\"" + escape(tree_query(selected, "all")) +
+                             "\">expand all</a>") +
+        " · <label>expand below stage <input type=\"number\" name=\"expand\" min=\"0\"></label>" +
+        hidden_inputs(selected, "") + " <button>expand</button>" +
+        (expansion.expanded() ? " · <a class=\"collapse\" href=\"" +
+                                    escape(tree_query(selected, "")) + "\">collapse</a>"
+                              : "") +
+        "</form></div>";
+  }
   return {"hippo: " + s.row.name + " stage tree",
           "<h1>Stage tree of " + escape(s.row.name) + "</h1>" + nav(s, "stage tree") +
-              part(summary(s)) + expand + tree_section(s, drawing_of(s, selected))};
+              part(summary(s)) + controls + tree_section(s, drawing_of(s, selected), expansion)};
 }
 
 Page timeline_page(const StudyView& s) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dashboard/figures.h"
 #include "dashboard/model.h"
 
 namespace hippo::dashboard {
@@ -23,7 +24,10 @@ Page studies_page(const PlanView& plan);
 Page compare_page(const std::vector<const StudyView*>& studies);
 // `selected`: trials the user picked (?trial=N), drawn one by one in every figure.
 Page study_page(const StudyView& study, const std::vector<int64_t>& selected = {});
-Page tree_page(const StudyView& study, const std::vector<int64_t>& selected = {});
+// `expansion`: how a tree past kMaxStagesDrawn stages is drawn (figures.h); the page links to
+// its expansions (?expand=all, ?expand=STAGE) and back.
+Page tree_page(const StudyView& study, const std::vector<int64_t>& selected = {},
+               const TreeExpansion& expansion = {});
 Page timeline_page(const StudyView& study);
 Page error_page(int status, const std::string& message);
 

@@ -655,15 +655,20 @@ struct Server::Impl {
     http.Get(pattern, [this, make](const httplib::Request& req, httplib::Response& res) {
       const std::string name = req.matches[1];
       const std::vector<int64_t> trials = selected(req);
-      std::string key = req.path;
-      for (int64_t t : trials) {
-        key += '\n';  // (one append at a time: GCC 12 warns falsely on "\n" + a temporary)
-        key += std::to_string(t);
-      }
       answer(
-          req, res, key, [&](const PlanView& v) { return Views{study(v, name)}; },
+          req, res, selection_key(req.path, trials),
+          [&](const PlanView& v) { return Views{study(v, name)}; },
           [&](const PlanView& v) { return make(*study(v, name), trials); });
     });
+  }
+  // The cache's key of a page at `path` that selects `trials`.
+  static std::string selection_key(const std::string& path, const std::vector<int64_t>& trials) {
+    std::string key = path;
+    for (int64_t t : trials) {
+      key += '\n';  // (one append at a time: GCC 12 warns falsely on "\n" + a temporary)
+      key += std::to_string(t);
+    }
+    return key;
   }
 
   void routes() {
@@ -695,7 +700,22 @@ struct Server::Impl {
       });
     });
     selecting_route(R"(/study/([^/]+))", study_page);
-    selecting_route(R"(/study/([^/]+)/tree)", tree_page);
+    // The stage tree: ?trial=N as a study page's, and ?expand=all or ?expand=STAGE.
+    http.Get(R"(/study/([^/]+)/tree)", [this](const httplib::Request& req, httplib::Response& res) {
+      const std::string name = req.matches[1];
+      const std::vector<int64_t> trials = selected(req);
+      TreeExpansion expansion;
+      const std::string expand = req.get_param_value("expand");
+      if (expand == "all") {
+        expansion.all = true;
+      } else if (req.has_param("expand")) {
+        expansion.below = whole_number(expand, "expand (all, or a stage's number)");
+      }
+      answer(
+          req, res, selection_key(req.path, trials) + "\nexpand=" + expand,
+          [&](const PlanView& v) { return Views{study(v, name)}; },
+          [&](const PlanView& v) { return tree_page(*study(v, name), trials, expansion); });
+    });
     study_route(R"(/study/([^/]+)/timeline)", timeline_page);
     http.Get(R"(/report/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto s = study(*current(), req.matches[1]);

@@ -1352,12 +1352,12 @@ void SearchPlan::save_change(const StageTree& tree, const Change& change) {
   });
 }
 
-std::vector<Stage> SearchPlan::read_stages(const std::string& where, int64_t since) {
+std::vector<Stage> SearchPlan::read_stages(const std::string& where, int64_t arg) {
   const std::string sql =
       "SELECT id, root_key, parent, start_step, end_step, trained_until, representative "
       "FROM stages " +
       where + " ORDER BY id";
-  Query q = where.empty() ? Query(*this, sql.c_str()) : Query(*this, sql.c_str(), since);
+  Query q = where.empty() ? Query(*this, sql.c_str()) : Query(*this, sql.c_str(), arg);
   std::vector<Stage> stages;
   while (q.next()) {
     Stage s;
@@ -1373,24 +1373,56 @@ std::vector<Stage> SearchPlan::read_stages(const std::string& where, int64_t sin
   return stages;
 }
 
+namespace {
+
+// The root keys of a study's trials, for a WHERE that reads only their part of the tree.
+constexpr const char* kStudyRootKeys =
+    "WHERE root_key IN (SELECT DISTINCT root_key FROM trials WHERE study_id = ?) ";
+
+}  // namespace
+
 StageTree SearchPlan::load_tree(ParsedTrialValues* parsed) {
+  return read_tree(std::nullopt, parsed).tree;
+}
+
+StudyTree SearchPlan::load_study_tree(int64_t study, ParsedTrialValues* parsed) {
+  return read_tree(study, parsed);
+}
+
+std::vector<CheckpointRow> SearchPlan::study_tree_checkpoints(int64_t study) {
+  return read_checkpoints(
+      std::string("WHERE stage_id IN (SELECT id FROM stages ") + kStudyRootKeys + ") ", study);
+}
+
+StudyTree SearchPlan::read_tree(std::optional<int64_t> study, ParsedTrialValues* parsed) {
   std::vector<Stage> stages;
   std::vector<TrialRecord> trials;
+  std::vector<StageId> plan_ids;
   // A read transaction: one snapshot for both tables, without taking the write lock.
   in_transaction("BEGIN", [&] {
-    stages = read_stages("", 0);
+    const std::string where = study ? kStudyRootKeys : "";
+    stages = read_stages(where, study.value_or(0));
+    // A study's stages are numbered in id order; the whole tree keeps the plan's ids (restore
+    // checks that they are dense).
+    for (Stage& s : stages) {
+      plan_ids.push_back(s.id);
+      if (study) s.id = static_cast<StageId>(plan_ids.size() - 1);
+    }
     // Children in creation order, which is id order because stage ids are given in creation
     // order. (Only the children list is not stored: it is the parent column read backwards.)
-    for (const Stage& s : stages) {
+    for (Stage& s : stages) {
       if (s.parent == kNoStage) continue;
-      if (s.parent < 0 || s.parent >= static_cast<int64_t>(stages.size()) ||
-          stages[s.parent].id != s.parent) {
-        throw std::runtime_error(path_ + ": stage " + std::to_string(s.id) +
+      auto parent = std::lower_bound(plan_ids.begin(), plan_ids.end(), s.parent);
+      if (parent == plan_ids.end() || *parent != s.parent) {
+        throw std::runtime_error(path_ + ": stage " + std::to_string(plan_ids[s.id]) +
                                  " has a parent that is not stored");
       }
+      s.parent = parent - plan_ids.begin();
       stages[s.parent].children.push_back(s.id);
     }
-    Query q(*this, "SELECT id, root_key, hyperparams, length FROM trials ORDER BY id");
+    const std::string sql =
+        "SELECT id, root_key, hyperparams, length FROM trials " + where + "ORDER BY id";
+    Query q = study ? Query(*this, sql.c_str(), *study) : Query(*this, sql.c_str());
     while (q.next()) {
       const TrialId id = q.int64(0);
       trials.push_back({id, q.text(1),
@@ -1399,7 +1431,7 @@ StageTree SearchPlan::load_tree(ParsedTrialValues* parsed) {
                         q.int64(3)});
     }
   });
-  return StageTree::restore(std::move(stages), std::move(trials));
+  return {StageTree::restore(std::move(stages), std::move(trials)), std::move(plan_ids)};
 }
 
 // ---- change marks ----

@@ -219,6 +219,13 @@ struct ParsedTrialValues {
   std::unordered_map<TrialId, Hyperparams> hyperparams;
 };
 
+// The stage tree of one study's root keys (SearchPlan::load_study_tree): a whole tree of its own,
+// its stages numbered 0, 1, ... in the plan's order.
+struct StudyTree {
+  StageTree tree;
+  std::vector<StageId> plan_ids;  // the plan's id of each of its stages
+};
+
 // What changed in a plan since a change number (schema 15, storage/schema.cc's change marks):
 // what a reader that keeps what it read (the dashboard) needs to read again.
 struct PlanChanges {
@@ -423,6 +430,13 @@ class SearchPlan {
   // Rebuilds the tree from every stored stage and trial (StageTree::restore); `parsed` as for
   // trials().
   StageTree load_tree(ParsedTrialValues* parsed = nullptr);
+  // The part of the tree that `study`'s trials live in, for a reader of one study (`hippo
+  // report`) that needs no other: every stage and trial of their root keys (a root key's stages
+  // never join another's, so this is a whole tree), stages renumbered. `parsed` as for trials().
+  StudyTree load_study_tree(int64_t study, ParsedTrialValues* parsed = nullptr);
+  // The checkpoints of the stages load_study_tree reads (by the plan's stage ids), by (stage,
+  // step).
+  std::vector<CheckpointRow> study_tree_checkpoints(int64_t study);
 
   // Change marks (schema 15). Whether this file has them (a read-only older file has not).
   bool has_change_marks();
@@ -466,7 +480,9 @@ class SearchPlan {
   std::vector<MetricRow> read_metrics(Query& q);
   template <typename... Args>
   std::vector<CheckpointRow> read_checkpoints(const std::string& where, const Args&... args);
-  std::vector<Stage> read_stages(const std::string& where, int64_t since);
+  std::vector<Stage> read_stages(const std::string& where, int64_t arg);
+  // load_tree (every stage and trial), or load_study_tree.
+  StudyTree read_tree(std::optional<int64_t> study, ParsedTrialValues* parsed);
 
   std::string path_;
   bool in_memory_ = false;  // Options::in_memory

@@ -223,19 +223,34 @@
         (d.trials ? '; trials ending here: ' + d.trials : '') +
         (d.checkpoints ? '; checkpoints at steps ' + d.checkpoints : '; no checkpoint');
     }
-    let chosen = '';
+    // The selected stage's details; on a tree page that expands (the dashboard's, past its
+    // size), with a link that expands the tree below it.
+    const expands = !!main.querySelector('form.expand-tree');
+    let chosen = null;
+    function showChosen() {
+      details.textContent = chosen ? describe(chosen) : '';
+      if (!chosen || !expands) return;
+      const query = new URLSearchParams(location.search);
+      query.set('expand', chosen.dataset.stage);
+      const a = document.createElement('a');
+      a.className = 'expand-below';
+      a.href = location.pathname + '?' + query.toString();
+      a.textContent = 'expand below this stage';
+      details.append(' ', a);
+    }
     svg.addEventListener('click', function (e) {
       const g = e.target.closest('.stage');
       if (!g) return;
       svg.querySelectorAll('.stage.selected').forEach(function (s) { s.classList.remove('selected'); });
       g.classList.add('selected');
-      details.textContent = chosen = describe(g);
+      chosen = g;
+      showChosen();
     });
     svg.addEventListener('mouseover', function (e) {
       const g = e.target.closest('.stage');
       if (g) details.textContent = describe(g);
     });
-    svg.addEventListener('mouseleave', function () { details.textContent = chosen; });
+    svg.addEventListener('mouseleave', showChosen);
   }
 
   // The trial under the pointer, named in the figure's caption.

@@ -14,6 +14,7 @@
 #include "dashboard/figures.h"
 #include "dashboard/pages.h"
 #include "searchers/pareto.h"
+#include "tests/dashboard/large_plan.h"
 
 namespace hippo::dashboard {
 namespace {
@@ -305,8 +306,8 @@ TEST_F(ModelTest, AReReadThatKeepsParsedValuesEqualsAFreshRead) {
   EXPECT_EQ(k.stages.size(), before.studies[0]->stages.size() + 2);  // the split and trial 3's own
   EXPECT_EQ(k.steps_unique, f.steps_unique);
   EXPECT_EQ(k.best->value, 0.1);
-  for (const auto& page : {study_page, tree_page})
-    EXPECT_EQ(page(k, {}).content, page(f, {}).content);
+  EXPECT_EQ(study_page(k).content, study_page(f).content);
+  EXPECT_EQ(tree_page(k).content, tree_page(f).content);
   EXPECT_EQ(timeline_page(k).content, timeline_page(f).content);
 }
 
@@ -316,8 +317,8 @@ void expect_same_pages(const PlanView& a, const PlanView& b, const std::string& 
   EXPECT_EQ(studies_page(a).content, studies_page(b).content) << when;
   for (size_t i = 0; i < a.studies.size(); ++i) {
     const StudyView &x = *a.studies[i], &y = *b.studies[i];
-    for (const auto& page : {study_page, tree_page})
-      EXPECT_EQ(page(x, {}).content, page(y, {}).content) << when << ", study " << x.row.id;
+    EXPECT_EQ(study_page(x).content, study_page(y).content) << when << ", study " << x.row.id;
+    EXPECT_EQ(tree_page(x).content, tree_page(y).content) << when << ", study " << x.row.id;
     EXPECT_EQ(timeline_page(x).content, timeline_page(y).content) << when;
     EXPECT_EQ(x.steps_unique, y.steps_unique) << when;
     EXPECT_EQ(x.steps_trained, y.steps_trained) << when;
@@ -609,6 +610,125 @@ TEST_F(ModelTest, AStudyOfOneObjectiveKeepsItsHistoryAndTable) {
   EXPECT_EQ(page.find("class=\"pareto"), std::string::npos);
   EXPECT_EQ(page.find("\"feasible\""), std::string::npos);
   EXPECT_NE(studies_page(view).content.find("loss 0.5"), std::string::npos);
+}
+
+// A tree past kMaxStagesDrawn stages expands from its top or below a stage, breadth first, to at
+// most its limit; its page links to each expansion and back, keeping the selected trials, and
+// says how many stages the limit left out.
+TEST_F(ModelTest, AnExpandedTreeDrawsBreadthFirstUpToItsLimitAndSaysWhatItLeftOut) {
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    testing::LargeStudy o;
+    o.trials = 2100;  // 300 warm-up stages [0, 100), each with its trials' own [100, 900)
+    o.workers = 10;
+    testing::write_large_study(plan, "large", o);
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  const PlanView view = read_plan(reader, 100);
+  const StudyView& s = *view.studies[0];
+  ASSERT_EQ(s.stages.size(), 2400u);
+  const Drawing d = drawing_of(s);
+  auto drawn = [](const std::string& html) {
+    std::smatch m;
+    EXPECT_TRUE(
+        std::regex_search(html, m, std::regex("data-stages=\"2400\" data-drawn=\"([0-9]+)\"")));
+    return m.empty() ? 0 : std::stoul(m[1]);
+  };
+  // Collapsed: the paths of the critical and top trials, links to expand.
+  const std::string collapsed = tree_page(s).content;
+  EXPECT_LT(drawn(collapsed), 200u);
+  EXPECT_NE(collapsed.find("href=\"?expand=all\">expand all</a>"), std::string::npos);
+  EXPECT_NE(collapsed.find("<input type=\"number\" name=\"expand\""), std::string::npos);
+  EXPECT_EQ(collapsed.find("class=\"collapse\""), std::string::npos);
+  EXPECT_EQ(collapsed.find("tree-limit"), std::string::npos);
+  // Every stage under the limit: no band, nothing left out, a link back.
+  TreeExpansion everything;
+  everything.all = true;
+  const std::string all = tree_page(s, {7}, everything).content;
+  EXPECT_EQ(drawn(all), 2400u);
+  EXPECT_EQ(all.find("class=\"collapsed\""), std::string::npos);
+  EXPECT_EQ(all.find("tree-limit"), std::string::npos);
+  EXPECT_NE(all.find("class=\"collapse\" href=\"?trial=7\""), std::string::npos);
+  EXPECT_NE(all.find("<input type=\"hidden\" name=\"expand\" value=\"all\">"),
+            std::string::npos);  // drawing a trial's path keeps the expansion
+  // Past the limit: breadth first (every warm-up stage before any trial's own), parents drawn.
+  TreeExpansion limited = everything;
+  limited.limit = 1000;
+  const TreeDrawn t = tree_stages_drawn(s, d, limited);
+  EXPECT_EQ(t.shown, 1000u);
+  EXPECT_EQ(t.left_out, 1400u);
+  std::map<StageId, size_t> position;
+  for (size_t i = 0; i < s.stages.size(); ++i) position[s.stages[i].stage.id] = i;
+  for (size_t i = 0; i < s.stages.size(); ++i) {
+    const Stage& st = s.stages[i].stage;
+    if (st.start == 0) {
+      EXPECT_TRUE(t.drawn[i]) << "warm-up stage " << st.id;
+    }
+    if (t.drawn[i] && st.parent != kNoStage) {
+      EXPECT_TRUE(t.drawn[position.at(st.parent)]) << st.id;
+    }
+  }
+  const std::string page = tree_page(s, {}, limited).content;
+  EXPECT_EQ(drawn(page), 1000u);
+  EXPECT_NE(page.find("<p class=\"note tree-limit\" data-left-out=\"1400\">1400 stages not shown"),
+            std::string::npos);
+  EXPECT_NE(page.find("class=\"collapsed\" data-count=\"1400\""), std::string::npos);
+  // Below one warm-up stage: it, its children and the collapsed paths; nothing left out.
+  const StageView& warmup = s.stages[0];
+  ASSERT_EQ(warmup.stage.start, 0);
+  const TreeDrawn below = tree_stages_drawn(s, d, {.below = warmup.stage.id});
+  EXPECT_EQ(below.left_out, 0u);
+  for (StageId child : warmup.stage.children) EXPECT_TRUE(below.drawn[position.at(child)]);
+  const TreeDrawn kept = tree_stages_drawn(s, d, {});
+  size_t expected = 0;
+  for (size_t i = 0; i < s.stages.size(); ++i)
+    expected += kept.drawn[i] || i == 0 || s.stages[i].stage.parent == warmup.stage.id;
+  EXPECT_EQ(below.shown, expected);
+  EXPECT_THROW(tree_page(s, {}, {.below = 999999}), std::out_of_range);
+}
+
+// A study read alone (hippo report) reads only the part of the tree its trials live in (their
+// root keys: storage's load_study_tree, its stages renumbered) and the checkpoints of that part,
+// and shows the same stages, by the plan's ids, as a read of the whole plan.
+TEST_F(ModelTest, AStudyReadAloneReadsItsPartOfTheTreeAndShowsWhatTheWholeReadShows) {
+  {
+    SearchPlan plan = SearchPlan::open(file_);
+    write_study(plan, "first");  // root key "r": the plan's first stages
+    testing::LargeStudy o;
+    o.trials = 700;
+    o.workers = 10;
+    testing::write_large_study(plan, "large", o);  // root key "large": stages after r's
+    StageTree tree = plan.load_tree();
+    const StageId last = static_cast<StageId>(tree.stages().size()) - 1;
+    plan.add_checkpoint({0, last, tree.stage(last).start + 1, "large.ckpt", 1, "", 0});
+  }
+  SearchPlan reader = SearchPlan::open_read_only(file_);
+  const StageTree whole = reader.load_tree();
+  const StudyTree part = reader.load_study_tree(2);
+  EXPECT_LT(part.tree.stages().size(), whole.stages().size());
+  EXPECT_EQ(part.tree.stages().size(), part.plan_ids.size());
+  EXPECT_EQ(part.tree.trials().size(), 700u);
+  EXPECT_GT(part.plan_ids.front(), 0);  // renumbered: r's stages come first in the plan
+  EXPECT_EQ(reader.study_tree_checkpoints(2).size(), 1u);
+  EXPECT_EQ(reader.study_tree_checkpoints(1).size(), 1u);
+  const PlanView all = read_plan(reader, 100);
+  ASSERT_EQ(all.studies.size(), 2u);
+  for (const std::string name : {"first", "large"}) {
+    const PlanView alone = read_plan(reader, 100, name);
+    ASSERT_EQ(alone.studies.size(), 1u);
+    const StudyView &a = *alone.studies[0], &w = *all.find(name);
+    ASSERT_EQ(a.stages.size(), w.stages.size()) << name;
+    for (size_t i = 0; i < a.stages.size(); ++i) {
+      EXPECT_EQ(a.stages[i].stage, w.stages[i].stage) << name << " " << i;
+      EXPECT_EQ(a.stages[i].checkpoints, w.stages[i].checkpoints) << name << " " << i;
+      EXPECT_EQ(a.stages[i].on_critical_path, w.stages[i].on_critical_path) << name << " " << i;
+    }
+    EXPECT_EQ(a.steps_unique, w.steps_unique) << name;
+    EXPECT_EQ(a.executions.size(), w.executions.size()) << name;
+    EXPECT_EQ(study_page(a).content, study_page(w).content) << name;
+    EXPECT_EQ(tree_page(a).content, tree_page(w).content) << name;
+    EXPECT_EQ(timeline_page(a).content, timeline_page(w).content) << name;
+  }
 }
 
 }  // namespace

@@ -180,6 +180,21 @@ TEST_F(Scale, StudyPagesAreAtMostFiveMegabytesAndAtTenThousandTrialsDrawEveryPoi
   EXPECT_EQ(tree.find("data-trials=\"77777\""), std::string::npos);
   EXPECT_NE(get(dashboard.url("/study/1/tree?trial=77777")).body.find("data-trials=\"77777\""),
             std::string::npos);
+  // Expanded whole, a tree of 10,300 stages (10,000 trials) or of 100,300 draws 5,000 of them
+  // (kMaxStagesExpanded) and says how many it left out: a page of bounded size.
+  for (const std::string study : {"3", "1"}) {
+    const Got expanded = get(dashboard.url("/study/" + study + "/tree?expand=all"));
+    ASSERT_EQ(expanded.status, 200);
+    EXPECT_LE(expanded.body.size(), 2u * 1000 * 1000) << study;
+    ASSERT_TRUE(std::regex_search(expanded.body, drawn,
+                                  std::regex("data-stages=\"([0-9]+)\" data-drawn=\"([0-9]+)\"")));
+    EXPECT_GT(std::stoll(drawn[1]), 10000) << study;
+    EXPECT_EQ(std::stoll(drawn[2]), 5000) << study;
+    EXPECT_NE(expanded.body.find("<p class=\"note tree-limit\" data-left-out=\"" +
+                                 std::to_string(std::stoll(drawn[1]) - 5000) + "\">"),
+              std::string::npos)
+        << study;
+  }
   // The timeline, aggregated: how busy each group of workers was, not a bar per execution (but
   // those of the critical path).
   const std::string timeline = get(dashboard.url("/study/1/timeline")).body;
@@ -265,6 +280,42 @@ TEST_F(Scale, TheBestTrialAndEveryFrontPointAreFoundInTheBrowser) {
     }
     browser.close(tab);
   }
+}
+
+// The tree's links work in the browser: expand all (the limit said), the selected stage's link
+// below it (the script's), collapse; each a plain GET (followed here by its href, which is what a
+// click loads) that keeps the selected trial.
+TEST_F(Scale, TheTreeExpandsAndCollapsesInTheBrowser) {
+  if (!Browser::available()) GTEST_SKIP() << "chromium is not installed (scripts/setup)";
+  Browser browser((*dir_ / "tree-profile").string());
+  Browser::Tab tab = browser.open();
+  auto follow = [&](const std::string& link) {
+    const json href = browser.evaluate(tab, "document.querySelector('" + link + "')?.href");
+    ASSERT_TRUE(href.is_string()) << link;
+    browser.navigate(tab, href.get<std::string>());
+  };
+  browser.navigate(tab, dashboard_->url("/study/3/tree?trial=5"));
+  const std::string drawn = "Number(document.querySelector('svg.tree').dataset.drawn)";
+  EXPECT_LT(browser.evaluate(tab, drawn).get<int64_t>(), 1000);
+  follow("a.expand-all");
+  EXPECT_EQ(browser.evaluate(tab, "location.search"), "?trial=5&expand=all");
+  EXPECT_EQ(browser.evaluate(tab, drawn).get<int64_t>(), 5000);
+  EXPECT_TRUE(browser.evaluate(tab, "!!document.querySelector('.tree-limit')").get<bool>());
+  fs::create_directories(HIPPO_SCREENSHOTS);
+  browser.screenshot(tab, std::string(HIPPO_SCREENSHOTS) + "/scale-tree-expanded.png", 1500, 0.6);
+  // The first warm-up stage, selected: its details link to the tree below it.
+  const std::string stage = browser.evaluate(
+      tab, "document.querySelector('svg.tree g.stage[data-start=\"0\"]').dataset.stage");
+  browser.evaluate(tab, "document.querySelector('svg.tree g.stage[data-stage=\"" + stage +
+                            "\"] rect').dispatchEvent(new MouseEvent('click', {bubbles: true}))");
+  follow(".stage-details a.expand-below");
+  EXPECT_EQ(browser.evaluate(tab, "location.search"), "?trial=5&expand=" + stage);
+  EXPECT_LT(browser.evaluate(tab, drawn).get<int64_t>(), 1000);
+  EXPECT_FALSE(browser.evaluate(tab, "!!document.querySelector('.tree-limit')").get<bool>());
+  follow("a.collapse");
+  EXPECT_EQ(browser.evaluate(tab, "location.search"), "?trial=5");
+  EXPECT_TRUE(browser.errors(tab).empty()) << browser.errors(tab)[0];
+  browser.close(tab);
 }
 
 // The terminal's way through many trials: `hippo trials --where --sort --limit`.

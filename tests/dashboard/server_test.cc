@@ -127,8 +127,9 @@ std::string DashboardServer::before_;
 
 TEST_F(DashboardServer, ServesEveryPageAndTheReport) {
   for (const std::string path :
-       {"/", "/study/grid", "/study/1", "/study/1/tree", "/study/1/timeline",
-        "/compare?id=1&id=grid-trial-based", "/report/grid"}) {
+       {"/", "/study/grid", "/study/1", "/study/1/tree", "/study/1/tree?expand=all",
+        "/study/1/tree?expand=0&trial=1", "/study/1/timeline", "/compare?id=1&id=grid-trial-based",
+        "/report/grid"}) {
     Reply r = get(port(), path);
     EXPECT_EQ(r.status, 200) << path;
     EXPECT_NE(r.text.find("Content-Security-Policy: default-src 'none'"), std::string::npos);
@@ -163,12 +164,14 @@ TEST_F(DashboardServer, PathTraversalIsRefused) {
 TEST_F(DashboardServer, UnknownStudiesAndBadQueriesAre4xx) {
   for (const std::string target :
        {"/study/999", "/study/no-such-study", "/study/999/tree", "/study/999/timeline",
-        "/report/nope", "/compare?id=999", "/nothing/here"}) {
+        "/report/nope", "/compare?id=999", "/nothing/here", "/study/1/tree?expand=999999"}) {
     Reply r = get(port(), target);
     EXPECT_EQ(r.status, 404) << target;
     EXPECT_NE(r.text.find("<p class=\"error\">"), std::string::npos) << target;
   }
   EXPECT_EQ(get(port(), "/compare").status, 400);
+  for (const std::string expand : {"", "x", "-1", "1e3", "all%00"})
+    EXPECT_EQ(get(port(), "/study/1/tree?expand=" + expand).status, 400) << expand;
   std::string many = "/compare?id=1";
   for (int i = 2; i < 20; ++i) many += "&id=" + std::to_string(i);  // httplib drops repeats
   EXPECT_EQ(get(port(), many).status, 400);
