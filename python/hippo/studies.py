@@ -145,6 +145,18 @@ def submit(spec, master=None, wait=True, policy="shared"):
     return _last_json(out)
 
 
+def enqueue(study, params, db=None, master=None):
+    """Makes `params` (a dict: every leaf of the space a value) the next trial of a running study
+    (name or id), before its searcher's own proposals, as `hippo enqueue`: on the cluster master
+    `master` (default $HIPPO_MASTER), else on the `hippo run` of the plan `db` that this OS user
+    started on this host. Returns {"study", "name", "trials"}; params the study has already (a
+    trial's, or enqueued and waiting) make no trial and return {"study", "name", "existing":
+    {"trial", "status"} or {"waiting": true}} (Optuna's skip_if_exists). Raises HippoError when
+    the study is not running, its searcher takes no configuration, or the params are bad."""
+    args = ["enqueue", str(study), json.dumps(params)]
+    return _last_json(_call(args, db=db, master=master)[1])
+
+
 def studies(db=None):
     """Every study of the search plan: [{"id", "name", "status", "policy", "trials", "metric",
     "best"}]."""

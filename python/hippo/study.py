@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from .studies import HippoError, _SpecFile, _call, _last_json, binary
+from .studies import HippoError, _SpecFile, _call, _last_json, binary, enqueue
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -114,6 +114,26 @@ class Study:
         for s in _last_json(_call(["studies"], db=self.db)[1]):
             if s["name"] == self.name:
                 return s["status"]
+        return None
+
+    def enqueue_trial(self, params):
+        """Evaluates `params` (every leaf a value) before the searcher's own proposals, as
+        Optuna's enqueue_trial: on a study that is running (another process's optimize() or
+        `hippo run`), at once, as hippo.enqueue (returns its reply); on one not yet started, as
+        the next of the spec's `enqueue` configurations of its optimize() (returns None); an
+        interrupted or ended study refuses (HippoError). Params given twice, or that the study
+        has already, make no new trial."""
+        status = self._status()
+        if status == "running":
+            return enqueue(self.name, params, db=self.db)
+        if status is not None:  # its spec, enqueue included, was fixed when it started
+            raise HippoError(f"study {self.name} is {status}: a configuration goes to a running "
+                             "study, or to one that has not started", 2)
+        if self._spec is None:
+            raise HippoError(f"no study named {self.name} in the plan and no spec to run it", 2)
+        queued = self._spec.setdefault("enqueue", [])
+        if params not in queued:
+            queued.append(dict(params))
         return None
 
     def optimize(self, n_trials=None, timeout=None, workers=None, gpus=None, callbacks=(),

@@ -9,6 +9,8 @@ import json
 import math
 import os
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -114,6 +116,51 @@ def test_a_second_optimize_goes_on_with_an_interrupted_study(tmp_path):
     # Each trial's end is told once, in the run where it ended.
     ends = [e["trial"] for e in before + events if e["event"] == "trial_ended"]
     assert sorted(ends) == sorted(t["trial"] for t in trials)
+
+
+def test_enqueue_trial_before_a_run_and_into_a_running_one(tmp_path, monkeypatch):
+    """Optuna's enqueue_trial: before optimize() a configuration is the spec's first trial; into
+    a study that another thread's optimize() runs, it is a trial of that run (hippo enqueue on the
+    run of this OS user, found through $HIPPO_HOME); params it has already make no trial; an
+    ended study refuses."""
+    monkeypatch.setenv("HIPPO_HOME", str(tmp_path / "home"))
+    db = tmp_path / "plan.db"
+    space = {"lr": hippo.uniform(0.01, 0.1)}
+
+    def tpe_study(name, sleep):
+        return hippo.Study(name, space=space, searcher="tpe", metric="accuracy", mode="max",
+                           max_trials=4, trainer="tiny_trainer:fit", data={"name": "toy"},
+                           fixed={"sleep": sleep}, length=hippo.steps(6),
+                           eval_every=hippo.steps(2), db=db)
+
+    first = tpe_study("queued", 0)
+    assert first.enqueue_trial({"lr": 0.03}) is None
+    first.enqueue_trial({"lr": 0.03})  # given twice: one configuration
+    assert first.spec["enqueue"] == [{"lr": 0.03}]
+    assert first.optimize(workers=1)["status"] == "done"
+    assert hippo.trials("queued", db=db)[0]["params"] == {"lr": 0.03}
+    with pytest.raises(hippo.HippoError, match="is done"):
+        first.enqueue_trial({"lr": 0.04})
+    with pytest.raises(hippo.HippoError, match="has already ended"):
+        hippo.enqueue("queued", {"lr": 0.04}, db=db)
+
+    running = tpe_study("live", 0.1)  # 4 trials of 6 steps: at least 2.4 s
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(running.optimize(workers=1)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while running._status() != "running":
+            assert time.monotonic() < deadline, "the study never started"
+            time.sleep(0.05)
+        reply = tpe_study("live", 0.1).enqueue_trial({"lr": 0.0421})
+        assert reply["name"] == "live" and "existing" not in reply
+        again = hippo.enqueue("live", {"lr": 0.04210}, db=db)  # the same value, written longer
+        assert "existing" in again
+    finally:
+        thread.join()
+    assert result["status"] == "done" and result["trials"] == 4
+    assert {"lr": 0.0421} in [t["params"] for t in hippo.trials("live", db=db)]
 
 
 def write_json(path, spec):
