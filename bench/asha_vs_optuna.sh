@@ -2,7 +2,7 @@
 # hippo's ASHA (shared stages) against what a user would pick instead: Optuna's TPESampler with
 # its HyperbandPruner, PyTorch CPU training the same model, data, batch, optimizer, schedule and
 # search space (bench/optuna_asha.py), WORKERS processes on one study in a JournalFileStorage,
-# created before they start (BENCHMARKING.md). Both sides run the same number of trials, the same
+# created before they start (bench/README.md, "How we measure"). Both sides run the same number of trials, the same
 # maximum length, evaluation steps and rungs (min_length, eta, max_length), one thread per process.
 # The space: a linear warm-up to a fixed lr over the first epoch (the prefix every trial shares),
 # then an exponential decay per epoch whose lr (loguniform) and gamma (uniform) are drawn.
@@ -27,7 +27,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 now() { date +%s.%N; }
 cores=$(nproc)  # before the export below: nproc obeys OMP_NUM_THREADS
-# One thread per process on both sides: W processes on W cores (BENCHMARKING.md; for this MLP
+# One thread per process on both sides: W processes on W cores (bench/README.md, "How we measure"; for this MLP
 # PyTorch is not faster with 2 threads on these machines).
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 

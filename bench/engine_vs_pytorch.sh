@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training throughput of hippo's CPU engine against PyTorch on CPU (Debian's python3-torch), same
-# model, batch 128 and threads, on this machine, in one run (BENCHMARKING.md):
+# model, batch 128 and threads, on this machine, in one run (bench/README.md, "How we measure"):
 #   bench/engine_vs_pytorch.sh [BUILD_DIR] [REPS]
 # Under two environments in turn: the machine's own (as this script was started), and the same
 # with OPENBLAS_CORETYPE unset (PyTorch's products run on OpenBLAS, which reads it; its

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training throughput of hippo's CUDA engine against PyTorch eager on the same GPU, same model,
-# batch, precision and optimizer, one after the other in this script (BENCHMARKING.md):
+# batch, precision and optimizer, one after the other in this script (bench/README.md, "How we measure"):
 #   bench/gpu_vs_pytorch.sh [BUILD_DIR] [REPS]
 # For mlp and cnn, batch 128 and 1024, fp32 and bf16: the median (min..max) samples/s of REPS
 # runs of `bench_engine --device cuda:0` and of bench/gpu_vs_pytorch.py, and the ratio

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hippo against the trial-based anchors on one study, in one run on this machine
-# (BENCHMARKING.md):
+# (bench/README.md, "How we measure"):
 #   1. hippo run --workers W --policy shared
 #   2. hippo run --workers W --policy trial-based (hippo without sharing)
 #   3. Optuna + PyTorch CPU training the same trials, Optuna's distributed mode: W processes (peers)

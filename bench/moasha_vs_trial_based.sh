@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-objective ASHA whose rungs share stages, against the same searcher trial-based (each trial
 # trains its own path, resuming its own checkpoints: MO-ASHA as Syne Tune runs it), in one run on
-# this machine (BENCHMARKING.md):
+# this machine (bench/README.md, "How we measure"):
 #   bench/moasha_vs_trial_based.sh [SPEC] [ROUNDS]
 # SPEC (default examples/fmnist-mlp-moasha.json) runs with 2 workers under both policies,
 # alternated ROUNDS times (default 2). Each run must exit 0 with every trial closed, and every

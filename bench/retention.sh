@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tuning in rounds, with and without the checkpoints that finished studies leave behind
-# (master/retention.h), in one run on this machine (BENCHMARKING.md):
+# (master/retention.h), in one run on this machine (bench/README.md, "How we measure"):
 #   bench/retention.sh [TRAIN_SAMPLES] [WORKERS]
 # Three rounds on the MLP of examples/fmnist-mlp-lr-decay.json, each a grid around the previous
 # round's region, longer than the one before:

@@ -1,5 +1,5 @@
 // The machine's fp32 matrix-product peak, for the roofline of bench/engine_vs_pytorch.sh
-// (BENCHMARKING.md): a large single-precision product C[n, n] = A[n, n] B[n, n], with 1 and with
+// (bench/README.md, "How we measure"): a large single-precision product C[n, n] = A[n, n] B[n, n], with 1 and with
 // T threads, through every library on this machine the engine could use: OpenBLAS (the system's,
 // under this process's OPENBLAS_CORETYPE), oneDNN (dnnl_sgemm, when built with it) and hippo's own
 // kernels (the CPU backend's gemm). Best of --reps timed runs after one untimed one. Prints one

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Warmup-stable-decay cooldown sweeps (docs/spec.md's wsd schedule, length.end_of), in one run
-# on this machine (BENCHMARKING.md):
+# on this machine (bench/README.md, "How we measure"):
 #   bench/wsd_sweep.sh [ROUNDS]
 # 1. Measured: examples/gpt-fortunes-wsd.json (a 2-layer gpt on fortunes, 12 trials: cooldown
 #    starts {100, 200, 300} x lengths {20, 60} x shapes {linear, 1-sqrt}) with 2 workers, shared
