@@ -1,9 +1,9 @@
 // The machine's fp32 matrix-product peak, for the roofline of bench/engine_vs_pytorch.sh
-// (bench/README.md, "How we measure"): a large single-precision product C[n, n] = A[n, n] B[n, n], with 1 and with
-// T threads, through every library on this machine the engine could use: OpenBLAS (the system's,
-// under this process's OPENBLAS_CORETYPE), oneDNN (dnnl_sgemm, when built with it) and hippo's own
-// kernels (the CPU backend's gemm). Best of --reps timed runs after one untimed one. Prints one
-// JSON line:
+// (bench/README.md, "How we measure"): a large single-precision product C[n, n] = A[n, n] B[n, n],
+// with 1 and with T threads, through every library on this machine the engine could use: OpenBLAS
+// (the system's, under this process's OPENBLAS_CORETYPE), oneDNN (dnnl_sgemm, when built with it)
+// and hippo's own kernels (the CPU backend's gemm). Best of --reps timed runs after one untimed
+// one. Prints one JSON line:
 //   {"n": 2048, "threads": [1, 2], "gflops": {"openblas": [106.1, 205.3], "onednn": [...],
 //    "hippo": [...]}, "peak": [214.6, 420.2], "peak_library": ["onednn", "onednn"],
 //    "hippo_isa": "avx512"}
