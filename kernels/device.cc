@@ -10,26 +10,33 @@
 
 namespace hippo::kernels {
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
-  if (device == "cpu") return make_cpu_backend(threads);
-  for (const char* isa : {"avx512", "avx2", "portable"})
-    if (device == std::string("cpu:") + isa) return make_cpu_backend(threads, isa);
+std::optional<CudaDeviceName> parse_cuda_device(const std::string& device) {
   const std::string prefix = "cuda:", im2col = ":im2col";
-  std::string index =
-      device.substr(0, prefix.size()) == prefix ? device.substr(prefix.size()) : std::string();
+  if (device.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  std::string index = device.substr(prefix.size());
   const bool own_convolutions =
       index.size() > im2col.size() &&
       index.compare(index.size() - im2col.size(), im2col.size(), im2col) == 0;
   if (own_convolutions) index.resize(index.size() - im2col.size());
   if (index.empty() || index.size() > 4 ||
       index.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return CudaDeviceName{std::stoi(index),
+                        own_convolutions ? CudaConvolution::kIm2col : CudaConvolution::kCudnn};
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") return make_cpu_backend(threads);
+  for (const char* isa : {"avx512", "avx2", "portable"})
+    if (device == std::string("cpu:") + isa) return make_cpu_backend(threads, isa);
+  const std::optional<CudaDeviceName> cuda = parse_cuda_device(device);
+  if (!cuda)
     throw std::invalid_argument(
         "device \"" + device +
         "\": expected cpu or cuda:N (N = 0, 1, ... a CUDA device; cuda:N:im2col for hippo's own "
         "fp32 convolutions), or cpu:avx512, cpu:avx2, cpu:portable (the CPU kernels' "
         "instruction set)");
-  return make_cuda_backend(std::stoi(index), Stream::kDefault,
-                           own_convolutions ? CudaConvolution::kIm2col : CudaConvolution::kCudnn);
+  return make_cuda_backend(cuda->index, Stream::kDefault, cuda->conv);
 }
 
 void Backend::copy_from(const Backend& src_backend, void* dst, const void* src,

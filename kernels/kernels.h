@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -350,6 +351,14 @@ std::string cuda_device_model(int device);
 // 132 SMs), CUDA 13.0, cuBLAS 13.1.0, cuDNN 9.13.0" (worker/environment.h). Loads cuBLAS and
 // cuDNN. Throws as cuda_device_model does, or std::runtime_error when a library cannot be loaded.
 std::string cuda_device_environment(int device);
+
+// A CUDA device's name, "cuda:N" or "cuda:N:im2col", read: its index and its convolutions;
+// nullopt for any other name (make_backend says what is expected). The one place that reads it.
+struct CudaDeviceName {
+  int index;
+  CudaConvolution conv;
+};
+std::optional<CudaDeviceName> parse_cuda_device(const std::string& device);
 
 // The backend a device name asks for: "cpu" (with `threads` threads; "cpu:avx2" etc. names the
 // kernels' instruction set, see make_cpu_backend) or "cuda:N" (threads is ignored; "cuda:N:im2col"

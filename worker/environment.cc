@@ -9,12 +9,13 @@ WorkerEnvironment worker_environment(const std::string& device, int threads) {
   const std::string hippo = std::string("hippo ") + kVersion;
   const std::string thread_count =
       std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-  if (device.rfind("cuda:", 0) != 0) return {"cpu, " + hippo, "cpu, " + thread_count};
-  const int index = std::stoi(device.substr(5));  // the worker checked the name (options.h)
-  const bool own_convolutions = device.find(":im2col") != std::string::npos;
-  return {kernels::cuda_device_environment(index) + ", " + hippo +
+  // The worker checked the name (kernels::make_backend): anything but a CUDA device is a CPU.
+  const std::optional<kernels::CudaDeviceName> cuda = kernels::parse_cuda_device(device);
+  if (!cuda) return {"cpu, " + hippo, "cpu, " + thread_count};
+  const bool own_convolutions = cuda->conv == kernels::CudaConvolution::kIm2col;
+  return {kernels::cuda_device_environment(cuda->index) + ", " + hippo +
               (own_convolutions ? ", im2col convolutions" : ""),
-          kernels::cuda_device_model(index) + ", " + thread_count};
+          kernels::cuda_device_model(cuda->index) + ", " + thread_count};
 }
 
 }  // namespace hippo::worker
